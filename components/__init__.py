@@ -1,0 +1,25 @@
+"""Reusable Pulumi components for NServiceBus native delayed delivery, and the pure model they read.
+
+``components.model`` has no Pulumi import; the components below are imported on first use so that
+the model (used by the pipeline's Spark workers and the renderers) never pulls in Pulumi.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "RabbitMqDelayInfrastructure": "components.rabbitmq",
+    "RabbitMqEndpoint": "components.rabbitmq",
+    "RabbitMqSharedQueues": "components.rabbitmq",
+    "SqsEndpoint": "components.sqs",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'components' has no attribute {name!r}")

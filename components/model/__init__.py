@@ -1,0 +1,39 @@
+"""The pure topology model: names, arguments, keys and send plans. No Pulumi, no I/O.
+
+Everything else in the package is an adapter that reads these facts and never re-derives one.
+"""
+
+from components.model import rabbitmq, sqs
+from components.model.rabbitmq import (
+    DelayError,
+    DelayPath,
+    Hop,
+    Topology,
+    delay_level_name,
+    delay_levels,
+    delay_path,
+    delivery_exchange_name,
+    endpoint_topology,
+    first_exchange,
+    first_level,
+    routing_key,
+    shared_queues,
+)
+
+__all__ = [
+    "DelayError",
+    "DelayPath",
+    "Hop",
+    "Topology",
+    "delay_level_name",
+    "delay_levels",
+    "delay_path",
+    "delivery_exchange_name",
+    "endpoint_topology",
+    "first_exchange",
+    "first_level",
+    "rabbitmq",
+    "routing_key",
+    "shared_queues",
+    "sqs",
+]

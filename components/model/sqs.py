@@ -1,0 +1,195 @@
+"""Amazon SQS unrestricted delayed delivery, as NServiceBus.Transport.SQS does it, as plain data.
+
+Sources: ``TransportConstraints.cs``, ``QueueCache.GetSqsQueueName``, ``QueueCreator.cs``,
+``MessageDispatcher.cs`` and ``DelayedMessagesPump.cs`` (``shared/reference/nservicebus-facts.md`` §3).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+DELAY_QUEUE_SUFFIX = "-delay.fifo"
+FIFO_SUFFIX = ".fifo"
+MAX_QUEUE_NAME_LENGTH = 80
+MAX_DELAY_SECONDS = 900  # AWS per-message / per-queue maximum; also the FIFO queue's fixed delay
+DELAY_QUEUE_DELAY_SECONDS = MAX_DELAY_SECONDS
+DELAY_QUEUE_MIN_RETENTION_SECONDS = 4 * 24 * 3600  # 345,600 s: NServiceBus refuses to start below it
+DEFAULT_MESSAGE_RETENTION_SECONDS = DELAY_QUEUE_MIN_RETENTION_SECONDS
+MIN_MESSAGE_RETENTION_SECONDS = 61  # the transport requires more than 60 s
+MAX_MESSAGE_RETENTION_SECONDS = 14 * 24 * 3600  # 1,209,600 s
+DELAY_ATTRIBUTE = "NServiceBus.AmazonSQS.DelaySeconds"
+MESSAGE_ID_ATTRIBUTE = "NServiceBus.MessageId"
+MAX_BATCH_SIZE = 10
+FIFO_PRICE_PER_REQUEST_USD = 0.50 / 1_000_000
+AWS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+AWS_FIFO_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+
+
+class QueueNameError(ValueError):
+    """A queue name SQS would refuse."""
+
+
+def sanitize_queue_name(name: str) -> str:
+    """Every character that is not a letter, digit, '-' or '_' becomes '-'; a ``.fifo`` ending is kept."""
+    body, ending = (name[: -len(FIFO_SUFFIX)], FIFO_SUFFIX) if name.endswith(FIFO_SUFFIX) else (name, "")
+    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in body) + ending
+
+
+def sqs_queue_name(address: str, prefix: str = "") -> str:
+    """``GetSqsQueueName``: the prefix is prepended unless already there, then the name is sanitised.
+
+    Raises ``QueueNameError`` when the result is longer than 80 characters or holds characters
+    SQS refuses (non-ASCII letters survive sanitising, as in NServiceBus, but SQS rejects them).
+    """
+    if not address:
+        raise QueueNameError("queue name is empty")
+    full = address if prefix and address.startswith(prefix) else prefix + address
+    name = sanitize_queue_name(full)
+    if len(name) > MAX_QUEUE_NAME_LENGTH:
+        raise QueueNameError(
+            f"queue name {name!r} is {len(name)} characters; SQS allows at most {MAX_QUEUE_NAME_LENGTH} "
+            "(prefix and '-delay.fifo' included)"
+        )
+    pattern = AWS_FIFO_QUEUE_NAME if name.endswith(FIFO_SUFFIX) else AWS_QUEUE_NAME
+    if not pattern.match(name):
+        raise QueueNameError(f"queue name {name!r} has characters SQS refuses (only ASCII letters, digits, - and _)")
+    return name
+
+
+def input_queue_name(endpoint: str, prefix: str = "") -> str:
+    return sqs_queue_name(endpoint, prefix)
+
+
+def delay_queue_name(endpoint: str, prefix: str = "") -> str:
+    """``<input queue>-delay.fifo``; the whole name, suffix included, must fit in 80 characters."""
+    return sqs_queue_name(endpoint + DELAY_QUEUE_SUFFIX, prefix)
+
+
+def check_retention(seconds: int) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise ValueError(f"message retention must be whole seconds, got {seconds!r}")
+    if not MIN_MESSAGE_RETENTION_SECONDS <= seconds <= MAX_MESSAGE_RETENTION_SECONDS:
+        raise ValueError(
+            f"message retention {seconds} s is outside {MIN_MESSAGE_RETENTION_SECONDS}..{MAX_MESSAGE_RETENTION_SECONDS} s"
+        )
+    return seconds
+
+
+@dataclass(frozen=True)
+class SqsQueueSpec:
+    """One queue with the attributes NServiceBus requires, as Python values (ints are ints)."""
+
+    name: str
+    role: Literal["input", "delay"]
+    fifo_queue: bool
+    delay_seconds: int
+    message_retention_seconds: int
+    sqs_managed_sse_enabled: bool = True
+
+    def attributes(self) -> dict[str, str]:
+        """CreateQueue attributes as the SQS API takes them (strings); no ContentBasedDeduplication, no redrive."""
+        attributes = {
+            "MessageRetentionPeriod": str(self.message_retention_seconds),
+            "DelaySeconds": str(self.delay_seconds),
+            "SqsManagedSseEnabled": str(self.sqs_managed_sse_enabled).lower(),
+        }
+        if self.fifo_queue:
+            attributes["FifoQueue"] = "true"
+        return attributes
+
+
+def endpoint_queues(
+    endpoint: str,
+    *,
+    prefix: str = "",
+    delayed_delivery: bool = True,
+    message_retention_seconds: int = DEFAULT_MESSAGE_RETENTION_SECONDS,
+    encrypted: bool = True,
+) -> tuple[SqsQueueSpec, ...]:
+    """The input queue and, with unrestricted delayed delivery, its ``-delay.fifo`` queue.
+
+    The delay queue keeps at least 4 days (NServiceBus refuses less) and never less than the input queue.
+    """
+    retention = check_retention(message_retention_seconds)
+    queues = [SqsQueueSpec(input_queue_name(endpoint, prefix), "input", False, 0, retention, encrypted)]
+    if delayed_delivery:
+        queues.append(
+            SqsQueueSpec(
+                delay_queue_name(endpoint, prefix),
+                "delay",
+                True,
+                DELAY_QUEUE_DELAY_SECONDS,
+                max(retention, DELAY_QUEUE_MIN_RETENTION_SECONDS),
+                encrypted,
+            )
+        )
+    return tuple(queues)
+
+
+# --- sending -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqsSend:
+    """One SendMessage: to the input queue with DelaySeconds, or to the FIFO queue with the attribute."""
+
+    queue: str
+    message_delay_seconds: int | None  # per-message DelaySeconds (only on the input queue, only when > 0)
+    delay_attribute: int | None  # NServiceBus.AmazonSQS.DelaySeconds (only on the FIFO queue)
+    message_group_id: str | None = None
+    message_deduplication_id: str | None = None
+    wait_seconds: int = 0  # how long the message then stays invisible
+
+    @property
+    def fifo(self) -> bool:
+        return self.delay_attribute is not None
+
+
+def first_send(delay_seconds: int, destination_queue: str, message_id: str) -> SqsSend:
+    """What the sender does: ≤ 900 s straight to the destination, longer to ``<dest>-delay.fifo``."""
+    delay = max(0, delay_seconds)
+    if delay <= MAX_DELAY_SECONDS:
+        return SqsSend(destination_queue, delay or None, None, wait_seconds=delay)
+    return SqsSend(
+        destination_queue + DELAY_QUEUE_SUFFIX,
+        None,
+        delay,
+        message_group_id=message_id,
+        message_deduplication_id=message_id,
+        wait_seconds=DELAY_QUEUE_DELAY_SECONDS,
+    )
+
+
+def send_plan(delay_seconds: int, destination_queue: str, message_id: str) -> tuple[SqsSend, ...]:
+    """Every send until delivery: the first send, each FIFO cycle's re-send, the final hand-over.
+
+    1,925 s (seed 003): FIFO with 1925, FIFO with 1025, then the input queue with DelaySeconds 125.
+    """
+    steps = [first_send(delay_seconds, destination_queue, message_id)]
+    while steps[-1].fifo:
+        remaining = (steps[-1].delay_attribute or 0) - DELAY_QUEUE_DELAY_SECONDS
+        if remaining > MAX_DELAY_SECONDS:
+            steps.append(
+                SqsSend(steps[-1].queue, None, remaining, message_id, message_id, DELAY_QUEUE_DELAY_SECONDS)
+            )
+        else:
+            steps.append(SqsSend(destination_queue, remaining or None, None, wait_seconds=remaining))
+    return tuple(steps)
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Seed 003's formula: cycles = delay / 900, two FIFO operations (dequeue, requeue) per cycle."""
+
+    delay_seconds: int
+    cycles: int
+    operations: int
+    cost_usd: float
+
+
+def cost_estimate(delay_seconds: int, price_per_request_usd: float = FIFO_PRICE_PER_REQUEST_USD) -> CostEstimate:
+    cycles = max(0, delay_seconds) // DELAY_QUEUE_DELAY_SECONDS if delay_seconds > MAX_DELAY_SECONDS else 0
+    operations = 2 * cycles
+    return CostEstimate(delay_seconds, cycles, operations, operations * price_per_request_usd)

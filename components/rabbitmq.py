@@ -1,0 +1,217 @@
+"""Pulumi ComponentResources that declare the model's RabbitMQ topology through pulumi-rabbitmq.
+
+Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Queue
+arguments go through ``arguments_json`` because the provider's ``arguments`` map sends every value
+as a string, and RabbitMQ refuses a string ``x-message-ttl``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import pulumi
+import pulumi_rabbitmq as rabbitmq
+
+from components.model import rabbitmq as model
+
+TYPE_PREFIX = "nsb-delays:index:"
+
+
+def arguments_json(arguments: Mapping[str, model.ArgumentValue]) -> str:
+    """Deterministic JSON (sorted keys, no spaces) so diffs and tests are stable; ints stay ints."""
+    return json.dumps(dict(arguments), sort_keys=True, separators=(",", ":"))
+
+
+def import_id(name: str, vhost: str) -> str:
+    """The ``pulumi import`` id of an exchange or queue: ``name@vhost`` (``nsb.v2.delay-level-27@/``)."""
+    return f"{name}@{vhost}"
+
+
+class _Declared:
+    """The resources one component declared for a model ``Topology``, keyed by physical name."""
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, rabbitmq.Exchange] = {}
+        self.queues: dict[str, rabbitmq.Queue] = {}
+        self.bindings: list[rabbitmq.Binding] = []
+
+
+def declare_topology(
+    component: pulumi.ComponentResource,
+    name: str,
+    topology: model.Topology,
+    *,
+    vhost: str,
+    protect_delay_queues: bool = True,
+    existing_exchanges: Mapping[str, rabbitmq.Exchange] | None = None,
+) -> _Declared:
+    """Declare every exchange, queue and binding of ``topology`` as children of ``component``.
+
+    Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
+    creates them in order and deletes them first.
+    """
+    declared = _Declared()
+    child = pulumi.ResourceOptions(parent=component)
+    for exchange in topology.exchanges:
+        declared.exchanges[exchange.name] = rabbitmq.Exchange(
+            f"{name}-{exchange.name}",
+            name=exchange.name,
+            vhost=vhost,
+            settings=rabbitmq.ExchangeSettingsArgs(
+                type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
+            ),
+            opts=child,
+        )
+    for queue in topology.queues:
+        settings = rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
+        if queue.arguments:
+            settings = rabbitmq.QueueSettingsArgs(
+                durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(queue.arguments)
+            )
+        guard = queue.holds_delayed_messages and protect_delay_queues
+        declared.queues[queue.name] = rabbitmq.Queue(
+            f"{name}-{queue.name}",
+            name=queue.name,
+            vhost=vhost,
+            settings=settings,
+            opts=pulumi.ResourceOptions(parent=component, protect=guard, retain_on_delete=guard),
+        )
+    known: dict[str, pulumi.Resource] = {**(existing_exchanges or {}), **declared.exchanges}
+    for binding in topology.bindings:
+        ends = [known.get(binding.source)]
+        ends.append(
+            declared.queues.get(binding.destination)
+            if binding.destination_type == "queue"
+            else known.get(binding.destination)
+        )
+        declared.bindings.append(
+            rabbitmq.Binding(
+                f"{name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
+                source=binding.source,
+                destination=binding.destination,
+                destination_type=binding.destination_type,
+                routing_key=binding.routing_key,
+                vhost=vhost,
+                opts=pulumi.ResourceOptions(parent=component, depends_on=[end for end in ends if end]),
+            )
+        )
+    return declared
+
+
+class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
+    """The 28 delay levels, the delivery exchange and their bindings, exactly as NServiceBus declares them.
+
+    Level queues hold delayed messages for up to 4.25 years and any change to them replaces
+    (deletes) them, so they are protected and retained on delete unless
+    ``protect_delay_queues=False``.
+    """
+
+    delivery_exchange: pulumi.Output[str]
+    level_names: pulumi.Output[list[str]]
+    generation: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        generation: str = model.DEFAULT_GENERATION,
+        vhost: str = "/",
+        protect_delay_queues: bool = True,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
+        topology = model.delay_levels(generation)
+        self.resources = declare_topology(
+            self, name, topology, vhost=vhost, protect_delay_queues=protect_delay_queues
+        )
+        delivery = model.delivery_exchange_name(generation)
+        self.delivery_exchange_resource = self.resources.exchanges[delivery]
+        self.delivery_exchange = self.delivery_exchange_resource.name
+        self.level_names = pulumi.Output.from_input([queue.name for queue in topology.queues])
+        self.generation = pulumi.Output.from_input(generation)
+        self.register_outputs(
+            {"deliveryExchange": self.delivery_exchange, "levelNames": self.level_names, "generation": self.generation}
+        )
+
+
+class RabbitMqEndpoint(pulumi.ComponentResource):
+    """What ``rabbitmq-transport endpoint create`` makes when installers are off.
+
+    The endpoint queue (and instance queues), for conventional topology the fanout exchange of the
+    same name bound to it, the ``#.<endpoint>`` delivery binding for each receiving queue, and with
+    ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues.
+    """
+
+    queue_name: pulumi.Output[str]
+    receiving_queues: pulumi.Output[list[str]]
+    delivery_binding_key: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        endpoint: str,
+        generation: str = model.DEFAULT_GENERATION,
+        routing_topology: str = "conventional",
+        queue_type: str = "quorum",
+        vhost: str = "/",
+        instance_discriminators: Sequence[str] = (),
+        legacy_timeout_manager: bool = False,
+        delivery_exchange: rabbitmq.Exchange | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}RabbitMqEndpoint", name, None, opts)
+        problems = model.rabbitmq_address_problems(endpoint)
+        if problems:
+            raise ValueError(f"endpoint {endpoint!r} {'; '.join(problems)}")
+        topology = model.endpoint_topology(
+            endpoint,
+            generation=generation,
+            routing_topology=routing_topology,
+            queue_type=queue_type,
+            instance_discriminators=instance_discriminators,
+            legacy_timeout_manager=legacy_timeout_manager,
+        )
+        delivery_exchange_name = model.delivery_exchange_name(generation)
+        existing = {delivery_exchange_name: delivery_exchange} if delivery_exchange else {}
+        self.resources = declare_topology(self, name, topology, vhost=vhost, existing_exchanges=existing)
+        self.queue_name = self.resources.queues[endpoint].name
+        self.receiving_queues = pulumi.Output.from_input(
+            [b.destination for b in topology.bindings if b.role == "endpoint-delivery"]
+        )
+        self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(endpoint))
+        self.register_outputs(
+            {
+                "queueName": self.queue_name,
+                "receivingQueues": self.receiving_queues,
+                "deliveryBindingKey": self.delivery_binding_key,
+            }
+        )
+
+
+class RabbitMqSharedQueues(pulumi.ComponentResource):
+    """The ``error`` and ``audit`` queues every endpoint sends to: declared once per broker/vhost."""
+
+    error_queue: pulumi.Output[str]
+    audit_queue: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        routing_topology: str = "conventional",
+        queue_type: str = "quorum",
+        error_queue: str = model.DEFAULT_ERROR_QUEUE,
+        audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
+        vhost: str = "/",
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}RabbitMqSharedQueues", name, None, opts)
+        topology = model.shared_queues(
+            routing_topology=routing_topology, queue_type=queue_type, error_queue=error_queue, audit_queue=audit_queue
+        )
+        self.resources = declare_topology(self, name, topology, vhost=vhost)
+        self.error_queue = self.resources.queues[error_queue].name
+        self.audit_queue = self.resources.queues[audit_queue].name
+        self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})

@@ -1,0 +1,77 @@
+"""Pulumi ComponentResource for an SQS endpoint: its input queue and ``<queue>-delay.fifo`` queue.
+
+Names and attributes come from ``components.model.sqs``. The delay queue has no redrive policy and no
+content-based deduplication: NServiceBus refuses to start with a redrive policy and supplies its own
+deduplication ids.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from components.model import sqs as model
+from components.rabbitmq import TYPE_PREFIX
+
+
+def _queue(name: str, spec: model.SqsQueueSpec, parent: pulumi.Resource, tags: dict[str, str]) -> aws.sqs.Queue:
+    return aws.sqs.Queue(
+        f"{name}-{spec.role}",
+        name=spec.name,
+        fifo_queue=spec.fifo_queue or None,
+        delay_seconds=spec.delay_seconds,
+        message_retention_seconds=spec.message_retention_seconds,
+        sqs_managed_sse_enabled=spec.sqs_managed_sse_enabled,
+        tags={**tags, "nsb-delays/role": spec.role},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+class SqsEndpoint(pulumi.ComponentResource):
+    """An endpoint's input queue and, with unrestricted delayed delivery, its ``-delay.fifo`` queue."""
+
+    queue_name: pulumi.Output[str]
+    queue_url: pulumi.Output[str]
+    queue_arn: pulumi.Output[str]
+    delay_queue_name: pulumi.Output[str] | None
+    delay_queue_url: pulumi.Output[str] | None
+    delay_queue_arn: pulumi.Output[str] | None
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        endpoint: str,
+        queue_name_prefix: str = "",
+        delayed_delivery: bool = True,
+        message_retention_seconds: int = model.DEFAULT_MESSAGE_RETENTION_SECONDS,
+        encrypted: bool = True,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        specs = model.endpoint_queues(
+            endpoint,
+            prefix=queue_name_prefix,
+            delayed_delivery=delayed_delivery,
+            message_retention_seconds=message_retention_seconds,
+            encrypted=encrypted,
+        )
+        super().__init__(f"{TYPE_PREFIX}SqsEndpoint", name, None, opts)
+        tags = {"nsb-delays/endpoint": model.sanitize_queue_name(endpoint)}
+        queues = {spec.role: _queue(name, spec, self, tags) for spec in specs}
+        self.queue_name = queues["input"].name
+        self.queue_url = queues["input"].url
+        self.queue_arn = queues["input"].arn
+        delay = queues.get("delay")
+        self.delay_queue_name = delay.name if delay else None
+        self.delay_queue_url = delay.url if delay else None
+        self.delay_queue_arn = delay.arn if delay else None
+        self.register_outputs(
+            {
+                "queueName": self.queue_name,
+                "queueUrl": self.queue_url,
+                "queueArn": self.queue_arn,
+                "delayQueueName": self.delay_queue_name,
+                "delayQueueUrl": self.delay_queue_url,
+                "delayQueueArn": self.delay_queue_arn,
+            }
+        )

@@ -1,0 +1,29 @@
+"""The ``nsb-delays`` command line: one group, each command in its own module under ``infra.commands``."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+COMMAND_MODULES = (
+    "infra.commands.explain",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="nsb-delays")
+def cli() -> None:
+    """Native delayed-delivery infrastructure for NServiceBus-style endpoints (RabbitMQ, SQS)."""
+
+
+for module in COMMAND_MODULES:
+    importlib.import_module(module).register(cli)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

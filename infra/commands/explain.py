@@ -1,0 +1,87 @@
+"""``nsb-delays explain DELAY DESTINATION``: the path of a delayed message, like seed 001's table."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from components.model import rabbitmq as model
+
+
+def _delay(value: str) -> int:
+    try:
+        delay = int(value, 10)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a whole number of seconds", param_hint="DELAY") from None
+    if delay < 0:
+        raise click.BadParameter(f"{delay} is negative; a delay is 0..{model.MAX_DELAY_SECONDS} s", param_hint="DELAY")
+    try:
+        return model.normalize_delay(delay)
+    except model.DelayError as error:
+        raise click.BadParameter(str(error), param_hint="DELAY") from None
+
+
+def path_as_dict(path: model.DelayPath) -> dict[str, object]:
+    return {
+        "delay_seconds": path.delay_seconds,
+        "destination": path.destination,
+        "generation": path.generation,
+        "routing_key": path.routing_key,
+        "first_exchange": path.first_exchange,
+        "total_seconds": path.total_seconds,
+        "hops": [
+            {
+                "exchange": hop.exchange,
+                "level": hop.level,
+                "routing_value": hop.routing_value,
+                "routed_to": hop.routed_to,
+                "seconds_in_queue": hop.seconds_in_queue,
+                "dead_letter_to": hop.dead_letter_to,
+            }
+            for hop in path.hops
+        ],
+    }
+
+
+def _segment(path: model.DelayPath, hop: model.Hop) -> str:
+    """The key from the first level's bit on, with the word this hop reads in brackets (seed 001's bold)."""
+    words = path.routing_key[2 * (model.MAX_LEVEL - model.first_level(path.delay_seconds)) :].split(".", path.hops[0].level + 1)
+    index = len(words) - 1 if hop.level is None else path.hops[0].level - hop.level
+    words[index] = f"[{words[index]}]"
+    return ".".join(words)
+
+
+def register(cli: click.Group) -> None:
+    @cli.command()
+    @click.argument("delay", metavar="DELAY")
+    @click.argument("destination")
+    @click.option("--generation", type=click.Choice(model.GENERATIONS), default=model.DEFAULT_GENERATION, show_default=True)
+    @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (routing_key, first_exchange, hops).")
+    def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
+        """Show how a message delayed by DELAY seconds travels to DESTINATION."""
+        problems = model.rabbitmq_address_problems(destination)
+        if problems:
+            raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
+        path = model.delay_path(_delay(delay), destination, generation)
+        if as_json:
+            click.echo(json.dumps(path_as_dict(path), indent=2))
+            return
+        console = Console(width=200)
+        console.print(f"routing key    {path.routing_key}")
+        console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
+        table = Table("Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to")
+        for hop in path.hops:
+            table.add_row(
+                hop.exchange,
+                escape(_segment(path, hop)),
+                hop.routing_value,
+                hop.routed_to,
+                f"{hop.seconds_in_queue} s" if hop.seconds_in_queue else "-",
+                hop.dead_letter_to or "-",
+            )
+        console.print(table)
+        console.print(f"total          {path.total_seconds} s")

@@ -1,0 +1,91 @@
+"""The Pulumi program: validated stack config -> components. No fact is derived here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.model import sqs as sqs_model
+from components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
+from components.sqs import SqsEndpoint
+from infra.config import NAMESPACE, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
+
+
+def read_pulumi_config() -> StackConfig:
+    """Read ``nsb-delays:rabbitmq`` / ``nsb-delays:sqs`` from the running stack and validate them."""
+    config = pulumi.Config(NAMESPACE)
+    raw = {key: config.get_object(key) for key in ("rabbitmq", "sqs")}
+    return parse_stack_config({key: value for key, value in raw.items() if value is not None})
+
+
+def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
+    infrastructure = RabbitMqDelayInfrastructure(
+        f"delays-{config.generation}",
+        generation=config.generation,
+        vhost=config.vhost,
+        protect_delay_queues=config.protect_delay_queues,
+    )
+    RabbitMqSharedQueues(
+        "shared-queues",
+        routing_topology=config.routing_topology,
+        queue_type=config.queue_type,
+        error_queue=config.error_queue,
+        audit_queue=config.audit_queue,
+        vhost=config.vhost,
+    )
+    endpoints = {
+        endpoint.name: RabbitMqEndpoint(
+            f"rabbitmq-{endpoint.name}",
+            endpoint=endpoint.name,
+            generation=config.generation,
+            routing_topology=config.routing_topology,
+            queue_type=endpoint.queue_type or config.queue_type,
+            vhost=config.vhost,
+            instance_discriminators=endpoint.instance_discriminators,
+            legacy_timeout_manager=endpoint.legacy_timeout_manager,
+            delivery_exchange=infrastructure.delivery_exchange_resource,
+            opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
+        )
+        for endpoint in config.endpoints
+    }
+    return {
+        "rabbitmqDeliveryExchange": infrastructure.delivery_exchange,
+        "rabbitmqDelayLevels": infrastructure.level_names,
+        "rabbitmqEndpointQueues": {name: component.receiving_queues for name, component in endpoints.items()},
+    }
+
+
+def declare_sqs(config: SqsConfig) -> dict[str, Any]:
+    endpoints = {
+        endpoint.name: SqsEndpoint(
+            f"sqs-{sqs_model.sanitize_queue_name(endpoint.name)}",
+            endpoint=endpoint.name,
+            queue_name_prefix=config.queue_name_prefix,
+            delayed_delivery=endpoint.delayed_delivery,
+            message_retention_seconds=endpoint.message_retention_seconds or config.message_retention_seconds,
+            encrypted=config.encrypted,
+        )
+        for endpoint in config.endpoints
+    }
+    return {
+        "sqsQueueUrls": {name: c.queue_url for name, c in endpoints.items()},
+        "sqsQueueArns": {name: c.queue_arn for name, c in endpoints.items()},
+        "sqsDelayQueueUrls": {name: c.delay_queue_url for name, c in endpoints.items() if c.delay_queue_url},
+        "sqsDelayQueueArns": {name: c.delay_queue_arn for name, c in endpoints.items() if c.delay_queue_arn},
+    }
+
+
+def declare(config: StackConfig) -> dict[str, Any]:
+    """Declare everything the config asks for; returns the stack outputs."""
+    outputs: dict[str, Any] = {}
+    if config.rabbitmq:
+        outputs |= declare_rabbitmq(config.rabbitmq)
+    if config.sqs:
+        outputs |= declare_sqs(config.sqs)
+    return outputs
+
+
+def main() -> None:
+    for key, value in declare(read_pulumi_config()).items():
+        pulumi.export(key, value)

@@ -1,0 +1,126 @@
+"""Run the Pulumi program under ``pulumi.runtime.set_mocks`` and keep every registered resource.
+
+No Pulumi CLI or provider plugin can run here, so this is how the program is exercised offline:
+unit tests assert on the recorded inputs, ``nsb-delays check`` feeds them to the policy rules, and
+the broker tests apply them to a real RabbitMQ and SQS emulator the way the providers would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from infra.config import NAMESPACE, StackConfig
+
+PROJECT = NAMESPACE
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
+
+
+@dataclass(frozen=True)
+class RecordedResource:
+    """One ``RegisterResource`` as the engine would see it: camelCase inputs, numbers as floats."""
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    custom: bool
+    urn: str
+    parent: str | None
+    protect: bool
+    retain_on_delete: bool
+    provider: str | None
+
+    @property
+    def physical_name(self) -> str | None:
+        value = self.inputs.get("name")
+        return value if isinstance(value, str) else None
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.inputs.get("settings") or {})
+
+    def queue_arguments(self) -> dict[str, Any]:
+        """Queue arguments as the provider sends them: ``argumentsJson`` decoded, else the string map."""
+        settings = self.settings()
+        if settings.get("argumentsJson"):
+            return dict(json.loads(settings["argumentsJson"]))
+        return dict(settings.get("arguments") or {})
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Mocks that return inputs as outputs (plus SQS url/arn) and remember every registration."""
+
+    def __init__(self, region: str = "us-east-1", account: str = "123456789012") -> None:
+        self.region = region
+        self.account = account
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "aws:sqs/queue:Queue":
+            name = outputs.get("name", args.name)
+            outputs["arn"] = f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+            outputs["url"] = f"https://sqs.{self.region}.amazonaws.com/{self.account}/{name}"
+            return outputs["url"], outputs
+        physical = outputs.get("name")
+        vhost = outputs.get("vhost", "/")
+        return (f"{physical}@{vhost}" if physical else f"{args.name}_id"), outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
+    """The SDK's mock monitor, also keeping each registration with its options (parent, protect, …)."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.recorded: list[RecordedResource] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.recorded.append(
+                RecordedResource(
+                    type=request.type,
+                    name=request.name,
+                    inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+                    custom=bool(request.custom),
+                    urn=response.urn,
+                    parent=request.parent or None,
+                    protect=bool(request.protect),
+                    retain_on_delete=bool(request.retainOnDelete),
+                    provider=request.provider or None,
+                )
+            )
+        return response
+
+
+def record(build: Callable[[], Any], *, stack: str = "test", preview: bool = False) -> list[RecordedResource]:
+    """Run ``build`` as a Pulumi program under recording mocks and return what it registered.
+
+    Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
+    raises (a config error declares nothing).
+    """
+    monitor = _CapturingMonitor(RecordingMocks())
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+
+    @pulumi.runtime.test
+    def program() -> None:
+        build()
+
+    program()
+    return list(monitor.recorded)
+
+
+def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedResource]:
+    """Record what the real program declares for ``config``."""
+    from infra.program import declare
+
+    return record(lambda: declare(config), stack=stack)
+
+
+def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:
+    return (r for r in resources if r.type == type_token)

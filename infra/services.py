@@ -1,0 +1,288 @@
+"""Private, loopback-only RabbitMQ, moto (SQS) and PostgreSQL servers for tests, demos and benchmarks.
+
+Each server gets its own state folder and free ports, is started by us and stopped by us by PID,
+and never listens beyond 127.0.0.1. Debian's packages provide the servers (``make setup`` installs
+them); a missing one raises ``ServiceUnavailable`` with the install hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+HOST = "127.0.0.1"
+RABBITMQ_BIN = Path(os.environ.get("NSB_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
+POSTGRES_BIN = Path(os.environ.get("NSB_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
+POSTGRES_JDBC_JAR = Path(os.environ.get("NSB_POSTGRES_JDBC_JAR", "/usr/share/java/postgresql.jar"))
+INSTALL_HINT = "run `make setup` (as root it apt-installs rabbitmq-server postgresql libpostgresql-jdbc-java)"
+
+
+class ServiceUnavailable(RuntimeError):
+    """A server cannot be started on this machine (not installed, or it failed to come up)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(check: Any, what: str, timeout: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+    raise ServiceUnavailable(f"{what} did not become ready within {timeout:.0f} s\n{tail}")
+
+
+def _stop_group(process: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
+    """SIGTERM the process group we started (the Erlang VM stops gracefully on it), then SIGKILL."""
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+@dataclass
+class LocalRabbitMq:
+    """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports."""
+
+    state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-rabbitmq-")))
+    amqp_port: int = field(default_factory=free_port)
+    management_port: int = field(default_factory=free_port)
+    dist_port: int = field(default_factory=free_port)
+    epmd_port: int = field(default_factory=free_port)
+    username: str = "guest"
+    password: str = "guest"
+    server: subprocess.Popen[bytes] | None = None
+    epmd: subprocess.Popen[bytes] | None = None
+
+    @property
+    def node(self) -> str:
+        return f"nsb{self.amqp_port}@localhost"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://{HOST}:{self.management_port}"
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://{self.username}:{self.password}@{HOST}:{self.amqp_port}/%2F"
+
+    def _env(self) -> dict[str, str]:
+        d = self.state_dir
+        inet = "-kernel inet_dist_use_interface {127,0,0,1}"
+        return {
+            **os.environ,
+            "HOME": str(d / "home"),
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(d / "log"),
+            "RABBITMQ_NODE_IP_ADDRESS": HOST,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_ADDRESS": HOST,
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": inet,
+            "RABBITMQ_CTL_ERL_ARGS": inet,
+            "PATH": f"{RABBITMQ_BIN}:{os.environ.get('PATH', '')}",
+        }
+
+    def start(self, timeout: float = 90) -> LocalRabbitMq:
+        if not (RABBITMQ_BIN / "rabbitmq-server").exists() or not shutil.which("epmd"):
+            raise ServiceUnavailable(f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}")
+        d = self.state_dir
+        for sub in ("home", "mnesia", "log"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = {HOST}:{self.amqp_port}\n"
+            f"management.tcp.ip = {HOST}\nmanagement.tcp.port = {self.management_port}\n"
+            "loopback_users = none\n"
+        )
+        (d / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        env = self._env()
+        self.epmd = subprocess.Popen(
+            ["epmd", "-port", str(self.epmd_port), "-address", HOST],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        log = d / "log" / "stdout.log"
+        with log.open("ab") as out:
+            self.server = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")], env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=d, start_new_session=True,
+            )
+        try:
+            _wait(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
+        except ServiceUnavailable:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.server is not None and self.server.poll() is not None:
+            raise ServiceUnavailable(f"rabbitmq-server exited with {self.server.returncode}")
+        response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=2)
+        return response.status_code == 200
+
+    def stop_broker(self) -> None:
+        """Stop the broker but keep epmd and the state folder (for a restart with the same data)."""
+        _stop_group(self.server)
+        self.server = None
+
+    def restart(self, timeout: float = 90) -> None:
+        self.stop_broker()
+        log = self.state_dir / "log" / "stdout.log"
+        with log.open("ab") as out:
+            self.server = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.state_dir, start_new_session=True,
+            )
+        _wait(self._ready, f"RabbitMQ restart on {self.management_url}", timeout, log)
+
+    def stop(self) -> None:
+        self.stop_broker()
+        _stop_group(self.epmd, timeout=5)
+        self.epmd = None
+
+    def api(self) -> requests.Session:
+        session = requests.Session()
+        session.auth = (self.username, self.password)
+        return session
+
+    def __enter__(self) -> LocalRabbitMq:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@dataclass
+class LocalMoto:
+    """moto's SQS (and CloudFormation) server in a thread of this process, on a free loopback port."""
+
+    port: int = field(default_factory=free_port)
+    region: str = "us-east-1"
+    _server: Any = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> LocalMoto:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as error:
+            raise ServiceUnavailable(f"moto[server] is not installed ({error}); {INSTALL_HINT}") from None
+        self._server = ThreadedMotoServer(ip_address=HOST, port=self.port, verbose=False)
+        self._server.start()
+        _wait(lambda: requests.get(f"{self.endpoint_url}/moto-api/", timeout=2).ok, "moto server", 20)
+        return self
+
+    def client(self, service: str = "sqs") -> Any:
+        import boto3
+
+        return boto3.client(
+            service, endpoint_url=self.endpoint_url, region_name=self.region,
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )
+
+    def reset(self) -> None:
+        requests.post(f"{self.endpoint_url}/moto-api/reset", timeout=5)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> LocalMoto:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class LocalPostgres:
+    """A private PostgreSQL 15 cluster (initdb, trust auth) listening on 127.0.0.1 only."""
+
+    state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-postgres-")))
+    port: int = field(default_factory=free_port)
+    user: str = "postgres"
+    database: str = "postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def dsn(self) -> str:
+        return f"host={HOST} port={self.port} user={self.user} dbname={self.database}"
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{HOST}:{self.port}/{self.database}"
+
+    def _run(self, *args: str) -> None:
+        command = list(args)
+        if os.geteuid() == 0:  # initdb refuses to run as root: run the cluster as the postgres user
+            command = ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)]
+        result = subprocess.run(command, capture_output=True, text=True, cwd="/")
+        if result.returncode:
+            raise ServiceUnavailable(f"{args[0]} failed: {result.stderr or result.stdout}")
+
+    def start(self) -> LocalPostgres:
+        if not (POSTGRES_BIN / "initdb").exists():
+            raise ServiceUnavailable(f"PostgreSQL 15 is not installed ({POSTGRES_BIN}/initdb missing); {INSTALL_HINT}")
+        if os.geteuid() == 0:
+            shutil.chown(self.state_dir, "postgres", "postgres")
+        self._run(str(POSTGRES_BIN / "initdb"), "-D", str(self.data_dir), "-U", self.user, "-A", "trust", "--no-sync")
+        options = f"-c listen_addresses={HOST} -p {self.port} -k {self.state_dir} -c fsync=off"
+        self._run(
+            str(POSTGRES_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.state_dir / "pg.log"),
+            "-w", "-o", options, "start",
+        )
+        return self
+
+    def stop(self) -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            self._run(str(POSTGRES_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_services(rabbitmq: bool = True, moto: bool = True) -> Iterator[tuple[LocalRabbitMq | None, LocalMoto | None]]:
+    """Start the requested servers and stop them all on exit, whatever happens in between."""
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(LocalRabbitMq()) if rabbitmq else None
+        sqs = stack.enter_context(LocalMoto()) if moto else None
+        yield broker, sqs
