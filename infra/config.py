@@ -19,6 +19,7 @@ from components.model import rabbitmq as rmq
 from components.model import sqs
 
 NAMESPACE = "nsb-delays"
+SECTIONS = ("rabbitmq", "sqs", "msmq")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -72,9 +73,18 @@ class SqsConfig:
 
 
 @dataclass(frozen=True)
+class MsmqConfig:
+    """Endpoints whose MSMQ transport (2.x) keeps delayed messages in a SQL Server table (seed 002)."""
+
+    schema: str = "dbo"
+    endpoints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StackConfig:
     rabbitmq: RabbitMqConfig | None = None
     sqs: SqsConfig | None = None
+    msmq: MsmqConfig | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -228,17 +238,37 @@ def _check_sqs_names(config: SqsConfig, path: str, problems: list[str]) -> None:
             problems.append(f"{path}.endpoints: SQS queue {name!r} is declared {count} times (duplicate after prefix and sanitising)")
 
 
+_MSMQ_KEYS = {"schema": ("schema", str, None), "endpoints": ("endpoints", list, None)}
+
+
+def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
+    path = f"{NAMESPACE}:msmq"
+    values = _fields(raw, path, _MSMQ_KEYS, problems)
+    endpoints = values.pop("endpoints", [])
+    for i, name in enumerate(endpoints):
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"{path}.endpoints[{i}]: expected a non-empty endpoint name, got {name!r}")
+    for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
+        if count > 1:
+            problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
+    if not values.get("schema", "dbo").strip():
+        problems.append(f"{path}.schema: is empty")
+    return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
+
+
 def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
-    """``raw`` maps ``rabbitmq``/``sqs`` (either may be absent) to their YAML values."""
+    """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values."""
     problems: list[str] = []
-    unknown = sorted(set(raw) - {"rabbitmq", "sqs"})
+    unknown = sorted(set(raw) - set(SECTIONS))
     for key in unknown:
-        problems.append(f"{NAMESPACE}:{key}: unknown key (known: {NAMESPACE}:rabbitmq, {NAMESPACE}:sqs)")
+        known = ", ".join(f"{NAMESPACE}:{section}" for section in SECTIONS)
+        problems.append(f"{NAMESPACE}:{key}: unknown key (known: {known})")
     rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems) if raw.get("rabbitmq") is not None else None
     sqs_config = _parse_sqs(raw["sqs"], problems) if raw.get("sqs") is not None else None
+    msmq = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:
         raise ConfigError(problems)
-    return StackConfig(rabbitmq, sqs_config, raw)
+    return StackConfig(rabbitmq, sqs_config, msmq, raw)
 
 
 def stack_file(stack: str, project_dir: Path = PROJECT_DIR) -> Path:

@@ -9,13 +9,13 @@ import pulumi
 from components.model import sqs as sqs_model
 from components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
 from components.sqs import SqsEndpoint
-from infra.config import NAMESPACE, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
+from infra.config import NAMESPACE, SECTIONS, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
 
 
 def read_pulumi_config() -> StackConfig:
     """Read ``nsb-delays:rabbitmq`` / ``nsb-delays:sqs`` from the running stack and validate them."""
     config = pulumi.Config(NAMESPACE)
-    raw = {key: config.get_object(key) for key in ("rabbitmq", "sqs")}
+    raw = {key: config.get_object(key) for key in SECTIONS}
     return parse_stack_config({key: value for key, value in raw.items() if value is not None})
 
 

@@ -79,7 +79,7 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
         super().__init__(mocks)
         self.recorded: list[RecordedResource] = []
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             self.recorded.append(
