@@ -122,9 +122,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
         topology = model.delay_levels(generation)
-        self.resources = declare_topology(
-            self, name, topology, vhost=vhost, protect_delay_queues=protect_delay_queues
-        )
+        self.resources = declare_topology(self, name, topology, vhost=vhost, protect_delay_queues=protect_delay_queues)
         delivery = model.delivery_exchange_name(generation)
         self.delivery_exchange_resource = self.resources.exchanges[delivery]
         self.delivery_exchange = self.delivery_exchange_resource.name

@@ -93,9 +93,9 @@ class RabbitMqApplier:
                 {
                     "durable": bool(settings.get("durable", False)),
                     "auto_delete": bool(settings.get("autoDelete", False)),
-                    "arguments": _ints(resource.queue_arguments()) if settings.get("argumentsJson") else {
-                        key: str(value) for key, value in (settings.get("arguments") or {}).items()
-                    },
+                    "arguments": _ints(resource.queue_arguments())
+                    if settings.get("argumentsJson")
+                    else {key: str(value) for key, value in (settings.get("arguments") or {}).items()},
                 },
                 f"queue {inputs['name']!r}",
             )

@@ -6,9 +6,7 @@ import importlib
 
 import click
 
-COMMAND_MODULES = (
-    "infra.commands.explain",
-)
+COMMAND_MODULES = ("infra.commands.explain",)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -155,7 +155,9 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     path = f"{NAMESPACE}:rabbitmq"
     values = _fields(raw, path, _RABBITMQ_KEYS, problems, extra=("endpoints",))
     endpoints = []
-    for entry_path, entry in _endpoint_entries(raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems):
+    for entry_path, entry in _endpoint_entries(
+        raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems
+    ):
         if isinstance(entry, str):
             entry = {"name": entry}
         fields = _fields(entry, entry_path, _RABBITMQ_ENDPOINT_KEYS, problems)
@@ -166,7 +168,9 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
         discriminators = fields.pop("instance_discriminators", [])
         bad = [d for d in discriminators if not isinstance(d, str) or not d]
         if bad:
-            problems.append(f"{entry_path}.instanceDiscriminators: every discriminator must be a non-empty string, got {bad!r}")
+            problems.append(
+                f"{entry_path}.instanceDiscriminators: every discriminator must be a non-empty string, got {bad!r}"
+            )
             discriminators = [d for d in discriminators if d not in bad]
         endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), **fields))
     config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
@@ -204,7 +208,9 @@ def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
     path = f"{NAMESPACE}:sqs"
     values = _fields(raw, path, _SQS_KEYS, problems, extra=("endpoints",))
     endpoints = []
-    for entry_path, entry in _endpoint_entries(raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems):
+    for entry_path, entry in _endpoint_entries(
+        raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems
+    ):
         if isinstance(entry, str):
             entry = {"name": entry}
         fields = _fields(entry, entry_path, _SQS_ENDPOINT_KEYS, problems)
@@ -235,7 +241,10 @@ def _check_sqs_names(config: SqsConfig, path: str, problems: list[str]) -> None:
         physical += [spec.name for spec in specs]
     for name, count in Counter(physical).items():
         if count > 1:
-            problems.append(f"{path}.endpoints: SQS queue {name!r} is declared {count} times (duplicate after prefix and sanitising)")
+            problems.append(
+                f"{path}.endpoints: SQS queue {name!r} is declared {count} times "
+                "(duplicate after prefix and sanitising)"
+            )
 
 
 _MSMQ_KEYS = {"schema": ("schema", str, None), "endpoints": ("endpoints", list, None)}
@@ -290,7 +299,7 @@ def read_stack_yaml(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, An
 def namespace_values(config: Mapping[str, Any]) -> dict[str, Any]:
     """``{"nsb-delays:rabbitmq": …}`` -> ``{"rabbitmq": …}`` (other namespaces are the providers')."""
     prefix = f"{NAMESPACE}:"
-    return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+    return {key[len(prefix) :]: value for key, value in config.items() if key.startswith(prefix)}
 
 
 def load_stack(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:

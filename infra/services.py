@@ -113,7 +113,9 @@ class LocalRabbitMq:
 
     def start(self, timeout: float = 90) -> LocalRabbitMq:
         if not (RABBITMQ_BIN / "rabbitmq-server").exists() or not shutil.which("epmd"):
-            raise ServiceUnavailable(f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}")
+            raise ServiceUnavailable(
+                f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}"
+            )
         d = self.state_dir
         for sub in ("home", "mnesia", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -126,13 +128,21 @@ class LocalRabbitMq:
         env = self._env()
         self.epmd = subprocess.Popen(
             ["epmd", "-port", str(self.epmd_port), "-address", HOST],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log = d / "log" / "stdout.log"
         with log.open("ab") as out:
             self.server = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")], env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, cwd=d, start_new_session=True,
+                [str(RABBITMQ_BIN / "rabbitmq-server")],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=d,
+                start_new_session=True,
             )
         try:
             _wait(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
@@ -157,8 +167,13 @@ class LocalRabbitMq:
         log = self.state_dir / "log" / "stdout.log"
         with log.open("ab") as out:
             self.server = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, cwd=self.state_dir, start_new_session=True,
+                [str(RABBITMQ_BIN / "rabbitmq-server")],
+                env=self._env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.state_dir,
+                start_new_session=True,
             )
         _wait(self._ready, f"RabbitMQ restart on {self.management_url}", timeout, log)
 
@@ -206,8 +221,11 @@ class LocalMoto:
         import boto3
 
         return boto3.client(
-            service, endpoint_url=self.endpoint_url, region_name=self.region,
-            aws_access_key_id="testing", aws_secret_access_key="testing",
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
         )
 
     def reset(self) -> None:
@@ -262,8 +280,15 @@ class LocalPostgres:
         self._run(str(POSTGRES_BIN / "initdb"), "-D", str(self.data_dir), "-U", self.user, "-A", "trust", "--no-sync")
         options = f"-c listen_addresses={HOST} -p {self.port} -k {self.state_dir} -c fsync=off"
         self._run(
-            str(POSTGRES_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.state_dir / "pg.log"),
-            "-w", "-o", options, "start",
+            str(POSTGRES_BIN / "pg_ctl"),
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.state_dir / "pg.log"),
+            "-w",
+            "-o",
+            options,
+            "start",
         )
         return self
 

@@ -186,9 +186,7 @@ class Topology:
     bindings: tuple[BindingSpec, ...] = ()
 
     def __add__(self, other: Topology) -> Topology:
-        return Topology(
-            self.exchanges + other.exchanges, self.queues + other.queues, self.bindings + other.bindings
-        )
+        return Topology(self.exchanges + other.exchanges, self.queues + other.queues, self.bindings + other.bindings)
 
     @staticmethod
     def join(parts: Iterable[Topology]) -> Topology:
@@ -378,7 +376,9 @@ def delay_path(delay_seconds: int, destination: str, generation: str = DEFAULT_G
         bit = bits[MAX_LEVEL - level]
         name = delay_level_name(level, generation)
         if bit == "1":
-            hops.append(Hop(name, level, bit, name, level_ttl_ms(level) // 1000, dead_letter_exchange(level, generation)))
+            hops.append(
+                Hop(name, level, bit, name, level_ttl_ms(level) // 1000, dead_letter_exchange(level, generation))
+            )
         else:
             hops.append(Hop(name, level, bit, dead_letter_exchange(level, generation), 0, None))
     hops.append(Hop(spec.delivery_exchange, None, destination, destination, 0, None))

@@ -72,7 +72,8 @@ def check_retention(seconds: int) -> int:
         raise ValueError(f"message retention must be whole seconds, got {seconds!r}")
     if not MIN_MESSAGE_RETENTION_SECONDS <= seconds <= MAX_MESSAGE_RETENTION_SECONDS:
         raise ValueError(
-            f"message retention {seconds} s is outside {MIN_MESSAGE_RETENTION_SECONDS}..{MAX_MESSAGE_RETENTION_SECONDS} s"
+            f"message retention {seconds} s is outside "
+            f"{MIN_MESSAGE_RETENTION_SECONDS}..{MAX_MESSAGE_RETENTION_SECONDS} s"
         )
     return seconds
 
@@ -171,9 +172,7 @@ def send_plan(delay_seconds: int, destination_queue: str, message_id: str) -> tu
     while steps[-1].fifo:
         remaining = (steps[-1].delay_attribute or 0) - DELAY_QUEUE_DELAY_SECONDS
         if remaining > MAX_DELAY_SECONDS:
-            steps.append(
-                SqsSend(steps[-1].queue, None, remaining, message_id, message_id, DELAY_QUEUE_DELAY_SECONDS)
-            )
+            steps.append(SqsSend(steps[-1].queue, None, remaining, message_id, message_id, DELAY_QUEUE_DELAY_SECONDS))
         else:
             steps.append(SqsSend(destination_queue, remaining or None, None, wait_seconds=remaining))
     return tuple(steps)

@@ -49,7 +49,9 @@ def path_as_dict(path: model.DelayPath) -> dict[str, object]:
 
 def _segment(path: model.DelayPath, hop: model.Hop) -> str:
     """The key from the first level's bit on, with the word this hop reads in brackets (seed 001's bold)."""
-    words = path.routing_key[2 * (model.MAX_LEVEL - model.first_level(path.delay_seconds)) :].split(".", path.hops[0].level + 1)
+    words = path.routing_key[2 * (model.MAX_LEVEL - model.first_level(path.delay_seconds)) :].split(
+        ".", path.hops[0].level + 1
+    )
     index = len(words) - 1 if hop.level is None else path.hops[0].level - hop.level
     words[index] = f"[{words[index]}]"
     return ".".join(words)
@@ -59,7 +61,9 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("delay", metavar="DELAY")
     @click.argument("destination")
-    @click.option("--generation", type=click.Choice(model.GENERATIONS), default=model.DEFAULT_GENERATION, show_default=True)
+    @click.option(
+        "--generation", type=click.Choice(model.GENERATIONS), default=model.DEFAULT_GENERATION, show_default=True
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (routing_key, first_exchange, hops).")
     def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
         """Show how a message delayed by DELAY seconds travels to DESTINATION."""
@@ -73,7 +77,9 @@ def register(cli: click.Group) -> None:
         console = Console(width=200)
         console.print(f"routing key    {path.routing_key}")
         console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
-        table = Table("Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to")
+        table = Table(
+            "Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to"
+        )
         for hop in path.hops:
             table.add_row(
                 hop.exchange,
