@@ -1,0 +1,42 @@
+"""Small helpers for the unit tests: record a program and index what it declared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from infra.recording import RecordedResource, record
+
+EXCHANGE = "rabbitmq:index/exchange:Exchange"
+QUEUE = "rabbitmq:index/queue:Queue"
+BINDING = "rabbitmq:index/binding:Binding"
+SQS_QUEUE = "aws:sqs/queue:Queue"
+
+
+def declared(build: Callable[[], Any]) -> list[RecordedResource]:
+    return record(build)
+
+
+def of_type(resources: list[RecordedResource], type_token: str) -> list[RecordedResource]:
+    return [r for r in resources if r.type == type_token]
+
+
+def exchanges(resources: list[RecordedResource]) -> dict[str, dict[str, Any]]:
+    return {r.inputs["name"]: r.settings() for r in of_type(resources, EXCHANGE)}
+
+
+def queues(resources: list[RecordedResource]) -> dict[str, RecordedResource]:
+    return {r.inputs["name"]: r for r in of_type(resources, QUEUE)}
+
+
+def raw_arguments(resource: RecordedResource) -> dict[str, Any]:
+    """The queue arguments exactly as JSON carries them to the provider (ints stay ints)."""
+    return json.loads(resource.settings()["argumentsJson"])
+
+
+def bindings(resources: list[RecordedResource]) -> set[tuple[str, str, str, str]]:
+    return {
+        (r.inputs["source"], r.inputs["destination"], r.inputs["destinationType"], r.inputs["routingKey"])
+        for r in of_type(resources, BINDING)
+    }
