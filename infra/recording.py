@@ -75,9 +75,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
 class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
     """The SDK's mock monitor, also keeping each registration with its options (parent, protect, …)."""
 
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+    def __init__(self, mocks: pulumi.runtime.Mocks, sink: list[RecordedResource] | None = None) -> None:
         super().__init__(mocks)
-        self.recorded: list[RecordedResource] = []
+        self.recorded: list[RecordedResource] = sink if sink is not None else []
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -98,13 +98,19 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
         return response
 
 
-def record(build: Callable[[], Any], *, stack: str = "test", preview: bool = False) -> list[RecordedResource]:
+def record(
+    build: Callable[[], Any],
+    *,
+    stack: str = "test",
+    preview: bool = False,
+    sink: list[RecordedResource] | None = None,
+) -> list[RecordedResource]:
     """Run ``build`` as a Pulumi program under recording mocks and return what it registered.
 
     Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
-    raises (a config error declares nothing).
+    raises; pass ``sink`` to see what was registered before the error (a config error: nothing).
     """
-    monitor = _CapturingMonitor(RecordingMocks())
+    monitor = _CapturingMonitor(RecordingMocks(), sink)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 
     @pulumi.runtime.test

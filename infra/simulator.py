@@ -77,7 +77,10 @@ class Graph:
             elif r.type == "rabbitmq:index/binding:Binding":
                 graph.add_binding(
                     Binding(
-                        r.inputs["source"], r.inputs["destination"], r.inputs["destinationType"], r.inputs.get("routingKey", "")
+                        r.inputs["source"],
+                        r.inputs["destination"],
+                        r.inputs["destinationType"],
+                        r.inputs.get("routingKey", ""),
                     )
                 )
         return graph
@@ -95,7 +98,9 @@ class Graph:
                 graph.queues[queue["name"]] = queue.get("arguments", {})
         for b in document.get("bindings", []):
             if b.get("vhost", "/") == vhost:
-                graph.add_binding(Binding(b["source"], b["destination"], b["destination_type"], b.get("routing_key", "")))
+                graph.add_binding(
+                    Binding(b["source"], b["destination"], b["destination_type"], b.get("routing_key", ""))
+                )
         return graph
 
     def route(self, exchange: str, key: str) -> set[str]:

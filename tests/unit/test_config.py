@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, load_stack, parse_stack_config
-from infra.recording import record
 from infra.program import declare
+from infra.recording import record
 
 GOOD_RABBITMQ: dict[str, Any] = {
     "vhost": "/",
@@ -17,7 +17,11 @@ GOOD_RABBITMQ: dict[str, Any] = {
     "queueType": "quorum",
     "endpoints": ["Sales", {"name": "Billing", "instanceDiscriminators": ["blue"], "legacyTimeoutManager": True}],
 }
-GOOD_SQS: dict[str, Any] = {"queueNamePrefix": "dev-", "endpoints": ["Sales", "Billing"], "messageRetentionSeconds": 345600}
+GOOD_SQS: dict[str, Any] = {
+    "queueNamePrefix": "dev-",
+    "endpoints": ["Sales", "Billing"],
+    "messageRetentionSeconds": 345600,
+}
 
 
 def rabbitmq(**changes: Any) -> dict[str, Any]:
@@ -31,7 +35,9 @@ def sqs(**changes: Any) -> dict[str, Any]:
 BAD_CONFIGS = [
     pytest.param({"rabbitmq": GOOD_RABBITMQ, "rabitmq": {}}, ["nsb-delays:rabitmq: unknown key"], id="unknown-section"),
     pytest.param(rabbitmq(generaton="v2"), ["nsb-delays:rabbitmq.generaton: unknown key"], id="unknown-key"),
-    pytest.param(rabbitmq(generation="v3"), ["generation: unknown value 'v3' (expected one of v1, v2)"], id="generation"),
+    pytest.param(
+        rabbitmq(generation="v3"), ["generation: unknown value 'v3' (expected one of v1, v2)"], id="generation"
+    ),
     pytest.param(rabbitmq(routingTopology="topic"), ["routingTopology: unknown value 'topic'"], id="topology"),
     pytest.param(rabbitmq(queueType="stream"), ["queueType: unknown value 'stream'"], id="queue-type"),
     pytest.param(rabbitmq(endpoints=["Sales", "Sales"]), ["queue 'Sales' is declared 2 times"], id="duplicate"),
@@ -44,7 +50,9 @@ BAD_CONFIGS = [
     pytest.param(rabbitmq(endpoints=["Sa*les"]), ["contains '*' or '#'"], id="star"),
     pytest.param(rabbitmq(endpoints=["Sales#"]), ["contains '*' or '#'"], id="hash"),
     pytest.param(rabbitmq(endpoints=["Sal es"]), ["contains whitespace"], id="whitespace"),
-    pytest.param(rabbitmq(endpoints=["x" * 200]), ["is 200 bytes; a delayed routing key leaves at most 199"], id="long"),
+    pytest.param(
+        rabbitmq(endpoints=["x" * 200]), ["is 200 bytes; a delayed routing key leaves at most 199"], id="long"
+    ),
     pytest.param(
         rabbitmq(endpoints=[{"name": "x" * 195, "instanceDiscriminators": ["blue"]}]),
         ["queue '" + "x" * 195 + "-blue' is 200 bytes"],
@@ -60,13 +68,27 @@ BAD_CONFIGS = [
         ["'1.0.Sales' would also receive delayed messages addressed to 'Sales'"],
         id="bit-words-prefix",
     ),
-    pytest.param(rabbitmq(endpoints=[{"nam": "Sales"}]), ["endpoints[0].nam: unknown key", "missing required key 'name'"], id="typo"),
+    pytest.param(
+        rabbitmq(endpoints=[{"nam": "Sales"}]),
+        ["endpoints[0].nam: unknown key", "missing required key 'name'"],
+        id="typo",
+    ),
     pytest.param(rabbitmq(endpoints="Sales"), ["expected a list of endpoint names or mappings"], id="not-a-list"),
     pytest.param(rabbitmq(protectDelayQueues="no"), ["protectDelayQueues: expected bool, got str"], id="bool"),
-    pytest.param(sqs(queueNamePrefix="", endpoints=["x" * 70]), ["is 81 characters; SQS allows at most 80"], id="sqs-80"),
-    pytest.param(sqs(queueNamePrefix="team-", endpoints=["x" * 65]), ["'team-" + "x" * 65 + "-delay.fifo' is 81"], id="sqs-prefix"),
-    pytest.param(sqs(endpoints=["a.b", "a-b"]), ["SQS queue 'dev-a-b' is declared 2 times"], id="sqs-sanitised-duplicate"),
-    pytest.param(sqs(messageRetentionSeconds=30), ["message retention 30 s is outside 61..1209600"], id="sqs-retention"),
+    pytest.param(
+        sqs(queueNamePrefix="", endpoints=["x" * 70]), ["is 81 characters; SQS allows at most 80"], id="sqs-80"
+    ),
+    pytest.param(
+        sqs(queueNamePrefix="team-", endpoints=["x" * 65]),
+        ["'team-" + "x" * 65 + "-delay.fifo' is 81"],
+        id="sqs-prefix",
+    ),
+    pytest.param(
+        sqs(endpoints=["a.b", "a-b"]), ["SQS queue 'dev-a-b' is declared 2 times"], id="sqs-sanitised-duplicate"
+    ),
+    pytest.param(
+        sqs(messageRetentionSeconds=30), ["message retention 30 s is outside 61..1209600"], id="sqs-retention"
+    ),
     pytest.param(sqs(messageRetentionSeconds=True), ["messageRetentionSeconds: expected int, got bool"], id="sqs-bool"),
     pytest.param({"msmq": {"endpoints": ["Sales", "Sales"]}}, ["'Sales' is listed 2 times"], id="msmq-duplicate"),
 ]
@@ -79,14 +101,10 @@ def test_bad_config_is_reported_and_declares_nothing(raw: dict[str, Any], messag
     text = str(caught.value)
     for message in messages:
         assert message in text
-    declared: list = []
-
-    def program() -> None:
-        declare(parse_stack_config(raw))
-
+    registered: list = []
     with pytest.raises(ConfigError):
-        declared = record(program)
-    assert declared == []
+        record(lambda: declare(parse_stack_config(raw)), sink=registered)
+    assert registered == []
 
 
 def test_every_problem_is_listed_in_one_error() -> None:
@@ -120,10 +138,27 @@ def test_defaults_and_shorthand_endpoints() -> None:
 
 def test_the_dev_stack_file_is_valid() -> None:
     config = load_stack("dev")
-    assert config.rabbitmq is not None and [e.name for e in config.rabbitmq.endpoints] == ["Sales", "Billing", "Shipping"]
+    assert config.rabbitmq is not None and [e.name for e in config.rabbitmq.endpoints] == [
+        "Sales",
+        "Billing",
+        "Shipping",
+    ]
     assert config.sqs is not None and config.sqs.queue_name_prefix == "dev-"
 
 
 def test_a_missing_stack_file_names_the_path() -> None:
     with pytest.raises(ConfigError, match=r"Pulumi\.nope\.yaml does not exist"):
         load_stack("nope")
+
+
+def test_the_sink_sees_registrations_made_before_an_error() -> None:
+    """Guards the 'declares nothing' assertions above: a failure after declaring does show up."""
+
+    def program() -> None:
+        declare(parse_stack_config(rabbitmq()))
+        raise RuntimeError("late failure")
+
+    registered: list = []
+    with pytest.raises(RuntimeError):
+        record(program, sink=registered)
+    assert len(registered) > 100

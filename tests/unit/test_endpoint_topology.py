@@ -41,7 +41,9 @@ def test_instance_discriminators_get_their_own_queue_and_delivery_binding() -> N
     resources = endpoint(instance_discriminators=["blue", "green"])
     assert set(queues(resources)) == {"Sales", "Sales-blue", "Sales-green"}
     delivery = {b for b in bindings(resources) if b[0] == "nsb.v2.delay-delivery"}
-    assert delivery == {("nsb.v2.delay-delivery", q, "exchange", f"#.{q}") for q in ("Sales", "Sales-blue", "Sales-green")}
+    assert delivery == {
+        ("nsb.v2.delay-delivery", q, "exchange", f"#.{q}") for q in ("Sales", "Sales-blue", "Sales-green")
+    }
 
 
 def test_legacy_timeout_manager_queues_are_declared_but_not_bound_to_delivery() -> None:
