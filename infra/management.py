@@ -1,0 +1,103 @@
+"""A small client for the RabbitMQ management HTTP API: what verify, demo, bench and the tests read and write.
+
+Only the calls this project needs: overview and feature flags (broker requirements), the exchanges,
+queues and bindings of a vhost, definitions export/import, and vhost creation for isolated runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+
+class ManagementError(RuntimeError):
+    """The management API refused or failed a call; the message names the call and the broker's answer."""
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+@dataclass
+class ManagementApi:
+    """``verify_tls``: True, False (no certificate check) or a CA bundle path; ``client_cert``: cert[, key]."""
+
+    url: str
+    username: str = "guest"
+    password: str = "guest"
+    verify_tls: bool | str = True
+    client_cert: str | tuple[str, str] | None = None
+    timeout: float = 30
+    session: requests.Session = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.session = requests.Session()
+        self.session.auth = (self.username, self.password)
+        self.session.verify = self.verify_tls
+        if self.client_cert:
+            self.session.cert = self.client_cert
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        address = f"{self.url.rstrip('/')}/api/{path}"
+        try:
+            response = self.session.request(method, address, json=body, timeout=self.timeout)
+        except requests.RequestException as error:
+            raise ManagementError(f"{method} {address}: {error}") from None
+        if response.status_code >= 400:
+            raise ManagementError(f"{method} {address}: HTTP {response.status_code} {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def overview(self) -> dict[str, Any]:
+        return dict(self._request("GET", "overview"))
+
+    def feature_flags(self) -> dict[str, str]:
+        """Feature flag name -> state (``enabled``, ``disabled``, ``state_changing``)."""
+        return {flag["name"]: flag.get("state", "") for flag in self._request("GET", "feature-flags")}
+
+    def exchanges(self, vhost: str) -> list[dict[str, Any]]:
+        return list(self._request("GET", f"exchanges/{_segment(vhost)}"))
+
+    def queues(self, vhost: str) -> list[dict[str, Any]]:
+        return list(self._request("GET", f"queues/{_segment(vhost)}"))
+
+    def bindings(self, vhost: str) -> list[dict[str, Any]]:
+        return list(self._request("GET", f"bindings/{_segment(vhost)}"))
+
+    def vhost_exists(self, vhost: str) -> bool:
+        return any(v["name"] == vhost for v in self._request("GET", "vhosts"))
+
+    def definitions(self, vhost: str | None = None) -> dict[str, Any]:
+        """``GET /api/definitions[/vhost]``: the export ``rabbitmqctl export_definitions`` would write."""
+        return dict(self._request("GET", "definitions" + (f"/{_segment(vhost)}" if vhost else "")))
+
+    def import_definitions(self, document: dict[str, Any]) -> None:
+        """``POST /api/definitions``: note that conflicting queue arguments are kept silently by the broker."""
+        self._request("POST", "definitions", document)
+
+    def create_vhost(self, vhost: str, grant_to: str | None = None) -> None:
+        """Create ``vhost`` and give ``grant_to`` (default: our user) full permissions on it."""
+        self._request("PUT", f"vhosts/{_segment(vhost)}", {})
+        user = grant_to or self.username
+        self._request(
+            "PUT",
+            f"permissions/{_segment(vhost)}/{_segment(user)}",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
+
+    def delete_vhost(self, vhost: str) -> None:
+        self._request("DELETE", f"vhosts/{_segment(vhost)}")
+
+    def delete_queue(self, vhost: str, queue: str) -> None:
+        self._request("DELETE", f"queues/{_segment(vhost)}/{_segment(queue)}")
+
+    def delete_binding(self, vhost: str, binding: dict[str, Any]) -> None:
+        """Delete a binding as listed by ``bindings()`` (identified by its ``properties_key``)."""
+        kind = "q" if binding["destination_type"] == "queue" else "e"
+        path = (
+            f"bindings/{_segment(vhost)}/e/{_segment(binding['source'])}/{kind}/"
+            f"{_segment(binding['destination'])}/{_segment(binding['properties_key'])}"
+        )
+        self._request("DELETE", path)

@@ -1,0 +1,133 @@
+"""The Pulumi program's resources, applied to a real RabbitMQ, delay messages exactly as the seeds say.
+
+For v1 and v2, conventional and direct topology, the dev stack's recorded resources are applied to
+a vhost of their own as pulumi-rabbitmq would apply them. Every case's messages are published
+first (confirms + mandatory, to the model's first exchange) and collected together, so the whole
+module waits about as long as its longest delay.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import pytest
+
+from components.model import rabbitmq as rmq
+from infra.apply import RabbitMqApplier
+from infra.config import StackConfig, load_stack
+from infra.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
+from infra.management import ManagementApi
+from infra.recording import RecordedResource, record_stack
+from infra.services import LocalRabbitMq
+from infra.stack_topology import rabbitmq_topology, receiving_queues
+
+SEED_DELAYS = (0, 1, 2, 3, 5, 10, 13)
+RANDOM_SEED = random.randrange(1 << 30)
+RANDOM_DELAYS = tuple(random.Random(RANDOM_SEED).sample(range(17), 3))
+# Arrival may precede sent+delay by at most the broker's millisecond timestamp rounding.
+CLOCK_GRANULARITY_SECONDS = 0.005
+# How late a message may be: a few dead-letter hops on a 2-core machine shared with Spark jobs.
+LATE_TOLERANCE_SECONDS = 1.5
+CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
+
+
+@dataclass
+class Case:
+    stack: StackConfig
+    vhost: str
+    resources: list[RecordedResource]
+    applied: int
+    sends: list[DelayedSend]
+    collector: ArrivalCollector
+    depths_after: dict[str, int]
+
+
+def case_config(vhost: str, generation: str, topology: str) -> StackConfig:
+    dev = load_stack("dev")
+    assert dev.rabbitmq is not None
+    return StackConfig(rabbitmq=replace(dev.rabbitmq, vhost=vhost, generation=generation, routing_topology=topology))
+
+
+@pytest.fixture(scope="module")
+def cases(rabbitmq: LocalRabbitMq, management: ManagementApi, module_vhost) -> dict[tuple[str, str], Case]:
+    applier = RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    prepared = {}
+    for generation, topology in CASES:
+        vhost = module_vhost(f"program-{generation}-{topology}")
+        stack = case_config(vhost, generation, topology)
+        resources = record_stack(stack)
+        applied = applier.apply(resources)
+        assert stack.rabbitmq is not None
+        watched = [q.name for q in rabbitmq_topology(stack.rabbitmq).queues if not q.holds_delayed_messages]
+        collector = ArrivalCollector(rabbitmq.amqp_url, vhost, watched).start()
+        prepared[(generation, topology)] = (stack, vhost, resources, applied, collector)
+    sends: dict[tuple[str, str], list[DelayedSend]] = {}
+    for key, (stack, vhost, *_rest) in prepared.items():
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, key[0]) as publisher:
+            sends[key] = [
+                publisher.send(destination, delay)
+                for delay in SEED_DELAYS + RANDOM_DELAYS
+                for destination in receiving_queues(stack.rabbitmq)
+            ]
+    longest = max(SEED_DELAYS + RANDOM_DELAYS)
+    for key, (*_head, collector) in prepared.items():
+        collector.wait_for([s.message_id for s in sends[key]], timeout=longest + 30)
+    built = {}
+    for key, (stack, vhost, resources, applied, collector) in prepared.items():
+        collector.stop()
+        levels = [q.name for q in rmq.delay_levels(key[0]).queues]
+        depths = queue_depths(rabbitmq.amqp_url, vhost, levels)
+        built[key] = Case(stack, vhost, resources, applied, sends[key], collector, depths)
+    return built
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_every_resource_the_program_registers_is_accepted(cases, generation: str, topology: str) -> None:
+    case = cases[(generation, topology)]
+    rabbit_resources = [r for r in case.resources if r.type.startswith("rabbitmq:")]
+    assert case.applied == len(rabbit_resources) > 0
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_delayed_messages_arrive_not_before_due_and_within_tolerance(cases, generation: str, topology: str) -> None:
+    case = cases[(generation, topology)]
+    arrivals = case.collector.by_id()
+    problems = []
+    for send in case.sends:
+        got = arrivals.get(send.message_id)
+        if not got:
+            problems.append(f"{send.delay_seconds} s to {send.destination}: never arrived")
+            continue
+        early = send.due_at - got[0].arrived_at
+        late = got[0].arrived_at - send.due_at
+        if early > CLOCK_GRANULARITY_SECONDS:
+            problems.append(f"{send.delay_seconds} s to {send.destination}: {early:.3f} s early")
+        if late > LATE_TOLERANCE_SECONDS:
+            problems.append(f"{send.delay_seconds} s to {send.destination}: {late:.3f} s late")
+    assert not problems, f"random delays {RANDOM_DELAYS} (seed {RANDOM_SEED}): {problems}"
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_messages_reach_only_their_own_endpoint_once(cases, generation: str, topology: str) -> None:
+    """A's messages never reach B (nor error/audit/legacy queues), nothing is duplicated or left behind."""
+    case = cases[(generation, topology)]
+    destination_of = {s.message_id: s.destination for s in case.sends}
+    wrong = [(a.message_id, a.queue) for a in case.collector.arrivals if destination_of.get(a.message_id) != a.queue]
+    assert not wrong
+    counts = [len(arrivals) for arrivals in case.collector.by_id().values()]
+    assert counts and set(counts) == {1}
+    assert len(counts) == len(case.sends)
+    assert set(case.depths_after.values()) == {0}, case.depths_after
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_reapplying_the_same_resources_changes_nothing(
+    cases, rabbitmq: LocalRabbitMq, management: ManagementApi, generation: str, topology: str
+) -> None:
+    case = cases[(generation, topology)]
+    before = management.definitions(case.vhost)
+    RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(case.resources)
+    after = management.definitions(case.vhost)
+    assert after == before
+    assert len(before["queues"]) == len(rabbitmq_topology(case.stack.rabbitmq).queues)
