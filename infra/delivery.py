@@ -85,7 +85,9 @@ class DelayedPublisher:
         try:
             self.channel.basic_publish(exchange, key, body, properties, mandatory=True)
         except pika.exceptions.UnroutableError:
-            raise UnroutableMessage(f"delay {delay_seconds} s to {destination!r}: {exchange} returned {key!r}") from None
+            raise UnroutableMessage(
+                f"delay {delay_seconds} s to {destination!r}: {exchange} returned {key!r} (no matching binding)"
+            ) from None
         return DelayedSend(message_id, destination, delay_seconds, key, exchange, sent_at)
 
     def publish_plain(self, queue: str, body: bytes = b"{}") -> DelayedSend:
