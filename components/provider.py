@@ -1,0 +1,94 @@
+"""The components as a Pulumi component provider, so C#, TypeScript, Go and YAML programs can use them.
+
+``pulumi package add <path to components/>`` runs ``__main__.py`` beside ``PulumiPlugin.yaml``; the
+schema is inferred from the ``args`` TypedDicts below. Each class here is the Python component with
+the ``(name, args, opts)`` signature the provider host calls; resource type tokens are the same
+(``nsb-delays:index:<ClassName>``). Inputs are plain values, not Outputs: they decide which
+resources exist, so they must be known when the component is constructed.
+"""
+
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+
+from components import rabbitmq, sqs
+
+PACKAGE = "nsb-delays"
+
+
+class RabbitMqDelayInfrastructureArgs(TypedDict):
+    generation: NotRequired[str]
+    """Delay infrastructure generation: "v2" (quorum queues, default) or "v1" (classic lazy queues)."""
+    vhost: NotRequired[str]
+    """Virtual host (default "/")."""
+    protect_delay_queues: NotRequired[bool]
+    """Protect and retain the 28 level queues, which hold delayed messages (default true)."""
+
+
+class RabbitMqEndpointArgs(TypedDict):
+    endpoint: str
+    """The endpoint's input queue name (its address)."""
+    generation: NotRequired[str]
+    """Delay infrastructure generation whose delivery exchange the endpoint binds to (default "v2")."""
+    routing_topology: NotRequired[str]
+    """"conventional" (default; fanout exchange per queue) or "direct"."""
+    queue_type: NotRequired[str]
+    """"quorum" (default) or "classic"."""
+    vhost: NotRequired[str]
+    """Virtual host (default "/")."""
+    instance_discriminators: NotRequired[list[str]]
+    """Instance discriminators: each adds a queue "<endpoint>-<discriminator>"."""
+    legacy_timeout_manager: NotRequired[bool]
+    """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
+
+
+class SqsEndpointArgs(TypedDict):
+    endpoint: str
+    """The endpoint's input queue name before prefix and sanitising."""
+    queue_name_prefix: NotRequired[str]
+    """Prepended unless the name already starts with it."""
+    delayed_delivery: NotRequired[bool]
+    """Create the "-delay.fifo" queue for delays over 900 s (default true)."""
+    message_retention_seconds: NotRequired[int]
+    """Input queue retention (default 345600); the delay queue keeps at least 345600."""
+    encrypted: NotRequired[bool]
+    """SQS-managed server-side encryption (default true)."""
+
+
+class RabbitMqDelayInfrastructure(rabbitmq.RabbitMqDelayInfrastructure):
+    """The 28 NServiceBus delay levels, the delivery exchange and their bindings."""
+
+    delivery_exchange: pulumi.Output[str]
+    level_names: pulumi.Output[list[str]]
+    generation: pulumi.Output[str]
+
+    def __init__(self, name: str, args: RabbitMqDelayInfrastructureArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, opts=opts, **args)
+
+
+class RabbitMqEndpoint(rabbitmq.RabbitMqEndpoint):
+    """An endpoint's queues, its fanout exchange (conventional) and its "#.<endpoint>" delivery binding."""
+
+    queue_name: pulumi.Output[str]
+    receiving_queues: pulumi.Output[list[str]]
+    delivery_binding_key: pulumi.Output[str]
+
+    def __init__(self, name: str, args: RabbitMqEndpointArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, opts=opts, **args)
+
+
+class SqsEndpoint(sqs.SqsEndpoint):
+    """An endpoint's SQS input queue and its "-delay.fifo" queue."""
+
+    queue_name: pulumi.Output[str]
+    queue_url: pulumi.Output[str]
+    queue_arn: pulumi.Output[str]
+    delay_queue_name: Optional[pulumi.Output[str]]  # noqa: UP045 (the schema analyzer reads Optional)
+    delay_queue_url: Optional[pulumi.Output[str]]  # noqa: UP045
+    delay_queue_arn: Optional[pulumi.Output[str]]  # noqa: UP045
+
+    def __init__(self, name: str, args: SqsEndpointArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, opts=opts, **args)
+
+
+COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint]

@@ -1,0 +1,85 @@
+"""The component provider's schema, inferred offline, and construction from other-language inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pulumi.provider.experimental.component import ComponentProvider
+
+from components.provider import COMPONENTS, PACKAGE
+from infra.recording import record
+from tests.unit.helpers import SQS_QUEUE, bindings, of_type, queues
+
+
+@pytest.fixture(scope="module")
+def provider() -> ComponentProvider:
+    return ComponentProvider(COMPONENTS, PACKAGE, None, "0.1.0")
+
+
+@pytest.fixture(scope="module")
+def schema(provider: ComponentProvider) -> dict:
+    return json.loads(provider.schema)
+
+
+def test_schema_names_the_three_components_under_the_package(schema: dict) -> None:
+    assert schema["name"] == "nsb-delays"
+    assert set(schema["resources"]) == {
+        "nsb-delays:index:RabbitMqDelayInfrastructure",
+        "nsb-delays:index:RabbitMqEndpoint",
+        "nsb-delays:index:SqsEndpoint",
+    }
+    assert all(resource["isComponent"] for resource in schema["resources"].values())
+
+
+def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict) -> None:
+    endpoint = schema["resources"]["nsb-delays:index:RabbitMqEndpoint"]
+    assert endpoint["requiredInputs"] == ["endpoint"]
+    assert set(endpoint["inputProperties"]) == {
+        "endpoint",
+        "generation",
+        "routingTopology",
+        "queueType",
+        "vhost",
+        "instanceDiscriminators",
+        "legacyTimeoutManager",
+    }
+    assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"
+    sqs = schema["resources"]["nsb-delays:index:SqsEndpoint"]
+    assert sqs["inputProperties"]["messageRetentionSeconds"]["type"] == "integer"
+    assert set(sqs["required"]) == {"queueName", "queueUrl", "queueArn"}, "delay queue outputs are optional"
+
+
+def test_outputs_downstream_stacks_need(schema: dict) -> None:
+    infrastructure = schema["resources"]["nsb-delays:index:RabbitMqDelayInfrastructure"]
+    assert set(infrastructure["properties"]) == {"deliveryExchange", "levelNames", "generation"}
+    sqs = schema["resources"]["nsb-delays:index:SqsEndpoint"]
+    assert {"queueUrl", "queueArn", "delayQueueUrl", "delayQueueArn"} <= set(sqs["properties"])
+
+
+def test_a_typescript_style_call_builds_the_same_resources(provider: ComponentProvider) -> None:
+    """Inputs arrive camelCase from other languages; the provider maps them to the Python arguments."""
+    definition = provider._component_defs["RabbitMqEndpoint"]
+    args = provider.map_inputs(
+        {"endpoint": "Sales", "routingTopology": "direct", "instanceDiscriminators": ["a"]}, definition
+    )
+    constructor = provider._components["RabbitMqEndpoint"]
+    resources = record(lambda: constructor("sales", args))
+    assert set(queues(resources)) == {"Sales", "Sales-a"}
+    assert bindings(resources) == {
+        ("nsb.v2.delay-delivery", "Sales", "queue", "#.Sales"),
+        ("nsb.v2.delay-delivery", "Sales-a", "queue", "#.Sales-a"),
+    }
+    assert resources[0].type == "nsb-delays:index:RabbitMqEndpoint"
+
+
+def test_sqs_endpoint_through_the_provider(provider: ComponentProvider) -> None:
+    definition = provider._component_defs["SqsEndpoint"]
+    args = provider.map_inputs({"endpoint": "Sales", "queueNamePrefix": "prod-"}, definition)
+    resources = record(lambda: provider._components["SqsEndpoint"]("sales", args))
+    assert {r.inputs["name"] for r in of_type(resources, SQS_QUEUE)} == {"prod-Sales", "prod-Sales-delay.fifo"}
+
+
+def test_missing_required_input_is_reported(provider: ComponentProvider) -> None:
+    with pytest.raises(Exception, match="Missing required input 'endpoint'"):
+        provider.map_inputs({}, provider._component_defs["RabbitMqEndpoint"])
