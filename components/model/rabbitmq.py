@@ -35,6 +35,19 @@ DEFAULT_GENERATION: GenerationName = "v2"
 DEFAULT_ERROR_QUEUE = "error"
 DEFAULT_AUDIT_QUEUE = "audit"
 LEGACY_TIMEOUT_QUEUE_SUFFIXES = (".Timeouts", ".TimeoutsDispatcher")
+# Queue arguments the broker reads as numbers or booleans; a string value is refused or misread.
+INTEGER_QUEUE_ARGUMENTS = (
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-delivery-limit",
+    "x-quorum-initial-group-size",
+    "x-quorum-target-group-size",
+    "x-stream-max-segment-size-bytes",
+)
+BOOLEAN_QUEUE_ARGUMENTS = ("x-single-active-consumer",)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ MAX_BATCH_SIZE = 10
 FIFO_PRICE_PER_REQUEST_USD = 0.50 / 1_000_000
 AWS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 AWS_FIFO_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+# Tags the SqsEndpoint component puts on its queues (role: "input" or "delay"), read by the policy pack.
+ENDPOINT_TAG = "nsb-delays/endpoint"
+ROLE_TAG = "nsb-delays/role"
 
 
 class QueueNameError(ValueError):
