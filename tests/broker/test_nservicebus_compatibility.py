@@ -1,0 +1,115 @@
+"""A graph NServiceBus declared is adopted by the program's resources without PRECONDITION_FAILED, and vice versa.
+
+RabbitMQ refuses a redeclaration whose arguments differ in value or type class
+(``PRECONDITION_FAILED - inequivalent arg``), so each direction is a real equivalence check; the
+string-TTL case shows the check bites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pika
+import pika.exceptions
+import pytest
+
+from components.model import rabbitmq as rmq
+from infra.apply import ApplyError, RabbitMqApplier
+from infra.config import StackConfig, load_stack
+from infra.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
+from infra.management import ManagementApi
+from infra.recording import record_stack
+from infra.services import LocalRabbitMq
+from infra.stack_topology import receiving_queues
+from tests.broker import nservicebus_declarations as nsb
+
+CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
+
+
+def endpoint_only_stack(vhost: str, generation: str, topology: str) -> StackConfig:
+    """The dev stack's endpoints, without error/audit/legacy queues that ``endpoint create`` doesn't make."""
+    dev = load_stack("dev").rabbitmq
+    assert dev is not None
+    endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
+    return StackConfig(
+        rabbitmq=replace(dev, vhost=vhost, generation=generation, routing_topology=topology, endpoints=endpoints)
+    )
+
+
+def program_resources(stack: StackConfig) -> list:
+    """The program's resources minus the shared error/audit queues (NServiceBus declares those elsewhere)."""
+    assert stack.rabbitmq is not None
+    shared = {stack.rabbitmq.error_queue, stack.rabbitmq.audit_queue}
+    return [
+        r
+        for r in record_stack(stack)
+        if r.inputs.get("name") not in shared and r.inputs.get("destination") not in shared
+    ]
+
+
+def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options) -> None:
+    config = stack.rabbitmq
+    assert config is not None
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, config.vhost))
+    try:
+        channel = connection.channel()
+        nsb.declare_delay_infrastructure(channel, config.generation, **options)
+        nsb.declare_endpoint(channel, config.generation, config.routing_topology, receiving_queues(config))
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def without_statistics(definitions: dict) -> dict:
+    return {key: sorted(map(repr, definitions[key])) for key in ("exchanges", "queues", "bindings")}
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_program_adopts_what_nservicebus_declared(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+) -> None:
+    stack = endpoint_only_stack(new_vhost("nsb-first"), generation, topology)
+    declare_as_nservicebus(rabbitmq, stack)
+    before = management.definitions(stack.rabbitmq.vhost)
+    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
+
+
+@pytest.mark.parametrize(("generation", "topology"), CASES)
+def test_nservicebus_adopts_what_the_program_declared(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+) -> None:
+    stack = endpoint_only_stack(new_vhost("program-first"), generation, topology)
+    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    before = management.definitions(stack.rabbitmq.vhost)
+    declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
+    assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
+    # and the adopted graph delivers a message NServiceBus-style
+    queue = receiving_queues(stack.rabbitmq)[0]
+    with ArrivalCollector(rabbitmq.amqp_url, stack.rabbitmq.vhost, [queue]) as collector:
+        with DelayedPublisher(rabbitmq.amqp_url, stack.rabbitmq.vhost, generation) as publisher:
+            send = publisher.send(queue, 1)
+        assert collector.wait_for([send.message_id], timeout=20)
+
+
+def test_a_declaration_differing_only_in_ttl_type_is_refused(rabbitmq: LocalRabbitMq, new_vhost) -> None:
+    """The control: the same graph with a string TTL (what the provider's ``arguments`` map would send)."""
+    stack = endpoint_only_stack(new_vhost("string-ttl"), "v2", "conventional")
+    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        declare_as_nservicebus(rabbitmq, stack, ttl_as_string=True)
+    assert refused.value.reply_code == 406 and "inequivalent arg 'x-message-ttl'" in refused.value.reply_text
+
+
+def test_the_applier_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitMq, new_vhost) -> None:
+    """NServiceBus declared the graph; a program whose TTL differs is refused, not silently adopted."""
+    stack = endpoint_only_stack(new_vhost("conflict"), "v1", "direct")
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, stack.rabbitmq.vhost))
+    try:
+        channel = connection.channel()
+        level = rmq.delay_level_name(0, "v1")
+        channel.queue_declare(level, durable=True, arguments={"x-message-ttl": 999, "x-queue-mode": "lazy"})
+    finally:
+        connection.close()
+    with pytest.raises(ApplyError, match="inequivalent arg 'x-message-ttl'"):
+        RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
