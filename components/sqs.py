@@ -22,7 +22,7 @@ def _queue(name: str, spec: model.SqsQueueSpec, parent: pulumi.Resource, tags: d
         delay_seconds=spec.delay_seconds,
         message_retention_seconds=spec.message_retention_seconds,
         sqs_managed_sse_enabled=spec.sqs_managed_sse_enabled,
-        tags={**tags, "nsb-delays/role": spec.role},
+        tags={**tags, model.ROLE_TAG: spec.role},
         opts=pulumi.ResourceOptions(parent=parent),
     )
 
@@ -56,7 +56,7 @@ class SqsEndpoint(pulumi.ComponentResource):
             encrypted=encrypted,
         )
         super().__init__(f"{TYPE_PREFIX}SqsEndpoint", name, None, opts)
-        tags = {"nsb-delays/endpoint": model.sanitize_queue_name(endpoint)}
+        tags = {model.ENDPOINT_TAG: model.sanitize_queue_name(endpoint)}
         queues = {spec.role: _queue(name, spec, self, tags) for spec in specs}
         self.queue_name = queues["input"].name
         self.queue_url = queues["input"].url
