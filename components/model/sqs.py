@@ -191,7 +191,15 @@ class CostEstimate:
     cost_usd: float
 
 
+OPERATIONS_PER_CYCLE = 2  # each FIFO cycle is one dequeue and one requeue
+
+
 def cost_estimate(delay_seconds: int, price_per_request_usd: float = FIFO_PRICE_PER_REQUEST_USD) -> CostEstimate:
     cycles = max(0, delay_seconds) // DELAY_QUEUE_DELAY_SECONDS if delay_seconds > MAX_DELAY_SECONDS else 0
-    operations = 2 * cycles
+    operations = OPERATIONS_PER_CYCLE * cycles
     return CostEstimate(delay_seconds, cycles, operations, operations * price_per_request_usd)
+
+
+def cycles_cost_usd(cycles: int, price_per_request_usd: float = FIFO_PRICE_PER_REQUEST_USD) -> float:
+    """The cost of ``cycles`` FIFO cycles summed over many messages (seed 003's formula, additive)."""
+    return OPERATIONS_PER_CYCLE * cycles * price_per_request_usd
