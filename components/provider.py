@@ -23,6 +23,8 @@ class RabbitMqDelayInfrastructureArgs(TypedDict):
     """Virtual host (default "/")."""
     protect_delay_queues: NotRequired[bool]
     """Protect and retain the 28 level queues, which hold delayed messages (default true)."""
+    adopt_existing: NotRequired[bool]
+    """Import the objects NServiceBus installers already declared instead of creating them."""
 
 
 class RabbitMqEndpointArgs(TypedDict):
@@ -40,6 +42,8 @@ class RabbitMqEndpointArgs(TypedDict):
     """Instance discriminators: each adds a queue "<endpoint>-<discriminator>"."""
     legacy_timeout_manager: NotRequired[bool]
     """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
+    adopt_existing: NotRequired[bool]
+    """Import the endpoint's existing queues, exchange and bindings instead of creating them."""
 
 
 class SqsEndpointArgs(TypedDict):

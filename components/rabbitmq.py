@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from urllib.parse import quote_plus
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
@@ -28,6 +29,22 @@ def import_id(name: str, vhost: str) -> str:
     return f"{name}@{vhost}"
 
 
+def binding_properties_key(routing_key: str) -> str:
+    """The management API's ``properties_key`` of a binding without arguments (checked on RabbitMQ 3.10).
+
+    Form-encoded: letters, digits and ``_.-`` stay, a space becomes ``+``, everything else ``%XX``
+    (``~`` included); the empty key is ``~``.
+    """
+    return quote_plus(routing_key, safe="").replace("~", "%7E") if routing_key else "~"
+
+
+def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
+    """``vhost/source/destination/destination_type/properties_key``, vhost with ``%`` and ``/`` escaped."""
+    escaped_vhost = vhost.replace("%", "%25").replace("/", "%2F")
+    key = binding_properties_key(binding.routing_key)
+    return f"{escaped_vhost}/{binding.source}/{binding.destination}/{binding.destination_type}/{key}"
+
+
 class _Declared:
     """The resources one component declared for a model ``Topology``, keyed by physical name."""
 
@@ -45,14 +62,20 @@ def declare_topology(
     vhost: str,
     protect_delay_queues: bool = True,
     existing_exchanges: Mapping[str, rabbitmq.Exchange] | None = None,
+    adopt_existing: bool = False,
 ) -> _Declared:
     """Declare every exchange, queue and binding of ``topology`` as children of ``component``.
 
     Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
-    creates them in order and deletes them first.
+    creates them in order and deletes them first. With ``adopt_existing`` every object is imported
+    (``import_``) instead of created: ``pulumi up`` then takes over what NServiceBus installers
+    declared, and fails rather than replace anything whose properties differ.
     """
     declared = _Declared()
-    child = pulumi.ResourceOptions(parent=component)
+
+    def adopt(physical_id: str) -> str | None:
+        return physical_id if adopt_existing else None
+
     for exchange in topology.exchanges:
         declared.exchanges[exchange.name] = rabbitmq.Exchange(
             f"{name}-{exchange.name}",
@@ -61,7 +84,7 @@ def declare_topology(
             settings=rabbitmq.ExchangeSettingsArgs(
                 type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=component, import_=adopt(import_id(exchange.name, vhost))),
         )
     for queue in topology.queues:
         settings = rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
@@ -75,7 +98,9 @@ def declare_topology(
             name=queue.name,
             vhost=vhost,
             settings=settings,
-            opts=pulumi.ResourceOptions(parent=component, protect=guard, retain_on_delete=guard),
+            opts=pulumi.ResourceOptions(
+                parent=component, protect=guard, retain_on_delete=guard, import_=adopt(import_id(queue.name, vhost))
+            ),
         )
     known: dict[str, pulumi.Resource] = {**(existing_exchanges or {}), **declared.exchanges}
     for binding in topology.bindings:
@@ -93,7 +118,11 @@ def declare_topology(
                 destination_type=binding.destination_type,
                 routing_key=binding.routing_key,
                 vhost=vhost,
-                opts=pulumi.ResourceOptions(parent=component, depends_on=[end for end in ends if end]),
+                opts=pulumi.ResourceOptions(
+                    parent=component,
+                    depends_on=[end for end in ends if end],
+                    import_=adopt(binding_import_id(binding, vhost)),
+                ),
             )
         )
     return declared
@@ -118,11 +147,19 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         generation: str = model.DEFAULT_GENERATION,
         vhost: str = "/",
         protect_delay_queues: bool = True,
+        adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
         topology = model.delay_levels(generation)
-        self.resources = declare_topology(self, name, topology, vhost=vhost, protect_delay_queues=protect_delay_queues)
+        self.resources = declare_topology(
+            self,
+            name,
+            topology,
+            vhost=vhost,
+            protect_delay_queues=protect_delay_queues,
+            adopt_existing=adopt_existing,
+        )
         delivery = model.delivery_exchange_name(generation)
         self.delivery_exchange_resource = self.resources.exchanges[delivery]
         self.delivery_exchange = self.delivery_exchange_resource.name
@@ -157,6 +194,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         instance_discriminators: Sequence[str] = (),
         legacy_timeout_manager: bool = False,
         delivery_exchange: rabbitmq.Exchange | None = None,
+        adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqEndpoint", name, None, opts)
@@ -173,7 +211,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         )
         delivery_exchange_name = model.delivery_exchange_name(generation)
         existing = {delivery_exchange_name: delivery_exchange} if delivery_exchange else {}
-        self.resources = declare_topology(self, name, topology, vhost=vhost, existing_exchanges=existing)
+        self.resources = declare_topology(
+            self, name, topology, vhost=vhost, existing_exchanges=existing, adopt_existing=adopt_existing
+        )
         self.queue_name = self.resources.queues[endpoint].name
         self.receiving_queues = pulumi.Output.from_input(
             [b.destination for b in topology.bindings if b.role == "endpoint-delivery"]
@@ -203,13 +243,14 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         error_queue: str = model.DEFAULT_ERROR_QUEUE,
         audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
         vhost: str = "/",
+        adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqSharedQueues", name, None, opts)
         topology = model.shared_queues(
             routing_topology=routing_topology, queue_type=queue_type, error_queue=error_queue, audit_queue=audit_queue
         )
-        self.resources = declare_topology(self, name, topology, vhost=vhost)
+        self.resources = declare_topology(self, name, topology, vhost=vhost, adopt_existing=adopt_existing)
         self.error_queue = self.resources.queues[error_queue].name
         self.audit_queue = self.resources.queues[audit_queue].name
         self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})

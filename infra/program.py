@@ -25,6 +25,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
         generation=config.generation,
         vhost=config.vhost,
         protect_delay_queues=config.protect_delay_queues,
+        adopt_existing=config.adopt_existing,
     )
     RabbitMqSharedQueues(
         "shared-queues",
@@ -33,6 +34,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
         error_queue=config.error_queue,
         audit_queue=config.audit_queue,
         vhost=config.vhost,
+        adopt_existing=config.adopt_existing,
     )
     endpoints = {
         endpoint.name: RabbitMqEndpoint(
@@ -45,6 +47,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
             delivery_exchange=infrastructure.delivery_exchange_resource,
+            adopt_existing=config.adopt_existing,
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
         )
         for endpoint in config.endpoints

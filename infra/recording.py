@@ -33,6 +33,7 @@ class RecordedResource:
     protect: bool
     retain_on_delete: bool
     provider: str | None
+    import_id: str | None = None  # set when the program adopts an existing object (``import_``)
 
     @property
     def physical_name(self) -> str | None:
@@ -93,6 +94,7 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
                     protect=bool(request.protect),
                     retain_on_delete=bool(request.retainOnDelete),
                     provider=request.provider or None,
+                    import_id=request.importId or None,
                 )
             )
         return response

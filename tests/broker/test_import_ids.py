@@ -1,0 +1,30 @@
+"""The ``pulumi import`` ids the components compute match what the live broker reports."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from components.model import rabbitmq as rmq
+from components.rabbitmq import binding_properties_key
+from infra.apply import RabbitMqApplier
+from infra.config import parse_stack_config
+from infra.recording import record_stack
+from infra.services import LocalRabbitMq
+
+
+def test_binding_properties_keys_match_the_management_api(rabbitmq: LocalRabbitMq) -> None:
+    vhost = "import-ids"
+    api = rabbitmq.api()
+    base = f"{rabbitmq.management_url}/api"
+    assert api.put(f"{base}/vhosts/{vhost}").status_code in (201, 204)
+    assert api.put(
+        f"{base}/permissions/{vhost}/{rabbitmq.username}", json={"configure": ".*", "write": ".*", "read": ".*"}
+    ).ok
+    config = parse_stack_config({"rabbitmq": {"vhost": vhost, "endpoints": ["Sales", "a.b"]}})
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(config))
+    reported = api.get(f"{base}/bindings/{quote(vhost, safe='')}").json()
+    ours = [b for b in reported if b["source"]]  # skip the default exchange's implicit bindings
+    assert len(ours) == 56 + 2 * 2 + 2  # delay graph + (fanout + delivery binding) per endpoint + error/audit
+    for binding in ours:
+        assert binding["properties_key"] == binding_properties_key(binding["routing_key"]), binding
+    assert {b["routing_key"] for b in ours} >= {rmq.endpoint_binding_key("a.b"), rmq.queue_binding_key(0), ""}

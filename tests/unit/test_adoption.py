@@ -1,0 +1,48 @@
+"""Adopting topology NServiceBus installers already declared: ``pulumi import`` ids on every object."""
+
+from __future__ import annotations
+
+from components.model import rabbitmq as rmq
+from components.rabbitmq import binding_import_id, binding_properties_key
+from infra.config import parse_stack_config
+from infra.recording import record_stack
+from tests.unit.helpers import BINDING, EXCHANGE, QUEUE
+
+
+def adopted(**rabbitmq: object) -> list:
+    return record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, **rabbitmq}}))
+
+
+def test_every_rabbitmq_object_is_imported_with_the_provider_id() -> None:
+    resources = adopted()
+    rabbit = [r for r in resources if r.type in (EXCHANGE, QUEUE, BINDING)]
+    assert rabbit and all(r.import_id for r in rabbit)
+    ids = {(r.type, r.import_id) for r in rabbit}
+    assert (QUEUE, "nsb.v2.delay-level-27@/") in ids
+    assert (EXCHANGE, "nsb.v2.delay-delivery@/") in ids
+    assert (BINDING, "%2F/nsb.v2.delay-level-27/nsb.v2.delay-level-27/queue/1.%23") in ids
+    assert (BINDING, "%2F/nsb.v2.delay-delivery/Sales/exchange/%23.Sales") in ids
+    assert (BINDING, "%2F/Sales/Sales/queue/~") in ids
+
+
+def test_default_is_to_create_not_import() -> None:
+    resources = record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}))
+    assert not any(r.import_id for r in resources)
+
+
+def test_vhost_is_escaped_in_binding_ids_only() -> None:
+    resources = adopted(vhost="team/a%b")
+    ids = {r.import_id for r in resources if r.import_id}
+    assert "nsb.v2.delay-level-00@team/a%b" in ids
+    key = rmq.lower_level_binding_key(0)
+    assert f"team%2Fa%25b/nsb.v2.delay-level-00/nsb.v2.delay-delivery/exchange/{binding_properties_key(key)}" in ids
+
+
+def test_properties_key_encoding_as_rabbitmq_reports_it() -> None:
+    """Values read back from RabbitMQ 3.10's management API (see also tests/broker/test_import_ids.py)."""
+    assert binding_properties_key("") == "~"
+    assert binding_properties_key("1.#") == "1.%23"
+    assert binding_properties_key("*.*.0.#") == "%2A.%2A.0.%23"
+    assert binding_properties_key("a b/c%d~e_f-g") == "a+b%2Fc%25d%7Ee_f-g"
+    spec = rmq.delivery_binding("Sales", "direct")
+    assert binding_import_id(spec, "/") == "%2F/nsb.v2.delay-delivery/Sales/queue/%23.Sales"
