@@ -1,0 +1,167 @@
+"""Reading resource props the way the policy engine delivers them.
+
+The engine hands a policy camelCase input names, every number as a float, secrets unwrapped, and
+the whole bag wrapped in ``unknown_checking_proxy``: touching a value that is unknown during
+preview raises ``UnknownValueError``. These helpers turn such a value into ``UNKNOWN`` instead, so
+a rule skips that one check and keeps the others; ``pulumi up`` analyzes the resolved inputs again
+before it creates anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pulumi_policy import PolicyConfigSchema, ReportViolation, Secret
+from pulumi_policy.proxy import (
+    UNKNOWN_ARCHIVE_VALUE,
+    UNKNOWN_ARRAY_VALUE,
+    UNKNOWN_ASSET_VALUE,
+    UNKNOWN_BOOLEAN_VALUE,
+    UNKNOWN_NUMBER_VALUE,
+    UNKNOWN_OBJECT_VALUE,
+    UNKNOWN_STRING_VALUE,
+    UnknownValueError,
+)
+
+RABBITMQ_QUEUE = "rabbitmq:index/queue:Queue"
+RABBITMQ_EXCHANGE = "rabbitmq:index/exchange:Exchange"
+RABBITMQ_BINDING = "rabbitmq:index/binding:Binding"
+RABBITMQ_POLICY = "rabbitmq:index/policy:Policy"
+RABBITMQ_OPERATOR_POLICY = "rabbitmq:index/operatorPolicy:OperatorPolicy"
+RABBITMQ_USER = "rabbitmq:index/user:User"
+RABBITMQ_PROVIDER = "pulumi:providers:rabbitmq"
+SQS_QUEUE = "aws:sqs/queue:Queue"
+SQS_REDRIVE_POLICY = "aws:sqs/redrivePolicy:RedrivePolicy"
+
+_SENTINELS = frozenset(
+    {
+        UNKNOWN_ARCHIVE_VALUE,
+        UNKNOWN_ARRAY_VALUE,
+        UNKNOWN_ASSET_VALUE,
+        UNKNOWN_BOOLEAN_VALUE,
+        UNKNOWN_NUMBER_VALUE,
+        UNKNOWN_OBJECT_VALUE,
+        UNKNOWN_STRING_VALUE,
+    }
+)
+
+
+class _Unknown:
+    """A value the engine cannot know during preview."""
+
+    def __repr__(self) -> str:
+        return "<unknown during preview>"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+def is_sentinel(value: Any) -> bool:
+    return isinstance(value, str) and value in _SENTINELS
+
+
+def value_at(props: Any, *path: str) -> Any:
+    """The value at ``path``: None when absent, ``UNKNOWN`` when unknown during preview."""
+    current = props
+    for key in path:
+        if is_sentinel(current):
+            return UNKNOWN
+        if not isinstance(current, Mapping):
+            return None
+        try:
+            if key not in current:
+                return None
+            current = current[key]
+        except UnknownValueError:
+            return UNKNOWN
+    return UNKNOWN if is_sentinel(current) else current
+
+
+def resolved(value: Any) -> Any:
+    """A plain copy (dicts, lists, scalars) of a possibly proxied value, or ``UNKNOWN`` if any part is."""
+    try:
+        return _plain(value)
+    except UnknownValueError:
+        return UNKNOWN
+
+
+def _plain(value: Any) -> Any:
+    if is_sentinel(value):
+        raise UnknownValueError(value, [])
+    if isinstance(value, Secret):
+        return _plain(value.value)
+    if isinstance(value, Mapping):
+        return {key: _plain(value[key]) for key in value}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(value[i]) for i in range(len(value))]
+    return value
+
+
+def whole_number(value: Any) -> int | None:
+    """An engine number (always a float) as an int; None for anything that is not a whole number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class DeclaredArguments:
+    """A queue's arguments as the provider would send them, and which input they came from."""
+
+    values: dict[str, Any]
+    source: str  # "settings.argumentsJson", "settings.arguments" or "" (none declared)
+    error: str = ""  # argumentsJson that is not a JSON object
+
+
+def declared_arguments(props: Any) -> DeclaredArguments | Any:
+    """Decode ``settings.argumentsJson`` (ints stay ints) or read the string-only ``settings.arguments`` map."""
+    arguments_json = value_at(props, "settings", "argumentsJson")
+    if arguments_json is UNKNOWN:
+        return UNKNOWN
+    if arguments_json:
+        try:
+            decoded = json.loads(arguments_json)
+        except (TypeError, ValueError) as error:
+            return DeclaredArguments({}, "settings.argumentsJson", f"is not valid JSON ({error})")
+        if not isinstance(decoded, dict):
+            return DeclaredArguments({}, "settings.argumentsJson", f"is not a JSON object: {arguments_json!r}")
+        return DeclaredArguments(decoded, "settings.argumentsJson")
+    arguments = resolved(value_at(props, "settings", "arguments"))
+    if arguments is UNKNOWN:
+        return UNKNOWN
+    if arguments:
+        return DeclaredArguments(dict(arguments), "settings.arguments")
+    return DeclaredArguments({}, "")
+
+
+def config_value(config: Mapping[str, Any], schema: PolicyConfigSchema | None, key: str) -> Any:
+    """A policy config property, falling back to the default its JSON schema declares."""
+    if key in config:
+        return config[key]
+    if schema is None or key not in schema.properties:
+        raise KeyError(f"policy config property {key!r} is not in the policy's schema")
+    return schema.properties[key].get("default")
+
+
+Validator = Callable[[Any, ReportViolation], None]
+
+
+def tolerate_unknowns(validate: Validator) -> Validator:
+    """Skip the rest of a check that touched a value unknown during preview (it runs again at ``pulumi up``)."""
+
+    @functools.wraps(validate)
+    def run(args: Any, report_violation: ReportViolation) -> None:
+        try:
+            validate(args, report_violation)
+        except UnknownValueError:
+            return
+
+    return run

@@ -1,0 +1,681 @@
+"""Resource rules: each looks at one resource's props and reports what would lose, delay or misroute messages.
+
+Every expected name, argument, key and limit comes from the model (``components.model``); a rule
+only compares. Importable without starting the policy server (``__main__`` does that).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+)
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from policies.props import (
+    RABBITMQ_BINDING,
+    RABBITMQ_EXCHANGE,
+    RABBITMQ_OPERATOR_POLICY,
+    RABBITMQ_POLICY,
+    RABBITMQ_PROVIDER,
+    RABBITMQ_QUEUE,
+    RABBITMQ_USER,
+    SQS_QUEUE,
+    SQS_REDRIVE_POLICY,
+    UNKNOWN,
+    DeclaredArguments,
+    config_value,
+    declared_arguments,
+    resolved,
+    tolerate_unknowns,
+    value_at,
+    whole_number,
+)
+
+MANDATORY = EnforcementLevel.MANDATORY
+ADVISORY = EnforcementLevel.ADVISORY
+
+# Every object of both generations, keyed by name: what NServiceBus declares, from the model.
+MODEL_EXCHANGES = {spec.name: spec for g in rmq.GENERATIONS for spec in rmq.delay_levels(g).exchanges}
+MODEL_QUEUES = {spec.name: spec for g in rmq.GENERATIONS for spec in rmq.delay_levels(g).queues}
+MODEL_BINDINGS_BY_SOURCE: dict[str, list[rmq.BindingSpec]] = {}
+for _generation in rmq.GENERATIONS:
+    for _binding in rmq.delay_levels(_generation).bindings:
+        MODEL_BINDINGS_BY_SOURCE.setdefault(_binding.source, []).append(_binding)
+DELIVERY_EXCHANGES = frozenset(rmq.delivery_exchange_name(g) for g in rmq.GENERATIONS)
+
+# Broker policy keys that break a delay queue, and how (peers-and-user-needs §5.3; laravel #627/#633).
+DELAY_BREAKING_POLICY_KEYS = {
+    "expires": "deletes an unused level queue with its messages (level queues never have consumers)",
+    "message-ttl": "the lower of policy and argument TTL wins, so messages leave the level early and arrive too soon",
+    "max-length": "rejects or drops delayed messages once the level holds that many",
+    "max-length-bytes": "rejects or drops delayed messages once the level holds that many bytes",
+    "overflow": "changes what happens when a limit is hit (drop-head silently deletes the oldest delayed messages)",
+}
+POLICY_APPLIES_TO_QUEUE_TYPE = {
+    "all": ("quorum", "classic"),
+    "queues": ("quorum", "classic"),
+    "quorum_queues": ("quorum",),
+    "classic_queues": ("classic",),
+}
+LOOPBACK_HOSTS = frozenset({"localhost"})
+
+
+def _quoted(name: Any) -> str:
+    return repr(name) if isinstance(name, str) else "(unnamed)"
+
+
+def _type_name(value: Any) -> str:
+    return "string" if isinstance(value, str) else type(value).__name__
+
+
+def _same_argument(actual: Any, expected: Any) -> bool:
+    """Equal value *and* type: the broker refuses ``"1000"`` or ``1000.0`` where NServiceBus declared ``1000``."""
+    return type(actual) is type(expected) and actual == expected
+
+
+# --- delay-level queues ----------------------------------------------------------------------------------
+
+
+@tolerate_unknowns
+def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    name = value_at(args.props, "name")
+    spec = MODEL_QUEUES.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return
+    for key, expected in (("durable", spec.durable), ("autoDelete", spec.auto_delete)):
+        actual = value_at(args.props, "settings", key)
+        if actual is not UNKNOWN and bool(actual) != expected:
+            report(
+                f"queue {name!r}: settings.{key} is {actual!r}, NServiceBus declares {expected!r}. "
+                f"Set {key}={expected} (a non-durable or auto-delete level queue loses its delayed messages, "
+                "and an endpoint declaring it differently fails with PRECONDITION_FAILED).",
+            )
+    declared = declared_arguments(args.props)
+    if declared is UNKNOWN:
+        return
+    if declared.error:
+        report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
+        return
+    _compare_arguments(name, dict(spec.arguments), declared, report)
+
+
+def _compare_arguments(
+    name: str, expected: dict[str, Any], declared: DeclaredArguments, report: ReportViolation
+) -> None:
+    fix = (
+        f"Declare exactly components.model.rabbitmq.delay_queue_arguments() for {name!r} through "
+        "settings.argumentsJson (RabbitMqDelayInfrastructure does); arguments cannot change on a live queue, "
+        "so drain and re-create it."
+    )
+    actual = declared.values
+    for key, want in expected.items():
+        if key not in actual:
+            report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
+        elif not _same_argument(actual[key], want):
+            got = actual[key]
+            report(
+                f"queue {name!r}: argument {key!r} is {got!r} ({_type_name(got)}) in {declared.source}, "
+                f"expected {want!r} ({_type_name(want)}). {fix}",
+            )
+    for key in sorted(set(actual) - set(expected)):
+        report(
+            f"queue {name!r}: unexpected argument {key!r}={actual[key]!r}; NServiceBus declares only "
+            f"{', '.join(sorted(expected))}. Remove it. {fix}",
+        )
+
+
+delay_level_queue_arguments = ResourceValidationPolicy(
+    name="delay-level-queue-arguments",
+    description=(
+        "A delay-level queue must be durable and declared with exactly NServiceBus's arguments: v2 quorum, "
+        "at-least-once dead-lettering, reject-publish, an integer x-message-ttl of 2^level*1000 ms and "
+        "x-dead-letter-exchange the next lower level (the delivery exchange after level 00); v1 lazy classic "
+        "queues. Fix: declare the levels with RabbitMqDelayInfrastructure or copy delay_queue_arguments()."
+    ),
+    validate=validate_delay_level_queue,
+    enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_typed_queue_arguments(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    arguments = resolved(value_at(args.props, "settings", "arguments"))
+    if not isinstance(arguments, Mapping):
+        return
+    name = value_at(args.props, "name")
+    for key, value in sorted(arguments.items()):
+        numeric = key in rmq.INTEGER_QUEUE_ARGUMENTS or (isinstance(value, str) and value.strip().isdigit())
+        boolean = key in rmq.BOOLEAN_QUEUE_ARGUMENTS
+        if numeric or boolean:
+            kind = "a boolean" if boolean else "an integer"
+            report(
+                f"queue {_quoted(name)}: settings.arguments[{key!r}] = {value!r}: pulumi-rabbitmq sends every "
+                f"value of this map as a string, and RabbitMQ needs {kind} for {key!r} (it refuses the "
+                f"declaration or ignores the value). Move it to settings.argumentsJson, e.g. "
+                f"argumentsJson='{{\"{key}\": {value}}}'.",
+            )
+
+
+typed_queue_arguments = ResourceValidationPolicy(
+    name="queue-arguments-typed",
+    description=(
+        "Numeric and boolean queue arguments (x-message-ttl, x-max-length, ...) must not go through the "
+        "string-only settings.arguments map: the broker refuses or misreads a string TTL. "
+        "Fix: pass them in settings.argumentsJson."
+    ),
+    validate=validate_typed_queue_arguments,
+    enforcement_level=MANDATORY,
+)
+
+
+# --- exchanges and bindings ------------------------------------------------------------------------------
+
+
+@tolerate_unknowns
+def validate_delay_exchange(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_EXCHANGE:
+        return
+    name = value_at(args.props, "name")
+    spec = MODEL_EXCHANGES.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return
+    for key, expected in (("type", spec.type), ("durable", spec.durable), ("autoDelete", spec.auto_delete)):
+        actual = value_at(args.props, "settings", key)
+        if actual is UNKNOWN:
+            continue
+        if (actual != expected) if key == "type" else (bool(actual) != expected):
+            report(
+                f"exchange {name!r}: settings.{key} is {actual!r}, expected {expected!r}. The delay graph routes "
+                "on topic keys and must survive broker restarts; an endpoint declaring it differently fails "
+                f"with PRECONDITION_FAILED. Set {key}={expected!r} (drain and re-create: exchange settings are "
+                "immutable).",
+            )
+
+
+delay_exchange_settings = ResourceValidationPolicy(
+    name="delay-exchange-settings",
+    description=(
+        "Delay-level and delivery exchanges must be durable, non-auto-delete topic exchanges, as NServiceBus "
+        "declares them. Fix: declare them with RabbitMqDelayInfrastructure."
+    ),
+    validate=validate_delay_exchange,
+    enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_delay_binding(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_BINDING:
+        return
+    source = value_at(args.props, "source")
+    expected = MODEL_BINDINGS_BY_SOURCE.get(source) if isinstance(source, str) else None
+    if not expected:
+        return
+    destination = value_at(args.props, "destination")
+    destination_type = value_at(args.props, "destinationType")
+    key = value_at(args.props, "routingKey")
+    if UNKNOWN in (destination, destination_type, key):
+        return
+    routes = "; ".join(f"{b.destination_type} {b.destination!r} with key {b.routing_key!r}" for b in expected)
+    match = [b for b in expected if (b.destination, b.destination_type) == (destination, destination_type)]
+    if not match:
+        report(
+            f"binding {source!r} -> {destination_type} {destination!r} (key {key!r}) is not part of the delay "
+            f"graph: messages matching it are copied off their path. {source!r} routes only to: {routes}. "
+            "Remove the binding.",
+        )
+    elif key != match[0].routing_key:
+        report(
+            f"binding {source!r} -> {destination_type} {destination!r}: routing key is {key!r}, expected "
+            f"{match[0].routing_key!r}; with another key delayed messages stop here or skip this level's wait. "
+            "Declare the key from components.model.rabbitmq (queue_binding_key / lower_level_binding_key).",
+        )
+
+
+delay_binding_keys = ResourceValidationPolicy(
+    name="delay-level-binding-keys",
+    description=(
+        "Each level exchange binds to its own queue with '*.'*(27-L)+'1.#' and to the next lower level "
+        "(delivery after 00) with '*.'*(27-L)+'0.#', and to nothing else. Fix: use the keys of the model."
+    ),
+    validate=validate_delay_binding,
+    enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_endpoint_delivery_binding(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_BINDING:
+        return
+    source = value_at(args.props, "source")
+    if source not in DELIVERY_EXCHANGES:
+        return
+    destination = value_at(args.props, "destination")
+    key = value_at(args.props, "routingKey")
+    if destination is UNKNOWN or not isinstance(destination, str):
+        return
+    for problem in rmq.rabbitmq_address_problems(destination):
+        report(
+            f"delivery binding {source!r} -> {destination!r}: the endpoint name {problem}. Rename the endpoint "
+            f"queue (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace).",
+        )
+    expected = rmq.endpoint_binding_key(destination)
+    if key is not UNKNOWN and key != expected:
+        report(
+            f"delivery binding {source!r} -> {destination!r}: routing key is {key!r}, expected {expected!r}; "
+            "delayed messages for this endpoint are unroutable and stall their level (at-least-once "
+            f"dead-lettering keeps them at the queue head). Set routingKey={expected!r}.",
+        )
+
+
+endpoint_delivery_binding = ResourceValidationPolicy(
+    name="endpoint-delivery-binding",
+    description=(
+        "The delivery exchange binds each endpoint with '#.<endpoint>', and the endpoint name fits a routing "
+        f"key (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace). Fix: declare it with "
+        "RabbitMqEndpoint."
+    ),
+    validate=validate_endpoint_delivery_binding,
+    enforcement_level=MANDATORY,
+)
+
+
+# --- SQS -delay.fifo queues ------------------------------------------------------------------------------
+
+
+def _sqs_delay_queue_name(args: ResourceValidationArgs) -> str | None:
+    if args.resource_type != SQS_QUEUE:
+        return None
+    name = value_at(args.props, "name")
+    return name if isinstance(name, str) and name.endswith(sqs.DELAY_QUEUE_SUFFIX) else None
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_settings(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = _sqs_delay_queue_name(args)
+    if name is None:
+        return
+    fifo = value_at(args.props, "fifoQueue")
+    if fifo is not UNKNOWN and fifo is not True:
+        report(f"SQS queue {name!r}: fifoQueue is {fifo!r}; a '-delay.fifo' queue must be FIFO. Set fifoQueue=True.")
+    delay = value_at(args.props, "delaySeconds")
+    if delay is not UNKNOWN and whole_number(delay) != sqs.DELAY_QUEUE_DELAY_SECONDS:
+        report(
+            f"SQS queue {name!r}: delaySeconds is {delay!r}, expected exactly {sqs.DELAY_QUEUE_DELAY_SECONDS}. "
+            "NServiceBus subtracts that much per cycle, so any other value delivers every long delay early or "
+            f"late, including messages already waiting. Set delaySeconds={sqs.DELAY_QUEUE_DELAY_SECONDS}.",
+        )
+    deduplication = value_at(args.props, "contentBasedDeduplication")
+    if deduplication is not UNKNOWN and deduplication:
+        report(
+            f"SQS queue {name!r}: contentBasedDeduplication is on; NServiceBus sets the message id as "
+            "deduplication id itself, and content-based deduplication drops distinct delayed messages with "
+            "equal bodies. Remove contentBasedDeduplication.",
+        )
+
+
+sqs_delay_queue_settings = ResourceValidationPolicy(
+    name="sqs-delay-queue-settings",
+    description=(
+        f"A '-delay.fifo' queue must be FIFO with delaySeconds exactly {sqs.DELAY_QUEUE_DELAY_SECONDS} and no "
+        "content-based deduplication. Fix: declare it with SqsEndpoint."
+    ),
+    validate=validate_sqs_delay_queue_settings,
+    enforcement_level=MANDATORY,
+)
+
+RETENTION_SCHEMA = PolicyConfigSchema(
+    properties={
+        "minRetentionSeconds": {
+            "type": "integer",
+            "minimum": sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS,
+            "maximum": sqs.MAX_MESSAGE_RETENTION_SECONDS,
+            "default": sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS,
+            "description": "Smallest messageRetentionSeconds accepted on a '-delay.fifo' queue "
+            f"(NServiceBus refuses less than {sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS}; "
+            f"{sqs.MAX_MESSAGE_RETENTION_SECONDS} leaves the most room for outages).",
+        }
+    }
+)
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_retention(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = _sqs_delay_queue_name(args)
+    if name is None:
+        return
+    minimum = config_value(args.get_config(), RETENTION_SCHEMA, "minRetentionSeconds")
+    retention = value_at(args.props, "messageRetentionSeconds")
+    if retention is UNKNOWN:
+        return
+    seconds = whole_number(retention)
+    if seconds is None or seconds < minimum:
+        shown = "not set" if retention is None else f"{retention!r}"
+        report(
+            f"SQS queue {name!r}: messageRetentionSeconds is {shown}, the minimum is {minimum} s. A delayed "
+            "message that waits longer than the retention (an outage, a stopped endpoint) is deleted. "
+            f"Set messageRetentionSeconds >= {minimum}.",
+        )
+
+
+sqs_delay_queue_retention = ResourceValidationPolicy(
+    name="sqs-delay-queue-retention",
+    description=(
+        "A '-delay.fifo' queue keeps messages at least minRetentionSeconds (default "
+        f"{sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS} s, the NServiceBus minimum). Fix: raise messageRetentionSeconds."
+    ),
+    validate=validate_sqs_delay_queue_retention,
+    enforcement_level=MANDATORY,
+    config_schema=RETENTION_SCHEMA,
+)
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_no_redrive(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    fix = (
+        "NServiceBus refuses to start with a redrive policy on its delay queue, and a redrive moves delayed "
+        "messages to a dead-letter queue where nothing delivers them. Remove it."
+    )
+    if args.resource_type == SQS_REDRIVE_POLICY:
+        url = value_at(args.props, "queueUrl")
+        if isinstance(url, str) and url.endswith(sqs.DELAY_QUEUE_SUFFIX):
+            report(f"RedrivePolicy on {url!r}: {fix}")
+        return
+    name = _sqs_delay_queue_name(args)
+    if name is None:
+        return
+    redrive = value_at(args.props, "redrivePolicy")
+    if redrive is not UNKNOWN and redrive:
+        report(f"SQS queue {name!r}: redrivePolicy is {redrive!r}. {fix}")
+
+
+sqs_delay_queue_no_redrive = ResourceValidationPolicy(
+    name="sqs-delay-queue-no-redrive",
+    description=(
+        "A '-delay.fifo' queue must have no redrive policy (neither redrivePolicy nor an aws.sqs.RedrivePolicy): "
+        "NServiceBus refuses to start with one. Fix: remove it."
+    ),
+    validate=validate_sqs_delay_queue_no_redrive,
+    enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_name(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = _sqs_delay_queue_name(args)
+    if name is None:
+        return
+    input_queue = name.removesuffix(sqs.DELAY_QUEUE_SUFFIX)
+    if not input_queue:
+        report(f"SQS queue {name!r}: there is no input queue name before {sqs.DELAY_QUEUE_SUFFIX!r}.")
+        return
+    try:
+        expected = sqs.sqs_queue_name(name)
+    except sqs.QueueNameError as error:
+        report(f"SQS queue {name!r}: {error}. Shorten the endpoint name or the queue name prefix.")
+        return
+    if expected != name:
+        report(
+            f"SQS queue {name!r}: NServiceBus looks for {expected!r} (every character other than letters, "
+            f"digits, '-' and '_' becomes '-'). Name it {input_queue!r}'s sanitised name + "
+            f"{sqs.DELAY_QUEUE_SUFFIX!r}.",
+        )
+
+
+sqs_delay_queue_name = ResourceValidationPolicy(
+    name="sqs-delay-queue-name",
+    description=(
+        f"A delay queue is named <input queue>{sqs.DELAY_QUEUE_SUFFIX} exactly as NServiceBus derives it and "
+        f"fits in {sqs.MAX_QUEUE_NAME_LENGTH} characters. Fix: shorten the endpoint name or prefix."
+    ),
+    validate=validate_sqs_delay_queue_name,
+    enforcement_level=MANDATORY,
+)
+
+
+# --- security ---------------------------------------------------------------------------------------------
+
+ENCRYPTION_SCHEMA = PolicyConfigSchema(
+    properties={
+        "allowSqsManagedSse": {
+            "type": "boolean",
+            "default": True,
+            "description": "Accept SSE-SQS (sqsManagedSseEnabled); false requires a KMS key (kmsMasterKeyId).",
+        }
+    }
+)
+
+
+@tolerate_unknowns
+def validate_sqs_encryption(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != SQS_QUEUE:
+        return
+    name = value_at(args.props, "name")
+    kms = value_at(args.props, "kmsMasterKeyId")
+    managed = value_at(args.props, "sqsManagedSseEnabled")
+    if UNKNOWN in (kms, managed) or kms:
+        return
+    if config_value(args.get_config(), ENCRYPTION_SCHEMA, "allowSqsManagedSse"):
+        if managed is not True:
+            report(
+                f"SQS queue {_quoted(name)}: not encrypted at rest (sqsManagedSseEnabled is {managed!r}, no "
+                "kmsMasterKeyId). Set sqsManagedSseEnabled=True (SqsEndpoint encrypted=True) or a KMS key.",
+            )
+    else:
+        report(
+            f"SQS queue {_quoted(name)}: no kmsMasterKeyId, and this stack's policy config requires KMS "
+            "(allowSqsManagedSse=false). Set kmsMasterKeyId.",
+        )
+
+
+sqs_queue_encrypted = ResourceValidationPolicy(
+    name="sqs-queue-encrypted",
+    description=(
+        "Every SQS queue is encrypted at rest with SSE-SQS or a KMS key (config allowSqsManagedSse=false "
+        "requires KMS). Fix: set sqsManagedSseEnabled=True or kmsMasterKeyId."
+    ),
+    validate=validate_sqs_encryption,
+    enforcement_level=MANDATORY,
+    config_schema=ENCRYPTION_SCHEMA,
+)
+
+HTTPS_SCHEMA = PolicyConfigSchema(
+    properties={
+        "allowHttpEndpoint": {
+            "type": "boolean",
+            "default": False,
+            "description": "Accept a plain-http management endpoint on any host (local stacks only).",
+        },
+        "allowLoopbackHttp": {
+            "type": "boolean",
+            "default": True,
+            "description": "Accept plain http to localhost/127.0.0.0/8/::1, where credentials never leave the host.",
+        },
+    }
+)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@tolerate_unknowns
+def validate_rabbitmq_https(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_PROVIDER:
+        return
+    endpoint = value_at(args.props, "endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        return
+    parts = urlsplit(endpoint)
+    if parts.scheme == "https":
+        return
+    config = args.get_config()
+    if config_value(config, HTTPS_SCHEMA, "allowHttpEndpoint"):
+        return
+    loopback = parts.scheme == "http" and _is_loopback(parts.hostname or "")
+    if loopback and config_value(config, HTTPS_SCHEMA, "allowLoopbackHttp"):
+        return
+    report(
+        f"RabbitMQ provider endpoint {endpoint!r} is not https: the management API credentials and every "
+        "definition travel in clear text. Use https://… (rabbitmq:endpoint), or for a local stack set this "
+        "policy's allowHttpEndpoint=true in --policy-pack-config.",
+    )
+
+
+rabbitmq_endpoint_https = ResourceValidationPolicy(
+    name="rabbitmq-endpoint-https",
+    description=(
+        "The RabbitMQ provider talks to the management API over https (plain http only to loopback, or when "
+        "the policy config sets allowHttpEndpoint for a local stack). Fix: an https rabbitmq:endpoint."
+    ),
+    validate=validate_rabbitmq_https,
+    enforcement_level=MANDATORY,
+    config_schema=HTTPS_SCHEMA,
+)
+
+
+@tolerate_unknowns
+def validate_user_password(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_USER:
+        return
+    name = value_at(args.props, "name")
+    password = value_at(args.props, "password")
+    if password is UNKNOWN:
+        return
+    if not password:
+        report(f"RabbitMQ user {_quoted(name)} has an empty password. Set a secret password.")
+        return
+    if "password" not in (args.opts.additional_secret_outputs or []):
+        report(
+            f"RabbitMQ user {_quoted(name)}: the password is not a secret, so it is stored in plain text in the "
+            "stack state. Pass pulumi.Output.secret(...) or Config().require_secret(...), set with "
+            "`pulumi config set --secret`.",
+        )
+
+
+rabbitmq_user_password_secret = ResourceValidationPolicy(
+    name="rabbitmq-user-password-secret",
+    description=(
+        "A rabbitmq User's password is a non-empty Pulumi secret, never plain text in program or state. "
+        "Fix: read it with Config().require_secret() after `pulumi config set --secret`."
+    ),
+    validate=validate_user_password,
+    enforcement_level=MANDATORY,
+)
+
+
+# --- broker policies over delay queues ------------------------------------------------------------------
+
+
+@tolerate_unknowns
+def validate_broker_policy(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type not in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
+        return
+    name = value_at(args.props, "name")
+    policy = resolved(value_at(args.props, "policy"))
+    if not isinstance(policy, Mapping):
+        return
+    pattern = policy.get("pattern")
+    definition = policy.get("definition") or {}
+    applies_to = POLICY_APPLIES_TO_QUEUE_TYPE.get(policy.get("applyTo") or "all", ())
+    breaking = sorted(key for key in definition if key in DELAY_BREAKING_POLICY_KEYS)
+    if not breaking or not isinstance(pattern, str) or not applies_to:
+        return
+    try:
+        matcher = re.compile(pattern)
+    except re.error as error:
+        report(f"policy {_quoted(name)}: pattern {pattern!r} is not a valid regular expression ({error}).")
+        return
+    matched = [
+        queue.name for queue in MODEL_QUEUES.values() if matcher.search(queue.name) and _queue_type(queue) in applies_to
+    ]
+    if matched:
+        effects = "; ".join(f"{key}: {DELAY_BREAKING_POLICY_KEYS[key]}" for key in breaking)
+        report(
+            f"{args.resource_type.rsplit(':', 1)[-1]} {_quoted(name)} (pattern {pattern!r}) applies to "
+            f"{len(matched)} delay-level queues (e.g. {matched[0]!r}) and sets {', '.join(breaking)}. {effects}. "
+            "Exclude the delay queues from the pattern, e.g. prefix it with '^(?!nsb\\.(v2\\.)?delay-level-)'.",
+        )
+
+
+def _queue_type(queue: rmq.QueueSpec) -> str:
+    return "quorum" if queue.arguments.get("x-queue-type") == "quorum" else "classic"
+
+
+delay_queue_broker_policy = ResourceValidationPolicy(
+    name="delay-queue-broker-policy",
+    description=(
+        "No RabbitMQ Policy or OperatorPolicy whose pattern matches delay-level queues may set expires, "
+        "message-ttl, max-length(-bytes) or overflow: each silently deletes or re-times delayed messages. "
+        "Fix: exclude nsb(.v2).delay-level-* from the pattern."
+    ),
+    validate=validate_broker_policy,
+    enforcement_level=MANDATORY,
+)
+
+
+# --- lifecycle ---------------------------------------------------------------------------------------------
+
+
+@tolerate_unknowns
+def validate_delay_queue_protected(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    name = value_at(args.props, "name")
+    if not (isinstance(name, str) and name in MODEL_QUEUES):
+        return
+    if not args.opts.protect:
+        report(
+            f"queue {name!r} is not protected: any change to its settings replaces it, and replacing or "
+            "deleting a delay queue deletes the delayed messages in it (up to 4.25 years of them). Declare it "
+            "with protect=True and retain_on_delete=True (RabbitMqDelayInfrastructure protect_delay_queues=True).",
+        )
+
+
+delay_queue_protected = ResourceValidationPolicy(
+    name="delay-queue-protected",
+    description=(
+        "Delay-level queues are declared with protect (and retainOnDelete) so no update can delete them with "
+        "their messages. Fix: protect_delay_queues=True; lower this policy to advisory only for throwaway stacks."
+    ),
+    validate=validate_delay_queue_protected,
+    enforcement_level=MANDATORY,
+)
+
+
+RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
+    delay_level_queue_arguments,
+    typed_queue_arguments,
+    delay_exchange_settings,
+    delay_binding_keys,
+    endpoint_delivery_binding,
+    sqs_delay_queue_settings,
+    sqs_delay_queue_retention,
+    sqs_delay_queue_no_redrive,
+    sqs_delay_queue_name,
+    sqs_queue_encrypted,
+    rabbitmq_endpoint_https,
+    rabbitmq_user_password_secret,
+    delay_queue_broker_policy,
+    delay_queue_protected,
+]

@@ -1,0 +1,462 @@
+"""Stack rules: invariants no single resource shows - a complete level chain, bindings that lead somewhere,
+names declared once, endpoints retired in a safe order.
+
+The expected graph is ``components.model.rabbitmq.delay_levels``; a rule reports each missing or
+dangling object once, against the resource that refers to it when there is one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    PolicyResource,
+    ReportViolation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from policies.props import (
+    RABBITMQ_BINDING,
+    RABBITMQ_EXCHANGE,
+    RABBITMQ_OPERATOR_POLICY,
+    RABBITMQ_POLICY,
+    RABBITMQ_QUEUE,
+    RABBITMQ_USER,
+    SQS_QUEUE,
+    UNKNOWN,
+    config_value,
+    declared_arguments,
+    tolerate_unknowns,
+    value_at,
+)
+from policies.rules import DELIVERY_EXCHANGES
+
+DEFAULT_VHOST = "/"
+# The argument naming a level queue's dead-letter target: the one level 00 sets to the delivery exchange.
+DEAD_LETTER_EXCHANGE_ARGUMENT = next(
+    key for key, value in rmq.delay_queue_arguments(0).items() if value == rmq.delivery_exchange_name()
+)
+
+
+def _name(resource: PolicyResource, key: str = "name") -> str | None:
+    value = value_at(resource.props, key)
+    return value if isinstance(value, str) else None
+
+
+def _vhost(resource: PolicyResource) -> str:
+    value = value_at(resource.props, "vhost")
+    return value if isinstance(value, str) else DEFAULT_VHOST
+
+
+def _broker(resource: PolicyResource) -> tuple[str, str]:
+    """Which broker and vhost a RabbitMQ object lives in: (provider urn or "" for the default, vhost)."""
+    return (resource.provider.urn if resource.provider else "", _vhost(resource))
+
+
+@dataclass
+class _Broker:
+    """The RabbitMQ objects of one broker/vhost, by physical name."""
+
+    exchanges: dict[str, PolicyResource] = field(default_factory=dict)
+    queues: dict[str, PolicyResource] = field(default_factory=dict)
+    bindings: dict[tuple[str, str, str, str], PolicyResource] = field(default_factory=dict)
+
+
+def _brokers(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], _Broker]:
+    brokers: dict[tuple[str, str], _Broker] = defaultdict(_Broker)
+    for resource in resources:
+        broker = brokers[_broker(resource)] if resource.resource_type.startswith("rabbitmq:") else None
+        if broker is None:
+            continue
+        if resource.resource_type == RABBITMQ_EXCHANGE and _name(resource):
+            broker.exchanges.setdefault(_name(resource) or "", resource)
+        elif resource.resource_type == RABBITMQ_QUEUE and _name(resource):
+            broker.queues.setdefault(_name(resource) or "", resource)
+        elif resource.resource_type == RABBITMQ_BINDING:
+            ends = [value_at(resource.props, k) for k in ("source", "destinationType", "destination", "routingKey")]
+            if all(isinstance(end, str) for end in ends):
+                broker.bindings.setdefault((ends[0], ends[1], ends[2], ends[3]), resource)
+    return {key: broker for key, broker in brokers.items() if broker.exchanges or broker.queues or broker.bindings}
+
+
+def _where(key: tuple[str, str]) -> str:
+    provider, vhost = key
+    return f"vhost {vhost!r}" + (f" of provider {provider.rsplit('::', 1)[-1]!r}" if provider else "")
+
+
+# --- the level chain ------------------------------------------------------------------------------------
+
+
+def _generations_present(broker: _Broker) -> list[str]:
+    """A generation is present when any of its level exchanges/queues or its delivery exchange is declared."""
+    present = []
+    for generation in rmq.GENERATIONS:
+        names = {spec.name for spec in rmq.delay_levels(generation).exchanges}
+        if names & (set(broker.exchanges) | set(broker.queues)):
+            present.append(generation)
+    return present
+
+
+def _referrers(broker: _Broker, name: str) -> list[PolicyResource]:
+    """Resources that point at ``name``: queues dead-lettering to it, bindings from or to it."""
+    found = []
+    for queue in broker.queues.values():
+        declared = declared_arguments(queue.props)
+        if declared is not UNKNOWN and declared.values.get(DEAD_LETTER_EXCHANGE_ARGUMENT) == name:
+            found.append(queue)
+    found += [b for (source, _, destination, _), b in broker.bindings.items() if name in (source, destination)]
+    return found
+
+
+_BINDING_CONSEQUENCE = {
+    "level-queue": "delays with this level's bit set never wait in its queue and arrive early",
+    "level-next": "delays with this level's bit 0 stop here and are never delivered",
+    "delivery": "level 00 does not reach the delivery exchange, so no delayed message is ever delivered",
+}
+
+
+@tolerate_unknowns
+def validate_level_chain(args: StackValidationArgs, report: ReportViolation) -> None:
+    for key, broker in sorted(_brokers(args.resources).items()):
+        for generation in _generations_present(broker):
+            _check_chain(key, broker, generation, report)
+
+
+def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report: ReportViolation) -> None:
+    topology = rmq.delay_levels(generation)
+    where = _where(key)
+    fix = (
+        f"Declare the whole chain with RabbitMqDelayInfrastructure ({rmq.LEVEL_COUNT} levels, their bindings and "
+        "the delivery exchange)."
+    )
+    missing: set[str] = set()
+    for exchange in topology.exchanges:
+        if exchange.name not in broker.exchanges:
+            missing.add(exchange.name)
+            referrers = _referrers(broker, exchange.name)
+            report(
+                f"{generation} chain in {where}: exchange {exchange.name!r} is missing"
+                + (f" but {len(referrers)} resource(s) route or dead-letter to it" if referrers else "")
+                + f"; delayed messages reaching it are dropped. {fix}",
+                referrers[0].urn if referrers else None,
+            )
+    for queue in topology.queues:
+        if queue.name not in broker.queues:
+            missing.add(queue.name)
+            referrers = _referrers(broker, queue.name)
+            report(
+                f"{generation} chain in {where}: level queue {queue.name!r} is missing; delays with bit "
+                f"{queue.level} set have nowhere to wait. {fix}",
+                referrers[0].urn if referrers else None,
+            )
+    for binding in topology.bindings:
+        ends = {binding.source, binding.destination}
+        if ends & missing or (binding.source, binding.destination_type, binding.destination, binding.routing_key) in (
+            broker.bindings
+        ):
+            continue
+        source = broker.exchanges[binding.source]
+        report(
+            f"{generation} chain in {where}: binding {binding.source!r} -> {binding.destination_type} "
+            f"{binding.destination!r} with key {binding.routing_key!r} is missing; "
+            f"{_BINDING_CONSEQUENCE[binding.role]}. {fix}",
+            source.urn,
+        )
+    for name, queue in sorted(broker.queues.items()):
+        if name not in {q.name for q in topology.queues}:
+            continue
+        declared = declared_arguments(queue.props)
+        target = declared.values.get(DEAD_LETTER_EXCHANGE_ARGUMENT) if declared is not UNKNOWN else None
+        if isinstance(target, str) and target not in broker.exchanges and target not in missing:
+            report(
+                f"{generation} chain in {where}: queue {name!r} dead-letters to {target!r}, which no resource in "
+                f"the stack declares; its expired messages are dropped. Dead-letter to "
+                f"{rmq.dead_letter_exchange(queue_level(name), generation)!r}.",
+                queue.urn,
+            )
+
+
+def queue_level(name: str) -> int:
+    parsed = rmq.parse_delay_level_name(name)
+    if parsed is None:
+        raise ValueError(f"{name!r} is not a delay-level name")
+    return parsed[1]
+
+
+delay_level_chain_complete = StackValidationPolicy(
+    name="delay-level-chain-complete",
+    description=(
+        f"For each generation present, all {rmq.LEVEL_COUNT} level exchanges and queues, both bindings of every "
+        "level, the delivery exchange and every dead-letter target exist in the same vhost. "
+        "Fix: declare the chain with RabbitMqDelayInfrastructure."
+    ),
+    validate=validate_level_chain,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
+# --- endpoints ---------------------------------------------------------------------------------------------
+
+ENDPOINT_SCHEMA = PolicyConfigSchema(
+    properties={
+        "externalEndpoints": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Delivery-binding destinations declared outside this stack (another stack, the endpoint's "
+            "own installer).",
+        }
+    }
+)
+
+
+@tolerate_unknowns
+def validate_endpoint_destinations(args: StackValidationArgs, report: ReportViolation) -> None:
+    external = set(config_value(args.get_config(), ENDPOINT_SCHEMA, "externalEndpoints") or [])
+    for key, broker in sorted(_brokers(args.resources).items()):
+        for (source, destination_type, destination, _), binding in sorted(broker.bindings.items()):
+            if source not in DELIVERY_EXCHANGES or destination in external:
+                continue
+            declared = broker.queues if destination_type == "queue" else broker.exchanges
+            if destination not in declared:
+                report(
+                    f"delivery binding {source!r} -> {destination_type} {destination!r} in {_where(key)}: no "
+                    f"{destination_type} {destination!r} is declared in this stack, so delayed messages for it "
+                    "are unroutable and stall their level. Declare the endpoint (RabbitMqEndpoint) or, if it "
+                    "lives elsewhere, list it in this policy's externalEndpoints.",
+                    binding.urn,
+                )
+
+
+endpoint_destinations_exist = StackValidationPolicy(
+    name="endpoint-destinations-exist",
+    description=(
+        "Every '#.<endpoint>' delivery binding leads to a queue or exchange declared in the stack, or listed "
+        "in the config's externalEndpoints. Fix: declare the endpoint or list it as external."
+    ),
+    validate=validate_endpoint_destinations,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=ENDPOINT_SCHEMA,
+)
+
+SQS_PAIR_SCHEMA = PolicyConfigSchema(
+    properties={
+        "withoutDelayedDelivery": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Input queues of endpoints that do not use unrestricted delayed delivery (no "
+            f"'{sqs.DELAY_QUEUE_SUFFIX}' queue expected).",
+        }
+    }
+)
+
+
+def _sqs_region(resource: PolicyResource) -> str:
+    if resource.provider is None:
+        return ""
+    region = value_at(resource.provider.props, "region")
+    return region if isinstance(region, str) else resource.provider.urn
+
+
+@tolerate_unknowns
+def validate_sqs_pairs(args: StackValidationArgs, report: ReportViolation) -> None:
+    exempt = set(config_value(args.get_config(), SQS_PAIR_SCHEMA, "withoutDelayedDelivery") or [])
+    queues: dict[tuple[str, str], PolicyResource] = {}
+    for resource in args.resources:
+        name = _name(resource) if resource.resource_type == SQS_QUEUE else None
+        if name:
+            queues.setdefault((_sqs_region(resource), name), resource)
+    for (region, name), queue in sorted(queues.items()):
+        if name.endswith(sqs.DELAY_QUEUE_SUFFIX):
+            input_queue = name.removesuffix(sqs.DELAY_QUEUE_SUFFIX)
+            if (region, input_queue) not in queues:
+                report(
+                    f"SQS queue {name!r} has no input queue {input_queue!r} in this stack: every cycle ends "
+                    f"with a send to {input_queue!r}, which fails. Declare both with SqsEndpoint.",
+                    queue.urn,
+                )
+            continue
+        role = value_at(queue.props, "tags", sqs.ROLE_TAG)
+        delay_queue = name + sqs.DELAY_QUEUE_SUFFIX
+        if role == "input" and name not in exempt and (region, delay_queue) not in queues:
+            report(
+                f"SQS endpoint queue {name!r} has no {delay_queue!r}: delays over {sqs.MAX_DELAY_SECONDS} s "
+                "fail to send and the endpoint refuses to start with unrestricted delayed delivery. Declare it "
+                "(SqsEndpoint delayed_delivery=True) or, if the endpoint does not use it, list "
+                f"{name!r} in this policy's withoutDelayedDelivery.",
+                queue.urn,
+            )
+
+
+sqs_delay_queue_pairs = StackValidationPolicy(
+    name="sqs-delay-queue-pairs",
+    description=(
+        f"Every SQS endpoint input queue has its '{sqs.DELAY_QUEUE_SUFFIX}' queue (unless listed in "
+        f"withoutDelayedDelivery) and every '{sqs.DELAY_QUEUE_SUFFIX}' queue its input queue. "
+        "Fix: declare them together with SqsEndpoint."
+    ),
+    validate=validate_sqs_pairs,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=SQS_PAIR_SCHEMA,
+)
+
+
+# --- physical names --------------------------------------------------------------------------------------
+
+
+def _identity(resource: PolicyResource) -> tuple[str, ...] | None:
+    """What the broker/AWS identifies the object by; two resources with one identity fight over one object."""
+    kind = resource.resource_type
+    name = _name(resource)
+    provider, vhost = _broker(resource)
+    if kind in (RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY) and name:
+        return (kind, provider, vhost, name)
+    if kind == RABBITMQ_USER and name:
+        return (kind, provider, name)
+    if kind == RABBITMQ_BINDING:
+        ends = tuple(value_at(resource.props, k) for k in ("source", "destinationType", "destination", "routingKey"))
+        return (kind, provider, vhost, *ends) if all(isinstance(e, str) for e in ends) else None
+    if kind == SQS_QUEUE and name:
+        return (kind, _sqs_region(resource), name)
+    return None
+
+
+def _describe(identity: tuple[str, ...]) -> str:
+    kind = identity[0].rsplit(":", 1)[-1]
+    if identity[0] == RABBITMQ_BINDING:
+        source, destination_type, destination, key = identity[3:]
+        return f"{kind} {source!r} -> {destination_type} {destination!r} (key {key!r}) in vhost {identity[2]!r}"
+    where = f" in vhost {identity[2]!r}" if identity[0] in (RABBITMQ_EXCHANGE, RABBITMQ_QUEUE) else ""
+    return f"{kind} {identity[-1]!r}{where}"
+
+
+@tolerate_unknowns
+def validate_unique_names(args: StackValidationArgs, report: ReportViolation) -> None:
+    owners: dict[tuple[str, ...], list[PolicyResource]] = defaultdict(list)
+    for resource in args.resources:
+        identity = _identity(resource)
+        if identity is not None:
+            owners[identity].append(resource)
+    for identity, resources in sorted(owners.items()):
+        if len(resources) > 1:
+            names = ", ".join(repr(r.name) for r in resources)
+            report(
+                f"{_describe(identity)} is declared by {len(resources)} resources ({names}): they overwrite each "
+                "other, and deleting either deletes the object the other still needs (with a queue's messages). "
+                "Keep one declaration and reference it.",
+                resources[1].urn,
+            )
+
+
+unique_physical_names = StackValidationPolicy(
+    name="unique-physical-names",
+    description=(
+        "No two resources declare the same exchange, queue, binding, policy or user in one vhost, or the same "
+        "SQS queue in one region. Fix: declare each object once."
+    ),
+    validate=validate_unique_names,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
+# --- retiring an endpoint ------------------------------------------------------------------------------------
+
+RETIREMENT_SCHEMA = PolicyConfigSchema(
+    properties={
+        "previousEndpoints": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Delivery-binding destinations of the deployed stack (e.g. from `pulumi stack output "
+            "rabbitmqEndpointQueues`); those no longer bound get the retirement advice.",
+        }
+    }
+)
+
+RETIREMENT_ORDER = (
+    "Retire in this order: (1) stop every sender from scheduling messages to it; (2) keep its queue and its "
+    "'#.<endpoint>' binding until the longest delay any sender used has elapsed and no level queue holds a "
+    "message for it; (3) then remove the binding, then the queue. A delayed message whose destination is "
+    "unbound cannot be dead-lettered at-least-once, so it stays at the head of its level queue and stalls "
+    "every delayed message behind it (NServiceBus.RabbitMQ issue 1407)."
+)
+
+
+def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource]:
+    bound: dict[str, PolicyResource] = {}
+    for broker in _brokers(resources).values():
+        for (source, _, destination, _), binding in broker.bindings.items():
+            if source in DELIVERY_EXCHANGES:
+                bound.setdefault(destination, binding)
+    return bound
+
+
+def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResource]:
+    """Receiving queues of RabbitMqEndpoint components (legacy timeout queues have no delivery binding)."""
+    from components.rabbitmq import TYPE_PREFIX, RabbitMqEndpoint
+
+    endpoint_type = f"{TYPE_PREFIX}{RabbitMqEndpoint.__name__}"
+    queues = {}
+    for resource in resources:
+        name = _name(resource) if resource.resource_type == RABBITMQ_QUEUE else None
+        parent = resource.parent
+        legacy = bool(name) and name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES)
+        if name and not legacy and parent is not None and parent.resource_type == endpoint_type:
+            queues[name] = resource
+    return queues
+
+
+@tolerate_unknowns
+def validate_retirement(args: StackValidationArgs, report: ReportViolation) -> None:
+    bound = _delivery_destinations(args.resources)
+    if not bound:
+        return
+    previous = config_value(args.get_config(), RETIREMENT_SCHEMA, "previousEndpoints") or []
+    for name in sorted(set(previous) - set(bound)):
+        report(
+            f"endpoint {name!r} loses its delivery binding while {len(bound)} other endpoint(s) keep theirs: "
+            f"delayed messages already in flight to {name!r} will stall their level. {RETIREMENT_ORDER}",
+        )
+    for name, queue in sorted(_endpoint_queues(args.resources).items()):
+        if name not in bound and name not in previous:
+            report(
+                f"endpoint queue {name!r} is declared without its '#.{name}' delivery binding while other endpoints "
+                f"have theirs: delayed messages to {name!r} will stall their level. Keep the binding until the "
+                f"endpoint is fully retired. {RETIREMENT_ORDER}",
+                queue.urn,
+            )
+
+
+endpoint_retirement_order = StackValidationPolicy(
+    name="endpoint-retirement-order",
+    description=(
+        "An endpoint that loses its delivery binding while others keep theirs strands its in-flight delayed "
+        "messages at the head of a level queue (NServiceBus.RabbitMQ#1407). Fix: stop senders, wait out the "
+        "longest delay, then remove binding and queue."
+    ),
+    validate=validate_retirement,
+    enforcement_level=EnforcementLevel.ADVISORY,
+    config_schema=RETIREMENT_SCHEMA,
+)
+
+
+STACK_POLICIES: list[StackValidationPolicy] = [
+    delay_level_chain_complete,
+    endpoint_destinations_exist,
+    sqs_delay_queue_pairs,
+    unique_physical_names,
+    endpoint_retirement_order,
+]
+
+
+def previous_endpoint_names(resources: Iterable[PolicyResource]) -> list[str]:
+    """The delivery destinations of a (previous) set of resources: the value for ``previousEndpoints``."""
+    return sorted(_delivery_destinations(resources))
