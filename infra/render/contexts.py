@@ -1,0 +1,122 @@
+"""Template contexts: the model's objects for a stack, arranged for each output format.
+
+Every value here is read from ``components.model`` (via ``infra.stack_topology``); the only things
+added are the output formats' own structure (CloudFormation logical ids, Mermaid node ids).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from components.model import msmq, sqs
+from components.model import rabbitmq as rmq
+from infra.config import StackConfig
+from infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+
+
+def definitions_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
+    config = stack.rabbitmq
+    assert config is not None
+    return {"vhost": config.vhost, "topology": rabbitmq_topology(config)}
+
+
+def _logical_id(queue_name: str, taken: set[str]) -> str:
+    """CloudFormation logical ids are alphanumeric: ``dev-Sales-delay.fifo`` -> ``DevSalesDelayFifoQueue``."""
+    words = re.split(r"[^A-Za-z0-9]+", queue_name)
+    base = "".join(word[:1].upper() + word[1:] for word in words if word) + "Queue"
+    candidate, suffix = base, 2
+    while candidate in taken:
+        candidate, suffix = f"{base}{suffix}", suffix + 1
+    taken.add(candidate)
+    return candidate
+
+
+def cloudformation_properties(spec: sqs.SqsQueueSpec, endpoint: str) -> dict[str, Any]:
+    """``AWS::SQS::Queue`` properties (typed: numbers and booleans) for one model queue."""
+    properties: dict[str, Any] = {
+        "QueueName": spec.name,
+        "DelaySeconds": spec.delay_seconds,
+        "MessageRetentionPeriod": spec.message_retention_seconds,
+        "SqsManagedSseEnabled": spec.sqs_managed_sse_enabled,
+        "Tags": [
+            {"Key": "nsb-delays/endpoint", "Value": sqs.sanitize_queue_name(endpoint)},
+            {"Key": "nsb-delays/role", "Value": spec.role},
+        ],
+    }
+    if spec.fifo_queue:
+        properties["FifoQueue"] = True
+    return properties
+
+
+def cloudformation_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
+    config = stack.sqs
+    assert config is not None
+    taken: set[str] = set()
+    queues = [
+        {
+            "logical_id": _logical_id(spec.name, taken),
+            "endpoint": endpoint,
+            "role": spec.role,
+            "properties": cloudformation_properties(spec, endpoint),
+        }
+        for endpoint, spec in sqs_queue_specs(config)
+    ]
+    return {"stack_name": stack_name, "queues": queues}
+
+
+def mssql_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
+    config = stack.msmq
+    assert config is not None
+    tables = [msmq.delayed_store_table(endpoint, config.schema) for endpoint in config.endpoints]
+    return {"stack_name": stack_name, "tables": tables}
+
+
+def _mermaid_label(text: str) -> str:
+    """Mermaid node/edge text in double quotes: a literal quote becomes ``#quot;``."""
+    return text.replace('"', "#quot;")
+
+
+def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
+    """Nodes (exchanges rounded, queues as boxes) and edges: bindings, dead-lettering, delivery."""
+    config = stack.rabbitmq
+    assert config is not None
+    topology = rabbitmq_topology(config)
+    ids: dict[tuple[str, str], str] = {}
+    nodes: list[dict[str, str]] = []
+
+    def node(kind: str, name: str, label: str) -> str:
+        if (kind, name) not in ids:
+            ids[(kind, name)] = f"{kind[0]}{len(ids)}"
+            nodes.append({"id": ids[(kind, name)], "kind": kind, "label": _mermaid_label(label)})
+        return ids[(kind, name)]
+
+    for exchange in topology.exchanges:
+        node("exchange", exchange.name, f"{exchange.name} ({exchange.type})")
+    edges: list[dict[str, str]] = []
+    for queue in topology.queues:
+        if queue.holds_delayed_messages:
+            ttl_ms = int(queue.arguments["x-message-ttl"])
+            label = f"{queue.name}<br/>TTL {ttl_ms // 1000} s"
+            target = ids[("exchange", str(queue.arguments["x-dead-letter-exchange"]))]
+            edges.append({"from": node("queue", queue.name, label), "to": target, "label": "expired", "style": "dead"})
+        elif any(b.destination == queue.name for b in topology.bindings):
+            node("queue", queue.name, queue.name)
+    for binding in topology.bindings:
+        source = ids[("exchange", binding.source)]
+        target = ids[(binding.destination_type, binding.destination)]
+        if binding.role == "level-queue":
+            label = f"bit {binding.level} = 1"
+        elif binding.role in ("level-next", "delivery"):
+            label = f"bit {binding.level} = 0"
+        else:
+            label = binding.routing_key
+        edges.append({"from": source, "to": target, "label": _mermaid_label(label), "style": binding.role})
+    return {
+        "stack_name": stack_name,
+        "vhost": config.vhost,
+        "generation": config.generation,
+        "delivery_exchange": rmq.delivery_exchange_name(config.generation),
+        "nodes": nodes,
+        "edges": edges,
+    }

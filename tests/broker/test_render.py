@@ -1,0 +1,168 @@
+"""Rendered files work where they are used: definitions import into RabbitMQ and deliver delayed messages,
+the CloudFormation template creates correct SQS queues in moto, the T-SQL parses as the seed-002 table,
+and the Mermaid diagram shows the graph and every endpoint's delivery path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+import sqlglot
+from click.testing import CliRunner
+from sqlglot import exp
+
+from components.model import msmq
+from components.model import rabbitmq as rmq
+from infra.apply import RabbitMqApplier
+from infra.cli import cli
+from infra.config import MsmqConfig, StackConfig, load_stack
+from infra.delivery import ArrivalCollector, DelayedPublisher
+from infra.management import ManagementApi
+from infra.recording import record_stack
+from infra.render import RenderError, render
+from infra.services import LocalMoto, LocalRabbitMq
+from infra.stack_topology import rabbitmq_topology, receiving_queues, sqs_queue_specs
+
+DELAYS = (0, 1, 2, 3)
+CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
+
+
+def dev_in_vhost(vhost: str) -> StackConfig:
+    dev = load_stack("dev")
+    assert dev.rabbitmq is not None
+    return replace(dev, rabbitmq=replace(dev.rabbitmq, vhost=vhost))
+
+
+def shape(definitions: dict) -> dict:
+    """Exchanges, queues and bindings without the vhost name: what two vhosts must share."""
+    return {
+        key: sorted(json.dumps({k: v for k, v in i.items() if k != "vhost"}, sort_keys=True) for i in items)
+        for key, items in definitions.items()
+        if key in ("exchanges", "queues", "bindings")
+    }
+
+
+def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_messages(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+) -> None:
+    imported = dev_in_vhost(new_vhost("definitions"))
+    document = json.loads(render(imported, "rabbitmq-definitions", "dev"))
+    assert {q["arguments"].get("x-message-ttl") for q in document["queues"]} >= {1000, 134_217_728_000}
+    management.import_definitions(document)
+
+    applied = dev_in_vhost(new_vhost("applied"))
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(applied))
+    assert shape(management.definitions(imported.rabbitmq.vhost)) == shape(
+        management.definitions(applied.rabbitmq.vhost)
+    )
+
+    config = imported.rabbitmq
+    destinations = receiving_queues(config)
+    with ArrivalCollector(rabbitmq.amqp_url, config.vhost, destinations) as collector:
+        with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
+            sends = [publisher.send(d, delay) for delay in DELAYS for d in destinations]
+        assert collector.wait_for([s.message_id for s in sends], timeout=max(DELAYS) + 20)
+    arrivals = collector.by_id()
+    for send in sends:
+        assert [a.queue for a in arrivals[send.message_id]] == [send.destination]
+        assert arrivals[send.message_id][0].arrived_at >= send.due_at - CLOCK_GRANULARITY_SECONDS
+
+
+def test_cloudformation_stack_in_moto_creates_every_queue_with_its_attributes(moto_server: LocalMoto) -> None:
+    stack = load_stack("dev")
+    template = render(stack, "cloudformation", "dev")
+    cloudformation = moto_server.client("cloudformation")
+    cloudformation.create_stack(StackName="nsb-delays-render-test", TemplateBody=template)
+    status = cloudformation.describe_stacks(StackName="nsb-delays-render-test")["Stacks"][0]
+    assert status["StackStatus"] == "CREATE_COMPLETE"
+    client = moto_server.client("sqs")
+    expected = sqs_queue_specs(stack.sqs)
+    assert len(expected) == 6
+    for _endpoint, spec in expected:
+        url = client.get_queue_url(QueueName=spec.name)["QueueUrl"]
+        attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        for name, value in spec.attributes().items():
+            assert attributes.get(name) == value, (spec.name, name, attributes.get(name), value)
+        assert "RedrivePolicy" not in attributes
+        assert attributes.get("ContentBasedDeduplication", "false") == "false"
+        assert ("FifoQueue" in attributes) == spec.fifo_queue
+        tags = client.list_queue_tags(QueueUrl=url).get("Tags", {})
+        assert tags["nsb-delays/role"] == spec.role
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in status.get("Outputs", [])}
+    assert len(outputs) == 2 * len(expected)
+
+
+def created_tables(script: str) -> dict[str, exp.Create]:
+    trees = sqlglot.parse(script, read="tsql")
+    return {
+        create.this.this.name: create
+        for tree in trees
+        for create in tree.find_all(exp.Create)
+        if create.kind == "TABLE"
+    }
+
+
+def test_mssql_delayed_store_script_parses_as_the_seed_002_table() -> None:
+    stack = load_stack("dev")
+    script = render(stack, "mssql-delayed-store", "dev")
+    tables = created_tables(script)
+    assert set(tables) == {msmq.table_name(e) for e in stack.msmq.endpoints} == {"Sales.timeouts"}
+    create = tables["Sales.timeouts"]
+    assert create.this.this.args["db"].name == "dbo"
+    columns = {c.name: c for c in create.find_all(exp.ColumnDef)}
+    assert list(columns) == [c.name for c in msmq.COLUMNS]
+    for column in msmq.COLUMNS:
+        defined = columns[column.name]
+        assert defined.args["kind"] == exp.DataType.build(column.sql_type, dialect="tsql"), column.name
+        constraints = {type(c.args["kind"]).__name__ for c in defined.args.get("constraints") or []}
+        assert ("NotNullColumnConstraint" in constraints) == (not column.nullable)
+        assert ("PrimaryKeyColumnConstraint" in constraints) == column.primary_key
+        assert ("DefaultColumnConstraint" in constraints) == (column.default is not None)
+    indexes = [c for tree in sqlglot.parse(script, read="tsql") for c in tree.find_all(exp.Create) if c.kind == "INDEX"]
+    assert [i.this.name for i in indexes] == [msmq.INDEX_NAME]
+    assert [col.name for col in indexes[0].find_all(exp.Column)] == list(msmq.INDEX_COLUMNS)
+    guards = [block for tree in sqlglot.parse(script, read="tsql") for block in tree.find_all(exp.IfBlock)]
+    assert len(guards) == 2
+    assert "sys.objects" in guards[0].args["this"].sql("tsql") and "sys.indexes" in guards[1].args["this"].sql("tsql")
+
+
+def test_mssql_names_with_brackets_and_quotes_are_escaped() -> None:
+    stack = StackConfig(msmq=MsmqConfig(schema="nsb]x", endpoints=("O'Brien]s",)))
+    script = render(stack, "mssql-delayed-store", "odd")
+    assert "[nsb]]x].[O'Brien]]s.timeouts]" in script
+    assert "OBJECT_ID(N'[nsb]]x].[O''Brien]]s.timeouts]')" in script
+    assert set(created_tables(script)) == {"O'Brien]s.timeouts"}
+
+
+def test_mermaid_diagram_has_every_level_and_each_endpoint_path() -> None:
+    stack = load_stack("dev")
+    text = render(stack, "mermaid", "dev")
+    assert text.splitlines()[2] == "flowchart TD"
+    exchanges = {name: node for node, name in re.findall(r'^\s+(\w+)\(\["([^"]+) \(\w+\)"\]\)$', text, re.M)}
+    queue_labels = dict(re.findall(r'^\s+(\w+)\["([^"]+)"\]$', text, re.M))
+    queues = {label.split("<br/>")[0]: node for node, label in queue_labels.items()}
+    edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
+    assert len(edges) == len(rabbitmq_topology(stack.rabbitmq).bindings) + rmq.LEVEL_COUNT
+    for source, _, target in edges:
+        assert {source, target} <= set(exchanges.values()) | set(queues.values())
+    for level in range(rmq.LEVEL_COUNT):
+        name = rmq.delay_level_name(level)
+        assert f"TTL {rmq.level_ttl_ms(level) // 1000} s" in queue_labels[queues[name]]
+        assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level)]) in edges
+        assert (exchanges[name], f"bit {level} = 1", queues[name]) in edges
+    delivery = exchanges[rmq.delivery_exchange_name("v2")]
+    for queue in receiving_queues(stack.rabbitmq):  # conventional: delivery -> fanout exchange -> queue
+        assert (delivery, rmq.endpoint_binding_key(queue), exchanges[queue]) in edges
+        assert (exchanges[queue], "", queues[queue]) in edges
+
+
+def test_render_command_writes_a_file_and_names_a_missing_section(tmp_path) -> None:
+    out = tmp_path / "definitions.json"
+    result = CliRunner().invoke(cli, ["render", "--stack", "dev", "--format", "rabbitmq-definitions", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(out.read_text())["queues"]) == len(rabbitmq_topology(load_stack("dev").rabbitmq).queues)
+    with pytest.raises(RenderError, match="nsb-delays:sqs section"):
+        render(StackConfig(), "cloudformation", "empty")
