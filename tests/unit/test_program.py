@@ -1,0 +1,64 @@
+"""The Pulumi program end to end under mocks: stack config in, components and outputs out."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pulumi
+import pytest
+
+from infra.config import ConfigError, load_stack
+from infra.program import main
+from infra.recording import record, record_stack
+from tests.unit.helpers import BINDING, EXCHANGE, QUEUE, SQS_QUEUE
+
+
+def run_main_with(config: dict[str, object]) -> list:
+    def program() -> None:
+        pulumi.runtime.set_all_config({f"nsb-delays:{k}": json.dumps(v) for k, v in config.items()})
+        main()
+
+    try:
+        return record(program)
+    finally:
+        pulumi.runtime.set_all_config({})
+
+
+def test_dev_stack_declares_the_graph_three_endpoints_and_six_sqs_queues() -> None:
+    resources = record_stack(load_stack("dev"))
+    counts = Counter(r.type for r in resources)
+    # 29 delay exchanges + fanout exchanges for Sales, Billing, Billing-blue, Billing.Timeouts,
+    # Billing.TimeoutsDispatcher, Shipping, error, audit
+    assert counts[EXCHANGE] == 29 + 8
+    assert counts[QUEUE] == 28 + 8
+    assert counts[BINDING] == 56 + 8 + 4  # graph + fanout->queue + delivery bindings (Sales, Billing, Billing-blue, Shipping)
+    assert counts[SQS_QUEUE] == 6
+    assert counts["nsb-delays:index:RabbitMqEndpoint"] == 3 and counts["nsb-delays:index:SqsEndpoint"] == 3
+
+
+def test_every_child_has_a_component_parent() -> None:
+    resources = record_stack(load_stack("dev"))
+    components = {r.urn for r in resources if not r.custom}
+    assert all(r.parent in components for r in resources if r.custom)
+
+
+def test_main_reads_the_stack_config_through_pulumi_config() -> None:
+    resources = run_main_with({"rabbitmq": {"endpoints": ["Sales"]}, "sqs": {"endpoints": ["Sales"]}})
+    assert {r.inputs.get("name") for r in resources if r.type == SQS_QUEUE} == {"Sales", "Sales-delay.fifo"}
+    assert any(r.type == QUEUE and r.inputs["name"] == "Sales" for r in resources)
+
+
+def test_main_validates_before_declaring_anything() -> None:
+    registered: list = []
+
+    def program() -> None:
+        pulumi.runtime.set_all_config({"nsb-delays:rabbitmq": json.dumps({"endpoints": ["a b"], "generation": "v3"})})
+        main()
+
+    try:
+        with pytest.raises(ConfigError, match="2 problems"):
+            record(program, sink=registered)
+    finally:
+        pulumi.runtime.set_all_config({})
+    assert registered == []
