@@ -40,8 +40,8 @@ def cloudformation_properties(spec: sqs.SqsQueueSpec, endpoint: str) -> dict[str
         "MessageRetentionPeriod": spec.message_retention_seconds,
         "SqsManagedSseEnabled": spec.sqs_managed_sse_enabled,
         "Tags": [
-            {"Key": "nsb-delays/endpoint", "Value": sqs.sanitize_queue_name(endpoint)},
-            {"Key": "nsb-delays/role", "Value": spec.role},
+            {"Key": sqs.ENDPOINT_TAG, "Value": sqs.sanitize_queue_name(endpoint)},
+            {"Key": sqs.ROLE_TAG, "Value": spec.role},
         ],
     }
     if spec.fifo_queue:

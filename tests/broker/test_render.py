@@ -14,7 +14,7 @@ import sqlglot
 from click.testing import CliRunner
 from sqlglot import exp
 
-from components.model import msmq
+from components.model import msmq, sqs
 from components.model import rabbitmq as rmq
 from infra.apply import RabbitMqApplier
 from infra.cli import cli
@@ -90,7 +90,7 @@ def test_cloudformation_stack_in_moto_creates_every_queue_with_its_attributes(mo
         assert attributes.get("ContentBasedDeduplication", "false") == "false"
         assert ("FifoQueue" in attributes) == spec.fifo_queue
         tags = client.list_queue_tags(QueueUrl=url).get("Tags", {})
-        assert tags["nsb-delays/role"] == spec.role
+        assert tags[sqs.ROLE_TAG] == spec.role
     outputs = {o["OutputKey"]: o["OutputValue"] for o in status.get("Outputs", [])}
     assert len(outputs) == 2 * len(expected)
 
