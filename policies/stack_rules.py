@@ -67,6 +67,11 @@ class _Broker:
     exchanges: dict[str, PolicyResource] = field(default_factory=dict)
     queues: dict[str, PolicyResource] = field(default_factory=dict)
     bindings: dict[tuple[str, str, str, str], PolicyResource] = field(default_factory=dict)
+    # A name or key unknown during preview: absence cannot be judged until `pulumi up` knows it.
+    incomplete: bool = False
+
+
+_BINDING_ENDS = ("source", "destinationType", "destination", "routingKey")
 
 
 def _brokers(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], _Broker]:
@@ -75,13 +80,16 @@ def _brokers(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], _Brok
         broker = brokers[_broker(resource)] if resource.resource_type.startswith("rabbitmq:") else None
         if broker is None:
             continue
-        if resource.resource_type == RABBITMQ_EXCHANGE and _name(resource):
-            broker.exchanges.setdefault(_name(resource) or "", resource)
-        elif resource.resource_type == RABBITMQ_QUEUE and _name(resource):
-            broker.queues.setdefault(_name(resource) or "", resource)
+        if resource.resource_type in (RABBITMQ_EXCHANGE, RABBITMQ_QUEUE):
+            name = value_at(resource.props, "name")
+            broker.incomplete |= name is UNKNOWN or value_at(resource.props, "vhost") is UNKNOWN
+            objects = broker.exchanges if resource.resource_type == RABBITMQ_EXCHANGE else broker.queues
+            if isinstance(name, str):
+                objects.setdefault(name, resource)
         elif resource.resource_type == RABBITMQ_BINDING:
-            ends = [value_at(resource.props, k) for k in ("source", "destinationType", "destination", "routingKey")]
-            if all(isinstance(end, str) for end in ends):
+            ends = [value_at(resource.props, k) for k in (*_BINDING_ENDS, "vhost")]
+            broker.incomplete |= UNKNOWN in ends
+            if all(isinstance(end, str) for end in ends[:-1]):
                 broker.bindings.setdefault((ends[0], ends[1], ends[2], ends[3]), resource)
     return {key: broker for key, broker in brokers.items() if broker.exchanges or broker.queues or broker.bindings}
 
@@ -125,6 +133,8 @@ _BINDING_CONSEQUENCE = {
 @tolerate_unknowns
 def validate_level_chain(args: StackValidationArgs, report: ReportViolation) -> None:
     for key, broker in sorted(_brokers(args.resources).items()):
+        if broker.incomplete:
+            continue
         for generation in _generations_present(broker):
             _check_chain(key, broker, generation, report)
 
@@ -221,6 +231,8 @@ ENDPOINT_SCHEMA = PolicyConfigSchema(
 def validate_endpoint_destinations(args: StackValidationArgs, report: ReportViolation) -> None:
     external = set(config_value(args.get_config(), ENDPOINT_SCHEMA, "externalEndpoints") or [])
     for key, broker in sorted(_brokers(args.resources).items()):
+        if broker.incomplete:
+            continue
         for (source, destination_type, destination, _), binding in sorted(broker.bindings.items()):
             if source not in DELIVERY_EXCHANGES or destination in external:
                 continue
@@ -271,7 +283,9 @@ def validate_sqs_pairs(args: StackValidationArgs, report: ReportViolation) -> No
     exempt = set(config_value(args.get_config(), SQS_PAIR_SCHEMA, "withoutDelayedDelivery") or [])
     queues: dict[tuple[str, str], PolicyResource] = {}
     for resource in args.resources:
-        name = _name(resource) if resource.resource_type == SQS_QUEUE else None
+        name = value_at(resource.props, "name") if resource.resource_type == SQS_QUEUE else None
+        if name is UNKNOWN:
+            return  # cannot tell which queue is missing until `pulumi up` knows every name
         if name:
             queues.setdefault((_sqs_region(resource), name), resource)
     for (region, name), queue in sorted(queues.items()):
@@ -322,7 +336,7 @@ def _identity(resource: PolicyResource) -> tuple[str, ...] | None:
     if kind == RABBITMQ_USER and name:
         return (kind, provider, name)
     if kind == RABBITMQ_BINDING:
-        ends = tuple(value_at(resource.props, k) for k in ("source", "destinationType", "destination", "routingKey"))
+        ends = tuple(value_at(resource.props, k) for k in _BINDING_ENDS)
         return (kind, provider, vhost, *ends) if all(isinstance(e, str) for e in ends) else None
     if kind == SQS_QUEUE and name:
         return (kind, _sqs_region(resource), name)
@@ -390,9 +404,12 @@ RETIREMENT_ORDER = (
 )
 
 
-def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource]:
+def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource] | None:
+    """Destination -> its delivery binding; None while a binding is unknown during preview."""
     bound: dict[str, PolicyResource] = {}
     for broker in _brokers(resources).values():
+        if broker.incomplete:
+            return None
         for (source, _, destination, _), binding in broker.bindings.items():
             if source in DELIVERY_EXCHANGES:
                 bound.setdefault(destination, binding)
@@ -459,4 +476,4 @@ STACK_POLICIES: list[StackValidationPolicy] = [
 
 def previous_endpoint_names(resources: Iterable[PolicyResource]) -> list[str]:
     """The delivery destinations of a (previous) set of resources: the value for ``previousEndpoints``."""
-    return sorted(_delivery_destinations(resources))
+    return sorted(_delivery_destinations(resources) or {})

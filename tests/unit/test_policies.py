@@ -1,0 +1,610 @@
+"""Resource rules of the policy pack: the real program's resources pass, and each mutation is reported
+by the right rule against the right urn.
+
+Resources come from the real program under mocks (``record_stack``) and reach the rules as the engine
+hands them over (camelCase, numbers as floats, ``unknown_checking_proxy``), via ``policies.offline``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Iterable, Sequence
+from copy import deepcopy
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_rabbitmq as rabbitmq
+import pytest
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+)
+from pulumi_policy.proxy import (
+    UNKNOWN_BOOLEAN_VALUE,
+    UNKNOWN_NUMBER_VALUE,
+    UNKNOWN_STRING_VALUE,
+    unknown_checking_proxy,
+)
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
+from infra.config import load_stack, read_stack_yaml
+from infra.recording import PROJECT, RecordedResource, record, record_stack
+from policies import rules
+from policies.offline import (
+    PackConfig,
+    PolicyConfigError,
+    Violation,
+    default_providers,
+    parse_pack_config,
+    policy_resources,
+    run_policies,
+)
+from policies.pack import POLICIES, POLICIES_BY_NAME
+from policies.props import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
+
+STACK = "dev"
+
+
+@functools.cache
+def dev_recorded() -> tuple[RecordedResource, ...]:
+    return tuple(record_stack(load_stack(STACK), stack=STACK))
+
+
+def providers_for(recorded: Sequence[RecordedResource], **stack_config: Any) -> list[RecordedResource]:
+    config = {**read_stack_yaml(STACK), **stack_config}
+    return default_providers(recorded, config, project=PROJECT, stack=STACK)
+
+
+def run(
+    recorded: Iterable[RecordedResource],
+    config: dict[str, Any] | None = None,
+    providers: Sequence[RecordedResource] | None = None,
+) -> list[Violation]:
+    recorded = list(recorded)
+    providers = providers_for(recorded) if providers is None else providers
+    return run_policies(policy_resources(recorded, providers), parse_pack_config(config or {}))
+
+
+def reported(violations: Iterable[Violation]) -> list[tuple[str, str | None]]:
+    return sorted((v.policy, v.urn) for v in violations)
+
+
+def find(recorded: Iterable[RecordedResource], type_token: str, physical_name: str) -> RecordedResource:
+    matches = [r for r in recorded if r.type == type_token and r.physical_name == physical_name]
+    assert len(matches) == 1, f"expected one {type_token} named {physical_name!r}, found {len(matches)}"
+    return matches[0]
+
+
+def changed(
+    recorded: Iterable[RecordedResource], target: RecordedResource, change: Callable[[dict[str, Any]], None]
+) -> list[RecordedResource]:
+    """A copy of the resources with ``change`` applied to a deep copy of ``target``'s inputs."""
+    inputs = deepcopy(target.inputs)
+    change(inputs)
+    return [dataclasses.replace(r, inputs=inputs) if r is target else r for r in recorded]
+
+
+def set_queue_argument(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(inputs: dict[str, Any]) -> None:
+        arguments = json.loads(inputs["settings"]["argumentsJson"])
+        arguments[key] = value
+        inputs["settings"]["argumentsJson"] = json.dumps(arguments)
+
+    return change
+
+
+def level_queue(level: int, generation: str = rmq.DEFAULT_GENERATION) -> RecordedResource:
+    return find(dev_recorded(), RABBITMQ_QUEUE, rmq.delay_level_name(level, generation))
+
+
+def delay_fifo(endpoint: str) -> RecordedResource:
+    config = load_stack(STACK).sqs
+    assert config is not None
+    return find(dev_recorded(), SQS_QUEUE, sqs.delay_queue_name(endpoint, config.queue_name_prefix))
+
+
+# --- the real program passes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
+    violations = run(dev_recorded())
+    assert [v for v in violations if v.policy == policy.name] == []
+
+
+def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 19
+    for policy in POLICIES:
+        assert "Fix:" in policy.description, policy.name
+        assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
+    advisory = [p.name for p in POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
+    assert advisory == ["endpoint-retirement-order"]
+
+
+def test_the_program_tags_sqs_queues_with_the_model_tag_keys() -> None:
+    """The pack finds endpoint input queues by these tags; the component must keep writing them."""
+    roles = {r.inputs["tags"][sqs.ROLE_TAG] for r in dev_recorded() if r.type == SQS_QUEUE}
+    assert roles == {"input", "delay"}
+    assert all(sqs.ENDPOINT_TAG in r.inputs["tags"] for r in dev_recorded() if r.type == SQS_QUEUE)
+
+
+# --- delay-level queues ---------------------------------------------------------------------------------------
+
+
+def test_a_wrong_ttl_is_reported_with_the_expected_value() -> None:
+    target = level_queue(5)
+    violations = run(changed(dev_recorded(), target, set_queue_argument("x-message-ttl", 31_000)))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert "'x-message-ttl' is 31000" in violations[0].message and "expected 32000" in violations[0].message
+
+
+def test_a_float_ttl_in_arguments_json_is_a_wrong_type() -> None:
+    target = level_queue(0)
+    violations = run(changed(dev_recorded(), target, set_queue_argument("x-message-ttl", 1000.0)))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert "(float)" in violations[0].message
+
+
+def test_a_string_ttl_through_the_arguments_map_is_reported_by_both_rules() -> None:
+    target = level_queue(3)
+
+    def string_map(inputs: dict[str, Any]) -> None:
+        arguments = json.loads(inputs["settings"].pop("argumentsJson"))
+        inputs["settings"]["arguments"] = {key: str(value) for key, value in arguments.items()}
+
+    violations = run(changed(dev_recorded(), target, string_map))
+    assert reported(violations) == [
+        ("delay-level-queue-arguments", target.urn),
+        ("queue-arguments-typed", target.urn),
+    ]
+    typed = next(v for v in violations if v.policy == "queue-arguments-typed")
+    assert "x-message-ttl" in typed.message and "argumentsJson" in typed.message
+
+
+def test_a_numeric_argument_in_the_string_map_of_any_queue_is_reported() -> None:
+    target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+
+    def max_length(inputs: dict[str, Any]) -> None:
+        inputs["settings"]["arguments"] = {"x-max-length": "5000", "x-queue-mode": "lazy"}
+
+    violations = run(changed(dev_recorded(), target, max_length))
+    assert reported(violations) == [("queue-arguments-typed", target.urn)]
+    assert "'x-max-length'" in violations[0].message
+
+
+def test_a_broken_dead_letter_link_is_reported() -> None:
+    target = level_queue(5)
+    violations = run(
+        changed(dev_recorded(), target, set_queue_argument("x-dead-letter-exchange", "nsb.v2.delay-level-03"))
+    )
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert "expected 'nsb.v2.delay-level-04'" in violations[0].message
+
+
+def test_a_dead_letter_routing_key_is_an_unexpected_argument() -> None:
+    target = level_queue(0)
+    violations = run(changed(dev_recorded(), target, set_queue_argument("x-dead-letter-routing-key", "x")))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert "unexpected argument 'x-dead-letter-routing-key'" in violations[0].message
+
+
+@pytest.mark.parametrize(("key", "value"), [("x-queue-type", "classic"), ("x-dead-letter-strategy", "at-most-once")])
+def test_v2_queue_type_and_strategy_are_enforced(key: str, value: str) -> None:
+    target = level_queue(12)
+    violations = run(changed(dev_recorded(), target, set_queue_argument(key, value)))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert repr(key) in violations[0].message
+
+
+def test_a_missing_overflow_argument_is_reported() -> None:
+    target = level_queue(27)
+
+    def drop_overflow(inputs: dict[str, Any]) -> None:
+        arguments = json.loads(inputs["settings"]["argumentsJson"])
+        del arguments["x-overflow"]
+        inputs["settings"]["argumentsJson"] = json.dumps(arguments)
+
+    violations = run(changed(dev_recorded(), target, drop_overflow))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+    assert "'x-overflow' is missing" in violations[0].message
+
+
+def test_a_non_durable_level_queue_is_reported() -> None:
+    target = level_queue(9)
+    violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(durable=False)))
+    assert reported(violations) == [("delay-level-queue-arguments", target.urn)]
+
+
+def test_v1_names_need_v1_arguments() -> None:
+    v1 = record(lambda: RabbitMqDelayInfrastructure("d", generation="v1"))
+    assert reported(run(v1, providers=[])) == []
+    target = find(v1, RABBITMQ_QUEUE, rmq.delay_level_name(4, "v1"))
+    v2_arguments = arguments_json(rmq.delay_queue_arguments(4, "v2"))
+    violations = run(changed(v1, target, lambda i: i["settings"].update(argumentsJson=v2_arguments)), providers=[])
+    # It also dead-letters into the v2 chain, which this stack does not declare: the stack rule says so.
+    assert {(v.policy, v.urn) for v in violations} == {
+        ("delay-level-queue-arguments", target.urn),
+        ("delay-level-chain-complete", target.urn),
+    }
+    assert any("'x-queue-mode' is missing" in v.message for v in violations)
+
+
+def test_unprotected_delay_queue_is_reported() -> None:
+    target = level_queue(7)
+    recorded = [dataclasses.replace(r, protect=False) if r is target else r for r in dev_recorded()]
+    assert reported(run(recorded)) == [("delay-queue-protected", target.urn)]
+
+
+# --- exchanges and bindings -----------------------------------------------------------------------------------
+
+
+def test_a_fanout_level_exchange_is_reported() -> None:
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delay_level_name(7))
+    violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(type="fanout")))
+    assert reported(violations) == [("delay-exchange-settings", target.urn)]
+
+
+def test_a_non_durable_delivery_exchange_is_reported() -> None:
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name())
+    violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(durable=False)))
+    assert reported(violations) == [("delay-exchange-settings", target.urn)]
+
+
+def binding(recorded: Iterable[RecordedResource], source: str, destination: str) -> RecordedResource:
+    matches = [
+        r
+        for r in recorded
+        if r.type == RABBITMQ_BINDING and r.inputs["source"] == source and r.inputs["destination"] == destination
+    ]
+    assert len(matches) == 1
+    return matches[0]
+
+
+def test_a_wrong_level_binding_key_is_reported() -> None:
+    name = rmq.delay_level_name(4)
+    target = binding(dev_recorded(), name, name)
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey=rmq.queue_binding_key(5))))
+    # The stack rule sees the expected binding missing too: same urn family, different rule.
+    assert ("delay-level-binding-keys", target.urn) in reported(violations)
+    assert "expected '" + rmq.queue_binding_key(4) + "'" in next(
+        v.message for v in violations if v.policy == "delay-level-binding-keys"
+    )
+
+
+def test_an_extra_binding_from_a_level_exchange_is_reported() -> None:
+    extra = record(
+        lambda: rabbitmq.Binding(
+            "shortcut",
+            source=rmq.delay_level_name(6),
+            destination="Sales",
+            destination_type="queue",
+            routing_key="#",
+            vhost="/",
+        )
+    )
+    violations = run([*dev_recorded(), *extra])
+    assert reported(violations) == [("delay-level-binding-keys", extra[0].urn)]
+    assert "not part of the delay graph" in violations[0].message
+
+
+def test_a_wrong_endpoint_delivery_key_is_reported() -> None:
+    target = binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales")
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey="#.Sale")))
+    assert reported(violations) == [("endpoint-delivery-binding", target.urn)]
+    assert "expected '#.Sales'" in violations[0].message
+
+
+@pytest.mark.parametrize("endpoint", ["Sales.*", "Sales Team", "x" * (rmq.MAX_DESTINATION_BYTES + 1)])
+def test_delivery_binding_destinations_that_cannot_be_routed_are_reported(endpoint: str) -> None:
+    target = binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales")
+    key = rmq.endpoint_binding_key(endpoint)
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(destination=endpoint, routingKey=key)))
+    rule = [v for v in violations if v.policy == "endpoint-delivery-binding"]
+    assert [v.urn for v in rule] == [target.urn]
+    assert repr(endpoint) in rule[0].message
+
+
+# --- SQS ---------------------------------------------------------------------------------------------------
+
+
+def test_a_901_second_fifo_delay_is_reported() -> None:
+    target = delay_fifo("Sales")
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(delaySeconds=901.0)))
+    assert reported(violations) == [("sqs-delay-queue-settings", target.urn)]
+    assert "delaySeconds is 901.0, expected exactly 900" in violations[0].message
+
+
+def test_a_delay_queue_that_is_not_fifo_or_deduplicates_by_content_is_reported() -> None:
+    target = delay_fifo("Billing")
+
+    def break_fifo(inputs: dict[str, Any]) -> None:
+        del inputs["fifoQueue"]
+        inputs["contentBasedDeduplication"] = True
+
+    violations = run(changed(dev_recorded(), target, break_fifo))
+    assert reported(violations) == [("sqs-delay-queue-settings", target.urn)] * 2
+
+
+def test_a_redrive_policy_on_the_delay_queue_is_reported() -> None:
+    target = delay_fifo("Shipping")
+    redrive = json.dumps({"deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:dlq", "maxReceiveCount": 5})
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(redrivePolicy=redrive)))
+    assert reported(violations) == [("sqs-delay-queue-no-redrive", target.urn)]
+
+
+def test_a_separate_redrive_policy_resource_on_the_delay_queue_is_reported() -> None:
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/dev-Sales-delay.fifo"
+    extra = record(lambda: aws.sqs.RedrivePolicy("dlq", queue_url=url, redrive_policy="{}"))
+    violations = run([*dev_recorded(), *extra])
+    assert reported(violations) == [("sqs-delay-queue-no-redrive", extra[0].urn)]
+
+
+def test_retention_below_the_minimum_is_reported_and_the_minimum_is_configurable() -> None:
+    target = delay_fifo("Sales")
+    short = sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS - 1.0
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(messageRetentionSeconds=short)))
+    assert reported(violations) == [("sqs-delay-queue-retention", target.urn)]
+    fourteen_days = {"sqs-delay-queue-retention": {"minRetentionSeconds": sqs.MAX_MESSAGE_RETENTION_SECONDS}}
+    flipped = run(dev_recorded(), fourteen_days)
+    assert reported(flipped) == sorted(
+        ("sqs-delay-queue-retention", delay_fifo(e).urn) for e in ("Sales", "Billing", "Shipping")
+    )
+
+
+def test_a_delay_queue_name_sqs_or_nservicebus_would_not_use_is_reported() -> None:
+    target = delay_fifo("Sales")
+    for name in (
+        "dev-Sales.v2-delay.fifo",
+        "x" * (sqs.MAX_QUEUE_NAME_LENGTH - len(sqs.DELAY_QUEUE_SUFFIX) + 1) + sqs.DELAY_QUEUE_SUFFIX,
+    ):
+        violations = run(changed(dev_recorded(), target, lambda i, n=name: i.update(name=n)))
+        rule = [v for v in violations if v.policy == "sqs-delay-queue-name"]
+        assert [v.urn for v in rule] == [target.urn], name
+        assert repr(name) in rule[0].message
+
+
+def test_an_unencrypted_queue_is_reported_and_kms_can_be_required() -> None:
+    target = find(dev_recorded(), SQS_QUEUE, "dev-Billing")
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(sqsManagedSseEnabled=False)))
+    assert reported(violations) == [("sqs-queue-encrypted", target.urn)]
+    kms_only = run(dev_recorded(), {"sqs-queue-encrypted": {"allowSqsManagedSse": False}})
+    assert len(kms_only) == len([r for r in dev_recorded() if r.type == SQS_QUEUE])
+    with_kms = changed(dev_recorded(), target, lambda i: i.update(kmsMasterKeyId="alias/nsb"))
+    assert target.urn not in {v.urn for v in run(with_kms, {"sqs-queue-encrypted": {"allowSqsManagedSse": False}})}
+
+
+# --- security -------------------------------------------------------------------------------------------------
+
+
+def provider_violations(endpoint: str, config: dict[str, Any] | None = None) -> list[Violation]:
+    providers = providers_for(dev_recorded(), **{"rabbitmq:endpoint": endpoint})
+    return [v for v in run(dev_recorded(), config, providers) if v.policy == "rabbitmq-endpoint-https"]
+
+
+def test_a_plain_http_endpoint_is_reported_on_the_default_provider() -> None:
+    violations = provider_violations("http://rabbit.example.com:15672")
+    assert [v.urn for v in violations] == ["urn:pulumi:dev::nsb-delays::pulumi:providers:rabbitmq::default"]
+    assert "'http://rabbit.example.com:15672'" in violations[0].message
+
+
+def test_https_passes_and_http_is_allowed_only_where_the_config_says() -> None:
+    assert provider_violations("https://rabbit.example.com:15671") == []
+    assert provider_violations("http://127.0.0.1:15672") == []
+    assert provider_violations("http://[::1]:15672") == []
+    strict = {"rabbitmq-endpoint-https": {"allowLoopbackHttp": False}}
+    assert len(provider_violations("http://127.0.0.1:15672", strict)) == 1
+    local = {"rabbitmq-endpoint-https": {"allowHttpEndpoint": True}}
+    assert provider_violations("http://rabbitmq:15672", local) == []
+
+
+def test_an_explicit_provider_with_http_is_reported() -> None:
+    def program() -> None:
+        provider = rabbitmq.Provider("broker", endpoint="http://10.0.0.5:15672", username="u", password="p")
+        settings = rabbitmq.QueueSettingsArgs(durable=True)
+        rabbitmq.Queue("q", name="Sales", vhost="/", settings=settings, opts=pulumi.ResourceOptions(provider=provider))
+
+    recorded = record(program)
+    violations = [v for v in run(recorded) if v.policy == "rabbitmq-endpoint-https"]
+    assert [v.urn for v in violations] == [next(r.urn for r in recorded if r.type == "pulumi:providers:rabbitmq")]
+
+
+def users(password: Any, secret: bool = True) -> list[RecordedResource]:
+    recorded = record(lambda: rabbitmq.User("app-user", name="app", password=password, tags=["management"]))
+    if secret:
+        return recorded
+    return changed(recorded, recorded[0], lambda i: i.update(password=password))
+
+
+def test_a_secret_user_password_passes_and_a_plain_one_is_reported() -> None:
+    assert run(users("s3cret-from-config")) == []
+    plain = users("s3cret-in-source", secret=False)
+    violations = run(plain)
+    assert reported(violations) == [("rabbitmq-user-password-secret", plain[0].urn)]
+    assert "'app'" in violations[0].message and "require_secret" in violations[0].message
+
+
+def test_an_empty_user_password_is_reported() -> None:
+    violations = run(users("", secret=False))
+    assert [v.policy for v in violations] == ["rabbitmq-user-password-secret"]
+
+
+# --- broker policies over delay queues ------------------------------------------------------------------------
+
+
+def broker_policy(
+    pattern: str, definition: dict[str, Any], apply_to: str = "queues", operator: bool = False
+) -> list[RecordedResource]:
+    def program() -> None:
+        if operator:
+            args = rabbitmq.OperatorPolicyPolicyArgs(
+                pattern=pattern, priority=1, apply_to=apply_to, definition=definition
+            )
+            rabbitmq.OperatorPolicy("limits", name="limits", vhost="/", policy=args)
+        else:
+            policy = rabbitmq.PolicyPolicyArgs(pattern=pattern, priority=1, apply_to=apply_to, definition=definition)
+            rabbitmq.Policy("ttl", name="ttl", vhost="/", policy=policy)
+
+    return record(program)
+
+
+def test_a_message_ttl_policy_over_the_v2_levels_is_reported() -> None:
+    policy = broker_policy(r"nsb.v2.delay-level-.*", {"message-ttl": 60000})
+    violations = run([*dev_recorded(), *policy])
+    assert reported(violations) == [("delay-queue-broker-policy", policy[0].urn)]
+    assert "message-ttl" in violations[0].message and "28 delay-level queues" in violations[0].message
+
+
+@pytest.mark.parametrize("key", sorted(rules.DELAY_BREAKING_POLICY_KEYS))
+def test_every_delay_breaking_key_in_a_catch_all_operator_policy_is_reported(key: str) -> None:
+    policy = broker_policy(".*", {key: 1000}, apply_to="all", operator=True)
+    violations = run(policy, providers=[])
+    assert reported(violations) == [("delay-queue-broker-policy", policy[0].urn)]
+    assert "56 delay-level queues" in violations[0].message  # both generations
+
+
+@pytest.mark.parametrize(
+    ("pattern", "definition", "apply_to"),
+    [
+        (r"^(?!nsb\.(v2\.)?delay-level-).*", {"message-ttl": 60000}, "queues"),  # the suggested exclusion
+        (r"nsb.v2.delay-level-.*", {"message-ttl": 60000}, "exchanges"),
+        (r"nsb.v2.delay-level-.*", {"message-ttl": 60000}, "classic_queues"),  # v2 levels are quorum
+        (r".*", {"delivery-limit": 5}, "queues"),
+    ],
+)
+def test_broker_policies_that_leave_delay_queues_alone_pass(
+    pattern: str, definition: dict[str, Any], apply_to: str
+) -> None:
+    assert run(broker_policy(pattern, definition, apply_to), providers=[]) == []
+
+
+# --- the engine's wrapping and unknown values ------------------------------------------------------------------
+
+
+def engine_args(
+    resource: RecordedResource, props: dict[str, Any], config: dict[str, Any] | None = None
+) -> ResourceValidationArgs:
+    """Arguments exactly as the pulumi-policy server builds them (the official unit-test pattern)."""
+    options = PolicyResourceOptions(resource.protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], resource.parent)
+    return ResourceValidationArgs(
+        resource.type, unknown_checking_proxy(props), resource.urn, resource.name, options, None, config
+    )
+
+
+def collect(policy: Any, args: ResourceValidationArgs) -> list[str]:
+    messages: list[str] = []
+    policy.validate(args, lambda message, urn=None: messages.append(message))
+    return messages
+
+
+def test_rules_called_directly_with_engine_wrapped_props() -> None:
+    target = level_queue(2)
+    props = deepcopy(target.inputs)
+    assert collect(rules.delay_level_queue_arguments, engine_args(target, props)) == []
+    set_queue_argument("x-message-ttl", "4000")(props)
+    assert len(collect(rules.delay_level_queue_arguments, engine_args(target, props))) == 1
+
+
+def leaf_paths(value: Any, path: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from leaf_paths(item, (*path, key))
+    elif path:
+        yield path
+
+
+def with_unknown(inputs: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    props = deepcopy(inputs)
+    *parents, last = path
+    holder = props
+    for key in parents:
+        holder = holder[key]
+    original = holder[last]
+    sentinel = (
+        UNKNOWN_BOOLEAN_VALUE
+        if isinstance(original, bool)
+        else UNKNOWN_NUMBER_VALUE
+        if isinstance(original, float)
+        else UNKNOWN_STRING_VALUE
+    )
+    holder[last] = sentinel
+    return props
+
+
+def test_unknown_values_never_crash_a_resource_rule() -> None:
+    samples = [level_queue(0), level_queue(27), delay_fifo("Sales"), find(dev_recorded(), SQS_QUEUE, "dev-Sales")]
+    samples += [find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name())]
+    samples += [
+        binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales"),
+        binding(dev_recorded(), *[rmq.delay_level_name(3)] * 2),
+    ]
+    samples += users("pw") + broker_policy(".*", {"message-ttl": 1}) + providers_for(dev_recorded())
+    checked = 0
+    for resource in samples:
+        for path in leaf_paths(resource.inputs):
+            props = with_unknown(resource.inputs, path)
+            for policy in rules.RESOURCE_POLICIES:
+                collect(policy, engine_args(resource, props))
+                checked += 1
+    assert checked > 500
+
+
+def test_an_unknown_field_does_not_hide_a_known_violation() -> None:
+    target = level_queue(5)
+    props = with_unknown(target.inputs, ("settings", "durable"))
+    set_queue_argument("x-message-ttl", 1)(props)
+    messages = collect(rules.delay_level_queue_arguments, engine_args(target, props))
+    assert len(messages) == 1 and "'x-message-ttl' is 1" in messages[0]
+
+
+@pytest.mark.parametrize("key", ["name", "vhost", "source", "destination", "routingKey", "settings", "tags"])
+def test_an_unknown_name_or_key_is_no_reason_for_a_stack_violation(key: str) -> None:
+    """Absence cannot be judged while a name is unknown: no crash, and no missing-object reports."""
+    recorded = [
+        dataclasses.replace(r, inputs=with_unknown(r.inputs, (key,))) if key in r.inputs else r for r in dev_recorded()
+    ]
+    assert run(recorded) == []
+
+
+# --- policy config -------------------------------------------------------------------------------------------
+
+
+def test_enforcement_levels_follow_the_pack_config() -> None:
+    target = level_queue(1)
+    broken = changed(dev_recorded(), target, set_queue_argument("x-message-ttl", 1))
+    assert [v.mandatory for v in run(broken)] == [True]
+    assert [v.mandatory for v in run(broken, {"all": "advisory"})] == [False]
+    assert run(broken, {"delay-level-queue-arguments": "disabled"}) == []
+    overridden = run(broken, {"all": "advisory", "delay-level-queue-arguments": {"enforcementLevel": "mandatory"}})
+    assert [v.mandatory for v in overridden] == [True]
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"no-such-rule": "advisory"}, "'no-such-rule': no such policy"),
+        ({"all": "loud"}, "unknown enforcement level 'loud'"),
+        ({"sqs-delay-queue-retention": {"minRetentionSeconds": 60}}, "below the minimum 345600"),
+        ({"sqs-delay-queue-retention": {"minRetentionSeconds": "4d"}}, "expected integer"),
+        ({"rabbitmq-endpoint-https": {"allowHttp": True}}, "'allowHttp' is not a config property"),
+        ({"endpoint-destinations-exist": {"externalEndpoints": ["a", 1]}}, "[1]: expected string"),
+    ],
+)
+def test_a_bad_pack_config_names_the_key(raw: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(PolicyConfigError) as error:
+        parse_pack_config(raw, "cfg.json")
+    assert fragment in str(error.value)
+
+
+def test_pack_config_defaults_come_from_the_schemas() -> None:
+    config = PackConfig()
+    assert config.config(rules.sqs_delay_queue_retention) == {}
+    schema = rules.sqs_delay_queue_retention.config_schema
+    assert schema is not None
+    assert schema.properties["minRetentionSeconds"]["default"] == sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS
