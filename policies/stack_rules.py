@@ -112,14 +112,17 @@ def _generations_present(broker: _Broker) -> list[str]:
     return present
 
 
-def _referrers(broker: _Broker, name: str) -> list[PolicyResource]:
-    """Resources that point at ``name``: queues dead-lettering to it, bindings from or to it."""
+def _referrers(broker: _Broker, name: str, kind: str) -> list[PolicyResource]:
+    """Resources that point at exchange/queue ``name``: queues dead-lettering to it, bindings from or to it."""
     found = []
-    for queue in broker.queues.values():
-        declared = declared_arguments(queue.props)
-        if declared is not UNKNOWN and declared.values.get(DEAD_LETTER_EXCHANGE_ARGUMENT) == name:
-            found.append(queue)
-    found += [b for (source, _, destination, _), b in broker.bindings.items() if name in (source, destination)]
+    if kind == "exchange":
+        for queue in broker.queues.values():
+            declared = declared_arguments(queue.props)
+            if declared is not UNKNOWN and declared.values.get(DEAD_LETTER_EXCHANGE_ARGUMENT) == name:
+                found.append(queue)
+    for (source, destination_type, destination, _), binding in broker.bindings.items():
+        if (kind == "exchange" and source == name) or (destination_type == kind and destination == name):
+            found.append(binding)
     return found
 
 
@@ -150,7 +153,7 @@ def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report:
     for exchange in topology.exchanges:
         if exchange.name not in broker.exchanges:
             missing.add(exchange.name)
-            referrers = _referrers(broker, exchange.name)
+            referrers = _referrers(broker, exchange.name, "exchange")
             report(
                 f"{generation} chain in {where}: exchange {exchange.name!r} is missing"
                 + (f" but {len(referrers)} resource(s) route or dead-letter to it" if referrers else "")
@@ -160,7 +163,7 @@ def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report:
     for queue in topology.queues:
         if queue.name not in broker.queues:
             missing.add(queue.name)
-            referrers = _referrers(broker, queue.name)
+            referrers = _referrers(broker, queue.name, "queue")
             report(
                 f"{generation} chain in {where}: level queue {queue.name!r} is missing; delays with bit "
                 f"{queue.level} set have nowhere to wait. {fix}",
