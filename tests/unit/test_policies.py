@@ -608,3 +608,17 @@ def test_pack_config_defaults_come_from_the_schemas() -> None:
     schema = rules.sqs_delay_queue_retention.config_schema
     assert schema is not None
     assert schema.properties["minRetentionSeconds"]["default"] == sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS
+
+
+def test_main_only_constructs_the_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `pulumi preview --policy-pack policies` runs, with the blocking server replaced by a recorder."""
+    import runpy
+    from pathlib import Path
+
+    import pulumi_policy
+
+    constructed: list[dict[str, Any]] = []
+    monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: constructed.append(kwargs))
+    runpy.run_path(str(Path(rules.__file__).with_name("__main__.py")), run_name="__main__")
+    assert [c["name"] for c in constructed] == ["nsb-delays"]
+    assert [p.name for p in constructed[0]["policies"]] == [p.name for p in POLICIES]

@@ -1,0 +1,132 @@
+"""``nsb-delays check``: the dev stack is clean; a deliberately broken stack lists each violation once and
+fails; policy config and a baseline change the outcome the way `--policy-pack-config` would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from click.testing import CliRunner
+
+from components.model import rabbitmq as rmq
+from infra.cli import cli
+from infra.config import stack_file
+from policies.pack import POLICIES
+
+RABBITMQ_PROVIDER_URN = "urn:pulumi:broken::nsb-delays::pulumi:providers:rabbitmq::default"
+
+
+def check(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["check", *args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def write_stack(tmp_path: Path, name: str, change: Any) -> str:
+    document = yaml.safe_load(stack_file("dev").read_text())
+    change(document["config"])
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def break_stack(config: dict[str, Any]) -> None:
+    """Three mistakes a stack file can make without failing config validation."""
+    config["rabbitmq:endpoint"] = "http://rabbit.example.com:15672"
+    config["nsb-delays:rabbitmq"]["protectDelayQueues"] = False
+    config["nsb-delays:sqs"]["encrypted"] = False
+    # Not a mistake: an endpoint without unrestricted delayed delivery has no -delay.fifo queue, and the
+    # check exempts it from the stack config (a preview user lists it in withoutDelayedDelivery).
+    config["nsb-delays:sqs"]["endpoints"][0] = {"name": "Sales", "delayedDelivery": False}
+
+
+def test_the_dev_stack_is_clean() -> None:
+    code, output = check("--stack", "dev")
+    assert code == 0, output
+    assert f"{len(POLICIES)} rules: 0 mandatory, 0 advisory violation(s)" in output
+
+
+def test_the_dev_stack_as_a_pull_request_comment() -> None:
+    code, output = check("--stack", "dev", "--format", "markdown")
+    assert code == 0
+    assert output.startswith("### :white_check_mark: `nsb-delays` policy check on `dev`: no violations")
+
+
+def test_a_broken_stack_lists_each_violation_once_and_fails(tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, "broken", break_stack)
+    code, output = check("--stack", stack, "--format", "json")
+    assert code == 1
+    violations = json.loads(output)["violations"]
+    keys = [(v["policy"], v["urn"]) for v in violations]
+    assert len(keys) == len(set(keys)), "a violation is listed twice"
+    counts: dict[str, int] = {}
+    for policy, _ in keys:
+        counts[policy] = counts.get(policy, 0) + 1
+    sqs_queues = 2 * 3 - 1  # three endpoints, Sales without its delay queue
+    assert counts == {
+        "delay-queue-protected": rmq.LEVEL_COUNT,
+        "rabbitmq-endpoint-https": 1,
+        "sqs-queue-encrypted": sqs_queues,
+    }
+    assert ("rabbitmq-endpoint-https", RABBITMQ_PROVIDER_URN) in keys
+    assert all(v["enforcement"] == "mandatory" for v in violations)
+
+
+def test_the_text_and_markdown_reports_name_rule_and_resource(tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, "broken", break_stack)
+    code, text = check("--stack", stack)
+    assert code == 1
+    assert "rabbitmq-endpoint-https" in text and "pulumi:providers:rabbitmq::default" in text
+    assert f"{rmq.LEVEL_COUNT + 1 + 5} mandatory" in text
+    code, markdown = check("--stack", stack, "--format", "markdown")
+    assert code == 1
+    assert markdown.startswith("### :x: `nsb-delays` policy check on `broken`: 34 mandatory violations")
+    assert f"| `delay-queue-protected` | {rmq.LEVEL_COUNT} |" in markdown
+    assert "| `rabbitmq-endpoint-https` | `pulumi:providers:rabbitmq::default` |" in markdown
+
+
+def test_a_policy_config_file_changes_levels_and_thresholds(tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, "broken", break_stack)
+    relaxed = tmp_path / "relaxed.json"
+    relaxed.write_text(
+        json.dumps(
+            {
+                "delay-queue-protected": "advisory",
+                "sqs-queue-encrypted": "disabled",
+                "rabbitmq-endpoint-https": {"allowHttpEndpoint": True},
+            }
+        )
+    )
+    code, output = check("--stack", stack, "--policy-config", str(relaxed), "--format", "json")
+    assert code == 0, output
+    assert {v["enforcement"] for v in json.loads(output)["violations"]} == {"advisory"}
+    strict = tmp_path / "strict.json"
+    strict.write_text(json.dumps({"rabbitmq-endpoint-https": {"allowLoopbackHttp": False}}))
+    code, output = check("--stack", "dev", "--policy-config", str(strict), "--format", "json")
+    assert code == 1
+    assert [v["policy"] for v in json.loads(output)["violations"]] == ["rabbitmq-endpoint-https"]
+
+
+def test_a_bad_policy_config_or_stack_exits_2_naming_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sqs-delay-queue-retention": {"minRetentionSeconds": 10}}))
+    code, output = check("--stack", "dev", "--policy-config", str(bad))
+    assert code == 2
+    assert "'sqs-delay-queue-retention'" in output and "below the minimum" in output
+    code, output = check("--stack", str(tmp_path / "Pulumi.missing.yaml"))
+    assert code == 2 and "does not exist" in output
+
+
+def test_a_baseline_with_an_endpoint_this_stack_drops_gets_the_retirement_advice(tmp_path: Path) -> None:
+    def add_endpoint(config: dict[str, Any]) -> None:
+        config["nsb-delays:rabbitmq"]["endpoints"].append("Invoicing")
+
+    baseline = write_stack(tmp_path, "deployed", add_endpoint)
+    code, output = check("--stack", "dev", "--baseline", baseline, "--format", "json")
+    assert code == 0  # advisory: the change is allowed, the reviewer is told the safe order
+    violations = json.loads(output)["violations"]
+    assert [(v["policy"], v["enforcement"]) for v in violations] == [("endpoint-retirement-order", "advisory")]
+    assert "'Invoicing'" in violations[0]["message"]
