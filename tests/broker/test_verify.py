@@ -1,0 +1,160 @@
+"""``nsb-delays verify`` finds no drift on a broker and SQS provisioned from the stack, and names each
+deliberate breakage (wrong TTL, missing binding, missing endpoint binding, redrive policy on a
+``-delay.fifo`` queue) with its expected and actual value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pika
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from infra.apply import RabbitMqApplier, apply_sqs
+from infra.cli import cli
+from infra.config import load_stack, read_stack_yaml
+from infra.delivery import connection_parameters
+from infra.management import ManagementApi
+from infra.recording import record_stack
+from infra.services import LocalMoto, LocalRabbitMq
+from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts
+
+
+@pytest.fixture
+def aws_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def provisioned_stack(tmp_path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, vhost: str, prefix: str) -> Path:
+    """A copy of the dev stack file pointing at the test broker, applied to ``vhost`` and moto."""
+    raw = read_stack_yaml("dev")
+    raw["rabbitmq:endpoint"] = rabbitmq.management_url
+    raw["nsb-delays:rabbitmq"]["vhost"] = vhost
+    raw["nsb-delays:sqs"]["queueNamePrefix"] = prefix
+    path = tmp_path / f"Pulumi.{vhost}.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    resources = record_stack(load_stack(str(path)))
+    RabbitMqApplier(rabbitmq.management_url).apply(resources)
+    apply_sqs(resources, moto.client("sqs"))
+    return path
+
+
+def run_verify(path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, *options: str):
+    return CliRunner().invoke(
+        cli,
+        [
+            "verify", "--stack", str(path), "--username", rabbitmq.username, "--password", rabbitmq.password,
+            "--sqs-endpoint-url", moto.endpoint_url, *options,
+        ],
+    )  # fmt: skip
+
+
+def test_a_provisioned_stack_has_no_drift(
+    tmp_path: Path, rabbitmq: LocalRabbitMq, moto_server: LocalMoto, new_vhost, aws_test_credentials
+) -> None:
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, new_vhost("verify-ok"), "verify-ok-")
+    result = run_verify(path, rabbitmq, moto_server)
+    assert result.exit_code == 0, result.output
+    assert "no drift" in result.output and "0 drift(s)" in result.output
+
+
+def test_each_breakage_is_reported_with_expected_and_actual(
+    tmp_path: Path,
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    moto_server: LocalMoto,
+    new_vhost,
+    aws_test_credentials,
+) -> None:
+    vhost = new_vhost("verify-broken")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-")
+    stack = load_stack(str(path))
+    # 1. level 3 queue re-declared with a wrong TTL (9 s instead of 8 s)
+    level3 = rmq.delay_level_name(3)
+    management.delete_queue(vhost, level3)
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
+    channel = connection.channel()
+    arguments = rmq.delay_queue_arguments(3) | {"x-message-ttl": 9000}
+    channel.queue_declare(level3, durable=True, arguments=arguments)
+    channel.queue_bind(level3, level3, rmq.queue_binding_key(3))
+    connection.close()
+    # 2. the level 5 -> level 4 exchange binding removed; 3. Shipping's delivery binding removed
+    live = management.bindings(vhost)
+    (level_binding,) = [
+        b for b in live if b["source"] == rmq.delay_level_name(5) and b["destination_type"] == "exchange"
+    ]
+    (endpoint_binding,) = [
+        b for b in live if b["source"] == rmq.delivery_exchange_name() and b["destination"] == "Shipping"
+    ]
+    management.delete_binding(vhost, level_binding)
+    management.delete_binding(vhost, endpoint_binding)
+    # 4. a redrive policy on Billing's -delay.fifo queue
+    client = moto_server.client("sqs")
+    dead_letters = client.create_queue(QueueName="verify-broken-dlq.fifo", Attributes={"FifoQueue": "true"})
+    dlq_arn = client.get_queue_attributes(QueueUrl=dead_letters["QueueUrl"], AttributeNames=["QueueArn"])
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn["Attributes"]["QueueArn"], "maxReceiveCount": "5"})
+    delay_queue = sqs.delay_queue_name("Billing", stack.sqs.queue_name_prefix)
+    client.set_queue_attributes(
+        QueueUrl=client.get_queue_url(QueueName=delay_queue)["QueueUrl"], Attributes={"RedrivePolicy": redrive}
+    )
+
+    result = run_verify(path, rabbitmq, moto_server, "--json")
+    assert result.exit_code == 1, result.output
+    drifts = [Drift(**d) for d in json.loads(result.output)["drifts"]]
+    level5, level4 = rmq.delay_level_name(5), rmq.delay_level_name(4)
+    delivery = rmq.delivery_exchange_name()
+    assert sorted(drifts) == sorted(
+        [
+            Drift("different", f"queue {level3}", "arguments.x-message-ttl", "8000", "9000"),
+            Drift("missing", f"binding {level5} -> exchange {level4} ({rmq.lower_level_binding_key(5)!r})", "",
+                  "bound", "(absent)"),
+            Drift("missing", f"binding {delivery} -> exchange Shipping ('#.Shipping')", "", "bound", "(absent)"),
+            Drift("unexpected", f"SQS queue {delay_queue}", "RedrivePolicy", "(absent)", redrive_seen(client, delay_queue)),
+        ]
+    )  # fmt: skip
+    table = run_verify(path, rabbitmq, moto_server)
+    assert table.exit_code == 1
+    assert "4 drift(s)" in table.output and "arguments.x-message-ttl │ 8000     │ 9000" in table.output
+
+
+def redrive_seen(client, queue: str) -> str:
+    url = client.get_queue_url(QueueName=queue)["QueueUrl"]
+    return client.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+
+
+def test_an_unreachable_broker_is_an_error_not_a_pass(tmp_path: Path, aws_test_credentials) -> None:
+    raw = read_stack_yaml("dev")
+    raw["rabbitmq:endpoint"] = "http://127.0.0.1:9"
+    path = tmp_path / "Pulumi.unreachable.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    result = CliRunner().invoke(cli, ["verify", "--stack", str(path), "--username", "u",
+                                      "--password", "p", "--skip-sqs"])  # fmt: skip
+    assert result.exit_code == 2 and "127.0.0.1:9" in result.output
+
+
+def test_broker_requirements_for_v2() -> None:
+    flags = dict.fromkeys(rmq.REQUIRED_FEATURE_FLAGS, "enabled")
+    assert requirement_drifts("3.10.0", flags, "v2") == []
+    assert requirement_drifts("3.9.29", flags, "v2") == [Drift("different", "broker", "version", ">= 3.10.0", "3.9.29")]
+    assert requirement_drifts("3.9.29", {}, "v1") == []
+    missing = requirement_drifts("3.13.0-rc.2", {"quorum_queue": "enabled", "stream_queue": "disabled"}, "v2")
+    assert missing == [Drift("different", "broker", "feature flag stream_queue", "enabled", "disabled")]
+    assert parse_version("3.13.0-rc.2") == (3, 13, 0)
+    with pytest.raises(ValueError, match="'latest' is not of the form"):
+        parse_version("latest")
+
+
+def test_delay_queue_retention_may_exceed_four_days_but_content_deduplication_may_not_be_on() -> None:
+    (_, spec) = sqs.endpoint_queues("Sales")
+    attributes = spec.attributes() | {"MessageRetentionPeriod": str(sqs.MAX_MESSAGE_RETENTION_SECONDS)}
+    assert sqs_queue_drifts(spec, attributes) == []
+    short = attributes | {"MessageRetentionPeriod": "60", "ContentBasedDeduplication": "true"}
+    assert [(d.kind, d.field) for d in sqs_queue_drifts(spec, short)] == [
+        ("different", "MessageRetentionPeriod"),
+        ("unexpected", "ContentBasedDeduplication"),
+    ]
