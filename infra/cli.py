@@ -6,7 +6,12 @@ import importlib
 
 import click
 
-COMMAND_MODULES = ("infra.commands.explain", "infra.commands.render", "infra.commands.check")
+COMMAND_MODULES = (
+    "infra.commands.explain",
+    "infra.commands.render",
+    "infra.commands.check",
+    "infra.commands.verify",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
