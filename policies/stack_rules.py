@@ -398,13 +398,16 @@ RETIREMENT_SCHEMA = PolicyConfigSchema(
     }
 )
 
-RETIREMENT_ORDER = (
-    "Retire in this order: (1) stop every sender from scheduling messages to it; (2) keep its queue and its "
-    "'#.<endpoint>' binding until the longest delay any sender used has elapsed and no level queue holds a "
-    "message for it; (3) then remove the binding, then the queue. A delayed message whose destination is "
-    "unbound cannot be dead-lettered at-least-once, so it stays at the head of its level queue and stalls "
-    "every delayed message behind it (NServiceBus.RabbitMQ issue 1407)."
-)
+
+def retirement_order(endpoint: str) -> str:
+    """The safe order to retire an endpoint that may still have delayed messages in flight."""
+    return (
+        f"Retire in this order: (1) stop every sender from scheduling messages to {endpoint!r}; (2) keep its queue "
+        f"and its {rmq.endpoint_binding_key(endpoint)!r} binding until the longest delay any sender used has "
+        "elapsed and no level queue holds a message for it; (3) then remove the binding, then the queue. A delayed "
+        "message whose destination is unbound cannot be dead-lettered at-least-once, so it stays at the head of "
+        "its level queue and stalls every delayed message behind it (NServiceBus.RabbitMQ issue 1407)."
+    )
 
 
 def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource] | None:
@@ -443,14 +446,14 @@ def validate_retirement(args: StackValidationArgs, report: ReportViolation) -> N
     for name in sorted(set(previous) - set(bound)):
         report(
             f"endpoint {name!r} loses its delivery binding while {len(bound)} other endpoint(s) keep theirs: "
-            f"delayed messages already in flight to {name!r} will stall their level. {RETIREMENT_ORDER}",
+            f"delayed messages already in flight to {name!r} will stall their level. {retirement_order(name)}",
         )
     for name, queue in sorted(_endpoint_queues(args.resources).items()):
         if name not in bound and name not in previous:
             report(
                 f"endpoint queue {name!r} is declared without its '#.{name}' delivery binding while other endpoints "
                 f"have theirs: delayed messages to {name!r} will stall their level. Keep the binding until the "
-                f"endpoint is fully retired. {RETIREMENT_ORDER}",
+                f"endpoint is fully retired. {retirement_order(name)}",
                 queue.urn,
             )
 

@@ -94,11 +94,18 @@ def report_context(stack: str, violations: list[Violation], resource_count: int)
     }
 
 
+def markdown_cell(text: object) -> str:
+    """Text safe inside a GitHub table cell: no pipes or newlines, and ``<endpoint>`` is not taken for HTML."""
+    return (
+        str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|").replace("\n", " ")
+    )
+
+
 def render_markdown(context: dict[str, Any]) -> str:
     environment = Environment(
         loader=FileSystemLoader(TEMPLATE_DIR), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
-    environment.filters["cell"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
+    environment.filters["cell"] = markdown_cell
     return environment.get_template(MARKDOWN_TEMPLATE).render(**context)
 
 

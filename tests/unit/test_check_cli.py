@@ -130,3 +130,9 @@ def test_a_baseline_with_an_endpoint_this_stack_drops_gets_the_retirement_advice
     violations = json.loads(output)["violations"]
     assert [(v["policy"], v["enforcement"]) for v in violations] == [("endpoint-retirement-order", "advisory")]
     assert "'Invoicing'" in violations[0]["message"]
+
+
+def test_markdown_cells_survive_github_rendering() -> None:
+    from infra.commands.check import markdown_cell
+
+    assert markdown_cell("key '#.<endpoint>' | a\nb & c") == "key '#.&lt;endpoint&gt;' \\| a b &amp; c"
