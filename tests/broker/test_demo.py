@@ -1,0 +1,66 @@
+"""``nsb-delays demo`` end to end in a child process: it provisions, measures, and stops what it started,
+also when interrupted with Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from infra.config import load_stack
+
+DEMO = [sys.executable, "-m", "infra.cli", "demo", "--stack", "dev"]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+STARTED = re.compile(r"RabbitMQ http://127\.0\.0\.1:(\d+) \(AMQP (\d+)\), state in (\S+)")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def assert_stopped(output: str) -> None:
+    management, amqp, state_dir = STARTED.search(output).groups()
+    assert not listening(int(management)) and not listening(int(amqp))
+    assert not Path(state_dir).exists()
+
+
+def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None:
+    result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verify: 0 drift(s)" in result.stdout
+    stack = load_stack("dev")
+    rows = re.findall(r"│ (RabbitMQ v2|SQS)\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
+    expected_rows = 3 * (len(stack.rabbitmq.endpoints) + len(stack.sqs.endpoints))
+    assert len(rows) == expected_rows, result.stdout
+    for _transport, _destination, requested, measured in rows:
+        assert float(measured) >= int(requested) - 0.005  # never before due (ms timestamp rounding)
+    assert_stopped(result.stdout)
+
+
+def test_ctrl_c_stops_the_servers_the_demo_started() -> None:
+    process = subprocess.Popen(DEMO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    output = ""
+    deadline = time.monotonic() + 90
+    try:
+        while "provisioned stack" not in output and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            output += line
+        assert "provisioned stack" in output, output
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output += rest
+    assert process.returncode == 130, output
+    assert "interrupted; the private servers were stopped" in output
+    assert_stopped(output)
