@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "infra.commands.render",
     "infra.commands.check",
     "infra.commands.verify",
+    "infra.commands.demo",
 )
 
 
