@@ -85,8 +85,12 @@ class PackConfig:
         return dict(self.properties.get(policy.name, {}))
 
     def with_defaults(self, policy_name: str, values: Mapping[str, Any]) -> PackConfig:
-        """Add properties the user did not set (e.g. derived from the stack config)."""
-        merged = {**values, **self.properties.get(policy_name, {})}
+        """Add properties derived from the stack config: the user's values win, lists (exemptions) are joined."""
+        user = self.properties.get(policy_name, {})
+        merged = {**values, **user}
+        for key, value in values.items():
+            if isinstance(value, list) and isinstance(user.get(key), list):
+                merged[key] = sorted({*value, *user[key]})
         problems = _schema_problems(POLICIES_BY_NAME[policy_name], merged)
         if problems:
             raise PolicyConfigError(f"derived for {policy_name!r}", problems)

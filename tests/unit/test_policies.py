@@ -631,3 +631,13 @@ def test_main_only_constructs_the_pack(monkeypatch: pytest.MonkeyPatch) -> None:
     runpy.run_path(str(Path(rules.__file__).with_name("__main__.py")), run_name="__main__")
     assert [c["name"] for c in constructed] == ["nsb-delays"]
     assert [p.name for p in constructed[0]["policies"]] == [p.name for p in POLICIES]
+
+
+def test_derived_exemptions_join_the_users_own() -> None:
+    user = parse_pack_config({"sqs-delay-queue-pairs": {"withoutDelayedDelivery": ["prod-Reports"]}})
+    merged = user.with_defaults("sqs-delay-queue-pairs", {"withoutDelayedDelivery": ["dev-Sales"]})
+    assert merged.config(POLICIES_BY_NAME["sqs-delay-queue-pairs"]) == {
+        "withoutDelayedDelivery": ["dev-Sales", "prod-Reports"]
+    }
+    with pytest.raises(PolicyConfigError, match="minRetentionSeconds"):
+        PackConfig().with_defaults("sqs-delay-queue-retention", {"minRetentionSeconds": 1})
