@@ -43,7 +43,6 @@ from policies.props import (
 )
 
 MANDATORY = EnforcementLevel.MANDATORY
-ADVISORY = EnforcementLevel.ADVISORY
 
 # Every object of both generations, keyed by name: what NServiceBus declares, from the model.
 MODEL_EXCHANGES = {spec.name: spec for g in rmq.GENERATIONS for spec in rmq.delay_levels(g).exchanges}
