@@ -1,0 +1,117 @@
+"""What each Spark task does with its partition of hidden timeouts: batch by batch, confirm, then mark.
+
+A partition arrives sorted by batch number. For each batch the task computes every row's
+remaining delay at that moment (``ceil(due - now)``), builds the messages with the model, sends
+them (RabbitMQ with publisher confirms, SQS in batches of 10), and only then marks the batch done
+in the ledger together with the rows it set aside. A crash therefore leaves at most the batch in
+flight to be sent again, carrying the same message ids.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from pipeline.delays import now_micros, remaining_delay
+from pipeline.faults import Fault, FaultInjector
+from pipeline.layouts import TimeoutLayout
+from pipeline.ledger import BatchOutcome, Ledger, Run
+from pipeline.messages import rabbitmq_message, sqs_message
+from pipeline.sqs_target import SqsSettings
+
+TARGETS = ("rabbitmq", "sqs")
+
+
+@dataclass(frozen=True)
+class DispatchSettings:
+    """Everything a task needs, shipped to executors by pickling (no Spark objects)."""
+
+    target: str
+    conninfo: str
+    layout: TimeoutLayout
+    run: Run
+    amqp_url: str | None = None
+    generation: str = rmq.DEFAULT_GENERATION
+    sqs: SqsSettings = field(default_factory=SqsSettings)
+    refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
+    fault: Fault | None = None
+
+
+class _Sender:
+    def __init__(self, settings: DispatchSettings) -> None:
+        self.settings = settings
+        if settings.target == "rabbitmq":
+            from pipeline.rabbitmq_target import ConfirmPublisher
+
+            if not settings.amqp_url:
+                raise ValueError("the RabbitMQ target needs an AMQP URL (--rabbitmq-url)")
+            self.publisher: Any = ConfirmPublisher(settings.amqp_url)
+        else:
+            from pipeline.sqs_target import SqsSender
+
+            self.publisher = SqsSender(settings.sqs.client())
+
+    def prepare(self, row: Any, now: int) -> Any:
+        delay = remaining_delay(row["due_micros"], now)
+        headers = row["header_map"] or {}
+        if self.settings.target == "rabbitmq":
+            return rabbitmq_message(
+                row["id"], row["destination"], row["state"], headers, delay, self.settings.generation
+            )
+        return sqs_message(
+            row["id"], row["destination"], row["state"], headers, delay, self.settings.sqs.queue_name_prefix
+        )
+
+    def send(self, messages: list[Any]) -> None:
+        if self.settings.target == "rabbitmq":
+            self.publisher.publish(messages)
+        else:
+            self.publisher.send(messages)
+
+    def close(self) -> None:
+        if self.settings.target == "rabbitmq":
+            self.publisher.close()
+
+
+def send_batch(sender: _Sender, batch: int, rows: list[Any]) -> BatchOutcome:
+    """Send one batch; rows that cannot become a message are set aside with the reason."""
+    now = now_micros()
+    quarantined: dict[str, str] = {}
+    messages = []
+    for row in rows:
+        reason = row["problem"] or sender.settings.refused.get(row["destination"])
+        if reason is None:
+            try:
+                messages.append(sender.prepare(row, now))
+                continue
+            except (rmq.DelayError, sqs.QueueNameError) as error:
+                reason = str(error)
+        quarantined[row["id"]] = reason
+    if messages:
+        sender.send(messages)
+    return BatchOutcome(batch, quarantined)
+
+
+def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Iterator[tuple[int, int, int]]:
+    """``mapPartitions`` body: yields ``(batch, sent, quarantined)`` for each batch it completed."""
+    fault = FaultInjector(settings.fault)
+    ledger = Ledger(settings.conninfo, settings.layout)
+    sender: _Sender | None = None
+    try:
+        with psycopg.connect(settings.conninfo) as connection:
+            for batch, grouped in itertools.groupby(rows, key=lambda row: row["batch"]):
+                batch_rows = list(grouped)
+                sender = sender or _Sender(settings)
+                outcome = send_batch(sender, batch, batch_rows)
+                fault("after-publish")
+                ledger.complete_batch(settings.run, outcome, connection)
+                yield batch, len(batch_rows) - len(outcome.quarantined), len(outcome.quarantined)
+    finally:
+        if sender is not None:
+            sender.close()

@@ -1,0 +1,224 @@
+"""The migration job: ``nsb-delays migrate preview|run|abort``, also runnable with ``spark-submit``.
+
+    spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar \\
+        --py-files nsb_delays.zip pipeline/job.py run --source-jdbc jdbc:postgresql://db/app --endpoint Sales ...
+
+Options name the source (a JDBC table or an export), the target (RabbitMQ or SQS), the cutoff,
+an endpoint, the batch size and the Spark master; see ``--help`` of each command.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from components.model import rabbitmq as rmq
+from pipeline.dispatch import TARGETS
+from pipeline.faults import Fault
+from pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
+from pipeline.ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
+from pipeline.migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
+from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
+from pipeline.sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
+from pipeline.sqs_target import SqsSettings
+
+DEFAULT_REPORT_DIR = "migration-preview"
+CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
+
+
+def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--source-jdbc", metavar="URL", help="JDBC URL of the timeout store (jdbc:postgresql://…)."),
+        click.option("--source-path", metavar="PATH", help="An export (e.g. RavenDB TimeoutData) to read instead."),
+        click.option("--source-format", type=click.Choice(EXPORT_FORMATS), default="parquet", show_default=True),
+        click.option(
+            "--source-kind",
+            type=click.Choice([kind for kind in SOURCE_KINDS if kind != "export"]),
+            default="sqlp",
+            show_default=True,
+            help="sqlp: SQL persistence <prefix>TimeoutData; nhibernate: TimeoutEntity; msmq: <endpoint>.timeouts.",
+        ),
+        click.option("--dialect", help="SQL dialect (default: from the JDBC URL)."),
+        click.option("--endpoint", help="The endpoint whose timeouts to migrate (names the table / filters rows)."),
+        click.option("--schema", help="Schema of the table (default: public / dbo)."),
+        click.option("--table", help="Quoted table name, when it differs from the store's convention."),
+        click.option("--jdbc-user", envvar="NSB_JDBC_USER"),
+        click.option("--jdbc-password", envvar="NSB_JDBC_PASSWORD"),
+        click.option("--master", help="Spark master (default local[*]; spark-submit's --master wins)."),
+    ]
+    return functools.reduce(lambda f, option: option(f), reversed(options), command)
+
+
+def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--target", type=click.Choice(TARGETS), default="rabbitmq", show_default=True),
+        click.option("--rabbitmq-url", envvar="NSB_RABBITMQ_URL", help="AMQP URL incl. vhost (amqp://u:p@host/%2F)."),
+        click.option("--rabbitmq-management-url", envvar="NSB_RABBITMQ_MANAGEMENT_URL", help="http://host:15672"),
+        click.option(
+            "--generation", type=click.Choice(rmq.GENERATIONS), default=rmq.DEFAULT_GENERATION, show_default=True
+        ),
+        click.option("--sqs-region", envvar="AWS_REGION", default="us-east-1", show_default=True),
+        click.option("--sqs-endpoint-url", help="SQS endpoint (an emulator); default: AWS."),
+        click.option("--sqs-prefix", default="", help="QueueNamePrefix of the SQS transport."),
+        click.option("--cutoff", type=click.DateTime(CUTOFF_FORMATS), help="Only timeouts due at or after it (UTC)."),
+    ]
+    return functools.reduce(lambda f, option: option(f), reversed(options), command)
+
+
+def jdbc_source(values: dict[str, Any]) -> JdbcSource:
+    url = values["source_jdbc"]
+    try:
+        dialect = values["dialect"] or dialect_of_jdbc_url(url)
+        layout = jdbc_layout(
+            values["source_kind"], dialect, values["endpoint"] or "", schema=values["schema"], table=values["table"]
+        )
+    except LayoutError as error:
+        raise click.BadParameter(str(error), param_hint="--source-jdbc/--endpoint") from None
+    return JdbcSource(url, layout, values["jdbc_user"], values["jdbc_password"])
+
+
+def target_settings(values: dict[str, Any]) -> TargetSettings:
+    amqp = values.get("rabbitmq_url")
+    vhost, auth = "/", ("guest", "guest")
+    if amqp:
+        import pika
+
+        parameters = pika.URLParameters(amqp)
+        vhost = parameters.virtual_host
+        auth = (parameters.credentials.username, parameters.credentials.password)
+    return TargetSettings(
+        kind=values["target"],
+        amqp_url=amqp,
+        management_url=values.get("rabbitmq_management_url"),
+        management_auth=auth,
+        vhost=vhost,
+        generation=values["generation"],
+        sqs=SqsSettings(values["sqs_region"], values["sqs_endpoint_url"], values["sqs_prefix"]),
+    )
+
+
+def _fail(error: Exception) -> None:
+    raise click.ClickException(str(error)) from error
+
+
+@click.group()
+def migrate() -> None:
+    """Move stored timeouts (timeout manager / delayed stores) into native RabbitMQ or SQS delays."""
+
+
+@migrate.command()
+@_source_options
+@_target_options
+@click.option("--report-dir", default=DEFAULT_REPORT_DIR, show_default=True, help="Where preview.html + PNGs go.")
+@click.option("--partitions", type=click.IntRange(1), help="JDBC read partitions (default: Spark's parallelism).")
+def preview(**values: Any) -> None:
+    """Count what a run would do (per destination, per first level, SQS, past-due, beyond-max, malformed)."""
+    from pipeline.preview import preview as build_preview
+    from pipeline.report import print_summary, write_html
+    from pipeline.sources import read_export, read_jdbc, validated
+    from pipeline.spark import spark_session
+
+    target = target_settings(values)
+    spark = spark_session(values["master"])
+    try:
+        if values["source_path"]:
+            export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
+            frame, name, headers_format = read_export(spark, export), values["source_path"], "json"
+        elif values["source_jdbc"]:
+            source = jdbc_source(values)
+            partitions = values["partitions"] or spark.sparkContext.defaultParallelism
+            frame, name = read_jdbc(spark, source, partitions), source.layout.table
+            headers_format = source.layout.headers_format
+        else:
+            raise click.UsageError("give --source-jdbc or --source-path")
+        report = build_preview(validated(frame, headers_format), source=name, target=target, cutoff=values["cutoff"])
+    except (SourceError, LayoutError) as error:
+        _fail(error)
+    print_summary(report)
+    html = write_html(report, values["report_dir"])
+    click.echo(f"report: {html}")
+
+
+@migrate.command()
+@_source_options
+@_target_options
+@click.option("--batch-size", type=click.IntRange(1), default=DEFAULT_BATCH_SIZE, show_default=True)
+@click.option("--partitions", type=click.IntRange(1), help="Concurrent dispatch tasks (default: Spark's parallelism).")
+@click.option("--quarantine", "quarantine_path", help="JSON-lines file for rows that cannot be migrated.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
+def run(**values: Any) -> None:
+    """Hide the selected timeouts from the legacy manager, then dispatch them batch by batch (resumable)."""
+    from pipeline.migration import run_migration
+    from pipeline.spark import spark_session
+
+    if not values["source_jdbc"]:
+        raise click.UsageError(
+            "run needs --source-jdbc: timeouts are hidden from the legacy timeout manager in its own database "
+            "(an export has no manager to hide from; load it into a table first)"
+        )
+    options = RunOptions(
+        source=jdbc_source(values),
+        target=target_settings(values),
+        cutoff=values["cutoff"] or DEFAULT_CUTOFF,
+        batch_size=values["batch_size"],
+        partitions=values["partitions"],
+        quarantine_path=values["quarantine_path"],
+        fault=Fault.parse(values["fault"]),
+        show_progress=values["progress"],
+    )
+    spark = spark_session(values["master"])
+    try:
+        result = run_migration(spark, options)
+    except (LedgerError, DestinationsRefused, DispatchError, LayoutError, ValueError) as error:
+        _fail(error)
+    verb = "resumed" if result.resumed else "started"
+    click.echo(
+        f"run {result.run_id} ({verb}): {result.dispatched:,} of {result.total:,} dispatched "
+        f"({result.dispatched_now:,} now), {result.quarantined:,} quarantined, "
+        f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s"
+    )
+    if result.quarantine_file:
+        click.echo(f"quarantined rows: {result.quarantine_file}")
+    if result.left_beyond_max:
+        click.echo(
+            f"{result.left_beyond_max:,} timeouts are due beyond the RabbitMQ maximum of {rmq.MAX_DELAY_SECONDS:,} s "
+            "and stay with the legacy timeout manager"
+        )
+    if result.left_without_due_time:
+        click.echo(f"{result.left_without_due_time:,} timeouts have no due time and stay in the legacy table")
+
+
+@migrate.command()
+@_source_options
+@click.option("--run-id", help="The run to abort (default: the run in progress for the table).")
+def abort(**values: Any) -> None:
+    """Restore every timeout the run in progress has not dispatched to the legacy table."""
+    from pipeline.migration import abort_migration
+
+    if not values["source_jdbc"]:
+        raise click.UsageError("abort needs --source-jdbc (the database the run hid the timeouts in)")
+    try:
+        run_state, restored = abort_migration(jdbc_source(values), values["run_id"])
+    except LedgerError as error:
+        _fail(error)
+    click.echo(
+        f"run {run_state.run_id} aborted (was {status_name(run_state.status)}): {restored:,} timeouts restored "
+        f"to {jdbc_source(values).layout.table}"
+    )
+
+
+def main() -> None:
+    migrate(prog_name="migrate")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""``migrate run`` and ``migrate abort`` on the driver: checks, hiding, dispatch on the executors, progress.
+
+A run either resumes the run in progress for the same source table (same parameters, as the
+Timeout Migration Tool requires) or starts one: it checks the target (every destination exists
+and is bound), hides the selected timeouts in one transaction, then has Spark tasks dispatch
+the batches while the driver shows the ledger's rows settled / total.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from components.model import rabbitmq as rmq
+from components.model import sqs
+from pipeline.delays import from_micros, now_micros
+from pipeline.dispatch import TARGETS, DispatchSettings, dispatch_partition
+from pipeline.faults import Fault, FaultInjector
+from pipeline.ledger import Ledger, LedgerError, Progress, Run, conninfo_from_jdbc
+from pipeline.rabbitmq_target import check_destinations
+from pipeline.sources import JdbcSource, canonical, read_jdbc_query, validated
+from pipeline.sqs_target import SqsSettings, check_queues
+
+DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
+PROGRESS_INTERVAL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    kind: str = "rabbitmq"
+    amqp_url: str | None = None
+    management_url: str | None = None
+    management_auth: tuple[str, str] = ("guest", "guest")
+    vhost: str = "/"
+    generation: str = rmq.DEFAULT_GENERATION
+    sqs: SqsSettings = field(default_factory=SqsSettings)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGETS:
+            raise ValueError(f"unknown target {self.kind!r}: expected one of {', '.join(TARGETS)}")
+        rmq.generation_spec(self.generation)
+
+    def destination_problem(self, destination: str) -> str | None:
+        """Why no message can be addressed to ``destination`` on this target (None when it can)."""
+        if self.kind == "rabbitmq":
+            problems = rmq.rabbitmq_address_problems(destination)
+            return f"destination {destination!r} {'; '.join(problems)}" if problems else None
+        try:
+            sqs.sqs_queue_name(destination + sqs.DELAY_QUEUE_SUFFIX, self.sqs.queue_name_prefix)
+        except sqs.QueueNameError as error:
+            return f"destination {destination!r}: {error}"
+        return None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    source: JdbcSource
+    target: TargetSettings
+    cutoff: datetime = DEFAULT_CUTOFF
+    batch_size: int = 1024
+    partitions: int | None = None
+    quarantine_path: str | None = None
+    fault: Fault | None = None
+    show_progress: bool = True
+
+    def parameters(self) -> dict[str, Any]:
+        """What must be identical for a rerun to resume (TMT refuses to resume with other parameters)."""
+        return {
+            "source": self.source.layout.table,
+            "kind": self.source.layout.kind,
+            "endpoint": self.source.layout.endpoint_filter,
+            "target": self.target.kind,
+            "generation": self.target.generation if self.target.kind == "rabbitmq" else None,
+            "sqsPrefix": self.target.sqs.queue_name_prefix if self.target.kind == "sqs" else None,
+            "cutoff": self.cutoff.isoformat(),
+            "batchSize": self.batch_size,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    resumed: bool
+    total: int
+    dispatched: int
+    quarantined: int
+    dispatched_now: int
+    completed: bool
+    left_beyond_max: int
+    left_without_due_time: int
+    quarantine_file: str | None
+    seconds: float
+
+
+def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
+    """RabbitMQ cannot hold a timeout further away than the 28 levels: those stay with the legacy manager."""
+    return now + timedelta(seconds=rmq.MAX_DELAY_SECONDS) if target.kind == "rabbitmq" else None
+
+
+def _destinations(ledger: Ledger, table: sql.Composable, where: sql.Composable, params: dict[str, Any]):
+    destination, due = sql.SQL(ledger.layout.column("destination")), sql.SQL(ledger.layout.column("due"))
+    with ledger.connect() as connection:
+        rows = connection.execute(
+            sql.SQL("select {d}, max({t}) from {table}{where} group by {d}").format(
+                d=destination, t=due, table=table, where=where
+            ),
+            params,
+        ).fetchall()
+    return {name: latest for name, latest in rows if name is not None and name.strip()}
+
+
+def check_target(options: RunOptions, destinations: dict[str, datetime], now: datetime) -> dict[str, str]:
+    """Refuse (raise) when a usable destination is missing; return the unusable ones with their reason."""
+    target = options.target
+    refused = {name: problem for name in destinations if (problem := target.destination_problem(name))}
+    usable = {name: latest for name, latest in destinations.items() if name not in refused}
+    if target.kind == "rabbitmq":
+        if not target.management_url:
+            raise ValueError("the RabbitMQ target needs the management URL (--rabbitmq-management-url) to check it")
+        check_destinations(
+            target.management_url,
+            usable,
+            vhost=target.vhost,
+            generation=target.generation,
+            auth=target.management_auth,
+        )
+    else:
+        client = target.sqs.client()
+        prefix = target.sqs.queue_name_prefix
+        needed = [sqs.sqs_queue_name(name, prefix) for name in usable]
+        fifo_after = now + timedelta(seconds=sqs.MAX_DELAY_SECONDS)
+        needed += [
+            sqs.sqs_queue_name(name + sqs.DELAY_QUEUE_SUFFIX, prefix)
+            for name, latest in usable.items()
+            if latest is not None and latest > fifo_after
+        ]
+        check_queues(client, needed)
+    return refused
+
+
+def _left_behind(ledger: Ledger, latest_due: datetime | None, cutoff: datetime) -> tuple[int, int]:
+    """Rows the run did not take: due beyond the RabbitMQ maximum, and rows without a due time."""
+    due = sql.SQL(ledger.layout.column("due"))
+    endpoint = (
+        sql.SQL(" and {} = %(endpoint)s").format(sql.SQL(ledger.layout.column("endpoint")))
+        if ledger.layout.endpoint_filter is not None
+        else sql.SQL("")
+    )
+    params = {"latest": latest_due, "cutoff": cutoff, "endpoint": ledger.layout.endpoint_filter}
+    with ledger.connect() as connection:
+        beyond = 0
+        if latest_due is not None:
+            beyond = connection.execute(
+                sql.SQL("select count(*) from {} where {} > %(latest)s{}").format(
+                    sql.SQL(ledger.layout.table), due, endpoint
+                ),
+                params,
+            ).fetchone()[0]
+        undated = connection.execute(
+            sql.SQL("select count(*) from {} where {} is null{}").format(sql.SQL(ledger.layout.table), due, endpoint),
+            params,
+        ).fetchone()[0]
+    return int(beyond), int(undated)
+
+
+def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run: Run):
+    low, high, count = ledger.pending_batches(run)
+    if not count:
+        return None
+    partitions = max(1, min(count, options.partitions or spark.sparkContext.defaultParallelism))
+    frame = read_jdbc_query(spark, options.source, ledger.pending_rows_query(run), "batch", low, high + 1, partitions)
+    present = {name: name for name in ledger.layout.columns if name != "endpoint"}
+    rows = validated(canonical(frame, present, keep=("batch",)), ledger.layout.headers_format)
+    return rows.select(
+        "batch", "id", "destination", "state", F.unix_micros("due").alias("due_micros"), "header_map", "problem"
+    ).sortWithinPartitions("batch")
+
+
+def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: int, show: bool) -> Any:
+    """Run the Spark action in a thread; the driver polls the ledger for rows settled / total."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = job()
+        except BaseException as error:  # re-raised on the driver's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name="migration-dispatch", daemon=True)
+    thread.start()
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("dispatching"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn()
+        ) as bar:
+            task = bar.add_task("dispatch", total=total)
+            while thread.is_alive():
+                thread.join(PROGRESS_INTERVAL_SECONDS)
+                bar.update(task, completed=poll().settled)
+            bar.update(task, completed=poll().settled)
+    else:
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
+    started = time.monotonic()
+    source = options.source
+    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    fault = FaultInjector(options.fault)
+    parameters = options.parameters()
+    now = from_micros(now_micros())
+    run = ledger.active_run()
+    resumed = run is not None
+    latest_due = _latest_due(options.target, now)
+    if run is not None:
+        if run.parameters != parameters:
+            raise LedgerError(
+                f"migration run {run.run_id} of {source.layout.table} is in progress with other parameters "
+                f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
+            )
+    else:
+        conditions = [sql.SQL("{} >= %(cutoff)s").format(sql.SQL(source.layout.column("due")))]
+        if latest_due is not None:
+            conditions.append(sql.SQL("{} <= %(latest)s").format(sql.SQL(source.layout.column("due"))))
+        if source.layout.endpoint_filter is not None:
+            conditions.append(sql.SQL("{} = %(endpoint)s").format(sql.SQL(source.layout.column("endpoint"))))
+        where = sql.SQL(" where ") + sql.SQL(" and ").join(conditions)
+        candidates = _destinations(
+            ledger,
+            sql.SQL(source.layout.table),
+            where,
+            {"cutoff": options.cutoff, "latest": latest_due, "endpoint": source.layout.endpoint_filter},
+        )
+        check_target(options, candidates, now)
+        run = ledger.hide(
+            parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
+        )
+        fault("after-hide")
+    migration_table = (
+        sql.Identifier(ledger.schema, run.migration_table) if ledger.schema else sql.Identifier(run.migration_table)
+    )
+    pending_destinations = _destinations(ledger, migration_table, sql.SQL(' where "Status" = 0'), {})
+    refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
+    settings = DispatchSettings(
+        target=options.target.kind,
+        conninfo=ledger.conninfo,
+        layout=source.layout,
+        run=run,
+        amqp_url=options.target.amqp_url,
+        generation=options.target.generation,
+        sqs=options.target.sqs,
+        refused=refused,
+        fault=options.fault,
+    )
+    before = ledger.progress(run)
+    frame = _pending_frame(spark, options, ledger, run)
+    if frame is not None:
+        _with_progress(
+            lambda: frame.rdd.mapPartitions(partial(dispatch_partition, settings)).collect(),
+            lambda: ledger.progress(run),
+            run.total_rows,
+            options.show_progress,
+        )
+    fault("after-last-batch")
+    completed = ledger.finish(run)
+    after = ledger.progress(run)
+    quarantine_file = _write_quarantine(ledger, run, options.quarantine_path)
+    beyond, undated = _left_behind(ledger, latest_due, options.cutoff)
+    return RunResult(
+        run_id=run.run_id,
+        resumed=resumed,
+        total=after.total,
+        dispatched=after.dispatched,
+        quarantined=after.quarantined,
+        dispatched_now=after.dispatched - before.dispatched,
+        completed=completed,
+        left_beyond_max=beyond,
+        left_without_due_time=undated,
+        quarantine_file=quarantine_file,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _write_quarantine(ledger: Ledger, run: Run, path: str | None) -> str | None:
+    """The quarantined rows (id, destination, reason, batch) as JSON lines; None when there are none."""
+    rows = ledger.quarantined_rows(run)
+    if not rows:
+        return None
+    target = Path(path) if path else Path(f"migration-{run.run_id}-quarantine.jsonl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    return str(target)
+
+
+def abort_migration(source: JdbcSource, run_id: str | None = None) -> tuple[Run, int]:
+    """Restore every not-yet-dispatched timeout of the run in progress to the legacy table."""
+    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    return ledger.abort(ledger.run(run_id) if run_id else None)

@@ -1,0 +1,176 @@
+"""RabbitMQ side of the migration: the pre-publish checks and a windowed publisher-confirm sender.
+
+pika's blocking channel waits for each confirm before the next publish (one round trip per
+message); this sender publishes a whole batch with ``mandatory`` and then waits until the broker
+acked all of it, so the ledger marks a batch only when every message is safe on the broker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import pika
+import requests
+from pika.adapters.select_connection import SelectConnection
+
+from components.model import rabbitmq as rmq
+from pipeline.messages import RabbitMqMessage
+
+CONFIRM_TIMEOUT_SECONDS = 120.0
+
+
+class DispatchError(RuntimeError):
+    """The broker refused, returned or did not confirm messages of a batch (the batch stays pending)."""
+
+
+class DestinationsRefused(RuntimeError):
+    """Destinations that do not exist or are not bound to the delivery exchange: the endpoint is refused."""
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def check_destinations(
+    management_url: str,
+    destinations: Iterable[str],
+    *,
+    vhost: str = "/",
+    generation: str = rmq.DEFAULT_GENERATION,
+    auth: tuple[str, str] = ("guest", "guest"),
+) -> None:
+    """Refuse unless the delay levels, the delivery exchange and a ``#.<dest>`` binding per destination exist.
+
+    Like the Timeout Migration Tool's RabbitMQ target, this runs before anything is hidden or sent.
+    """
+    api = management_url.rstrip("/") + "/api"
+    session = requests.Session()
+    session.auth = auth
+    delivery = rmq.delivery_exchange_name(generation)
+    response = session.get(f"{api}/exchanges/{_segment(vhost)}", timeout=30)
+    response.raise_for_status()
+    existing = {exchange["name"] for exchange in response.json()}
+    required = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)] + [delivery]
+    missing = [name for name in required if name not in existing]
+    if missing:
+        raise DestinationsRefused(
+            f"the {generation} delay infrastructure is missing on vhost {vhost!r}: {', '.join(missing)} "
+            "(declare it first, e.g. with `pulumi up` of this project)"
+        )
+    response = session.get(f"{api}/exchanges/{_segment(vhost)}/{_segment(delivery)}/bindings/source", timeout=30)
+    response.raise_for_status()
+    bound = {
+        binding["destination"]
+        for binding in response.json()
+        if binding["routing_key"] == rmq.endpoint_binding_key(binding["destination"])
+    }
+    unbound = sorted(set(destinations) - bound)
+    if unbound:
+        raise DestinationsRefused(
+            f"{len(unbound)} destination(s) do not exist or are not bound to {delivery!r} with "
+            f"'#.<destination>' on vhost {vhost!r}: {', '.join(unbound[:20])}"
+            f"{' …' if len(unbound) > 20 else ''} (create the endpoints first; nothing was migrated)"
+        )
+
+
+class ConfirmPublisher:
+    """One AMQP connection and confirm-mode channel; ``publish`` returns when every message is confirmed."""
+
+    def __init__(self, amqp_url: str, timeout: float = CONFIRM_TIMEOUT_SECONDS) -> None:
+        self.timeout = timeout
+        self._channel: Any = None
+        self._ready = False
+        self._error: str | None = None
+        self._next_tag = 1
+        self._unconfirmed: dict[int, str] = {}
+        self._nacked: list[str] = []
+        self._returned: list[tuple[str, str]] = []
+        self._connection = SelectConnection(
+            pika.URLParameters(amqp_url),
+            on_open_callback=self._opened,
+            on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect: {error}"),
+            on_close_callback=lambda _connection, reason: self._fail(f"connection closed: {reason}"),
+        )
+        self._connection.ioloop.activate_poller()  # we drive the loop ourselves (poll + process_timeouts)
+        self._spin(lambda: self._ready, "opening a confirm channel")
+
+    def _fail(self, message: str) -> None:
+        self._error = self._error or message
+
+    def _opened(self, connection: SelectConnection) -> None:
+        connection.channel(on_open_callback=self._channel_opened)
+
+    def _channel_opened(self, channel: Any) -> None:
+        self._channel = channel
+        channel.add_on_close_callback(lambda _channel, reason: self._fail(f"channel closed: {reason}"))
+        channel.add_on_return_callback(self._on_return)
+        channel.confirm_delivery(self._on_confirm, callback=lambda _frame: setattr(self, "_ready", True))
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tags = (
+            [tag for tag in self._unconfirmed if tag <= method.delivery_tag]
+            if method.multiple
+            else [method.delivery_tag]
+        )
+        for tag in tags:
+            message_id = self._unconfirmed.pop(tag, None)
+            if isinstance(method, pika.spec.Basic.Nack) and message_id is not None:
+                self._nacked.append(message_id)
+
+    def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+        self._returned.append((properties.message_id, f"{method.reply_code} {method.reply_text}"))
+
+    def _spin(self, done: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        ioloop = self._connection.ioloop
+        while not done():
+            if self._error:
+                raise DispatchError(f"RabbitMQ {what}: {self._error}")
+            if time.monotonic() > deadline:
+                raise DispatchError(f"RabbitMQ {what}: no answer within {self.timeout:.0f} s")
+            ioloop.poll()
+            ioloop.process_timeouts()
+
+    def publish(self, messages: Sequence[RabbitMqMessage]) -> None:
+        """Publish with ``mandatory``; raise ``DispatchError`` if any was nacked or returned (unroutable)."""
+        self._nacked.clear()
+        self._returned.clear()
+        for message in messages:
+            properties = pika.BasicProperties(
+                message_id=message.message_id,
+                delivery_mode=message.delivery_mode,
+                headers=message.headers,
+                correlation_id=message.correlation_id,
+                type=message.type,
+                content_type=message.content_type,
+                reply_to=message.reply_to,
+            )
+            self._channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
+            self._unconfirmed[self._next_tag] = message.message_id
+            self._next_tag += 1
+        self._spin(lambda: not self._unconfirmed, f"confirming {len(messages)} messages")
+        if self._nacked or self._returned:
+            returned = ", ".join(f"{mid} ({why})" for mid, why in self._returned[:5])
+            raise DispatchError(
+                f"broker nacked {len(self._nacked)} and returned {len(self._returned)} of {len(messages)} "
+                f"messages (unroutable: the destination lost its '#.<destination>' binding?) {returned}"
+            )
+
+    def close(self) -> None:
+        if self._connection.is_open:
+            self._connection.close()
+            deadline = time.monotonic() + 10
+            while not self._connection.is_closed and time.monotonic() < deadline:
+                self._connection.ioloop.poll()
+                self._connection.ioloop.process_timeouts()
+        self._connection.ioloop.deactivate_poller()
+
+    def __enter__(self) -> ConfirmPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,48 @@
+"""The SparkSession the pipeline runs in: local mode by default, any master via ``--master``/spark-submit.
+
+Everything runs in UTC (the stores keep UTC without a zone), the UI is off, and the PostgreSQL
+JDBC driver from Debian's ``libpostgresql-jdbc-java`` is on the class path when present.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
+
+
+def default_jars() -> list[str]:
+    from infra.services import POSTGRES_JDBC_JAR
+
+    return [str(POSTGRES_JDBC_JAR)] if Path(POSTGRES_JDBC_JAR).exists() else []
+
+
+def spark_session(master: str | None = None, app_name: str = "nsb-delays-migrate", jars: list[str] | None = None):
+    """Get (or create) the session; under spark-submit the submitted master and jars win."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if not master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit sets the master itself
+        master = DEFAULT_MASTER
+    if master:
+        builder = builder.master(master)
+    if (master or "").startswith("local"):  # local workers use this interpreter (and its packages)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    all_jars = [*default_jars(), *(jars or [])]
+    if all_jars:
+        builder = builder.config("spark.jars", ",".join(all_jars))
+    session = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", UTC_JAVA_OPTIONS)
+        .config("spark.executor.extraJavaOptions", UTC_JAVA_OPTIONS)
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,221 @@
+"""Spark tests: one local SparkSession for the session, SQL-persistence tables in the real PostgreSQL,
+throwaway vhosts on the real RabbitMQ with the program's topology applied, helpers to drain queues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import pika
+import psycopg
+import pytest
+
+from infra.apply import RabbitMqApplier
+from infra.config import parse_stack_config
+from infra.management import ManagementApi
+from infra.recording import record_stack
+from infra.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalRabbitMq
+from pipeline.delays import from_micros, now_micros
+from pipeline.layouts import sql_persistence_layout
+from pipeline.migration import TargetSettings
+from pipeline.sources import JdbcSource
+
+SQL_PERSISTENCE_VERSION = "6.6.5"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if not POSTGRES_JDBC_JAR.exists():
+        pytest.skip(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
+    from pipeline.spark import spark_session
+
+    session = spark_session("local[2]")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def create_sql_persistence_table(dsn: str, endpoint: str) -> str:
+    """The table exactly as SQL persistence 6.6.5's Create_PostgreSql.sql makes it; returns its quoted name."""
+    layout = sql_persistence_layout(endpoint, "postgresql")
+    prefix = endpoint.replace(".", "_") + "_"
+    with psycopg.connect(dsn) as connection:
+        connection.execute(f"drop table if exists {layout.table}")
+        connection.execute(
+            f"""create table {layout.table} (
+                "Id" uuid not null, "Destination" character varying(200), "SagaId" uuid, "State" bytea,
+                "Time" timestamp, "Headers" text, "PersistenceVersion" character varying(23), primary key ("Id"));
+            create index "{prefix}TimeoutData_TimeIdx" on {layout.table} using btree ("Time" asc nulls last);
+            create index "{prefix}TimeoutData_SagaIdx" on {layout.table} using btree ("SagaId" asc nulls last)"""
+        )
+    return layout.table
+
+
+@dataclass(frozen=True)
+class StoredTimeout:
+    id: str
+    destination: str | None
+    due: datetime | None
+    state: bytes
+    headers: str | None
+
+    @property
+    def message_id(self) -> str:
+        return json.loads(self.headers)["NServiceBus.MessageId"]  # type: ignore[arg-type]
+
+
+def timeout(
+    destination: str | None, delay_seconds: float | None, index: int, *, headers: str | None = "", now: datetime
+) -> StoredTimeout:
+    """One stored timeout as the timeout manager keeps it: Newtonsoft-indented JSON headers, body bytes."""
+    ident = str(uuid.uuid4())
+    if headers == "":
+        headers = json.dumps(
+            {
+                "NServiceBus.MessageId": str(uuid.uuid4()),
+                "NServiceBus.CorrelationId": f"corr-{index}",
+                "NServiceBus.EnclosedMessageTypes": "Sales.OrderDeadline, Sales, Version=1.0.0.0",
+                "NServiceBus.ContentType": "application/json",
+                "NServiceBus.ReplyToAddress": "Sales",
+                "Test.Index": str(index),
+            },
+            indent=2,
+        )
+    due = None if delay_seconds is None else now + timedelta(seconds=delay_seconds)
+    return StoredTimeout(ident, destination, due, f'{{"order": {index}}}'.encode(), headers)
+
+
+def insert_timeouts(dsn: str, table: str, timeouts: list[StoredTimeout]) -> None:
+    with (
+        psycopg.connect(dsn) as connection,
+        connection.cursor() as cursor,
+        cursor.copy(
+            f'copy {table} ("Id", "Destination", "SagaId", "State", "Time", "Headers", "PersistenceVersion") from stdin'
+        ) as copy,
+    ):
+        for row in timeouts:
+            copy.write_row(
+                (
+                    row.id,
+                    row.destination,
+                    str(uuid.uuid4()),
+                    row.state,
+                    row.due,
+                    row.headers,
+                    SQL_PERSISTENCE_VERSION,
+                )
+            )
+
+
+def utc_now() -> datetime:
+    return from_micros(now_micros())
+
+
+@pytest.fixture
+def timeout_table(postgres: LocalPostgres) -> Callable[[str, list[StoredTimeout]], JdbcSource]:
+    """``timeout_table("Sales", rows)`` -> a JdbcSource for a fresh Sales_TimeoutData holding ``rows``."""
+
+    def make(endpoint: str, rows: list[StoredTimeout]) -> JdbcSource:
+        table = create_sql_persistence_table(postgres.dsn, endpoint)
+        insert_timeouts(postgres.dsn, table, rows)
+        return JdbcSource(postgres.jdbc_url, sql_persistence_layout(endpoint, "postgresql"), user=postgres.user)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
+    return ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+
+
+@dataclass(frozen=True)
+class BrokerVhost:
+    broker: LocalRabbitMq
+    vhost: str
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://{self.broker.username}:{self.broker.password}@127.0.0.1:{self.broker.amqp_port}/" + quote(
+            self.vhost, safe=""
+        )
+
+    def target(self, generation: str = "v2") -> TargetSettings:
+        return TargetSettings(
+            "rabbitmq",
+            amqp_url=self.amqp_url,
+            management_url=self.broker.management_url,
+            management_auth=(self.broker.username, self.broker.password),
+            vhost=self.vhost,
+            generation=generation,
+        )
+
+    def connection(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.URLParameters(self.amqp_url))
+
+    def depth(self, queue: str) -> int:
+        with contextlib.closing(self.connection()) as connection:
+            return connection.channel().queue_declare(queue, passive=True).method.message_count
+
+    def drain(
+        self, queues: list[str], expected: int, timeout: float = 60.0, settle: float = 1.0
+    ) -> list[tuple[str, Any, bytes, float]]:
+        """Consume all ``queues`` at once until ``expected`` messages came and then ``settle`` s of quiet.
+
+        Returns ``(queue, properties, body, arrival time)``; arrival is stamped when the broker pushes it.
+        """
+        received: list[tuple[str, Any, bytes, float]] = []
+        deadline = time.monotonic() + timeout
+        with contextlib.closing(self.connection()) as connection:
+            channel = connection.channel()
+            for queue in queues:
+                channel.basic_consume(
+                    queue,
+                    lambda _ch, method, properties, body, queue=queue: received.append(
+                        (queue, properties, body, time.time())
+                    ),
+                    auto_ack=True,
+                )
+            quiet_since = time.monotonic()
+            seen = 0
+            while time.monotonic() < deadline:
+                connection.process_data_events(time_limit=0.05)
+                if len(received) != seen:
+                    seen, quiet_since = len(received), time.monotonic()
+                elif seen >= expected and time.monotonic() - quiet_since >= settle:
+                    break
+        return received
+
+
+@pytest.fixture
+def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator[Callable[..., BrokerVhost]]:
+    """``broker_vhost(["Sales", ...], generation="v2")``: a fresh vhost with the program's topology applied."""
+    made: list[str] = []
+
+    def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
+        vhost = f"migrate-{uuid.uuid4().hex[:8]}"
+        management.create_vhost(vhost)
+        made.append(vhost)
+        config = parse_stack_config({"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}})
+        RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+        return BrokerVhost(rabbitmq, vhost)
+
+    try:
+        yield make
+    finally:
+        for vhost in made:
+            with contextlib.suppress(Exception):
+                management.delete_vhost(vhost)
+
+
+def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as connection:
+        return connection.execute(query, params).fetchall()

@@ -1,0 +1,82 @@
+"""A few thousand SQL-persistence timeouts in PostgreSQL -> ``run`` -> RabbitMQ v2, end to end.
+
+Every message arrives at its endpoint with the stored body, headers and id (short delays on time),
+long delays wait in the delay levels, nothing is left in the legacy table, the ledger is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from components.model import rabbitmq as rmq
+from pipeline.delays import to_micros
+from pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE
+from pipeline.migration import RunOptions, run_migration
+from pipeline.rabbitmq_target import DestinationsRefused
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+
+ENDPOINTS = ["Sales", "Billing", "Shipping"]
+PAST_DUE, SHORT, LONG = 2400, 300, 300
+SHORT_DELAYS = (12, 16)  # seconds: long enough to outlast the run itself, short enough to wait for
+LONG_DELAY = 86_400
+
+
+def test_run_delivers_every_timeout_with_body_headers_and_id(spark, postgres, timeout_table, broker_vhost) -> None:
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rng = random.Random(5)
+    rows = [timeout(rng.choice(ENDPOINTS), -rng.uniform(0, 3600), i, now=now) for i in range(PAST_DUE)]
+    rows += [timeout(rng.choice(ENDPOINTS), rng.uniform(*SHORT_DELAYS), PAST_DUE + i, now=now) for i in range(SHORT)]
+    rows += [timeout("Billing", LONG_DELAY + i, PAST_DUE + SHORT + i, now=now) for i in range(LONG)]
+    source = timeout_table("Orders", rows)
+
+    result = run_migration(
+        spark, RunOptions(source, broker.target(), batch_size=128, partitions=2, show_progress=False)
+    )
+
+    assert (result.total, result.dispatched, result.quarantined, result.completed) == (len(rows), len(rows), 0, True)
+    by_message_id = {row.message_id: row for row in rows}
+    arrived = {}
+    for queue, properties, body, at in broker.drain(ENDPOINTS, PAST_DUE + SHORT, timeout=40):
+        row = by_message_id[properties.message_id]
+        assert row.destination == queue
+        assert body == row.state
+        stored = json.loads(row.headers)
+        assert {k: properties.headers[k] for k in stored} == stored
+        assert properties.delivery_mode == 2
+        assert properties.correlation_id == stored["NServiceBus.CorrelationId"]
+        assert properties.type == "Sales.OrderDeadline"
+        assert properties.content_type == "application/json"
+        assert properties.message_id not in arrived, "duplicate without a crash"
+        arrived[properties.message_id] = at
+    assert set(arrived) == {row.message_id for row in rows[: PAST_DUE + SHORT]}
+    for row in rows[PAST_DUE : PAST_DUE + SHORT]:  # on time: never early, at most a few seconds late
+        lateness = arrived[row.message_id] - to_micros(row.due) / 1e6
+        assert -1.0 <= lateness <= 5.0, (row.message_id, lateness)
+    # the day-long delays wait in the level of their highest bit (2^16 s), none has reached Billing
+    waiting = broker.depth(rmq.delay_level_name(rmq.first_level(LONG_DELAY)))
+    assert waiting == LONG
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(0,)]
+    state = ledger_rows(
+        postgres.dsn, f'select "Status", "TotalRows" from "{STATE_TABLE}" where "MigrationRunId" = %s', (result.run_id,)
+    )
+    assert state == [(COMPLETED, len(rows))]
+    statuses = ledger_rows(
+        postgres.dsn, f'select "Status", count(*) from "TimeoutData_migration_{result.run_id}" group by 1'
+    )
+    assert statuses == [(DISPATCHED, len(rows))]
+
+
+def test_run_refuses_an_endpoint_whose_destination_is_not_bound(spark, postgres, timeout_table, broker_vhost) -> None:
+    broker = broker_vhost(["Sales"])
+    now = utc_now()
+    rows = [timeout("Sales", -1, 0, now=now), timeout("Unbound", -1, 1, now=now)]
+    source = timeout_table("Refused", rows)
+    with pytest.raises(DestinationsRefused, match=r"not bound to 'nsb\.v2\.delay-delivery'.*: Unbound"):
+        run_migration(spark, RunOptions(source, broker.target(), show_progress=False))
+    # nothing hidden, nothing sent
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(2,)]
+    assert broker.depth("Sales") == 0
