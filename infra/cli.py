@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "infra.commands.explain",
     "infra.commands.render",
     "infra.commands.check",
+    "infra.commands.migrate",
     "infra.commands.verify",
     "infra.commands.demo",
 )
