@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = {
     "program": "bench.program",
+    "broker": "bench.broker",
 }
 
 
