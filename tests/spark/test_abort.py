@@ -1,0 +1,48 @@
+"""``abort`` after a partial run restores exactly the rows the ledger had not marked dispatched."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.faults import Fault
+from pipeline.ledger import DISPATCHED, STATE_TABLE, LedgerError
+from pipeline.migration import RunOptions, abort_migration, run_migration
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+
+ROWS, BATCH_SIZE = 900, 100
+COLUMNS = '"Id"::text, "Destination", "SagaId"::text, "State", "Time", "Headers", "PersistenceVersion"'
+
+
+def test_abort_after_a_partial_run_restores_exactly_the_undispatched_rows(
+    spark, postgres, timeout_table, broker_vhost
+) -> None:
+    broker = broker_vhost(["Sales"])
+    now = utc_now()
+    rows = [timeout("Sales", 3600 + i, i, now=now) for i in range(ROWS)]
+    source = timeout_table("Partial", rows)
+    original = {row[0]: row for row in ledger_rows(postgres.dsn, f"select {COLUMNS} from {source.layout.table}")}
+
+    options = RunOptions(
+        source, broker.target(), batch_size=BATCH_SIZE, partitions=2, fault=Fault.parse("after-publish:2:raise"),
+        show_progress=False,
+    )  # fmt: skip
+    with pytest.raises(Exception, match="injected fault at after-publish"):
+        run_migration(spark, options)
+
+    (table,) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                           (source.layout.table,))[0]  # fmt: skip
+    dispatched = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from "{table}" where "Status" = %s',
+                                                (DISPATCHED,))}  # fmt: skip
+    assert 0 < len(dispatched) < ROWS  # a partial run: some batches done, some not
+
+    run, restored = abort_migration(source)
+
+    assert restored == ROWS - len(dispatched)
+    back = {row[0]: row for row in ledger_rows(postgres.dsn, f"select {COLUMNS} from {source.layout.table}")}
+    assert set(back) == set(original) - dispatched
+    assert all(back[key] == original[key] for key in back)  # every column as it was
+    assert ledger_rows(postgres.dsn, f'select "Status" from "{STATE_TABLE}" where "MigrationRunId" = %s',
+                       (run.run_id,)) == [(3,)]  # fmt: skip
+    assert {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from "{table}"')} == dispatched
+    with pytest.raises(LedgerError, match="nothing to abort"):
+        abort_migration(source)

@@ -1,0 +1,124 @@
+"""Kill a real run (``spark-submit`` of ``pipeline/job.py``, SIGKILL to its whole process group) at
+several points, rerun it, and count: no timeout may be lost; a duplicate may only come from a batch
+that was in flight (not yet marked in the ledger) when the run died, and carries the same message id.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.services import POSTGRES_JDBC_JAR
+from pipeline.ledger import PENDING, STATE_TABLE
+from pipeline.migration import RunOptions, run_migration
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+
+PROJECT = Path(__file__).resolve().parents[2]
+ENDPOINTS = ["Sales", "Billing"]
+ROWS, BATCH_SIZE, PARTITIONS = 1200, 100, 2
+KILL_POINTS = {
+    "during hiding": "hide:1",
+    "after hiding": "after-hide:1",
+    "mid-dispatch": "after-publish:3",
+    "after the last batch": "after-last-batch:1",
+}
+
+
+def spark_submit(arguments: list[str]) -> subprocess.Popen[bytes]:
+    """The job as an operator runs it, in its own process group so one signal kills driver, JVM and workers."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYSPARK_PYTHON": sys.executable}
+    command = [
+        str(bin_dir / "spark-submit"),
+        "--master", f"local[{PARTITIONS}]",
+        "--jars", str(POSTGRES_JDBC_JAR),
+        "--conf", "spark.ui.enabled=false",
+        str(PROJECT / "pipeline" / "job.py"),
+        "run",
+        *arguments,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def kill_when_marked(process: subprocess.Popen[bytes], marker: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if process.poll() is not None:
+            output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+            pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail("the job never reached its fault point")
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, broker_vhost, tmp_path) -> None:
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(ROWS)]
+    endpoint = "Crash" + "".join(word.title() for word in point.split())
+    source = timeout_table(endpoint, rows)
+    marker = tmp_path / "reached"
+    job = spark_submit(
+        [
+            "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}",
+            "--endpoint", endpoint,
+            "--rabbitmq-url", broker.amqp_url,
+            "--rabbitmq-management-url", broker.broker.management_url,
+            "--batch-size", str(BATCH_SIZE),
+            "--partitions", str(PARTITIONS),
+            "--no-progress",
+            "--fault", f"{KILL_POINTS[point]}:hang:{marker}",
+        ]
+    )  # fmt: skip
+    kill_when_marked(job, marker)
+
+    runs = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                       (source.layout.table,))  # fmt: skip
+    in_flight: set[int] = set()
+    if runs:
+        (table,) = runs[0]
+        in_flight = {b for (b,) in ledger_rows(postgres.dsn, f'select "BatchNumber" from "{table}_batches" '
+                                                             f'where "Status" = {PENDING}')}  # fmt: skip
+    else:
+        assert point == "during hiding"  # the hiding transaction died with the job: nothing moved
+        assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(ROWS,)]
+
+    result = run_migration(
+        spark,
+        RunOptions(source, broker.target(), batch_size=BATCH_SIZE, partitions=PARTITIONS, show_progress=False),
+    )
+    assert result.completed and result.dispatched == ROWS and result.resumed == bool(runs)
+
+    received = broker.drain(ENDPOINTS, ROWS, timeout=60)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    expected = {row.message_id for row in rows}
+    lost = expected - set(ids)
+    duplicates = {message_id: count for message_id, count in ids.items() if count > 1}
+    assert not lost, f"{len(lost)} timeouts lost after a kill {point}"
+    assert set(ids) == expected
+    assert all(count == 2 for count in duplicates.values())
+    if duplicates:
+        (table,) = runs[0]
+        batch_of = dict(ledger_rows(postgres.dsn, f'select "Headers"::json->>\'NServiceBus.MessageId\', '
+                                                  f'"BatchNumber" from "{table}"'))  # fmt: skip
+        duplicated_batches = {batch_of[message_id] for message_id in duplicates}
+        assert duplicated_batches <= in_flight, "a duplicate from a batch the ledger had marked done"
+        assert len(duplicated_batches) <= PARTITIONS, "more than one in-flight batch per partition"
+    if point != "mid-dispatch":
+        assert not duplicates
+    print(
+        f"\ncrash {point}: lost {len(lost)}, duplicates {len(duplicates)} ({len(in_flight)} batches pending at the kill)"
+    )
