@@ -107,16 +107,25 @@ def topology_drifts(
         if exchange.name not in live_exchanges:
             drifts.append(Drift("missing", subject, "", f"{exchange.type}, durable={exchange.durable}", ABSENT))
             continue
-        expected = {"type": exchange.type, "durable": exchange.durable, "auto_delete": exchange.auto_delete}
-        drifts += _compare(subject, expected | {"arguments": {}}, live_exchanges[exchange.name])
+        wanted_exchange: dict[str, Any] = {
+            "type": exchange.type,
+            "durable": exchange.durable,
+            "auto_delete": exchange.auto_delete,
+            "arguments": {},
+        }
+        drifts += _compare(subject, wanted_exchange, live_exchanges[exchange.name])
     live_queues = {q["name"]: q for q in queues}
     for queue in topology.queues:
         subject = f"queue {queue.name}"
         if queue.name not in live_queues:
             drifts.append(Drift("missing", subject, "", shown(dict(queue.arguments)), ABSENT))
             continue
-        expected = {"durable": queue.durable, "auto_delete": queue.auto_delete, "arguments": dict(queue.arguments)}
-        drifts += _compare(subject, expected, live_queues[queue.name])
+        wanted_queue: dict[str, Any] = {
+            "durable": queue.durable,
+            "auto_delete": queue.auto_delete,
+            "arguments": dict(queue.arguments),
+        }
+        drifts += _compare(subject, wanted_queue, live_queues[queue.name])
     wanted = {(b.source, b.destination_type, b.destination, b.routing_key) for b in topology.bindings}
     live = {(b["source"], b["destination_type"], b["destination"], b["routing_key"]) for b in bindings if b["source"]}
     for binding in sorted(wanted - live):

@@ -143,10 +143,10 @@ def register(cli: click.Group) -> None:
             key = client_key or provider_setting(raw, "rabbitmq:clientkeyFile", "--client-key")
             verify_tls: bool | str = False if insecure else (ca or True)
             api = ManagementApi(str(url), str(user), str(secret), verify_tls, (cert, key) if cert and key else cert)
-        sqs = None
-        if config.sqs and not skip_sqs:
-            sqs = sqs_client(sqs_endpoint_url, region or provider_setting(raw, "aws:region", "--region"))
         try:
+            sqs = None
+            if config.sqs and not skip_sqs:
+                sqs = sqs_client(sqs_endpoint_url, region or provider_setting(raw, "aws:region", "--region"))
             drifts, checked = run_checks(config, api, sqs)
         except (ManagementError, ValueError) as error:
             raise CannotVerify(str(error)) from None

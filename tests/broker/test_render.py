@@ -80,7 +80,7 @@ def test_cloudformation_stack_in_moto_creates_every_queue_with_its_attributes(mo
     assert status["StackStatus"] == "CREATE_COMPLETE"
     client = moto_server.client("sqs")
     expected = sqs_queue_specs(stack.sqs)
-    assert len(expected) == 6
+    assert len(expected) == 2 * len(stack.sqs.endpoints)  # input + -delay.fifo each
     for _endpoint, spec in expected:
         url = client.get_queue_url(QueueName=spec.name)["QueueUrl"]
         attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]

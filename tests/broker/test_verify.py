@@ -16,12 +16,12 @@ from components.model import rabbitmq as rmq
 from components.model import sqs
 from infra.apply import RabbitMqApplier, apply_sqs
 from infra.cli import cli
-from infra.config import load_stack, read_stack_yaml
+from infra.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
 from infra.delivery import connection_parameters
 from infra.management import ManagementApi
 from infra.recording import record_stack
 from infra.services import LocalMoto, LocalRabbitMq
-from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts
+from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts, verify_sqs
 
 
 @pytest.fixture
@@ -79,7 +79,8 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     management.delete_queue(vhost, level3)
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
     channel = connection.channel()
-    arguments = rmq.delay_queue_arguments(3) | {"x-message-ttl": 9000}
+    wrong_ttl = rmq.level_ttl_ms(3) + 1000
+    arguments = rmq.delay_queue_arguments(3) | {"x-message-ttl": wrong_ttl}
     channel.queue_declare(level3, durable=True, arguments=arguments)
     channel.queue_bind(level3, level3, rmq.queue_binding_key(3))
     connection.close()
@@ -110,16 +111,18 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     delivery = rmq.delivery_exchange_name()
     assert sorted(drifts) == sorted(
         [
-            Drift("different", f"queue {level3}", "arguments.x-message-ttl", "8000", "9000"),
+            Drift("different", f"queue {level3}", "arguments.x-message-ttl", str(rmq.level_ttl_ms(3)), str(wrong_ttl)),
             Drift("missing", f"binding {level5} -> exchange {level4} ({rmq.lower_level_binding_key(5)!r})", "",
                   "bound", "(absent)"),
-            Drift("missing", f"binding {delivery} -> exchange Shipping ('#.Shipping')", "", "bound", "(absent)"),
+            Drift("missing", f"binding {delivery} -> exchange Shipping ({rmq.endpoint_binding_key('Shipping')!r})", "",
+                  "bound", "(absent)"),
             Drift("unexpected", f"SQS queue {delay_queue}", "RedrivePolicy", "(absent)", redrive_seen(client, delay_queue)),
         ]
     )  # fmt: skip
     table = run_verify(path, rabbitmq, moto_server)
     assert table.exit_code == 1
-    assert "4 drift(s)" in table.output and "arguments.x-message-ttl │ 8000     │ 9000" in table.output
+    assert "4 drift(s)" in table.output
+    assert f"arguments.x-message-ttl │ {rmq.level_ttl_ms(3)}     │ {wrong_ttl}" in table.output
 
 
 def redrive_seen(client, queue: str) -> str:
@@ -157,4 +160,13 @@ def test_delay_queue_retention_may_exceed_four_days_but_content_deduplication_ma
     assert [(d.kind, d.field) for d in sqs_queue_drifts(spec, short)] == [
         ("different", "MessageRetentionPeriod"),
         ("unexpected", "ContentBasedDeduplication"),
+    ]
+
+
+def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> None:
+    config = SqsConfig(queue_name_prefix="never-created-", endpoints=(SqsEndpointConfig("Sales"),))
+    drifts = verify_sqs(moto_server.client("sqs"), config)
+    assert [(d.kind, d.subject) for d in drifts] == [
+        ("missing", f"SQS queue {sqs.input_queue_name('Sales', 'never-created-')}"),
+        ("missing", f"SQS queue {sqs.delay_queue_name('Sales', 'never-created-')}"),
     ]
