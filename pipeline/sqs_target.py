@@ -22,11 +22,13 @@ class SqsSettings:
     region: str = "us-east-1"
     endpoint_url: str | None = None
     queue_name_prefix: str = ""
+    credentials: tuple[str, str] | None = None  # None: boto3's chain (environment, profile, instance role)
 
     def client(self) -> Any:
         import boto3
 
-        return boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+        keys = dict(zip(("aws_access_key_id", "aws_secret_access_key"), self.credentials or (), strict=False))
+        return boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url, **keys)
 
 
 def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
