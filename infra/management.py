@@ -36,14 +36,14 @@ class ManagementApi:
     def __post_init__(self) -> None:
         self.session = requests.Session()
         self.session.auth = (self.username, self.password)
-        self.session.verify = self.verify_tls
-        if self.client_cert:
-            self.session.cert = self.client_cert
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         address = f"{self.url.rstrip('/')}/api/{path}"
         try:
-            response = self.session.request(method, address, json=body, timeout=self.timeout)
+            # TLS settings per request: requests lets REQUESTS_CA_BUNDLE override a session's ``verify``.
+            response = self.session.request(
+                method, address, json=body, timeout=self.timeout, verify=self.verify_tls, cert=self.client_cert
+            )
         except requests.RequestException as error:
             raise ManagementError(f"{method} {address}: {error}") from None
         if response.status_code >= 400:

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 import click
+import urllib3
 from rich.console import Console
 from rich.table import Table
 
@@ -142,6 +143,9 @@ def register(cli: click.Group) -> None:
             cert = client_cert or provider_setting(raw, "rabbitmq:clientcertFile", "--client-cert")
             key = client_key or provider_setting(raw, "rabbitmq:clientkeyFile", "--client-key")
             verify_tls: bool | str = False if insecure else (ca or True)
+            if insecure:  # asked for explicitly: one note instead of a warning per request
+                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+                click.echo("note: TLS certificate checks are off (--insecure / rabbitmq:insecure)", err=True)
             api = ManagementApi(str(url), str(user), str(secret), verify_tls, (cert, key) if cert and key else cert)
         try:
             sqs = None
