@@ -14,7 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from infra.config import ConfigError, StackConfig, load_stack
 from infra.delivery import ArrivalCollector, DelayedPublisher
 from infra.management import ManagementApi
 from infra.render import render
-from infra.services import LocalMoto, LocalRabbitMq, ServiceUnavailable, local_services
+from infra.services import LocalMoto, LocalRabbitMq, ServiceUnavailable
 from infra.stack_topology import sqs_queue_specs
 from infra.verify import verify_rabbitmq, verify_sqs
 
@@ -56,6 +56,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def private_servers(
+    rabbitmq: bool, moto: bool, console: Console
+) -> Iterator[tuple[LocalRabbitMq | None, LocalMoto | None]]:
+    """Start the servers with their clean-up registered *before* start, so an interrupt mid-start cleans up too."""
+    with ExitStack() as cleanup:
+        broker = sqs = None
+        if rabbitmq:
+            broker = LocalRabbitMq()
+            cleanup.callback(broker.__exit__, None, None, None)  # stops server and epmd, removes the state
+            console.print(
+                f"starting RabbitMQ: management {broker.management_url}, AMQP {broker.amqp_port}, "
+                f"state in {broker.state_dir}"
+            )
+            broker.start()
+        if moto:
+            sqs = LocalMoto()
+            cleanup.callback(sqs.stop)
+            sqs.start()
+            console.print(f"moto (SQS, CloudFormation) {sqs.endpoint_url}")
+        yield broker, sqs
 
 
 def provision_rabbitmq(broker: LocalRabbitMq, stack: StackConfig, stack_name: str) -> ManagementApi:
@@ -146,11 +169,7 @@ def run_demo(stack_name: str, delays: Sequence[int], console: Console) -> list[M
         raise click.ClickException(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs")
     started = time.monotonic()
     results: list[Measured] = []
-    with sigterm_as_interrupt(), local_services(rabbitmq=bool(stack.rabbitmq), moto=bool(stack.sqs)) as (broker, moto):
-        if broker:
-            console.print(f"RabbitMQ {broker.management_url} (AMQP {broker.amqp_port}), state in {broker.state_dir}")
-        if moto:
-            console.print(f"moto (SQS, CloudFormation) {moto.endpoint_url}")
+    with sigterm_as_interrupt(), private_servers(bool(stack.rabbitmq), bool(stack.sqs), console) as (broker, moto):
         api = provision_rabbitmq(broker, stack, stack_name) if broker else None
         sqs = provision_sqs(moto, stack, stack_name) if moto else None
         drifts = (verify_rabbitmq(api, stack.rabbitmq) if api and stack.rabbitmq else []) + (

@@ -12,11 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from infra.config import load_stack
 
 DEMO = [sys.executable, "-m", "infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-STARTED = re.compile(r"RabbitMQ http://127\.0\.0\.1:(\d+) \(AMQP (\d+)\), state in (\S+)")
+STARTED = re.compile(r"starting RabbitMQ: management http://127\.0\.0\.1:(\d+), AMQP (\d+), state in (\S+)")
 
 
 def listening(port: int) -> bool:
@@ -25,10 +27,25 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def processes_using(path: str) -> list[str]:
+    """Live processes whose arguments or environment mention ``path``: the broker, its scripts and its epmd
+    all get the state folder in their environment (``RABBITMQ_MNESIA_BASE`` …)."""
+    found = []
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            text = b" ".join((process / name).read_bytes() for name in ("cmdline", "environ"))
+        except OSError:
+            continue
+        if path.encode() in text:
+            found.append(process.name)
+    return found
+
+
 def assert_stopped(output: str) -> None:
     management, amqp, state_dir = STARTED.search(output).groups()
     assert not listening(int(management)) and not listening(int(amqp))
     assert not Path(state_dir).exists()
+    assert processes_using(state_dir) == []
 
 
 def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None:
@@ -44,18 +61,27 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
     assert_stopped(result.stdout)
 
 
-def test_ctrl_c_stops_the_servers_the_demo_started() -> None:
+@pytest.mark.parametrize(
+    ("signal_number", "after", "wait"),
+    [
+        (signal.SIGINT, "provisioned stack", 0),  # Ctrl-C while messages are on their way
+        (signal.SIGTERM, "starting RabbitMQ", 1.5),  # SIGTERM while the broker is still starting
+    ],
+)
+def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, after: str, wait: float) -> None:
     process = subprocess.Popen(DEMO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     output = ""
     deadline = time.monotonic() + 90
     try:
-        while "provisioned stack" not in output and time.monotonic() < deadline:
+        while after not in output and time.monotonic() < deadline:
             line = process.stdout.readline()
             if not line:
                 break
             output += line
-        assert "provisioned stack" in output, output
-        process.send_signal(signal.SIGINT)
+        assert after in output, output
+        time.sleep(wait)
+        assert processes_using(STARTED.search(output).group(3)), "nothing was running yet: the test would prove nothing"
+        process.send_signal(signal_number)
         rest, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
