@@ -10,7 +10,6 @@ import re
 from typing import Any
 
 from components.model import msmq, sqs
-from components.model import rabbitmq as rmq
 from infra.config import StackConfig
 from infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
@@ -116,7 +115,6 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
         "stack_name": stack_name,
         "vhost": config.vhost,
         "generation": config.generation,
-        "delivery_exchange": rmq.delivery_exchange_name(config.generation),
         "nodes": nodes,
         "edges": edges,
     }

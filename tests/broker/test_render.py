@@ -138,8 +138,9 @@ def test_mssql_names_with_brackets_and_quotes_are_escaped() -> None:
     assert set(created_tables(script)) == {"O'Brien]s.timeouts"}
 
 
-def test_mermaid_diagram_has_every_level_and_each_endpoint_path() -> None:
-    stack = load_stack("dev")
+@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -> None:
+    stack = dev_in_vhost("/", "v2", topology)
     text = render(stack, "mermaid", "dev")
     assert text.splitlines()[2] == "flowchart TD"
     exchanges = {name: node for node, name in re.findall(r'^\s+(\w+)\(\["([^"]+) \(\w+\)"\]\)$', text, re.M)}
@@ -155,9 +156,12 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path() -> None:
         assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level)]) in edges
         assert (exchanges[name], f"bit {level} = 1", queues[name]) in edges
     delivery = exchanges[rmq.delivery_exchange_name("v2")]
-    for queue in receiving_queues(stack.rabbitmq):  # conventional: delivery -> fanout exchange -> queue
-        assert (delivery, rmq.endpoint_binding_key(queue), exchanges[queue]) in edges
-        assert (exchanges[queue], "", queues[queue]) in edges
+    for queue in receiving_queues(stack.rabbitmq):
+        if topology == "conventional":  # delivery -> the endpoint's fanout exchange -> its queue
+            assert (delivery, rmq.endpoint_binding_key(queue), exchanges[queue]) in edges
+            assert (exchanges[queue], "", queues[queue]) in edges
+        else:
+            assert (delivery, rmq.endpoint_binding_key(queue), queues[queue]) in edges
 
 
 def test_render_command_writes_a_file_and_names_a_missing_section(tmp_path) -> None:
