@@ -49,10 +49,17 @@ def declare_delay_infrastructure(channel: Any, generation: str, *, ttl_as_string
     channel.exchange_bind(delivery, level_name.format(0), "*." * max_level + "0.#")
 
 
-def declare_endpoint(channel: Any, generation: str, routing_topology: str, queues: Sequence[str]) -> None:
-    """``endpoint create`` (quorum, durable): topology ``Initialize`` then ``#.<queue>`` delivery bindings."""
+def declare_endpoint(
+    channel: Any,
+    generation: str,
+    routing_topology: str,
+    queues: Sequence[str],
+    sending_queues: Sequence[str] = ("error", "audit"),
+) -> None:
+    """``endpoint create`` (quorum, durable): topology ``Initialize`` for the receiving and the sending
+    (error, audit) queues, then ``#.<queue>`` delivery bindings for the receiving ones only."""
     _, delivery = NAMES[generation]
-    for queue in queues:
+    for queue in [*queues, *sending_queues]:
         channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
         if routing_topology == "conventional":
             channel.exchange_declare(queue, "fanout", durable=True)

@@ -21,30 +21,20 @@ from infra.management import ManagementApi
 from infra.recording import record_stack
 from infra.services import LocalRabbitMq
 from infra.stack_topology import receiving_queues
+from infra.verify import verify_rabbitmq
 from tests.broker import nservicebus_declarations as nsb
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
 
 
 def endpoint_only_stack(vhost: str, generation: str, topology: str) -> StackConfig:
-    """The dev stack's endpoints, without error/audit/legacy queues that ``endpoint create`` doesn't make."""
+    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
     return StackConfig(
         rabbitmq=replace(dev, vhost=vhost, generation=generation, routing_topology=topology, endpoints=endpoints)
     )
-
-
-def program_resources(stack: StackConfig) -> list:
-    """The program's resources minus the shared error/audit queues (NServiceBus declares those elsewhere)."""
-    assert stack.rabbitmq is not None
-    shared = {stack.rabbitmq.error_queue, stack.rabbitmq.audit_queue}
-    return [
-        r
-        for r in record_stack(stack)
-        if r.inputs.get("name") not in shared and r.inputs.get("destination") not in shared
-    ]
 
 
 def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options) -> None:
@@ -54,7 +44,13 @@ def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **option
     try:
         channel = connection.channel()
         nsb.declare_delay_infrastructure(channel, config.generation, **options)
-        nsb.declare_endpoint(channel, config.generation, config.routing_topology, receiving_queues(config))
+        nsb.declare_endpoint(
+            channel,
+            config.generation,
+            config.routing_topology,
+            receiving_queues(config),
+            (config.error_queue, config.audit_queue),
+        )
     finally:
         if connection.is_open:
             connection.close()
@@ -70,8 +66,9 @@ def test_program_adopts_what_nservicebus_declared(
 ) -> None:
     stack = endpoint_only_stack(new_vhost("nsb-first"), generation, topology)
     declare_as_nservicebus(rabbitmq, stack)
+    assert verify_rabbitmq(management, stack.rabbitmq) == []  # the verifier accepts what NServiceBus made
     before = management.definitions(stack.rabbitmq.vhost)
-    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
 
 
@@ -80,7 +77,7 @@ def test_nservicebus_adopts_what_the_program_declared(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
 ) -> None:
     stack = endpoint_only_stack(new_vhost("program-first"), generation, topology)
-    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
     before = management.definitions(stack.rabbitmq.vhost)
     declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
@@ -95,7 +92,7 @@ def test_nservicebus_adopts_what_the_program_declared(
 def test_a_declaration_differing_only_in_ttl_type_is_refused(rabbitmq: LocalRabbitMq, new_vhost) -> None:
     """The control: the same graph with a string TTL (what the provider's ``arguments`` map would send)."""
     stack = endpoint_only_stack(new_vhost("string-ttl"), "v2", "conventional")
-    RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
         declare_as_nservicebus(rabbitmq, stack, ttl_as_string=True)
     assert refused.value.reply_code == 406 and "inequivalent arg 'x-message-ttl'" in refused.value.reply_text
@@ -112,4 +109,4 @@ def test_the_applier_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitM
     finally:
         connection.close()
     with pytest.raises(ApplyError, match="inequivalent arg 'x-message-ttl'"):
-        RabbitMqApplier(rabbitmq.management_url).apply(program_resources(stack))
+        RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
