@@ -21,7 +21,7 @@ from infra.delivery import connection_parameters
 from infra.management import ManagementApi
 from infra.recording import record_stack
 from infra.services import LocalMoto, LocalRabbitMq
-from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts, verify_sqs
+from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts, topology_drifts, verify_sqs
 
 
 @pytest.fixture
@@ -169,4 +169,43 @@ def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> N
     assert [(d.kind, d.subject) for d in drifts] == [
         ("missing", f"SQS queue {sqs.input_queue_name('Sales', 'never-created-')}"),
         ("missing", f"SQS queue {sqs.delay_queue_name('Sales', 'never-created-')}"),
+    ]
+
+
+def listings(topology: rmq.Topology) -> tuple[list[dict], list[dict], list[dict]]:
+    """The management API's view of a vhost holding exactly ``topology``."""
+    exchanges = [
+        {"name": e.name, "type": e.type, "durable": e.durable, "auto_delete": e.auto_delete, "arguments": {}}
+        for e in topology.exchanges
+    ]
+    queues = [
+        {"name": q.name, "durable": q.durable, "auto_delete": q.auto_delete, "arguments": dict(q.arguments)}
+        for q in topology.queues
+    ]
+    bindings = [
+        {"source": b.source, "destination": b.destination, "destination_type": b.destination_type,
+         "routing_key": b.routing_key}
+        for b in topology.bindings
+    ]  # fmt: skip
+    return exchanges, queues, bindings
+
+
+def test_argument_types_and_stray_bindings_are_drift_but_other_endpoints_are_not() -> None:
+    topology = rmq.delay_levels("v2") + rmq.endpoint_topology("Sales")
+    exchanges, queues, bindings = listings(topology)
+    assert topology_drifts(topology, "v2", exchanges, queues, bindings) == []
+    level0 = rmq.delay_level_name(0)
+    for queue in queues:
+        if queue["name"] == level0:
+            queue["arguments"]["x-message-ttl"] = str(rmq.level_ttl_ms(0))  # what the provider's `arguments` sends
+    stray = {"source": level0, "destination": "Sales", "destination_type": "queue", "routing_key": "#"}
+    other_endpoint = {
+        "source": rmq.delivery_exchange_name(), "destination": "Other", "destination_type": "exchange",
+        "routing_key": rmq.endpoint_binding_key("Other"),
+    }  # fmt: skip
+    drifts = topology_drifts(topology, "v2", exchanges, queues, [*bindings, stray, other_endpoint])
+    ttl = rmq.level_ttl_ms(0)
+    assert drifts == [
+        Drift("different", f"queue {level0}", "arguments.x-message-ttl", str(ttl), json.dumps(str(ttl))),
+        Drift("unexpected", f"binding {level0} -> queue Sales ('#')", "", "(absent)", "bound"),
     ]
