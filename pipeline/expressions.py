@@ -46,7 +46,8 @@ def first_level(delay: Column) -> Column:
 def first_exchange(delay: Column, generation: str = rmq.DEFAULT_GENERATION) -> Column:
     """The model's level names, looked up by level (no name format restated here)."""
     names = F.array(*(F.lit(rmq.delay_level_name(level, generation)) for level in range(rmq.LEVEL_COUNT)))
-    return F.element_at(names, first_level(delay) + 1)
+    # The guard stays outside element_at: Spark 4 returned the last element for a null index here.
+    return F.when(within_rabbitmq_range(delay), F.element_at(names, F.length(F.bin(delay))))
 
 
 def sqs_path(delay: Column) -> Column:
