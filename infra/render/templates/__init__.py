@@ -1,0 +1,1 @@
+"""Jinja2 templates of ``nsb-delays render`` (a package so the wheel ships them as package data)."""
