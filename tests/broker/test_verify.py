@@ -48,7 +48,8 @@ def run_verify(path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, *options: s
     return CliRunner().invoke(
         cli,
         [
-            "verify", "--stack", str(path), "--username", rabbitmq.username, "--password", rabbitmq.password,
+            "verify", "--stack", str(path), "--management-url", rabbitmq.management_url,
+            "--username", rabbitmq.username, "--password", rabbitmq.password,
             "--sqs-endpoint-url", moto.endpoint_url, *options,
         ],
     )  # fmt: skip
@@ -130,7 +131,11 @@ def redrive_seen(client, queue: str) -> str:
     return client.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
 
 
-def test_an_unreachable_broker_is_an_error_not_a_pass(tmp_path: Path, aws_test_credentials) -> None:
+def test_an_unreachable_broker_is_an_error_not_a_pass(
+    tmp_path: Path, aws_test_credentials, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The URL comes from the stack file's rabbitmq:endpoint (no flag, no RABBITMQ_ENDPOINT)."""
+    monkeypatch.delenv("RABBITMQ_ENDPOINT", raising=False)
     raw = read_stack_yaml("dev")
     raw["rabbitmq:endpoint"] = "http://127.0.0.1:9"
     path = tmp_path / "Pulumi.unreachable.yaml"
@@ -209,3 +214,17 @@ def test_argument_types_and_stray_bindings_are_drift_but_other_endpoints_are_not
         Drift("different", f"queue {level0}", "arguments.x-message-ttl", str(ttl), json.dumps(str(ttl))),
         Drift("unexpected", f"binding {level0} -> queue Sales ('#')", "", "(absent)", "bound"),
     ]
+
+
+def test_missing_credentials_and_encrypted_secrets_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RABBITMQ_ENDPOINT", "RABBITMQ_USERNAME", "RABBITMQ_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(cli, ["verify", "--stack", "dev", "--skip-sqs"])
+    assert result.exit_code == 2
+    assert "--username, --password not given" in result.output
+    raw = read_stack_yaml("dev") | {"rabbitmq:password": {"secure": "v1:abc"}}
+    path = tmp_path / "Pulumi.secret.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    result = CliRunner().invoke(cli, ["verify", "--stack", str(path), "--username", "u", "--skip-sqs"])
+    assert result.exit_code == 2
+    assert "rabbitmq:password is a Pulumi secret" in result.output
