@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from components.model import sqs as sqs_model
+from infra.commands.verify import drift_table
 from infra.config import ConfigError, StackConfig, load_stack
 from infra.delivery import ArrivalCollector, DelayedPublisher
 from infra.management import ManagementApi
@@ -178,6 +179,8 @@ def run_demo(stack_name: str, delays: Sequence[int], console: Console) -> list[M
         console.print(
             f"provisioned stack {stack_name!r}: definitions import + CloudFormation; verify: {len(drifts)} drift(s)"
         )
+        if drifts:
+            console.print(drift_table(drifts))
         if broker:
             results += send_rabbitmq(broker, stack, delays)
         if sqs:
