@@ -129,7 +129,7 @@ class Ledger:
         )
 
     def active_run(self) -> Run | None:
-        """The run of this source table that neither completed nor was aborted."""
+        """The run of this source table (and endpoint, for a shared table) that neither completed nor aborted."""
         with self.connect() as connection:
             self.ensure_state_table(connection)
             return self._active_run(connection)
@@ -138,9 +138,10 @@ class Ledger:
         row = connection.execute(
             sql.SQL(
                 'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", '
-                '"MigrationTable" from {} where "SourceTable" = %s and "Status" = %s'
+                '"MigrationTable" from {} where "SourceTable" = %s and "EndpointName" is not distinct from %s '
+                'and "Status" = %s'
             ).format(self._name(STATE_TABLE)),
-            (self.layout.table, STORAGE_PREPARED),
+            (self.layout.table, self.layout.endpoint_filter, STORAGE_PREPARED),
         ).fetchone()
         return self._run(row) if row else None
 
@@ -245,7 +246,7 @@ class Ledger:
                 ).format(self._name(STATE_TABLE)),
                 (
                     run_id,
-                    parameters.get("endpoint"),
+                    self.layout.endpoint_filter,  # NHibernate: one run per endpoint of the shared table
                     STORAGE_PREPARED,
                     json.dumps(dict(parameters), sort_keys=True),
                     number,
