@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack
+from infra.services import LocalMoto, LocalRabbitMq
 
 DEMO = [sys.executable, "-m", "infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -48,6 +49,12 @@ def assert_stopped(output: str) -> None:
     assert processes_using(state_dir) == []
 
 
+@pytest.fixture
+def servers_available(rabbitmq: LocalRabbitMq, moto_server: LocalMoto) -> None:
+    """The demo starts its own servers; the session ones only gate it (skip locally / fail under CI if absent)."""
+
+
+@pytest.mark.usefixtures("servers_available")
 def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None:
     result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -68,6 +75,7 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
         (signal.SIGTERM, "starting RabbitMQ", 1.5),  # SIGTERM while the broker is still starting
     ],
 )
+@pytest.mark.usefixtures("servers_available")
 def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, after: str, wait: float) -> None:
     process = subprocess.Popen(DEMO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     output = ""
