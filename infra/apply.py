@@ -55,10 +55,12 @@ class RabbitMqApplier:
     def __post_init__(self) -> None:
         self.session = requests.Session()
         self.session.auth = (self.username, self.password)
-        self.session.verify = self.verify_tls
 
     def _call(self, method: str, path: str, body: dict[str, Any], what: str) -> None:
-        response = self.session.request(method, f"{self.management_url.rstrip('/')}/api/{path}", json=body, timeout=30)
+        # TLS settings go on each request: a session's ``verify`` loses to REQUESTS_CA_BUNDLE.
+        response = self.session.request(
+            method, f"{self.management_url.rstrip('/')}/api/{path}", json=body, timeout=30, verify=self.verify_tls
+        )
         if response.status_code >= 400:
             raise ApplyError(f"{what}: HTTP {response.status_code} {response.text}")
 

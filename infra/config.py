@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from components.model import msmq, sqs
 from components.model import rabbitmq as rmq
-from components.model import sqs
 
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")
@@ -39,7 +39,7 @@ class RabbitMqEndpointConfig:
     name: str
     instance_discriminators: tuple[str, ...] = ()
     legacy_timeout_manager: bool = False
-    queue_type: str | None = None  # None: the section's queueType
+    queue_type: str = "quorum"  # resolved at parse time: the endpoint's queueType, else the section's
 
     def receiving_queues(self) -> tuple[str, ...]:
         return (self.name, *(rmq.instance_queue_name(self.name, d) for d in self.instance_discriminators))
@@ -62,7 +62,7 @@ class RabbitMqConfig:
 class SqsEndpointConfig:
     name: str
     delayed_delivery: bool = True
-    message_retention_seconds: int | None = None  # None: the section's value
+    message_retention_seconds: int = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS  # resolved: endpoint's, else section's
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class SqsConfig:
 class MsmqConfig:
     """Endpoints whose MSMQ transport (2.x) keeps delayed messages in a SQL Server table (seed 002)."""
 
-    schema: str = "dbo"
+    schema: str = msmq.DEFAULT_SCHEMA
     endpoints: tuple[str, ...] = ()
 
 
@@ -174,6 +174,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
                 f"{entry_path}.instanceDiscriminators: every discriminator must be a non-empty string, got {bad!r}"
             )
             discriminators = [d for d in discriminators if d not in bad]
+        fields.setdefault("queue_type", values.get("queue_type", RabbitMqConfig.queue_type))
         endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), **fields))
     config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
     _check_rabbitmq_names(config, path, problems)
@@ -220,6 +221,9 @@ def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
             if isinstance(entry, Mapping) and "name" not in entry:
                 problems.append(f"{entry_path}: missing required key 'name'")
             continue
+        fields.setdefault(
+            "message_retention_seconds", values.get("message_retention_seconds", SqsConfig.message_retention_seconds)
+        )
         endpoints.append(SqsEndpointConfig(**fields))
     config = SqsConfig(endpoints=tuple(endpoints), **values)
     _check_sqs_names(config, path, problems)
@@ -229,7 +233,7 @@ def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
 def _check_sqs_names(config: SqsConfig, path: str, problems: list[str]) -> None:
     physical: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
-        retention = endpoint.message_retention_seconds or config.message_retention_seconds
+        retention = endpoint.message_retention_seconds
         try:
             specs = sqs.endpoint_queues(
                 endpoint.name,
@@ -262,7 +266,7 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
         if count > 1:
             problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
-    if not values.get("schema", "dbo").strip():
+    if not values.get("schema", msmq.DEFAULT_SCHEMA).strip():
         problems.append(f"{path}.schema: is empty")
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 

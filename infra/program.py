@@ -42,7 +42,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
             endpoint=endpoint.name,
             generation=config.generation,
             routing_topology=config.routing_topology,
-            queue_type=endpoint.queue_type or config.queue_type,
+            queue_type=endpoint.queue_type,
             vhost=config.vhost,
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
@@ -66,7 +66,7 @@ def declare_sqs(config: SqsConfig) -> dict[str, Any]:
             endpoint=endpoint.name,
             queue_name_prefix=config.queue_name_prefix,
             delayed_delivery=endpoint.delayed_delivery,
-            message_retention_seconds=endpoint.message_retention_seconds or config.message_retention_seconds,
+            message_retention_seconds=endpoint.message_retention_seconds,
             encrypted=config.encrypted,
         )
         for endpoint in config.endpoints

@@ -146,7 +146,7 @@ class LocalRabbitMq:
             )
         try:
             _wait(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
-        except ServiceUnavailable:
+        except BaseException:  # also Ctrl-C while waiting: leave nothing running
             self.stop()
             raise
         return self

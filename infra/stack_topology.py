@@ -28,7 +28,7 @@ def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
             endpoint.name,
             generation=config.generation,
             routing_topology=config.routing_topology,
-            queue_type=endpoint.queue_type or config.queue_type,
+            queue_type=endpoint.queue_type,
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
         )
@@ -51,7 +51,7 @@ def sqs_queue_specs(config: SqsConfig) -> tuple[tuple[str, sqs.SqsQueueSpec], ..
             endpoint.name,
             prefix=config.queue_name_prefix,
             delayed_delivery=endpoint.delayed_delivery,
-            message_retention_seconds=endpoint.message_retention_seconds or config.message_retention_seconds,
+            message_retention_seconds=endpoint.message_retention_seconds,
             encrypted=config.encrypted,
         )
     )
