@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from components.model import rabbitmq as rmq
 from components.model import sqs
 from pipeline.delays import from_micros, now_micros
-from pipeline.dispatch import TARGETS, DispatchSettings, dispatch_partition
+from pipeline.dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
 from pipeline.faults import Fault, FaultInjector
 from pipeline.ledger import Ledger, LedgerError, Progress, Run, conninfo_from_jdbc
 from pipeline.rabbitmq_target import check_destinations
@@ -271,7 +271,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
     frame = _pending_frame(spark, options, ledger, run)
     if frame is not None:
         _with_progress(
-            lambda: frame.rdd.mapPartitions(partial(dispatch_partition, settings)).collect(),
+            lambda: frame.mapInArrow(partial(dispatch_arrow, settings), RESULT_SCHEMA).collect(),
             lambda: ledger.progress(run),
             run.total_rows,
             options.show_progress,
