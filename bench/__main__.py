@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = {
     "program": "bench.program",
     "broker": "bench.broker",
+    "migrate": "bench.migrate",
 }
 
 
