@@ -30,8 +30,8 @@ MIGRATION_TABLE_PREFIX = "TimeoutData_migration_"
 BATCHES_SUFFIX = "_batches"
 # Migration status (TMT: Preparing 0, StoragePrepared 1, Completed 2, Aborted 3).
 STORAGE_PREPARED, COMPLETED, ABORTED = 1, 2, 3
-# Row / batch status (TMT: Pending 0, Staged 1, Completed 2) plus rows set aside with a reason.
-PENDING, DISPATCHED, QUARANTINED = 0, 2, 3
+# Batch status (TMT: Pending 0, Staged 1, Completed 2). A row is quarantined when it has a "Reason".
+PENDING, DISPATCHED = 0, 2
 DEFAULT_BATCH_SIZE = 1024  # TMT's batch size
 
 
@@ -201,8 +201,7 @@ class Ledger:
             columns = sql.SQL(", ").join(sql.Identifier(name) for name in self.source_columns(connection))
             connection.execute(
                 sql.SQL(
-                    'create table {} (like {} including defaults, "BatchNumber" int not null, '
-                    '"Status" smallint not null default 0, "Reason" text)'
+                    'create table {} (like {} including defaults, "BatchNumber" int not null, "Reason" text)'
                 ).format(self._name(table), self._source())
             )
             connection.execute(
@@ -222,7 +221,7 @@ class Ledger:
                 },
             )
             fault("hide")
-            connection.execute(sql.SQL('create index on {} ("BatchNumber", "Status")').format(self._name(table)))
+            connection.execute(sql.SQL('create index on {} ("BatchNumber")').format(self._name(table)))
             connection.execute(
                 sql.SQL(
                     'create table {} ("BatchNumber" int primary key, "Rows" int not null, '
@@ -281,34 +280,48 @@ class Ledger:
         total, dispatched, quarantined, batches, done = (int(value) for value in row or (0, 0, 0, 0, 0))
         return Progress(total, dispatched, quarantined, batches, done)
 
+    def _pending(self, run: Run) -> str:
+        batches = qualified(self.schema, run.batches_table, "postgresql")
+        return f'"BatchNumber" in (select "BatchNumber" from {batches} where "Status" = {PENDING})'
+
     def pending_rows_query(self, run: Run) -> str:
-        """The not-yet-dispatched rows of the run as canonical columns plus ``batch`` (a JDBC subquery)."""
+        """The rows of batches not yet done, as canonical columns plus ``batch`` (a JDBC subquery)."""
         parts = [f"{column} as {name}" for name, column in self.layout.columns.items() if name != "endpoint"]
         table = qualified(self.schema, run.migration_table, "postgresql")
-        return f'select {", ".join(parts)}, "BatchNumber" as batch from {table} where "Status" = {PENDING}'
+        return f'select {", ".join(parts)}, "BatchNumber" as batch from {table} where {self._pending(run)}'
+
+    def pending_destinations(self, run: Run) -> set[str]:
+        destination = sql.SQL(self.layout.column("destination"))
+        with self.connect() as connection:
+            rows = connection.execute(
+                sql.SQL("select distinct {} from {} where {}").format(
+                    destination, self._name(run.migration_table), sql.SQL(self._pending(run))
+                )
+            ).fetchall()
+        return {name for (name,) in rows if name is not None and name.strip()}
 
     def complete_batch(self, run: Run, outcome: BatchOutcome, connection: psycopg.Connection[Any]) -> None:
-        """Mark one confirmed batch done (and its quarantined rows), in one transaction."""
+        """Mark one confirmed batch done, with the reasons of its quarantined rows, in one transaction.
+
+        Progress is kept per batch (a row is dispatched when its batch is done and it has no reason), so
+        marking costs one small update, not a rewrite of every row.
+        """
         table, ident = self._name(run.migration_table), sql.SQL(self.layout.column("id"))
         with connection.transaction():
             if outcome.quarantined:
                 with connection.cursor() as cursor:
                     cursor.executemany(
-                        sql.SQL(
-                            'update {} set "Status" = %s, "Reason" = %s where "BatchNumber" = %s and {}::text = %s'
-                        ).format(table, ident),
-                        [(QUARANTINED, reason, outcome.batch, key) for key, reason in outcome.quarantined.items()],
+                        sql.SQL('update {} set "Reason" = %s where "BatchNumber" = %s and {}::text = %s').format(
+                            table, ident
+                        ),
+                        [(reason, outcome.batch, key) for key, reason in outcome.quarantined.items()],
                     )
-            updated = connection.execute(
-                sql.SQL('update {} set "Status" = %s where "BatchNumber" = %s and "Status" = %s').format(table),
-                (DISPATCHED, outcome.batch, PENDING),
-            ).rowcount
             connection.execute(
                 sql.SQL(
-                    'update {} set "Status" = %s, "Dispatched" = "Dispatched" + %s, "Quarantined" = %s, '
-                    '"CompletedAt" = now() at time zone \'utc\' where "BatchNumber" = %s'
+                    'update {} set "Status" = %s, "Dispatched" = "Rows" - %s, "Quarantined" = %s, '
+                    '"CompletedAt" = now() at time zone \'utc\' where "BatchNumber" = %s and "Status" = %s'
                 ).format(self._name(run.batches_table)),
-                (DISPATCHED, updated, len(outcome.quarantined), outcome.batch),
+                (DISPATCHED, len(outcome.quarantined), len(outcome.quarantined), outcome.batch, PENDING),
             )
 
     def finish(self, run: Run) -> bool:
@@ -333,13 +346,12 @@ class Ledger:
         with self.connect() as connection:
             cursor = connection.execute(
                 sql.SQL(
-                    'select {}::text, {}, "Reason", "BatchNumber" from {} where "Status" = %s order by 4, 1'
+                    'select {}::text, {}, "Reason", "BatchNumber" from {} where "Reason" is not null order by 4, 1'
                 ).format(
                     sql.SQL(self.layout.column("id")),
                     sql.SQL(self.layout.column("destination")),
                     self._name(run.migration_table),
-                ),
-                (QUARANTINED,),
+                )
             )
             return [
                 {"id": key, "destination": destination, "reason": reason, "batch": batch}
@@ -358,10 +370,9 @@ class Ledger:
             columns = sql.SQL(", ").join(sql.Identifier(name) for name in self.source_columns(connection))
             restored = connection.execute(
                 sql.SQL(
-                    'with back as (delete from {table} where "Status" <> %s returning *) '
+                    'with back as (delete from {table} where {pending} or "Reason" is not null returning *) '
                     "insert into {source} ({columns}) select {columns} from back"
-                ).format(table=table, source=self._source(), columns=columns),
-                (DISPATCHED,),
+                ).format(table=table, pending=sql.SQL(self._pending(run)), source=self._source(), columns=columns)
             ).rowcount
             connection.execute(
                 sql.SQL('update {} set "Status" = %s where "Status" <> %s').format(self._name(run.batches_table)),

@@ -251,10 +251,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
             parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
         )
         fault("after-hide")
-    migration_table = (
-        sql.Identifier(ledger.schema, run.migration_table) if ledger.schema else sql.Identifier(run.migration_table)
-    )
-    pending_destinations = _destinations(ledger, migration_table, sql.SQL(' where "Status" = 0'), {})
+    pending_destinations = ledger.pending_destinations(run)
     refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
     settings = DispatchSettings(
         target=options.target.kind,

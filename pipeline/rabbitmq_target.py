@@ -85,6 +85,7 @@ class ConfirmPublisher:
         self._ready = False
         self._error: str | None = None
         self._next_tag = 1
+        self._lowest_unsettled = 1
         self._unconfirmed: dict[int, str] = {}
         self._nacked: list[str] = []
         self._returned: list[tuple[str, str]] = []
@@ -110,16 +111,16 @@ class ConfirmPublisher:
         channel.confirm_delivery(self._on_confirm, callback=lambda _frame: setattr(self, "_ready", True))
 
     def _on_confirm(self, frame: Any) -> None:
+        """Settle one tag, or every tag up to it (``multiple``); tags are consecutive, so walk the range once."""
         method = frame.method
-        tags = (
-            [tag for tag in self._unconfirmed if tag <= method.delivery_tag]
-            if method.multiple
-            else [method.delivery_tag]
-        )
-        for tag in tags:
+        nack = isinstance(method, pika.spec.Basic.Nack)
+        first = self._lowest_unsettled if method.multiple else method.delivery_tag
+        for tag in range(first, method.delivery_tag + 1):
             message_id = self._unconfirmed.pop(tag, None)
-            if isinstance(method, pika.spec.Basic.Nack) and message_id is not None:
+            if nack and message_id is not None:
                 self._nacked.append(message_id)
+        if method.multiple:
+            self._lowest_unsettled = max(self._lowest_unsettled, method.delivery_tag + 1)
 
     def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
         self._returned.append((properties.message_id, f"{method.reply_code} {method.reply_text}"))

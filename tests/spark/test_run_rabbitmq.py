@@ -64,10 +64,13 @@ def test_run_delivers_every_timeout_with_body_headers_and_id(spark, postgres, ti
         postgres.dsn, f'select "Status", "TotalRows" from "{STATE_TABLE}" where "MigrationRunId" = %s', (result.run_id,)
     )
     assert state == [(COMPLETED, len(rows))]
-    statuses = ledger_rows(
-        postgres.dsn, f'select "Status", count(*) from "TimeoutData_migration_{result.run_id}" group by 1'
+    batches = ledger_rows(
+        postgres.dsn,
+        f'select "Status", sum("Rows"), sum("Dispatched") from "TimeoutData_migration_{result.run_id}_batches" group by 1',
     )
-    assert statuses == [(DISPATCHED, len(rows))]
+    assert batches == [(DISPATCHED, len(rows), len(rows))]
+    reasons = ledger_rows(postgres.dsn, f'select count("Reason") from "TimeoutData_migration_{result.run_id}"')
+    assert reasons == [(0,)]
 
 
 def test_run_refuses_an_endpoint_whose_destination_is_not_bound(spark, postgres, timeout_table, broker_vhost) -> None:
