@@ -144,29 +144,35 @@ def _fields(
     return values
 
 
-def _endpoint_entries(raw: Any, path: str, problems: list[str]) -> list[tuple[str, Any]]:
+def _endpoint_fields(raw: Any, path: str, keys: Mapping[str, Any], problems: list[str]) -> list[tuple[str, dict]]:
+    """Each endpoint entry (a name, or a mapping with ``name``) type-checked; bad entries become problems."""
     if raw is None:
         return []
     if not isinstance(raw, list):
         problems.append(f"{path}: expected a list of endpoint names or mappings, got {type(raw).__name__}")
         return []
-    return [(f"{path}[{i}]", entry) for i, entry in enumerate(raw)]
+    entries = []
+    for i, entry in enumerate(raw):
+        entry_path = f"{path}[{i}]"
+        fields = _fields({"name": entry} if isinstance(entry, str) else entry, entry_path, keys, problems)
+        if "name" in fields:
+            entries.append((entry_path, fields))
+        elif isinstance(entry, Mapping) and "name" not in entry:
+            problems.append(f"{entry_path}: missing required key 'name'")
+    return entries
+
+
+def _section_endpoints(raw: Any) -> Any:
+    return raw.get("endpoints") if isinstance(raw, Mapping) else None
 
 
 def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     path = f"{NAMESPACE}:rabbitmq"
     values = _fields(raw, path, _RABBITMQ_KEYS, problems, extra=("endpoints",))
     endpoints = []
-    for entry_path, entry in _endpoint_entries(
-        raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems
+    for entry_path, fields in _endpoint_fields(
+        _section_endpoints(raw), f"{path}.endpoints", _RABBITMQ_ENDPOINT_KEYS, problems
     ):
-        if isinstance(entry, str):
-            entry = {"name": entry}
-        fields = _fields(entry, entry_path, _RABBITMQ_ENDPOINT_KEYS, problems)
-        if "name" not in fields:
-            if isinstance(entry, Mapping) and "name" not in entry:
-                problems.append(f"{entry_path}: missing required key 'name'")
-            continue
         discriminators = fields.pop("instance_discriminators", [])
         bad = [d for d in discriminators if not isinstance(d, str) or not d]
         if bad:
@@ -210,21 +216,11 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
 def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
     path = f"{NAMESPACE}:sqs"
     values = _fields(raw, path, _SQS_KEYS, problems, extra=("endpoints",))
-    endpoints = []
-    for entry_path, entry in _endpoint_entries(
-        raw.get("endpoints") if isinstance(raw, Mapping) else None, f"{path}.endpoints", problems
-    ):
-        if isinstance(entry, str):
-            entry = {"name": entry}
-        fields = _fields(entry, entry_path, _SQS_ENDPOINT_KEYS, problems)
-        if "name" not in fields:
-            if isinstance(entry, Mapping) and "name" not in entry:
-                problems.append(f"{entry_path}: missing required key 'name'")
-            continue
-        fields.setdefault(
-            "message_retention_seconds", values.get("message_retention_seconds", SqsConfig.message_retention_seconds)
-        )
-        endpoints.append(SqsEndpointConfig(**fields))
+    retention = values.get("message_retention_seconds", SqsConfig.message_retention_seconds)
+    endpoints = [
+        SqsEndpointConfig(**{"message_retention_seconds": retention, **fields})
+        for _, fields in _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", _SQS_ENDPOINT_KEYS, problems)
+    ]
     config = SqsConfig(endpoints=tuple(endpoints), **values)
     _check_sqs_names(config, path, problems)
     return config

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,35 +35,8 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def rabbitmq() -> Iterator[LocalRabbitMq]:
-    broker = LocalRabbitMq()
-    try:
-        broker.start()
-    except ServiceUnavailable as error:
-        unavailable(str(error))
-    try:
-        yield broker
-    finally:
-        broker.__exit__(None, None, None)
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[LocalMoto]:
-    server = LocalMoto()
-    try:
-        server.start()
-    except ServiceUnavailable as error:
-        unavailable(str(error))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[LocalPostgres]:
-    server = LocalPostgres()
+def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres) -> Iterator[Any]:
+    """Start ``server`` (or skip/fail as ``unavailable`` says), yield it, always stop it and remove its state."""
     try:
         server.start()
     except ServiceUnavailable as error:
@@ -71,3 +45,18 @@ def postgres() -> Iterator[LocalPostgres]:
         yield server
     finally:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[LocalRabbitMq]:
+    yield from serve(LocalRabbitMq())
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[LocalMoto]:
+    yield from serve(LocalMoto())
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    yield from serve(LocalPostgres())
