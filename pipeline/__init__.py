@@ -1,0 +1,8 @@
+"""The PySpark timeout migration: stored timeouts -> native RabbitMQ / SQS delays (``nsb-delays migrate``).
+
+``layouts`` (where each store keeps its timeouts) -> ``sources`` (Spark reads, canonical rows) ->
+``expressions`` (the model's rules as Spark columns) -> ``preview`` + ``report``; ``ledger`` (hide,
+batches, abort in the source database) -> ``dispatch`` on the executors with ``messages``,
+``rabbitmq_target`` and ``sqs_target``; ``migration`` drives a run on the driver; ``job`` is the CLI
+and the ``spark-submit`` entry point. Workers import only the pure model, never Pulumi.
+"""

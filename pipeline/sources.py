@@ -93,12 +93,12 @@ def read_jdbc(spark: SparkSession, source: JdbcSource, partitions: int) -> DataF
     bounds = _jdbc_query(spark, source, f"select min(due) as low, max(due) as high from ({query}) timeouts").first()
     low, high = (bounds["low"], bounds["high"]) if bounds else (None, None)
     frame = read_jdbc_query(
-        spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high, upper=True), partitions
+        spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high), partitions
     )
     return canonical(frame, {name: name for name in CANONICAL_COLUMNS if name in source.layout.columns})
 
 
-def _timestamp_bound(value: datetime | None, upper: bool = False) -> str | None:
+def _timestamp_bound(value: datetime | None) -> str | None:
     """Spark parses JDBC timestamp bounds in the session time zone (UTC here)."""
     if value is None:
         return None
