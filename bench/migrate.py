@@ -8,9 +8,8 @@ Sizes: ``NSB_BENCH_MIGRATE_ROWS`` (default 1,000,000), ``NSB_BENCH_PREVIEW_ROWS`
 127.0.0.1 and stopped at the end. Both commands run as an operator would run them (a subprocess of
 the ``nsb-delays`` CLI, JVM start included); the bare publisher uses as many connections as Spark
 has dispatch tasks (one per core) and is timed from its first publish to its last confirm. It runs
-twice: in the run's order (due time, a contiguous range per connection, as the run's batches and
-partitions) and in table order, which mixes due times and so spreads the load over more level
-queues — the broker's easiest case.
+twice: in the run's own batch order (read back from its ledger, a contiguous range per connection
+as the run's partitions) and in table order.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from infra.recording import record_stack
 from infra.services import LocalPostgres, LocalRabbitMq
 from pipeline.delays import now_micros, remaining_delay, to_micros
 from pipeline.layouts import sql_persistence_layout
+from pipeline.ledger import STATE_TABLE
 from pipeline.messages import rabbitmq_message
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
@@ -74,18 +74,17 @@ def fill_timeouts(dsn: str, table: str, rows: int) -> None:
         connection.execute(f"analyze {table}")
 
 
-def read_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
+def read_rows(dsn: str, table: str, order: str = "") -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as connection:
         return connection.execute(
-            f'select "Id"::text, "Destination", "State", "Time", "Headers" from {table}'
+            f'select "Id"::text, "Destination", "State", "Time", "Headers" from {table}{order}'
         ).fetchall()
 
 
 def in_run_order(rows: list[tuple[Any, ...]], connections: int) -> list[list[tuple[Any, ...]]]:
-    """The run's order: by due time (its batch numbering), split in contiguous ranges (its partitions)."""
-    ordered = sorted(rows, key=lambda row: (row[3], row[0]))
-    size = -(-len(ordered) // connections)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    """Rows in batch order split in contiguous ranges, as the run's partitions take them."""
+    size = -(-len(rows) // connections)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
 def in_table_order(rows: list[tuple[Any, ...]], connections: int) -> list[list[tuple[Any, ...]]]:
@@ -222,9 +221,16 @@ def bench_run(rows: int) -> None:
         assert migrated == rows, f"{migrated} of {rows} messages are in the delay queues"
         purge_delay_queues(broker)
 
+        (migration_table,) = (
+            psycopg.connect(postgres.dsn).execute(f'select "MigrationTable" from "{STATE_TABLE}"').fetchone()
+        )  # the run's own batch order, read back from its ledger
+        batch_ordered = read_rows(postgres.dsn, f'"{migration_table}"', ' order by "BatchNumber"')
         bare = {}
-        for order, split in (("run order", in_run_order), ("table order", in_table_order)):
-            bare[order], returned = bare_publish(broker.amqp_url, split(snapshot, CORES))
+        for order, shares in (
+            ("run order", in_run_order(batch_ordered, CORES)),
+            ("table order", in_table_order(snapshot, CORES)),
+        ):
+            bare[order], returned = bare_publish(broker.amqp_url, shares)
             assert returned == 0 and delayed_count(broker) == rows
             purge_delay_queues(broker)
         print(f"run   {rows:>10,} timeouts  {run_seconds:7.1f} s  {rows / run_seconds:>9,.0f} rows/s  (end to end)")

@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -33,6 +33,7 @@ STORAGE_PREPARED, COMPLETED, ABORTED = 1, 2, 3
 # Batch status (TMT: Pending 0, Staged 1, Completed 2). A row is quarantined when it has a "Reason".
 PENDING, DISPATCHED = 0, 2
 DEFAULT_BATCH_SIZE = 1024  # TMT's batch size
+DUE_ORDER_HORIZON = timedelta(hours=1)  # dispatched in due order; later timeouts in id order
 
 
 class LedgerError(RuntimeError):
@@ -180,6 +181,9 @@ class Ledger:
 
         Selected: due at or after ``cutoff`` (TMT's cutoff) and, for RabbitMQ, not after ``latest_due``
         (the maximum delay from now): those stay with the legacy manager and are reported.
+        Numbering: timeouts due within ``DUE_ORDER_HORIZON`` come first, soonest first, so nothing that
+        could still be on time waits behind later ones; the rest follow in id order, which mixes due
+        times so concurrent batches feed many level queues instead of one.
         """
         if batch_size < 1:
             raise LedgerError(f"batch size {batch_size} must be at least 1")
@@ -208,8 +212,8 @@ class Ledger:
                 sql.SQL(
                     "with moved as (delete from {source} where {where} returning *) "
                     'insert into {table} ({columns}, "BatchNumber") '
-                    "select {columns}, (row_number() over (order by {due}, {ident}) - 1) / %(batch_size)s + 1 "
-                    "from moved"
+                    "select {columns}, (row_number() over (order by {due} >= %(horizon)s, "
+                    "case when {due} < %(horizon)s then {due} end, {ident}) - 1) / %(batch_size)s + 1 from moved"
                 ).format(
                     source=self._source(), where=where, table=self._name(table), columns=columns, due=due, ident=ident
                 ),
@@ -218,6 +222,7 @@ class Ledger:
                     "latest": latest_due,
                     "endpoint": self.layout.endpoint_filter,
                     "batch_size": batch_size,
+                    "horizon": datetime.now(UTC).replace(tzinfo=None) + DUE_ORDER_HORIZON,
                 },
             )
             fault("hide")

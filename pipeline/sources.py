@@ -92,9 +92,7 @@ def read_jdbc(spark: SparkSession, source: JdbcSource, partitions: int) -> DataF
     query = source.layout.select_canonical()
     bounds = _jdbc_query(spark, source, f"select min(due) as low, max(due) as high from ({query}) timeouts").first()
     low, high = (bounds["low"], bounds["high"]) if bounds else (None, None)
-    frame = read_jdbc_query(
-        spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high), partitions
-    )
+    frame = read_jdbc_query(spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high), partitions)
     return canonical(frame, {name: name for name in CANONICAL_COLUMNS if name in source.layout.columns})
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from components.model import rabbitmq as rmq
 from pipeline.delays import to_micros
-from pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE
+from pipeline.ledger import COMPLETED, DISPATCHED, DUE_ORDER_HORIZON, STATE_TABLE
 from pipeline.migration import RunOptions, run_migration
 from pipeline.rabbitmq_target import DestinationsRefused
 from tests.spark.conftest import ledger_rows, timeout, utc_now
@@ -71,6 +71,13 @@ def test_run_delivers_every_timeout_with_body_headers_and_id(spark, postgres, ti
     assert batches == [(DISPATCHED, len(rows), len(rows))]
     reasons = ledger_rows(postgres.dsn, f'select count("Reason") from "TimeoutData_migration_{result.run_id}"')
     assert reasons == [(0,)]
+    # batches: what is due within the horizon goes first, soonest first; the day-long delays after it
+    numbered = ledger_rows(
+        postgres.dsn, f'select "Time", "BatchNumber" from "TimeoutData_migration_{result.run_id}" order by 1, 2'
+    )
+    soon = [batch for due, batch in numbered if due < now + DUE_ORDER_HORIZON]
+    later = [batch for due, batch in numbered if due >= now + DUE_ORDER_HORIZON]
+    assert soon == sorted(soon) and max(soon) <= min(later)
 
 
 def test_run_refuses_an_endpoint_whose_destination_is_not_bound(spark, postgres, timeout_table, broker_vhost) -> None:
