@@ -9,7 +9,6 @@ flight to be sent again, carrying the same message ids.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from pipeline.faults import Fault, FaultInjector
 from pipeline.layouts import TimeoutLayout
 from pipeline.ledger import BatchOutcome, Ledger, Run
 from pipeline.messages import rabbitmq_message, sqs_message
+from pipeline.rabbitmq_target import DispatchError
 from pipeline.sqs_target import SqsSettings
 
 TARGETS = ("rabbitmq", "sqs")
@@ -41,6 +41,7 @@ class DispatchSettings:
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
     fault: Fault | None = None
+    batch_rows: Mapping[int, int] = field(default_factory=dict)  # pending batch -> its number of rows
 
 
 class _Sender:
@@ -122,14 +123,25 @@ def dispatch_arrow(settings: DispatchSettings, record_batches: Iterator[Any]) ->
 
 
 def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Iterator[tuple[int, int, int]]:
-    """Dispatch one partition (rows sorted by batch): yields ``(batch, sent, quarantined)`` per completed batch."""
+    """Dispatch one partition: yields ``(batch, sent, quarantined)`` per completed batch.
+
+    Rows are collected per batch and a batch goes out once all its rows (``batch_rows``) arrived, so the
+    rows need no sort (they stream in storage order, which is batch order in practice) and a batch is
+    never sent, nor marked done, in part.
+    """
     fault = FaultInjector(settings.fault)
     ledger = Ledger(settings.conninfo, settings.layout)
     sender: _Sender | None = None
+    collecting: dict[int, list[Any]] = {}
     try:
         with psycopg.connect(settings.conninfo) as connection:
-            for batch, grouped in itertools.groupby(rows, key=lambda row: row["batch"]):
-                batch_rows = list(grouped)
+            for row in rows:
+                batch = row["batch"]
+                batch_rows = collecting.setdefault(batch, [])
+                batch_rows.append(row)
+                if len(batch_rows) < settings.batch_rows[batch]:
+                    continue
+                del collecting[batch]
                 sender = sender or _Sender(settings)
                 outcome = send_batch(sender, batch, batch_rows)
                 fault("after-publish")
@@ -138,3 +150,6 @@ def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Itera
     finally:
         if sender is not None:
             sender.close()
+    if collecting:  # the ledger changed under the run (another process?): leave those batches pending
+        counts = {batch: len(batch_rows) for batch, batch_rows in sorted(collecting.items())}
+        raise DispatchError(f"batches arrived incomplete (batch: rows seen) {counts}; they stay pending")

@@ -262,6 +262,17 @@ class Ledger:
             )
         return Run(run_id, STORAGE_PREPARED, dict(parameters), int(number), int(total), table, batches)
 
+    def pending_batch_rows(self, run: Run) -> dict[int, int]:
+        """Rows per batch not yet done: a task knows a batch is complete when it has seen that many."""
+        with self.connect() as connection:
+            rows = connection.execute(
+                sql.SQL('select "BatchNumber", "Rows" from {} where "Status" = %s').format(
+                    self._name(run.batches_table)
+                ),
+                (PENDING,),
+            ).fetchall()
+        return {int(batch): int(count) for batch, count in rows}
+
     def pending_batches(self, run: Run) -> tuple[int | None, int | None, int]:
         """Lowest and highest batch number not yet done, and how many there are."""
         with self.connect() as connection:

@@ -184,7 +184,7 @@ def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run
     rows = validated(canonical(frame, present, keep=("batch",)), ledger.layout.headers_format)
     return rows.select(
         "batch", "id", "destination", "state", F.unix_micros("due").alias("due_micros"), "header_map", "problem"
-    ).sortWithinPartitions("batch")
+    )
 
 
 def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: int, show: bool) -> Any:
@@ -263,6 +263,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
         sqs=options.target.sqs,
         refused=refused,
         fault=options.fault,
+        batch_rows=ledger.pending_batch_rows(run),
     )
     before = ledger.progress(run)
     frame = _pending_frame(spark, options, ledger, run)

@@ -20,6 +20,7 @@ from components.model import rabbitmq as rmq
 from pipeline.messages import RabbitMqMessage
 
 CONFIRM_TIMEOUT_SECONDS = 120.0
+FLUSH_EVERY = 64  # messages between two writes to the socket (pika buffers until the loop polls)
 
 
 class DispatchError(RuntimeError):
@@ -153,6 +154,9 @@ class ConfirmPublisher:
             self._channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
             self._unconfirmed[self._next_tag] = message.message_id
             self._next_tag += 1
+            if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
+                self._connection.ioloop.poll()
+                self._connection.ioloop.process_timeouts()
         self._spin(lambda: not self._unconfirmed, f"confirming {len(messages)} messages")
         if self._nacked or self._returned:
             returned = ", ".join(f"{mid} ({why})" for mid, why in self._returned[:5])

@@ -95,3 +95,20 @@ def test_nhibernate_timeout_entity_migrates_only_the_endpoint(spark, postgres, b
         mine
     )
     assert ledger_rows(postgres.dsn, 'select count(*) from "TimeoutEntity"') == [(0,)]
+
+
+def test_a_batch_seen_in_part_is_neither_sent_nor_marked(postgres) -> None:
+    """A task sends a batch only when all of its rows arrived; a short batch stays pending, loudly."""
+    from pipeline.dispatch import DispatchSettings, dispatch_partition
+    from pipeline.layouts import sql_persistence_layout
+    from pipeline.ledger import Run
+    from pipeline.rabbitmq_target import DispatchError
+
+    run = Run("r", 1, {}, 1, 3, "TimeoutData_migration_r", "TimeoutData_migration_r_batches")
+    settings = DispatchSettings(
+        "rabbitmq", f"host=127.0.0.1 port={postgres.port} user={postgres.user}",
+        sql_persistence_layout("Short", "postgresql"), run, amqp_url="amqp://127.0.0.1:1/", batch_rows={7: 3},
+    )  # fmt: skip
+    rows = [{"batch": 7, "id": str(i), "destination": "Sales", "problem": None} for i in range(2)]
+    with pytest.raises(DispatchError, match=r"incomplete \(batch: rows seen\) \{7: 2\}"):
+        list(dispatch_partition(settings, iter(rows)))
