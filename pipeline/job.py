@@ -10,6 +10,7 @@ an endpoint, the batch size and the Spark master; see ``--help`` of each command
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +106,13 @@ def target_settings(values: dict[str, Any]) -> TargetSettings:
     )
 
 
+def task_failure(error: Exception) -> str:
+    """The Python exception line inside a Spark job failure (which wraps it in a JVM stack trace)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Fault): ", line)]
+    return causes[-1] if causes else (lines[0] if lines else type(error).__name__)
+
+
 def _fail(error: Exception) -> None:
     raise click.ClickException(str(error)) from error
 
@@ -180,6 +188,11 @@ def run(**values: Any) -> None:
         result = run_migration(spark, options)
     except (LedgerError, DestinationsRefused, DispatchError, LayoutError, ValueError) as error:
         _fail(error)
+    except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
+        raise click.ClickException(
+            f"the run stopped: {task_failure(error)}. Every confirmed batch is recorded in the ledger: rerun the "
+            "same command to resume, or `migrate abort` to give the rest back to the legacy timeout manager"
+        ) from error
     verb = "resumed" if result.resumed else "started"
     click.echo(
         f"run {result.run_id} ({verb}): {result.dispatched:,} of {result.total:,} dispatched "

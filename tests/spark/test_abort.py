@@ -53,3 +53,27 @@ def test_abort_after_a_partial_run_restores_exactly_the_undispatched_rows(
     assert {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from "{table}"')} == dispatched
     with pytest.raises(LedgerError, match="nothing to abort"):
         abort_migration(source)
+
+
+def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgres, timeout_table, broker_vhost) -> None:
+    from click.testing import CliRunner
+
+    from pipeline.job import migrate
+
+    broker = broker_vhost(["Sales"])
+    rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(60)]
+    source = timeout_table("CliAbort", rows)
+    common = ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", "CliAbort"]
+    target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
+    result = CliRunner().invoke(
+        migrate, ["run", *common, *target, "--batch-size", "10", "--partitions", "1", "--no-progress",
+                  "--fault", "after-publish:3:raise"],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "the run stopped: pipeline.faults.InjectedFault: injected fault at after-publish" in result.output
+    assert "rerun the same command to resume" in result.output
+    result = CliRunner().invoke(migrate, ["abort", *common])
+    assert result.exit_code == 0, result.output
+    restored = len(rows) - 2 * 10  # two batches were confirmed and marked before the third stopped
+    assert f"{restored:,} timeouts restored" in result.output
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(restored,)]
