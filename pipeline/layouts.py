@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from components.model import msmq
+
 SourceKind = Literal["sqlp", "nhibernate", "msmq", "export"]
 Dialect = Literal["postgresql", "mssql", "mysql", "oracle"]
 HeadersFormat = Literal["json", "msmq-xml"]
@@ -24,8 +26,12 @@ CANONICAL_COLUMNS = ("id", "destination", "state", "due", "headers", "saga_id", 
 SQL_PERSISTENCE_TABLE_SUFFIX = "TimeoutData"
 ORACLE_TABLE_SUFFIX = "TO"  # Oracle identifiers were limited to 30 characters: UPPER(prefix) || 'TO'
 NHIBERNATE_TABLE = "TimeoutEntity"
-MSMQ_TABLE_SUFFIX = ".timeouts"
-DEFAULT_SCHEMAS: dict[Dialect, str | None] = {"postgresql": "public", "mssql": "dbo", "mysql": None, "oracle": None}
+DEFAULT_SCHEMAS: dict[Dialect, str | None] = {
+    "postgresql": "public",
+    "mssql": msmq.DEFAULT_SCHEMA,
+    "mysql": None,
+    "oracle": None,
+}
 JDBC_DRIVERS: dict[Dialect, str] = {
     "postgresql": "org.postgresql.Driver",
     "mssql": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
@@ -144,7 +150,7 @@ def nhibernate_layout(endpoint: str, dialect: str, *, schema: str | None = None)
     )
 
 
-def msmq_store_layout(endpoint: str, *, schema: str = "dbo") -> TimeoutLayout:
+def msmq_store_layout(endpoint: str, *, schema: str = msmq.DEFAULT_SCHEMA) -> TimeoutLayout:
     """The MSMQ transport 2.x SQL Server store ``[dbo].[<endpoint>.timeouts]`` (seed 002).
 
     Its ``Headers`` column holds the MSMQ extension bytes (the XML-serialised header list), not JSON.
@@ -153,7 +159,7 @@ def msmq_store_layout(endpoint: str, *, schema: str = "dbo") -> TimeoutLayout:
         raise LayoutError("endpoint name is empty: the MSMQ delayed store is named '<endpoint>.timeouts'")
     names = {"id": "Id", "destination": "Destination", "state": "State", "due": "Time", "headers": "Headers"}
     columns = {canonical: quote_identifier(name, "mssql") for canonical, name in names.items()}
-    table = qualified(schema, endpoint + MSMQ_TABLE_SUFFIX, "mssql")
+    table = qualified(schema, msmq.table_name(endpoint), "mssql")
     return TimeoutLayout("msmq", "mssql", table, columns, headers_format="msmq-xml")
 
 
@@ -166,7 +172,7 @@ def jdbc_layout(kind: str, dialect: str, endpoint: str, *, schema: str | None = 
     elif kind == "msmq":
         if dialect != "mssql":
             raise LayoutError(f"the MSMQ delayed store lives in SQL Server (dialect mssql), not {dialect!r}")
-        layout = msmq_store_layout(endpoint, schema=schema or "dbo")
+        layout = msmq_store_layout(endpoint, schema=schema or msmq.DEFAULT_SCHEMA)
     else:
         raise LayoutError(f"unknown JDBC source kind {kind!r}: expected one of sqlp, nhibernate, msmq")
     if table:
