@@ -12,25 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
-import requests
-
+from components.resource_types import RABBITMQ_BINDING as BINDING
+from components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
+from components.resource_types import RABBITMQ_QUEUE as QUEUE
+from components.resource_types import SQS_QUEUE
+from infra.management import ManagementApi, ManagementError, path_segment
 from infra.recording import RecordedResource
 
-EXCHANGE = "rabbitmq:index/exchange:Exchange"
-QUEUE = "rabbitmq:index/queue:Queue"
-BINDING = "rabbitmq:index/binding:Binding"
-SQS_QUEUE = "aws:sqs/queue:Queue"
 _ORDER = {EXCHANGE: 0, QUEUE: 1, BINDING: 2}
 
 
 class ApplyError(RuntimeError):
     """The broker refused a declaration (e.g. PRECONDITION_FAILED - inequivalent arg)."""
-
-
-def _segment(value: str) -> str:
-    return quote(value, safe="")
 
 
 def _ints(value: Any) -> Any:
@@ -50,19 +44,16 @@ class RabbitMqApplier:
     username: str = "guest"
     password: str = "guest"
     verify_tls: bool | str = True
-    session: requests.Session = field(init=False)
+    api: ManagementApi = field(init=False)
 
     def __post_init__(self) -> None:
-        self.session = requests.Session()
-        self.session.auth = (self.username, self.password)
+        self.api = ManagementApi(self.management_url, self.username, self.password, self.verify_tls)
 
     def _call(self, method: str, path: str, body: dict[str, Any], what: str) -> None:
-        # TLS settings go on each request: a session's ``verify`` loses to REQUESTS_CA_BUNDLE.
-        response = self.session.request(
-            method, f"{self.management_url.rstrip('/')}/api/{path}", json=body, timeout=30, verify=self.verify_tls
-        )
-        if response.status_code >= 400:
-            raise ApplyError(f"{what}: HTTP {response.status_code} {response.text}")
+        try:
+            self.api.request(method, path, body)
+        except ManagementError as error:
+            raise ApplyError(f"{what}: {error}") from None
 
     def apply(self, resources: Iterable[RecordedResource]) -> int:
         """Declare every RabbitMQ resource (exchanges, then queues, then bindings); returns how many."""
@@ -74,12 +65,12 @@ class RabbitMqApplier:
 
     def apply_one(self, resource: RecordedResource) -> None:
         inputs = resource.inputs
-        vhost = _segment(inputs.get("vhost", "/"))
+        vhost = path_segment(inputs.get("vhost", "/"))
         settings = resource.settings()
         if resource.type == EXCHANGE:
             self._call(
                 "PUT",
-                f"exchanges/{vhost}/{_segment(inputs['name'])}",
+                f"exchanges/{vhost}/{path_segment(inputs['name'])}",
                 {
                     "type": settings["type"],
                     "durable": bool(settings.get("durable", False)),
@@ -91,7 +82,7 @@ class RabbitMqApplier:
         elif resource.type == QUEUE:
             self._call(
                 "PUT",
-                f"queues/{vhost}/{_segment(inputs['name'])}",
+                f"queues/{vhost}/{path_segment(inputs['name'])}",
                 {
                     "durable": bool(settings.get("durable", False)),
                     "auto_delete": bool(settings.get("autoDelete", False)),
@@ -105,7 +96,7 @@ class RabbitMqApplier:
             kind = "q" if inputs["destinationType"] == "queue" else "e"
             self._call(
                 "POST",
-                f"bindings/{vhost}/e/{_segment(inputs['source'])}/{kind}/{_segment(inputs['destination'])}",
+                f"bindings/{vhost}/e/{path_segment(inputs['source'])}/{kind}/{path_segment(inputs['destination'])}",
                 {"routing_key": inputs.get("routingKey", ""), "arguments": dict(inputs.get("arguments") or {})},
                 f"binding {inputs['source']!r} -> {inputs['destination']!r} ({inputs.get('routingKey', '')!r})",
             )

@@ -17,7 +17,8 @@ class ManagementError(RuntimeError):
     """The management API refused or failed a call; the message names the call and the broker's answer."""
 
 
-def _segment(value: str) -> str:
+def path_segment(value: str) -> str:
+    """One URL path segment of the management API (``/`` in a vhost or name becomes ``%2F``)."""
     return quote(value, safe="")
 
 
@@ -37,7 +38,7 @@ class ManagementApi:
         self.session = requests.Session()
         self.session.auth = (self.username, self.password)
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None) -> Any:
         address = f"{self.url.rstrip('/')}/api/{path}"
         try:
             # TLS settings per request: requests lets REQUESTS_CA_BUNDLE override a session's ``verify``.
@@ -51,53 +52,53 @@ class ManagementApi:
         return response.json() if response.content else None
 
     def overview(self) -> dict[str, Any]:
-        return dict(self._request("GET", "overview"))
+        return dict(self.request("GET", "overview"))
 
     def feature_flags(self) -> dict[str, str]:
         """Feature flag name -> state (``enabled``, ``disabled``, ``state_changing``)."""
-        return {flag["name"]: flag.get("state", "") for flag in self._request("GET", "feature-flags")}
+        return {flag["name"]: flag.get("state", "") for flag in self.request("GET", "feature-flags")}
 
     def exchanges(self, vhost: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"exchanges/{_segment(vhost)}"))
+        return list(self.request("GET", f"exchanges/{path_segment(vhost)}"))
 
     def queues(self, vhost: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"queues/{_segment(vhost)}"))
+        return list(self.request("GET", f"queues/{path_segment(vhost)}"))
 
     def bindings(self, vhost: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"bindings/{_segment(vhost)}"))
+        return list(self.request("GET", f"bindings/{path_segment(vhost)}"))
 
     def vhost_exists(self, vhost: str) -> bool:
-        return any(v["name"] == vhost for v in self._request("GET", "vhosts"))
+        return any(v["name"] == vhost for v in self.request("GET", "vhosts"))
 
     def definitions(self, vhost: str | None = None) -> dict[str, Any]:
         """``GET /api/definitions[/vhost]``: the export ``rabbitmqctl export_definitions`` would write."""
-        return dict(self._request("GET", "definitions" + (f"/{_segment(vhost)}" if vhost else "")))
+        return dict(self.request("GET", "definitions" + (f"/{path_segment(vhost)}" if vhost else "")))
 
     def import_definitions(self, document: dict[str, Any]) -> None:
         """``POST /api/definitions``: note that conflicting queue arguments are kept silently by the broker."""
-        self._request("POST", "definitions", document)
+        self.request("POST", "definitions", document)
 
     def create_vhost(self, vhost: str, grant_to: str | None = None) -> None:
         """Create ``vhost`` and give ``grant_to`` (default: our user) full permissions on it."""
-        self._request("PUT", f"vhosts/{_segment(vhost)}", {})
+        self.request("PUT", f"vhosts/{path_segment(vhost)}", {})
         user = grant_to or self.username
-        self._request(
+        self.request(
             "PUT",
-            f"permissions/{_segment(vhost)}/{_segment(user)}",
+            f"permissions/{path_segment(vhost)}/{path_segment(user)}",
             {"configure": ".*", "write": ".*", "read": ".*"},
         )
 
     def delete_vhost(self, vhost: str) -> None:
-        self._request("DELETE", f"vhosts/{_segment(vhost)}")
+        self.request("DELETE", f"vhosts/{path_segment(vhost)}")
 
     def delete_queue(self, vhost: str, queue: str) -> None:
-        self._request("DELETE", f"queues/{_segment(vhost)}/{_segment(queue)}")
+        self.request("DELETE", f"queues/{path_segment(vhost)}/{path_segment(queue)}")
 
     def delete_binding(self, vhost: str, binding: dict[str, Any]) -> None:
         """Delete a binding as listed by ``bindings()`` (identified by its ``properties_key``)."""
         kind = "q" if binding["destination_type"] == "queue" else "e"
         path = (
-            f"bindings/{_segment(vhost)}/e/{_segment(binding['source'])}/{kind}/"
-            f"{_segment(binding['destination'])}/{_segment(binding['properties_key'])}"
+            f"bindings/{path_segment(vhost)}/e/{path_segment(binding['source'])}/{kind}/"
+            f"{path_segment(binding['destination'])}/{path_segment(binding['properties_key'])}"
         )
-        self._request("DELETE", path)
+        self.request("DELETE", path)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 
+from components.resource_types import SQS_QUEUE
 from infra.config import NAMESPACE, StackConfig
 
 PROJECT = NAMESPACE
@@ -60,7 +61,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == "aws:sqs/queue:Queue":
+        if args.typ == SQS_QUEUE:
             name = outputs.get("name", args.name)
             outputs["arn"] = f"arn:aws:sqs:{self.region}:{self.account}:{name}"
             outputs["url"] = f"https://sqs.{self.region}.amazonaws.com/{self.account}/{name}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from components import resource_types
 from infra.recording import RecordedResource
 
 
@@ -70,11 +71,11 @@ class Graph:
         for r in resources:
             if r.inputs.get("vhost", "/") != vhost:
                 continue
-            if r.type == "rabbitmq:index/exchange:Exchange":
+            if r.type == resource_types.RABBITMQ_EXCHANGE:
                 graph.exchanges[r.inputs["name"]] = r.settings()["type"]
-            elif r.type == "rabbitmq:index/queue:Queue":
+            elif r.type == resource_types.RABBITMQ_QUEUE:
                 graph.queues[r.inputs["name"]] = r.queue_arguments()
-            elif r.type == "rabbitmq:index/binding:Binding":
+            elif r.type == resource_types.RABBITMQ_BINDING:
                 graph.add_binding(
                     Binding(
                         r.inputs["source"],

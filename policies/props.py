@@ -27,15 +27,17 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
-RABBITMQ_QUEUE = "rabbitmq:index/queue:Queue"
-RABBITMQ_EXCHANGE = "rabbitmq:index/exchange:Exchange"
-RABBITMQ_BINDING = "rabbitmq:index/binding:Binding"
-RABBITMQ_POLICY = "rabbitmq:index/policy:Policy"
-RABBITMQ_OPERATOR_POLICY = "rabbitmq:index/operatorPolicy:OperatorPolicy"
-RABBITMQ_USER = "rabbitmq:index/user:User"
-RABBITMQ_PROVIDER = "pulumi:providers:rabbitmq"
-SQS_QUEUE = "aws:sqs/queue:Queue"
-SQS_REDRIVE_POLICY = "aws:sqs/redrivePolicy:RedrivePolicy"
+from components.resource_types import (  # noqa: F401 (re-exported for the rules)
+    RABBITMQ_BINDING,
+    RABBITMQ_EXCHANGE,
+    RABBITMQ_OPERATOR_POLICY,
+    RABBITMQ_POLICY,
+    RABBITMQ_PROVIDER,
+    RABBITMQ_QUEUE,
+    RABBITMQ_USER,
+    SQS_QUEUE,
+    SQS_REDRIVE_POLICY,
+)
 
 _SENTINELS = frozenset(
     {

@@ -6,12 +6,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from components.resource_types import RABBITMQ_BINDING as BINDING
+from components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
+from components.resource_types import RABBITMQ_QUEUE as QUEUE
+from components.resource_types import SQS_QUEUE
 from infra.recording import RecordedResource, record
 
-EXCHANGE = "rabbitmq:index/exchange:Exchange"
-QUEUE = "rabbitmq:index/queue:Queue"
-BINDING = "rabbitmq:index/binding:Binding"
-SQS_QUEUE = "aws:sqs/queue:Queue"
+__all__ = ["BINDING", "EXCHANGE", "QUEUE", "SQS_QUEUE"]
 
 
 def declared(build: Callable[[], Any]) -> list[RecordedResource]:

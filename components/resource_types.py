@@ -1,0 +1,11 @@
+"""Pulumi type tokens of the provider resources we declare, read, apply or check (no Pulumi import)."""
+
+RABBITMQ_EXCHANGE = "rabbitmq:index/exchange:Exchange"
+RABBITMQ_QUEUE = "rabbitmq:index/queue:Queue"
+RABBITMQ_BINDING = "rabbitmq:index/binding:Binding"
+RABBITMQ_POLICY = "rabbitmq:index/policy:Policy"
+RABBITMQ_OPERATOR_POLICY = "rabbitmq:index/operatorPolicy:OperatorPolicy"
+RABBITMQ_USER = "rabbitmq:index/user:User"
+RABBITMQ_PROVIDER = "pulumi:providers:rabbitmq"
+SQS_QUEUE = "aws:sqs/queue:Queue"
+SQS_REDRIVE_POLICY = "aws:sqs/redrivePolicy:RedrivePolicy"
