@@ -106,6 +106,32 @@ def target_settings(values: dict[str, Any]) -> TargetSettings:
     )
 
 
+def _ledger_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--ledger-jdbc-url",
+        metavar="URL",
+        envvar="NSB_LEDGER_JDBC_URL",
+        help="With --source-path: PostgreSQL database (jdbc:postgresql://…) for the run's ledger and migration table.",
+    )(command)
+
+
+def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, JdbcSource]:
+    """The export and, for ``run``/``abort``, the ledger database its rows are staged in."""
+    from pipeline.migration import export_ledger_source
+
+    export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
+    url = values["ledger_jdbc_url"]
+    if not url:
+        raise click.UsageError(
+            f"{command} from an export (--source-path) needs --ledger-jdbc-url: a PostgreSQL database "
+            "(jdbc:postgresql://…) that keeps the run's ledger and migration table"
+        )
+    try:
+        return export, export_ledger_source(export, url, values["jdbc_user"], values["jdbc_password"])
+    except LedgerError as error:
+        raise click.BadParameter(str(error), param_hint="--ledger-jdbc-url") from None
+
+
 def task_failure(error: Exception) -> str:
     """The Python exception line inside a Spark job failure (which wraps it in a JVM stack trace)."""
     lines = [line.strip() for line in str(error).splitlines()]
@@ -162,19 +188,24 @@ def preview(**values: Any) -> None:
 @click.option("--partitions", type=click.IntRange(1), help="Concurrent dispatch tasks (default: Spark's parallelism).")
 @click.option("--quarantine", "quarantine_path", help="JSON-lines file for rows that cannot be migrated.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@_ledger_option
 @click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
 def run(**values: Any) -> None:
-    """Hide the selected timeouts from the legacy manager, then dispatch them batch by batch (resumable)."""
+    """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
+    then dispatch them batch by batch (resumable)."""
     from pipeline.migration import run_migration
     from pipeline.spark import spark_session
 
-    if not values["source_jdbc"]:
-        raise click.UsageError(
-            "run needs --source-jdbc: timeouts are hidden from the legacy timeout manager in its own database "
-            "(an export has no manager to hide from; load it into a table first)"
-        )
+    export = None
+    if values["source_path"]:
+        export, source = export_source(values, "run")
+    elif values["source_jdbc"]:
+        source = jdbc_source(values)
+    else:
+        raise click.UsageError("give --source-jdbc (the legacy table) or --source-path with --ledger-jdbc-url")
     options = RunOptions(
-        source=jdbc_source(values),
+        source=source,
+        export=export,
         target=target_settings(values),
         cutoff=values["cutoff"] or DEFAULT_CUTOFF,
         batch_size=values["batch_size"],
@@ -186,7 +217,7 @@ def run(**values: Any) -> None:
     spark = spark_session(values["master"])
     try:
         result = run_migration(spark, options)
-    except (LedgerError, DestinationsRefused, DispatchError, LayoutError, ValueError) as error:
+    except (LedgerError, DestinationsRefused, DispatchError, LayoutError, SourceError, ValueError) as error:
         _fail(error)
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
         raise click.ClickException(
@@ -201,24 +232,48 @@ def run(**values: Any) -> None:
     )
     if result.quarantine_file:
         click.echo(f"quarantined rows: {result.quarantine_file}")
+    stay = "were not loaded (they remain only in the export)" if export else "stay with the legacy timeout manager"
     if result.left_beyond_max:
         click.echo(
             f"{result.left_beyond_max:,} timeouts are due beyond the RabbitMQ maximum of {rmq.MAX_DELAY_SECONDS:,} s "
-            "and stay with the legacy timeout manager"
+            f"and {stay}"
         )
     if result.left_without_due_time:
-        click.echo(f"{result.left_without_due_time:,} timeouts have no due time and stay in the legacy table")
+        click.echo(f"{result.left_without_due_time:,} timeouts have no due time and {stay}")
 
 
 @migrate.command()
 @_source_options
-@click.option("--run-id", help="The run to abort (default: the run in progress for the table).")
+@click.option("--run-id", help="The run to abort (default: the run in progress for the table or export).")
+@_ledger_option
+@click.option(
+    "--abort-output",
+    metavar="PATH",
+    help="With --source-path: where to write the undispatched rows (default: <export>-aborted-<run>.parquet|.jsonl).",
+)
 def abort(**values: Any) -> None:
-    """Restore every timeout the run in progress has not dispatched to the legacy table."""
-    from pipeline.migration import abort_migration
+    """Restore every timeout the run in progress has not dispatched to the legacy table
+    (an export: write them out as an export of the same format)."""
+    from pipeline.migration import abort_export, abort_migration
+    from pipeline.spark import spark_session
 
+    if values["source_path"]:
+        export, source = export_source(values, "abort")
+        try:
+            done = abort_export(
+                spark_session(values["master"]), source, export, values["abort_output"], values["run_id"]
+            )
+        except LedgerError as error:
+            _fail(error)
+        click.echo(
+            f"run {done.run.run_id} aborted (was {status_name(done.run.status)}): {done.written:,} undispatched "
+            f"timeouts (pending and quarantined) written as {done.format} to {done.output} (a Spark output "
+            f"directory); nothing was restored to a table (the source is an export); the staging table "
+            f"{source.layout.table} was dropped; the migration table keeps the dispatched rows"
+        )
+        return
     if not values["source_jdbc"]:
-        raise click.UsageError("abort needs --source-jdbc (the database the run hid the timeouts in)")
+        raise click.UsageError("abort needs --source-jdbc (the database the run hid the timeouts in) or --source-path")
     try:
         run_state, restored = abort_migration(jdbc_source(values), values["run_id"])
     except LedgerError as error:

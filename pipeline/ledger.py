@@ -146,6 +146,20 @@ class Ledger:
         ).fetchone()
         return self._run(row) if row else None
 
+    def runs(self) -> list[Run]:
+        """Every run of this source table (and endpoint), oldest first, whatever its status."""
+        with self.connect() as connection:
+            self.ensure_state_table(connection)
+            rows = connection.execute(
+                sql.SQL(
+                    'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", '
+                    '"MigrationTable" from {} where "SourceTable" = %s and "EndpointName" is not distinct from %s '
+                    'order by "StartedAt", "MigrationRunId"'
+                ).format(self._name(STATE_TABLE)),
+                (self.layout.table, self.layout.endpoint_filter),
+            ).fetchall()
+        return [self._run(row) for row in rows]
+
     def run(self, run_id: str) -> Run:
         with self.connect() as connection:
             self.ensure_state_table(connection)
@@ -305,6 +319,15 @@ class Ledger:
         parts = [f"{column} as {name}" for name, column in self.layout.columns.items() if name != "endpoint"]
         table = qualified(self.schema, run.migration_table, "postgresql")
         return f'select {", ".join(parts)}, "BatchNumber" as batch from {table} where {self._pending(run)}'
+
+    def undispatched_rows_query(self, run: Run) -> str:
+        """Every row ``abort`` gives back (pending and quarantined), as canonical columns plus ``batch``."""
+        parts = [f"{column} as {name}" for name, column in self.layout.columns.items()]
+        table = qualified(self.schema, run.migration_table, "postgresql")
+        return (
+            f'select {", ".join(parts)}, "BatchNumber" as batch from {table} '
+            f'where {self._pending(run)} or "Reason" is not null'
+        )
 
     def pending_destinations(self, run: Run) -> set[str]:
         destination = sql.SQL(self.layout.column("destination"))

@@ -4,10 +4,15 @@ A run either resumes the run in progress for the same source table (same paramet
 Timeout Migration Tool requires) or starts one: it checks the target (every destination exists
 and is bound), hides the selected timeouts in one transaction, then has Spark tasks dispatch
 the batches while the driver shows the ledger's rows settled / total.
+
+An export has no database of its own: its rows are staged by Spark in a table of the ledger
+database (``--ledger-jdbc-url``) and hidden from there the same way; its abort writes the
+undispatched rows back out as an export.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -27,13 +32,24 @@ from components.model import sqs
 from pipeline.delays import from_micros, now_micros
 from pipeline.dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
 from pipeline.faults import Fault, FaultInjector
-from pipeline.ledger import Ledger, LedgerError, Progress, Run, conninfo_from_jdbc
+from pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, qualified
+from pipeline.ledger import (
+    COMPLETED,
+    STORAGE_PREPARED,
+    Ledger,
+    LedgerError,
+    Progress,
+    Run,
+    conninfo_from_jdbc,
+    status_name,
+)
 from pipeline.rabbitmq_target import check_destinations
-from pipeline.sources import JdbcSource, canonical, read_jdbc_query, validated
+from pipeline.sources import ExportSource, JdbcSource, canonical, read_export, read_jdbc_query, validated
 from pipeline.sqs_target import SqsSettings, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
+EXPORT_TABLE_PREFIX = "TimeoutData_export_"  # an export's rows staged in the ledger database
 
 
 @dataclass(frozen=True)
@@ -73,10 +89,13 @@ class RunOptions:
     quarantine_path: str | None = None
     fault: Fault | None = None
     show_progress: bool = True
+    export: ExportSource | None = None  # the source is this export, staged in ``source`` (the ledger database)
 
     def parameters(self) -> dict[str, Any]:
         """What must be identical for a rerun to resume (TMT refuses to resume with other parameters)."""
+        export = {"export": _export_identity(self.export)} if self.export is not None else {}
         return {
+            **export,
             "source": self.source.layout.table,
             "kind": self.source.layout.kind,
             "endpoint": self.source.layout.endpoint_filter,
@@ -101,6 +120,55 @@ class RunResult:
     left_without_due_time: int
     quarantine_file: str | None
     seconds: float
+
+
+def _export_identity(export: ExportSource) -> dict[str, Any]:
+    return {"path": str(Path(export.path).resolve()), "format": export.format, "endpoint": export.endpoint}
+
+
+def export_layout(export: ExportSource) -> TimeoutLayout:
+    """The staging table of ``export`` in the ledger database (one per export path, format and endpoint)."""
+    key = hashlib.sha256(json.dumps(_export_identity(export), sort_keys=True).encode()).hexdigest()[:16]
+    columns = {name: f'"{field}"' for name, field in EXPORT_COLUMNS.items()}
+    table = qualified("public", EXPORT_TABLE_PREFIX + key, "postgresql")
+    return TimeoutLayout("export", "postgresql", table, columns, "json", export.endpoint)
+
+
+def export_ledger_source(
+    export: ExportSource, ledger_url: str, user: str | None = None, password: str | None = None
+) -> JdbcSource:
+    """Where a run from ``export`` keeps its staged rows and its ledger (a PostgreSQL database)."""
+    conninfo_from_jdbc(ledger_url, user, password)  # refuses anything but jdbc:postgresql://
+    return JdbcSource(ledger_url, export_layout(export), user, password)
+
+
+def stage_export(spark: SparkSession, export: ExportSource, source: JdbcSource) -> None:
+    """Copy the export's rows (of its endpoint) into the staging table, replacing it; ``hide`` moves them on."""
+    frame = read_export(spark, export)
+    (
+        frame.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS))
+        .write.format("jdbc")
+        .options(**source.options())
+        .option("dbtable", source.layout.table)
+        .mode("overwrite")
+        .save()
+    )
+
+
+def _earlier_export_run(ledger: Ledger, export: ExportSource, parameters: dict[str, Any]) -> Run | None:
+    """The completed run of this export with these parameters (a rerun is a no-op); refuse after any other run."""
+    earlier = ledger.runs()
+    for run in earlier:
+        if run.status == COMPLETED and run.parameters == parameters:
+            return run
+    if earlier:
+        last = earlier[-1]
+        raise LedgerError(
+            f"export {export.path!r} was already migrated by run {last.run_id} ({status_name(last.status)}) with "
+            f"parameters {json.dumps(last.parameters, sort_keys=True)}; a new run would dispatch its timeouts "
+            "again: rerun with those parameters, or migrate the export `migrate abort` wrote"
+        )
+    return None
 
 
 def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
@@ -225,6 +293,10 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
     parameters = options.parameters()
     now = from_micros(now_micros())
     run = ledger.active_run()
+    if run is None and options.export is not None:
+        run = _earlier_export_run(ledger, options.export, parameters)
+        if run is None:
+            stage_export(spark, options.export, source)
     resumed = run is not None
     latest_due = _latest_due(options.target, now)
     if run is not None:
@@ -275,7 +347,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
             options.show_progress,
         )
     fault("after-last-batch")
-    completed = ledger.finish(run)
+    completed = run.status == COMPLETED or ledger.finish(run)
     after = ledger.progress(run)
     quarantine_file = _write_quarantine(ledger, run, options.quarantine_path)
     beyond, undated = _left_behind(ledger, latest_due, options.cutoff)
@@ -309,3 +381,51 @@ def abort_migration(source: JdbcSource, run_id: str | None = None) -> tuple[Run,
     """Restore every not-yet-dispatched timeout of the run in progress to the legacy table."""
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     return ledger.abort(ledger.run(run_id) if run_id else None)
+
+
+@dataclass(frozen=True)
+class ExportAbort:
+    run: Run
+    written: int
+    output: str
+    format: str
+
+
+def default_abort_output(export: ExportSource, run_id: str) -> str:
+    """``exports/timeouts.parquet`` -> ``exports/timeouts-aborted-<run>.parquet`` (``.jsonl`` for JSON lines)."""
+    path = Path(export.path)
+    suffix = ".parquet" if export.format == "parquet" else ".jsonl"
+    return str(path.with_name(f"{path.stem}-aborted-{run_id}{suffix}"))
+
+
+def abort_export(
+    spark: SparkSession, source: JdbcSource, export: ExportSource, output: str | None = None, run_id: str | None = None
+) -> ExportAbort:
+    """Write every not-yet-dispatched row (pending and quarantined) of an export's run in progress out as an
+    export of the input's format, then mark the run aborted; there is no legacy table to restore into.
+    """
+    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    run = ledger.run(run_id) if run_id else ledger.active_run()
+    if run is None:
+        raise LedgerError(f"no migration of export {export.path!r} is in progress: nothing to abort")
+    if run.status != STORAGE_PREPARED:
+        raise LedgerError(f"migration run {run.run_id} is {status_name(run.status)}: only a run in progress aborts")
+    target = output or default_abort_output(export, run.run_id)
+    frame = read_jdbc_query(spark, source, ledger.undispatched_rows_query(run), "batch", None, None, 1)
+    rows = canonical(frame, {name: name for name in source.layout.columns})
+    rows = rows.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS)).cache()
+    try:
+        written = rows.count()
+        writer = rows.coalesce(1).write.mode("overwrite")
+        writer.parquet(target) if export.format == "parquet" else writer.json(target)
+    finally:
+        rows.unpersist()
+    aborted, moved = ledger.abort(run)
+    with ledger.connect() as connection:  # the rows went back to the staging copy: the file is what remains
+        connection.execute(sql.SQL("drop table if exists {}").format(sql.SQL(source.layout.table)))
+    if moved != written:
+        raise LedgerError(
+            f"run {run.run_id} aborted, but {moved:,} rows were undispatched and {written:,} written to {target!r}: "
+            "a run was still dispatching; the migration table keeps the rows it dispatched"
+        )
+    return ExportAbort(aborted, written, target, export.format)
