@@ -346,21 +346,26 @@ class Ledger:
         marking costs one small update, not a rewrite of every row.
         """
         table, ident = self._name(run.migration_table), sql.SQL(self.layout.column("id"))
+        quarantined = 0
         with connection.transaction():
-            if outcome.quarantined:
+            if outcome.quarantined:  # an exported row may lack its id (key None): that marks every such row
                 with connection.cursor() as cursor:
                     cursor.executemany(
-                        sql.SQL('update {} set "Reason" = %s where "BatchNumber" = %s and {}::text = %s').format(
-                            table, ident
-                        ),
+                        sql.SQL(
+                            'update {} set "Reason" = %s where "BatchNumber" = %s and {}::text is not distinct from %s'
+                        ).format(table, ident),
                         [(reason, outcome.batch, key) for key, reason in outcome.quarantined.items()],
                     )
+                (quarantined,) = connection.execute(
+                    sql.SQL('select count(*) from {} where "BatchNumber" = %s and "Reason" is not null').format(table),
+                    (outcome.batch,),
+                ).fetchone() or (0,)
             connection.execute(
                 sql.SQL(
                     'update {} set "Status" = %s, "Dispatched" = "Rows" - %s, "Quarantined" = %s, '
                     '"CompletedAt" = now() at time zone \'utc\' where "BatchNumber" = %s and "Status" = %s'
                 ).format(self._name(run.batches_table)),
-                (DISPATCHED, len(outcome.quarantined), len(outcome.quarantined), outcome.batch, PENDING),
+                (DISPATCHED, quarantined, quarantined, outcome.batch, PENDING),
             )
 
     def finish(self, run: Run) -> bool:

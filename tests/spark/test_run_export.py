@@ -6,6 +6,7 @@ undispatched rows back out as an export of the same format.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 from datetime import timedelta
@@ -22,7 +23,7 @@ from pipeline.faults import Fault
 from pipeline.job import migrate
 from pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from pipeline.migration import RunOptions, export_ledger_source, run_migration
-from pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, ExportSource, read_export
+from pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
 from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now
 
 ENDPOINTS = ["Sales", "Billing"]
@@ -71,6 +72,7 @@ def mixed_rows(now, seed: int):
     rng = random.Random(seed)
     good = [timeout(rng.choice(ENDPOINTS), -rng.uniform(0, 3000), i, now=now) for i in range(ROWS)]
     malformed = [timeout(None, -5, ROWS, now=now), timeout("Sales", -5, ROWS + 1, headers="not json", now=now)]
+    malformed += [dataclasses.replace(timeout("Sales", -5, ROWS + 20 + i, now=now), id=None) for i in range(2)]
     beyond = [timeout("Sales", rmq.MAX_DELAY_SECONDS + 3600 + i, ROWS + 2 + i, now=now) for i in range(3)]
     undated = [timeout("Sales", None, ROWS + 5 + i, now=now) for i in range(2)]
     early = [timeout("Sales", -7200 - i, ROWS + 7 + i, now=now) for i in range(4)]  # before the cutoff
@@ -110,14 +112,18 @@ def test_run_from_an_export_delivers_every_timeout_and_a_rerun_is_a_no_op(
         assert properties.message_id not in seen
         seen.add(properties.message_id)
     assert seen == set(by_message_id)
-    reasons = {json.loads(line)["id"]: json.loads(line)["reason"] for line in quarantine.read_text().splitlines()}
-    assert reasons == {malformed[0].id: MISSING_DESTINATION, malformed[1].id: BAD_HEADERS}
+    reasons = sorted(
+        (entry["id"] or "", entry["reason"]) for entry in map(json.loads, quarantine.read_text().splitlines())
+    )
+    assert reasons == sorted(
+        [(malformed[0].id, MISSING_DESTINATION), (malformed[1].id, BAD_HEADERS), ("", MISSING_ID), ("", MISSING_ID)]
+    )
     state = ledger_rows(
         postgres.dsn, f'select "Status", "TotalRows" from "{STATE_TABLE}" where "MigrationRunId" = %s', (result.run_id,)
     )
     assert state == [(COMPLETED, selected)]
     loaded = ledger_rows(postgres.dsn, f'select "Id", "BatchNumber" from "TimeoutData_migration_{result.run_id}"')
-    assert {key for key, _ in loaded} == {row.id for row in [*good, *malformed]}
+    assert sorted(key or "" for key, _ in loaded) == sorted(row.id or "" for row in [*good, *malformed])
     assert max(batch for _, batch in loaded) == -(-selected // 64)
     assert ledger_rows(
         postgres.dsn, f'select count(*) from "TimeoutData_migration_{result.run_id}_batches" where "Status" <> %s',
