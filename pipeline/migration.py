@@ -138,7 +138,10 @@ def export_ledger_source(
     export: ExportSource, ledger_url: str, user: str | None = None, password: str | None = None
 ) -> JdbcSource:
     """Where a run from ``export`` keeps its staged rows and its ledger (a PostgreSQL database)."""
-    conninfo_from_jdbc(ledger_url, user, password)  # refuses anything but jdbc:postgresql://
+    if not ledger_url.startswith("jdbc:postgresql://"):
+        raise LedgerError(
+            f"the ledger of an export run is kept in PostgreSQL; {ledger_url!r} is not a jdbc:postgresql:// URL"
+        )
     return JdbcSource(ledger_url, export_layout(export), user, password)
 
 

@@ -6,6 +6,7 @@ undispatched rows back out as an export of the same format.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import json
 import random
@@ -19,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from components.model import rabbitmq as rmq
-from pipeline.faults import Fault
 from pipeline.job import migrate
 from pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from pipeline.migration import RunOptions, export_ledger_source, run_migration
 from pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
 from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now
+from tests.spark.test_crash_safety import kill_when_marked, spark_submit
 
 ENDPOINTS = ["Sales", "Billing"]
 ROWS = 300
@@ -139,26 +140,44 @@ def test_run_from_an_export_delivers_every_timeout_and_a_rerun_is_a_no_op(
         run_migration(spark, RunOptions(source, broker.target(), batch_size=32, show_progress=False, export=export))
 
 
-def test_run_from_an_export_stopped_mid_dispatch_resumes_without_loss(spark, postgres, broker_vhost, tmp_path) -> None:
+def test_run_from_an_export_killed_mid_dispatch_resumes_without_loss(spark, postgres, broker_vhost, tmp_path) -> None:
     broker = broker_vhost(ENDPOINTS)
-    now = utc_now()
-    good = mixed_rows(now, 11)[0]
+    good = mixed_rows(utc_now(), 11)[0]
     export = write_export(tmp_path / "timeouts.jsonl", "json", good)
     source = staged_source(export, postgres)
-    options = RunOptions(source, broker.target(), batch_size=50, partitions=1, show_progress=False, export=export)
-    stopped = RunOptions(**{**options.__dict__, "fault": Fault.parse("after-publish:3:raise")})
-    with pytest.raises(Exception, match="injected fault at after-publish"):
-        run_migration(spark, stopped)
+    marker = tmp_path / "reached"
+    job = spark_submit(
+        [
+            "--source-path", export.path, "--source-format", "json", "--endpoint", "Orders",
+            "--ledger-jdbc-url", f"{postgres.jdbc_url}?user={postgres.user}",
+            "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+            "--batch-size", "50", "--partitions", "2", "--no-progress",
+            "--fault", f"after-publish:2:hang:{marker}",
+        ]
+    )  # fmt: skip
+    kill_when_marked(job, marker)
+    ((table,),) = ledger_rows(
+        postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
+    )
+    in_flight = {
+        b for (b,) in ledger_rows(postgres.dsn, f'select "BatchNumber" from "{table}_batches" where "Status" = 0')
+    }
+    options = RunOptions(source, broker.target(), batch_size=50, partitions=2, show_progress=False, export=export)
     with pytest.raises(LedgerError, match="in progress with other parameters"):
-        run_migration(spark, RunOptions(**{**options.__dict__, "batch_size": 10}))
+        run_migration(spark, dataclasses.replace(options, batch_size=10))
 
     result = run_migration(spark, options)
 
     assert (result.resumed, result.dispatched, result.completed) == (True, len(good), True)
-    assert result.dispatched_now == len(good) - 2 * 50  # two batches were marked before the third stopped
-    arrived = [properties.message_id for _q, properties, _b, _t in broker.drain(ENDPOINTS, len(good), timeout=30)]
+    assert 0 < result.dispatched_now < len(good)
+    arrived = collections.Counter(
+        properties.message_id for _q, properties, _b, _t in broker.drain(ENDPOINTS, len(good), timeout=30)
+    )
     assert set(arrived) == {row.message_id for row in good}  # none lost
-    assert len(arrived) - len(set(arrived)) <= 50  # duplicates only from the batch in flight, same ids
+    batch_of = dict(ledger_rows(postgres.dsn, f'select "Headers"::json->>\'NServiceBus.MessageId\', "BatchNumber" '
+                                              f'from "{table}"'))  # fmt: skip
+    duplicated = {batch_of[message_id] for message_id, count in arrived.items() if count > 1}
+    assert duplicated <= in_flight and all(count <= 2 for count in arrived.values())  # only batches in flight
 
 
 def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(spark, postgres, broker_vhost, tmp_path) -> None:
@@ -172,6 +191,8 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(spark, post
 
     missing = CliRunner().invoke(migrate, ["run", *common, *target])
     assert missing.exit_code == 2 and "needs --ledger-jdbc-url" in missing.output
+    mysql = CliRunner().invoke(migrate, ["run", *common, "--ledger-jdbc-url", "jdbc:mysql://db/app", *target])
+    assert mysql.exit_code == 2 and "'jdbc:mysql://db/app' is not a jdbc:postgresql:// URL" in mysql.output
     stopped = CliRunner().invoke(
         migrate, ["run", *common, *ledger, *target, "--batch-size", "40", "--partitions", "1", "--no-progress",
                   "--fault", "after-publish:4:raise"],
