@@ -50,6 +50,7 @@ from pipeline.sqs_target import SqsSettings, check_queues
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
 EXPORT_TABLE_PREFIX = "TimeoutData_export_"  # an export's rows staged in the ledger database
+JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,10 @@ def abort_export(
     try:
         written = rows.count()
         writer = rows.coalesce(1).write.mode("overwrite")
-        writer.parquet(target) if export.format == "parquet" else writer.json(target)
+        if export.format == "parquet":
+            writer.parquet(target)
+        else:  # Time to the microsecond (Spark's default JSON format stops at milliseconds)
+            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(target)
     finally:
         rows.unpersist()
     aborted, moved = ledger.abort(run)

@@ -180,12 +180,15 @@ def test_run_from_an_export_killed_mid_dispatch_resumes_without_loss(spark, post
     assert duplicated <= in_flight and all(count <= 2 for count in arrived.values())  # only batches in flight
 
 
-def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(spark, postgres, broker_vhost, tmp_path) -> None:
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(
+    fmt, spark, postgres, broker_vhost, tmp_path
+) -> None:
     broker = broker_vhost(ENDPOINTS)
     good = mixed_rows(utc_now(), 13)[0]
-    export = write_export(tmp_path / "timeouts.parquet", "parquet", good)
+    export = write_export(tmp_path / f"timeouts.{fmt}", fmt, good)
     source = staged_source(export, postgres)
-    common = ["--source-path", export.path, "--endpoint", "Orders"]
+    common = ["--source-path", export.path, "--source-format", fmt, "--endpoint", "Orders"]
     ledger = ["--ledger-jdbc-url", f"{postgres.jdbc_url}?user={postgres.user}"]
     target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
 
@@ -213,7 +216,7 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(spark, post
     }
     assert len(dispatched) == 3 * 40
 
-    output = tmp_path / "rest.parquet"
+    output = tmp_path / f"rest.{fmt}"
     aborted = CliRunner().invoke(migrate, ["abort", *common, *ledger, "--abort-output", str(output)])
 
     assert aborted.exit_code == 0, aborted.output
@@ -221,7 +224,7 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(spark, post
     assert str(output) in aborted.output and "nothing was restored to a table" in aborted.output
     columns = ["id", "destination", "state", "due", "headers", "endpoint"]
     original = {row["id"]: row for row in read_export(spark, export).select(*columns).collect()}
-    written = {row["id"]: row for row in read_export(spark, ExportSource(str(output))).select(*columns).collect()}
+    written = {row["id"]: row for row in read_export(spark, ExportSource(str(output), fmt)).select(*columns).collect()}
     assert set(written) == set(original) - dispatched
     assert all(written[key] == original[key] for key in written)  # every field as exported
     assert ledger_rows(postgres.dsn, f'select "Status" from "{STATE_TABLE}" where "MigrationRunId" = %s',
