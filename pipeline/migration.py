@@ -44,7 +44,15 @@ from pipeline.ledger import (
     status_name,
 )
 from pipeline.rabbitmq_target import check_destinations
-from pipeline.sources import ExportSource, JdbcSource, canonical, read_export, read_jdbc_query, validated
+from pipeline.sources import (
+    ExportSource,
+    JdbcSource,
+    SourceError,
+    canonical,
+    read_export,
+    read_jdbc_query,
+    validated,
+)
 from pipeline.sqs_target import SqsSettings, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
@@ -148,7 +156,13 @@ def export_ledger_source(
 
 def stage_export(spark: SparkSession, export: ExportSource, source: JdbcSource) -> None:
     """Copy the export's rows (of its endpoint) into the staging table, replacing it; ``hide`` moves them on."""
-    frame = read_export(spark, export)
+    from pyspark.errors import AnalysisException
+
+    try:
+        frame = read_export(spark, export)
+    except AnalysisException as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise SourceError(f"cannot read export {export.path!r} as {export.format}: {message}") from None
     (
         frame.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS))
         .write.format("jdbc")

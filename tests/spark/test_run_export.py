@@ -194,6 +194,12 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(
 
     missing = CliRunner().invoke(migrate, ["run", *common, *target])
     assert missing.exit_code == 2 and "needs --ledger-jdbc-url" in missing.output
+    absent = CliRunner().invoke(
+        migrate, ["run", "--source-path", str(tmp_path / "absent.parquet"), *ledger, *target, "--no-progress"]
+    )
+    assert absent.exit_code == 1 and f"cannot read export {str(tmp_path / 'absent.parquet')!r} as parquet" in (
+        absent.output
+    )
     mysql = CliRunner().invoke(migrate, ["run", *common, "--ledger-jdbc-url", "jdbc:mysql://db/app", *target])
     assert mysql.exit_code == 2 and "'jdbc:mysql://db/app' is not a jdbc:postgresql:// URL" in mysql.output
     stopped = CliRunner().invoke(
