@@ -36,6 +36,12 @@ DEFAULT_BATCH_SIZE = 1024  # TMT's batch size
 DUE_ORDER_HORIZON = timedelta(hours=1)  # dispatched in due order; later timeouts in id order
 
 
+# The columns ``Ledger._run`` reads, in its order; ``{}`` is the state table.
+RUN_SELECT = (
+    'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", "MigrationTable" from {} '
+)
+
+
 class LedgerError(RuntimeError):
     """The ledger cannot do what was asked (unsupported dialect, conflicting run, nothing to abort)."""
 
@@ -138,9 +144,7 @@ class Ledger:
     def _active_run(self, connection: psycopg.Connection[Any]) -> Run | None:
         row = connection.execute(
             sql.SQL(
-                'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", '
-                '"MigrationTable" from {} where "SourceTable" = %s and "EndpointName" is not distinct from %s '
-                'and "Status" = %s'
+                RUN_SELECT + 'where "SourceTable" = %s and "EndpointName" is not distinct from %s and "Status" = %s'
             ).format(self._name(STATE_TABLE)),
             (self.layout.table, self.layout.endpoint_filter, STORAGE_PREPARED),
         ).fetchone()
@@ -152,8 +156,7 @@ class Ledger:
             self.ensure_state_table(connection)
             rows = connection.execute(
                 sql.SQL(
-                    'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", '
-                    '"MigrationTable" from {} where "SourceTable" = %s and "EndpointName" is not distinct from %s '
+                    RUN_SELECT + 'where "SourceTable" = %s and "EndpointName" is not distinct from %s '
                     'order by "StartedAt", "MigrationRunId"'
                 ).format(self._name(STATE_TABLE)),
                 (self.layout.table, self.layout.endpoint_filter),
@@ -164,10 +167,7 @@ class Ledger:
         with self.connect() as connection:
             self.ensure_state_table(connection)
             row = connection.execute(
-                sql.SQL(
-                    'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", '
-                    '"MigrationTable" from {} where "MigrationRunId" = %s'
-                ).format(self._name(STATE_TABLE)),
+                sql.SQL(RUN_SELECT + 'where "MigrationRunId" = %s').format(self._name(STATE_TABLE)),
                 (run_id,),
             ).fetchone()
         if row is None:
