@@ -15,40 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pulumi_policy import PolicyConfigSchema, ReportViolation, Secret
-from pulumi_policy.proxy import (
-    UNKNOWN_ARCHIVE_VALUE,
-    UNKNOWN_ARRAY_VALUE,
-    UNKNOWN_ASSET_VALUE,
-    UNKNOWN_BOOLEAN_VALUE,
-    UNKNOWN_NUMBER_VALUE,
-    UNKNOWN_OBJECT_VALUE,
-    UNKNOWN_STRING_VALUE,
-    UnknownValueError,
-)
+from pulumi_policy import PolicyConfigSchema, ReportViolation, Secret, proxy
+from pulumi_policy.proxy import UnknownValueError
 
-from components.resource_types import (  # noqa: F401 (re-exported for the rules)
-    RABBITMQ_BINDING,
-    RABBITMQ_EXCHANGE,
-    RABBITMQ_OPERATOR_POLICY,
-    RABBITMQ_POLICY,
-    RABBITMQ_PROVIDER,
-    RABBITMQ_QUEUE,
-    RABBITMQ_USER,
-    SQS_QUEUE,
-    SQS_REDRIVE_POLICY,
-)
-
+# Every ``UNKNOWN_*_VALUE`` placeholder pulumi-policy puts where a preview value is not known yet.
 _SENTINELS = frozenset(
-    {
-        UNKNOWN_ARCHIVE_VALUE,
-        UNKNOWN_ARRAY_VALUE,
-        UNKNOWN_ASSET_VALUE,
-        UNKNOWN_BOOLEAN_VALUE,
-        UNKNOWN_NUMBER_VALUE,
-        UNKNOWN_OBJECT_VALUE,
-        UNKNOWN_STRING_VALUE,
-    }
+    getattr(proxy, name) for name in dir(proxy) if name.startswith("UNKNOWN_") and name.endswith("_VALUE")
 )
 
 

@@ -22,7 +22,7 @@ from pulumi_policy import (
 
 from components.model import rabbitmq as rmq
 from components.model import sqs
-from policies.props import (
+from components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
     RABBITMQ_OPERATOR_POLICY,
@@ -32,6 +32,8 @@ from policies.props import (
     RABBITMQ_USER,
     SQS_QUEUE,
     SQS_REDRIVE_POLICY,
+)
+from policies.props import (
     UNKNOWN,
     DeclaredArguments,
     config_value,

@@ -22,7 +22,7 @@ from pulumi_policy import (
 
 from components.model import rabbitmq as rmq
 from components.model import sqs
-from policies.props import (
+from components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
     RABBITMQ_OPERATOR_POLICY,
@@ -30,6 +30,8 @@ from policies.props import (
     RABBITMQ_QUEUE,
     RABBITMQ_USER,
     SQS_QUEUE,
+)
+from policies.props import (
     UNKNOWN,
     config_value,
     declared_arguments,

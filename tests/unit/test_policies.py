@@ -35,6 +35,7 @@ from pulumi_policy.proxy import (
 from components.model import rabbitmq as rmq
 from components.model import sqs
 from components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
+from components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
 from infra.config import load_stack, read_stack_yaml
 from infra.recording import PROJECT, RecordedResource, record, record_stack
 from policies import rules
@@ -48,7 +49,6 @@ from policies.offline import (
     run_policies,
 )
 from policies.pack import POLICIES, POLICIES_BY_NAME
-from policies.props import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
 
 STACK = "dev"
 

@@ -10,8 +10,8 @@ import pulumi_rabbitmq as rabbitmq
 
 from components.model import rabbitmq as rmq
 from components.model import sqs
+from components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
 from infra.recording import RecordedResource, record
-from policies.props import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
 from tests.unit.test_policies import (
     binding,
     changed,
