@@ -226,6 +226,11 @@ def _oracle_connection(url: str) -> DbConnection:
     )
 
 
+def driver_text(text: str, dialect: Dialect) -> str:
+    """The statement as the dialect's driver takes it: oracledb binds ``:p_name``, the others ``%(name)s``."""
+    return _PARAMETER.sub(r":p_\1", text) if dialect == "oracle" else text
+
+
 class Db:
     """One open connection with the same small surface for every driver.
 
@@ -244,7 +249,7 @@ class Db:
             return text, None
         values = {name: (params or {})[name] for name in names}
         if self.dialect == "oracle":
-            return _PARAMETER.sub(r":p_\1", text), {f"p_{name}": value for name, value in values.items()}
+            return driver_text(text, "oracle"), {f"p_{name}": value for name, value in values.items()}
         return text, values
 
     def execute(self, text: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -636,6 +641,57 @@ class LedgerSql:
     def lock_granted(self, value: Any) -> bool:
         return bool(value)
 
+    # -- for review and tests --------------------------------------------------------------------------------
+    def every_statement(self, table: str, columns: str) -> dict[str, str]:
+        """Every statement this dialect runs for a run with migration table ``table``, by method name
+        (``create_migration_table`` is a list: its statements get ``[0]``, ``[1]``…)."""
+        batches = table + "_batches"
+        statements: dict[str, str | None] = {
+            "state_table_exists": self.state_table_exists(),
+            "create_state_table": self.create_state_table(),
+            "active_run": self.active_run(),
+            "runs": self.runs(),
+            "run": self.run(),
+            "insert_state": self.insert_state(),
+            "mark_run": self.mark_run(),
+            "source_columns": self.source_columns(),
+            "create_batch_index": self.create_batch_index(table),
+            "create_batches_table": self.create_batches_table(batches),
+            "lock_rows(state)": self.lock_rows(self.name(STATE_TABLE)),
+            "lock_rows(source)": self.lock_rows(self.source, self.selected(latest=True)),
+            "lock_rows(batches)": self.lock_rows(self.name(batches)),
+            "copy_selected": self.copy_selected(table, columns, latest=True),
+            "copy_selected(no latest)": self.copy_selected(table, columns, latest=False),
+            "delete_copied": self.delete_copied(table),
+            "insert_batches": self.insert_batches(table, batches),
+            "count_batches": self.count_batches(batches),
+            "drop_table": self.drop_table(self.name(table)),
+            "pending_batch_rows": self.pending_batch_rows(batches),
+            "pending_batches": self.pending_batches(batches),
+            "progress": self.progress(batches),
+            "rows_query(pending)": self.rows_query(table, batches, undispatched=False),
+            "rows_query(undispatched)": self.rows_query(table, batches, undispatched=True),
+            "pending_destinations": self.pending_destinations(table, batches),
+            "set_reason": self.set_reason(table),
+            "count_quarantined": self.count_quarantined(table),
+            "mark_batch": self.mark_batch(batches),
+            "count_unfinished": self.count_unfinished(batches),
+            "quarantined_rows": self.quarantined_rows(table),
+            "mark_batches_aborted": self.mark_batches_aborted(batches),
+            "copy_back": self.copy_back(table, batches, columns),
+            "delete_given_back": self.delete_given_back(table, batches),
+            "destinations": self.destinations(latest=True),
+            "destinations(no latest)": self.destinations(latest=False),
+            "count_beyond": self.count_beyond(),
+            "count_undated": self.count_undated(),
+            "try_lock": self.try_lock(),
+            "unlock": self.unlock() if self.try_lock() is not None else None,
+        }
+        if self.dialect != "postgresql":
+            for index, statement in enumerate(self.create_migration_table(table)):
+                statements[f"create_migration_table[{index}]"] = statement
+        return {name: text for name, text in statements.items() if text is not None}
+
 
 # Shared with ``pipeline.ledger`` (defined here so every SQL text can use them).
 STATE_TABLE = "TimeoutsMigration_State"
@@ -696,6 +752,20 @@ class PostgresSql(LedgerSql):
 
     def drop_table(self, table: str) -> str:
         return f"drop table if exists {table}"
+
+    def every_statement(self, table: str, columns: str) -> dict[str, str]:
+        """PostgreSQL runs its own moves instead of the two-step copy and delete."""
+        statements = super().every_statement(table, columns)
+        for name in ("lock_rows(state)", "lock_rows(source)", "lock_rows(batches)", "copy_selected",
+                     "copy_selected(no latest)", "delete_copied", "copy_back", "delete_given_back"):  # fmt: skip
+            del statements[name]
+        batches = table + "_batches"
+        return statements | {
+            "lock_state_table": self.lock_state_table(),
+            "create_like_source": self.create_like_source(table),
+            "move_selected": self.move_selected(table, columns, latest=True),
+            "move_back": self.move_back(table, batches, columns),
+        }
 
     def try_lock(self) -> str:
         return "select pg_try_advisory_lock(%(key)s)"
