@@ -26,9 +26,9 @@ from pipeline.ledger_sql import (
     DISPATCHED,
     PENDING,
     STATE_TABLE,
-    ConnectionError_,
     Db,
     DbConnection,
+    JdbcUrlError,
     PostgresSql,
     connect,
     connection_from_jdbc,
@@ -58,7 +58,7 @@ def conninfo_from_jdbc(url: str, user: str | None = None, password: str | None =
     a picklable ``DbConnection`` (the driver and every executor connect with it)."""
     try:
         return connection_from_jdbc(url, user, password)
-    except ConnectionError_ as error:
+    except JdbcUrlError as error:
         raise LedgerError(str(error)) from None
 
 
@@ -388,8 +388,10 @@ class Ledger:
         if statement is None:
             yield
             return
-        names = {"key": lock_key(self.layout.table, self.layout.endpoint_filter)}
-        names["name"] = lock_name(self.layout.table, self.layout.endpoint_filter)
+        names: dict[str, Any] = {
+            "key": lock_key(self.layout.table, self.layout.endpoint_filter),
+            "name": lock_name(self.layout.table, self.layout.endpoint_filter),
+        }
         connection = self.connect()
         try:
             granted = self.sql.lock_granted(connection.scalar(statement, names))

@@ -37,8 +37,8 @@ _PARAMETER = re.compile(r"%\((\w+)\)s")
 _QUOTED = re.compile(r'"([^"]*)"')
 
 
-class ConnectionError_(ValueError):
-    """A JDBC URL the ledger cannot turn into a database connection."""
+class JdbcUrlError(ValueError):
+    """A JDBC URL (or connection) the ledger cannot turn into a database connection."""
 
 
 @dataclass(frozen=True)
@@ -74,25 +74,22 @@ class DbConnection:
         if self.dialect == "mssql":
             import pymssql
 
-            server, port = (self.host, None) if "\\" in self.host else (self.host, self.port or DEFAULT_PORTS["mssql"])
+            options: dict[str, Any] = {"autocommit": False, "tds_version": "7.4"}  # datetime2 as datetime
+            if "\\" not in self.host:  # a named instance (host\\instance) is found by the SQL Browser instead
+                options["port"] = str(self.port or DEFAULT_PORTS["mssql"])
             return pymssql.connect(
-                server=server,
-                port=str(port) if port else None,
-                user=self.user,
-                password=self.password,
-                database=self.database or "",
-                autocommit=False,
-                tds_version="7.4",  # datetime2 comes back as datetime, not text
+                server=self.host, user=self.user, password=self.password, database=self.database or "", **options
             )
         import oracledb  # thin mode: no Oracle client libraries needed
 
         oracledb.defaults.fetch_lobs = False  # CLOBs (run parameters, reasons) as str
-        port = self.port or DEFAULT_PORTS["oracle"]
-        dsn = (
-            oracledb.makedsn(self.host, port, sid=self.sid)
-            if self.sid
-            else oracledb.makedsn(self.host, port, service_name=self.database)
-        )
+        listener = self.port or DEFAULT_PORTS["oracle"]
+        if self.sid:
+            dsn = oracledb.makedsn(self.host, listener, sid=self.sid)
+        elif self.database:
+            dsn = oracledb.makedsn(self.host, listener, service_name=self.database)
+        else:
+            raise JdbcUrlError(f"Oracle connection to {self.host} names neither a service nor a SID")
         return oracledb.connect(user=self.user, password=self.password, dsn=dsn)
 
     def libpq(self) -> str:
@@ -134,7 +131,7 @@ def connection_from_jdbc(url: str, user: str | None = None, password: str | None
     elif url.startswith("jdbc:oracle:thin:"):
         connection = _oracle_connection(url)
     else:
-        raise ConnectionError_(
+        raise JdbcUrlError(
             f"the ledger cannot connect to JDBC URL {_hide_password(url)!r}: expected one of "
             + "; ".join(JDBC_URL_FORMS)
         )
@@ -158,9 +155,9 @@ def _url_connection(dialect: Dialect, url: str, *, default_database: str | None)
     try:
         port = parsed.port
     except ValueError:
-        raise ConnectionError_(f"JDBC URL {_hide_password(url)!r} has an invalid port") from None
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port") from None
     if "," in parsed.netloc or parsed.netloc.startswith("address="):
-        raise ConnectionError_(
+        raise JdbcUrlError(
             f"JDBC URL {_hide_password(url)!r} names several hosts or an address list; the ledger needs one "
             f"host: {JDBC_URL_FORMS[0] if dialect == 'postgresql' else JDBC_URL_FORMS[1]}"
         )
@@ -182,15 +179,15 @@ def _sqlserver_connection(url: str) -> DbConnection:
     for item in filter(None, properties):
         key, sep, value = item.partition("=")
         if not sep:
-            raise ConnectionError_(f"JDBC URL {_hide_password(url)!r}: property {key!r} has no '=value'")
+            raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r}: property {key!r} has no '=value'")
         values[key.strip().lower()] = value.strip()
     host, _, port_text = address.partition(":")
     host = host or values.get("servername", "")
     port_text = port_text or values.get("portnumber", "")
     if not host:
-        raise ConnectionError_(f"JDBC URL {_hide_password(url)!r} names no server: {JDBC_URL_FORMS[2]}")
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} names no server: {JDBC_URL_FORMS[2]}")
     if port_text and not port_text.isdigit():
-        raise ConnectionError_(f"JDBC URL {_hide_password(url)!r} has an invalid port {port_text!r}")
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port {port_text!r}")
     return DbConnection(
         "mssql",
         host,
@@ -209,7 +206,7 @@ def _oracle_connection(url: str) -> DbConnection:
     rest = url.removeprefix("jdbc:oracle:thin:")
     credentials, at, address = rest.rpartition("@")
     if not at:
-        raise ConnectionError_(f"JDBC URL {_hide_password(url)!r} has no '@address': {JDBC_URL_FORMS[3]}")
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has no '@address': {JDBC_URL_FORMS[3]}")
     user, _, password = credentials.partition("/")
     if match := _ORACLE_SERVICE.match(address):
         port = match["port"]
@@ -220,7 +217,7 @@ def _oracle_connection(url: str) -> DbConnection:
         return DbConnection(
             "oracle", match["host"], int(match["port"]), None, user or None, password or None, sid=match["sid"]
         )
-    raise ConnectionError_(
+    raise JdbcUrlError(
         f"JDBC URL {_hide_password(url)!r}: Oracle address {address!r} is neither //host[:port]/service nor "
         "host:port:SID (TNS descriptors are not supported)"
     )
@@ -341,7 +338,7 @@ def split_qualified(text: str, dialect: Dialect) -> list[str]:
                 name.append(text[index])
                 index += 1
             else:
-                raise ConnectionError_(f"table name {text!r} has an unclosed {opening} quote")
+                raise JdbcUrlError(f"table name {text!r} has an unclosed {opening} quote")
             parts.append("".join(name))
         else:
             end = text.find(".", index)
@@ -350,7 +347,7 @@ def split_qualified(text: str, dialect: Dialect) -> list[str]:
             index = end
         if index < len(text):
             if text[index] != ".":
-                raise ConnectionError_(f"table name {text!r}: expected '.' after {parts[-1]!r}")
+                raise JdbcUrlError(f"table name {text!r}: expected '.' after {parts[-1]!r}")
             index += 1
     return parts
 
