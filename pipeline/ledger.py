@@ -24,6 +24,7 @@ from pipeline.layouts import TimeoutLayout, quote_identifier
 from pipeline.ledger_sql import (
     ABORTED,
     DISPATCHED,
+    LOCK_TABLE,
     PENDING,
     STATE_TABLE,
     Db,
@@ -121,7 +122,7 @@ class Ledger:
         return self.sql.name(table)
 
     def ensure_state_table(self, connection: Db) -> None:
-        exists = self.sql.state_table_exists()
+        exists = self.sql.table_exists()
         if exists is not None and connection.scalar(exists, self._state_table_names()):
             return
         connection.execute(self.sql.create_state_table())
@@ -382,20 +383,27 @@ class Ledger:
         """Hold the lock that marks a live run of this source (and endpoint) for the block.
 
         ``run`` and ``abort`` take it; the second to come is refused, naming the run it would clash with.
-        Released with the session, so a killed run frees it. Dialects without a run lock (Oracle) go on.
+        Released with the session, so a killed run frees it.
         """
-        statement = self.sql.try_lock()
-        if statement is None:
-            yield
-            return
+        sql = self.sql
         names: dict[str, Any] = {
             "key": lock_key(self.layout.table, self.layout.endpoint_filter),
             "name": lock_name(self.layout.table, self.layout.endpoint_filter),
         }
         connection = self.connect()
         try:
-            granted = self.sql.lock_granted(connection.scalar(statement, names))
-            connection.raw.commit()  # a session lock: no transaction stays open while the run goes on
+            if (create := sql.create_lock_table()) is not None and (insert := sql.insert_lock_row()) is not None:
+                self._ensure_table(connection, LOCK_TABLE, create)
+                connection.execute(insert, names)
+                connection.raw.commit()
+            try:
+                granted = sql.lock_granted(connection.scalar(sql.try_lock(), names))
+            except Exception as error:
+                if not sql.lock_busy(error):
+                    raise
+                granted = False
+            if not sql.lock_is_transaction:
+                connection.raw.commit()  # a session lock: no transaction stays open while the run goes on
             if not granted:
                 named = f"migration run {run.run_id}" if run is not None else "a migration run"
                 if purpose == "run":
@@ -409,8 +417,11 @@ class Ledger:
                 )
             yield
             with contextlib.suppress(Exception):
-                connection.scalar(self.sql.unlock(), names)
-                connection.raw.commit()
+                if (unlock := sql.unlock()) is not None:
+                    connection.scalar(unlock, names)
+                    connection.raw.commit()
+                else:
+                    connection.raw.rollback()
         finally:
             with contextlib.suppress(Exception):
                 connection.raw.close()

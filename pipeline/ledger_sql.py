@@ -430,13 +430,14 @@ class LedgerSql:
         return f" and {self.layout.column('endpoint')} = %(endpoint)s"
 
     # -- run state -------------------------------------------------------------------------------------------
-    def state_table_exists(self) -> str | None:
-        """A query whose single value is truthy when the state table exists (None: ``if not exists`` works)."""
+    def table_exists(self) -> str | None:
+        """A query whose single value is truthy when the ledger table named by the parameters exists
+        (``table``: quoted and qualified; ``schema``, ``name``: plain). None: ``if not exists`` works."""
         return None
 
     def create_state_table(self) -> str:
         nn0 = self.not_null_default(0)
-        exists = "if not exists " if self.state_table_exists() is None else ""
+        exists = "if not exists " if self.table_exists() is None else ""
         return self._(
             f'create table {exists}{self.name(STATE_TABLE)} ("MigrationRunId" {self.run_id_type} primary key, '
             f'"EndpointName" {self.short_text}, "Status" {self.int_type} not null, '
@@ -627,16 +628,29 @@ class LedgerSql:
         return f"select count(*) from {self.source} where {self.due} is null{self._endpoint_and()}"
 
     # -- the live run's lock ---------------------------------------------------------------------------------
-    def try_lock(self) -> str | None:
-        """One value: granted when this session got the run lock (held until ``unlock`` or disconnect);
-        None when the dialect has no run lock."""
+    lock_is_transaction = False  # True: the lock is a row lock that the session's open transaction holds
+
+    def try_lock(self) -> str:
+        """One value: granted when this session got the run lock (held until ``unlock`` or disconnect)."""
         raise NotImplementedError
 
-    def unlock(self) -> str:
+    def unlock(self) -> str | None:
+        """Release the lock (None: end the transaction that holds it)."""
         raise NotImplementedError
 
     def lock_granted(self, value: Any) -> bool:
         return bool(value)
+
+    def lock_busy(self, error: Exception) -> bool:
+        """Whether ``try_lock`` failed because another session holds the lock (not for another reason)."""
+        return False
+
+    def create_lock_table(self) -> str | None:
+        """The table of lock rows, for dialects whose lock is a row lock (None: a native lock is used)."""
+        return None
+
+    def insert_lock_row(self) -> str | None:
+        return None
 
     # -- for review and tests --------------------------------------------------------------------------------
     def every_statement(self, table: str, columns: str) -> dict[str, str]:
@@ -644,7 +658,7 @@ class LedgerSql:
         (``create_migration_table`` is a list: its statements get ``[0]``, ``[1]``…)."""
         batches = table + "_batches"
         statements: dict[str, str | None] = {
-            "state_table_exists": self.state_table_exists(),
+            "table_exists": self.table_exists(),
             "create_state_table": self.create_state_table(),
             "active_run": self.active_run(),
             "runs": self.runs(),
@@ -682,7 +696,9 @@ class LedgerSql:
             "count_beyond": self.count_beyond(),
             "count_undated": self.count_undated(),
             "try_lock": self.try_lock(),
-            "unlock": self.unlock() if self.try_lock() is not None else None,
+            "unlock": self.unlock(),
+            "create_lock_table": self.create_lock_table(),
+            "insert_lock_row": self.insert_lock_row(),
         }
         if self.dialect != "postgresql":
             for index, statement in enumerate(self.create_migration_table(table)):
@@ -692,6 +708,8 @@ class LedgerSql:
 
 # Shared with ``pipeline.ledger`` (defined here so every SQL text can use them).
 STATE_TABLE = "TimeoutsMigration_State"
+LOCK_TABLE = "TimeoutsMigration_Lock"  # Oracle's run locks (rows locked by the live run's session)
+ORACLE_RESOURCE_BUSY = 54  # ORA-00054: resource busy and acquire with NOWAIT specified
 PENDING, DISPATCHED, ABORTED = 0, 2, 3
 
 
@@ -815,7 +833,7 @@ class MsSql(LedgerSql):
     def limit_zero(self, table: str) -> str:
         return f"select top 0 * from {table}"
 
-    def state_table_exists(self) -> str:
+    def table_exists(self) -> str:
         return "select object_id(%(table)s, 'U')"
 
     def create_migration_table(self, table: str) -> list[str]:
@@ -857,7 +875,7 @@ class OracleSql(LedgerSql):
     def integer_division(self, dividend: str, divisor: str) -> str:
         return f"floor(({dividend}) / {divisor})"
 
-    def state_table_exists(self) -> str:
+    def table_exists(self) -> str:
         return (
             "select count(*) from all_tables where owner = coalesce(%(schema)s, "
             "sys_context('USERENV', 'CURRENT_SCHEMA')) and table_name = %(name)s"
@@ -877,10 +895,30 @@ class OracleSql(LedgerSql):
         condition = f" where {where}" if where else ""
         return f"select 1 from {table}{condition} for update"
 
-    # No run lock (``try_lock`` None): DBMS_LOCK needs a grant, and a row lock would block the run's own
-    # updates of its state row. Abort on Oracle therefore trusts the operator to stop the run first.
-    def try_lock(self) -> str | None:
-        return None
+    # The run lock is a row of ``TimeoutsMigration_Lock`` locked ``for update nowait`` by the run's session
+    # and kept by its open transaction (no DBMS_LOCK grant needed; it ends with the session). No other
+    # statement touches that table, so the run's own updates never wait for it.
+    lock_is_transaction = True
+
+    def create_lock_table(self) -> str:
+        return f'create table {self.name(LOCK_TABLE)} ("LockName" varchar2(100 char) primary key)'
+
+    def insert_lock_row(self) -> str:
+        lock = self.name(LOCK_TABLE)
+        return (
+            f'insert into {lock} ("LockName") select %(name)s from dual '
+            f'where not exists (select 1 from {lock} where "LockName" = %(name)s)'
+        )
+
+    def try_lock(self) -> str:
+        return f'select "LockName" from {self.name(LOCK_TABLE)} where "LockName" = %(name)s for update nowait'
+
+    def unlock(self) -> None:
+        return None  # the rollback of the holding transaction releases the row
+
+    def lock_busy(self, error: Exception) -> bool:
+        detail = error.args[0] if error.args else None
+        return getattr(detail, "code", None) == ORACLE_RESOURCE_BUSY
 
 
 DIALECT_SQL: dict[Dialect, type[LedgerSql]] = {

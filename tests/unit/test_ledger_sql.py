@@ -27,7 +27,7 @@ LAYOUTS = {
     "oracle nhibernate": jdbc_layout("nhibernate", "oracle", "Sales"),
 }
 # Oracle's dictionary view and SQL Server's system procedures, unquoted on purpose
-SYSTEM_NAMES = {"all_tables", "owner", "table_name", "sp_getapplock", "sp_releaseapplock"}
+SYSTEM_NAMES = {"all_tables", "owner", "table_name", "dual", "sp_getapplock", "sp_releaseapplock"}
 
 
 def columns_of(layout) -> str:
@@ -63,10 +63,10 @@ def test_every_statement_parses_in_its_dialect_with_quoted_identifiers(key) -> N
 
 def test_every_public_statement_method_is_listed_for_review() -> None:
     sql = ledger_sql(LAYOUTS["mssql sqlp"])
-    listed = {name.split("(")[0].split("[")[0] for name in sql.every_statement(RUN, "[Id]")}
+    listed = {name.split("(")[0].split("[")[0] for key in LAYOUTS for name in statements(key)}
     helpers = {"every_statement", "name", "not_null_default", "null_safe_equals", "as_text", "integer_division",
                "count_where", "limit_zero", "selected", "batch_numbering", "pending", "given_back", "index_name",
-               "lock_granted", "create_migration_table", "run_select"}  # fragments, or listed per statement  # fmt: skip
+               "lock_granted", "lock_busy", "create_migration_table", "run_select"}  # fragments, or listed per statement  # fmt: skip
     methods = {name for name in dir(sql) if not name.startswith("_") and callable(getattr(sql, name))}
     assert methods - helpers - listed == set()
 
@@ -131,11 +131,23 @@ def test_abort_moves_pending_and_quarantined_rows_back(key) -> None:
     assert delete.args["where"].sql() == where.sql()  # exactly the rows copied back
 
 
-def test_sql_server_run_lock_is_a_session_applock_and_oracle_has_none() -> None:
+def test_run_locks_live_as_long_as_the_run_session() -> None:
     mssql = ledger_sql(LAYOUTS["mssql sqlp"])
     assert "sp_getapplock" in mssql.try_lock() and "@LockOwner = 'Session'" in mssql.try_lock()
     assert mssql.lock_granted(0) and mssql.lock_granted(1) and not mssql.lock_granted(-1)
-    assert ledger_sql(LAYOUTS["oracle sqlp"]).try_lock() is None
+    assert not mssql.lock_is_transaction and mssql.create_lock_table() is None
+    oracle = ledger_sql(LAYOUTS["oracle sqlp"])  # a row of the lock table, kept by the run's open transaction
+    assert oracle.lock_is_transaction and oracle.unlock() is None
+    assert oracle.try_lock() == (
+        'select "LockName" from "TimeoutsMigration_Lock" where "LockName" = %(name)s for update nowait'
+    )
+    insert = parsed(oracle.insert_lock_row(), "oracle")
+    assert isinstance(insert, exp.Insert) and insert.find(exp.Exists) is not None  # one row per lock, made once
+
+    class Busy(Exception):
+        code = 54
+
+    assert oracle.lock_busy(Exception(Busy())) and not oracle.lock_busy(Exception("ORA-00942"))
 
 
 def test_dialect_spelling_of_types_and_fragments() -> None:
