@@ -273,6 +273,8 @@ class Ledger:
                     number, total = connection.execute(sql.count_batches(batches)).fetchone() or (0, 0)
                     connection.execute(sql.insert_state(), {**values, "batches": number, "total": total})
             except BaseException:
+                with contextlib.suppress(Exception):  # SQL Server: uncommitted DDL goes with the rollback
+                    connection.raw.rollback()
                 for name in reversed(created):  # nothing half-created: the move rolled back, the tables go
                     with contextlib.suppress(Exception):
                         connection.execute(sql.drop_table(name))
