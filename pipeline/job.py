@@ -228,7 +228,8 @@ def run(**values: Any) -> None:
     click.echo(
         f"run {result.run_id} ({verb}): {result.dispatched:,} of {result.total:,} dispatched "
         f"({result.dispatched_now:,} now), {result.quarantined:,} quarantined, "
-        f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s"
+        f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s "
+        f"({', '.join(f'{phase} {seconds:.1f} s' for phase, seconds in result.phases.items())})"
     )
     if result.quarantine_file:
         click.echo(f"quarantined rows: {result.quarantine_file}")

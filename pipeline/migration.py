@@ -129,6 +129,7 @@ class RunResult:
     left_without_due_time: int
     quarantine_file: str | None
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase: prepare (checks, hiding), dispatch
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
@@ -341,6 +342,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
             parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
         )
         fault("after-hide")
+    prepared = time.monotonic()
     pending_destinations = ledger.pending_destinations(run)
     refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
     settings = DispatchSettings(
@@ -364,6 +366,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
             run.total_rows,
             options.show_progress,
         )
+    dispatched = time.monotonic()
     fault("after-last-batch")
     completed = run.status == COMPLETED or ledger.finish(run)
     after = ledger.progress(run)
@@ -381,6 +384,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
         left_without_due_time=undated,
         quarantine_file=quarantine_file,
         seconds=time.monotonic() - started,
+        phases={"prepare": prepared - started, "dispatch": dispatched - prepared},
     )
 
 

@@ -77,6 +77,29 @@ def check_destinations(
         )
 
 
+class _GatheringConnection(SelectConnection):
+    """pika hands every frame (three per message) to the socket on its own: one ``send`` each. While a burst
+    is gathered, frames are kept and written as one buffer by ``flush``: a few large writes instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._gathered: list[bytes] | None = None
+        super().__init__(*args, **kwargs)
+
+    def gather(self) -> None:
+        self._gathered = []
+
+    def flush(self, *, keep_gathering: bool = True) -> None:
+        gathered, self._gathered = self._gathered, [] if keep_gathering else None
+        if gathered:
+            super()._adapter_emit_data(b"".join(gathered))
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if self._gathered is None:
+            super()._adapter_emit_data(data)
+        else:
+            self._gathered.append(data)
+
+
 class ConfirmPublisher:
     """One AMQP connection and confirm-mode channel; ``publish`` returns when every message is confirmed."""
 
@@ -90,7 +113,7 @@ class ConfirmPublisher:
         self._unconfirmed: dict[int, str] = {}
         self._nacked: list[str] = []
         self._returned: list[tuple[str, str]] = []
-        self._connection = SelectConnection(
+        self._connection = _GatheringConnection(
             pika.URLParameters(amqp_url),
             on_open_callback=self._opened,
             on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect: {error}"),
@@ -141,6 +164,7 @@ class ConfirmPublisher:
         """Publish with ``mandatory``; raise ``DispatchError`` if any was nacked or returned (unroutable)."""
         self._nacked.clear()
         self._returned.clear()
+        self._connection.gather()
         for message in messages:
             properties = pika.BasicProperties(
                 message_id=message.message_id,
@@ -155,8 +179,10 @@ class ConfirmPublisher:
             self._unconfirmed[self._next_tag] = message.message_id
             self._next_tag += 1
             if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
+                self._connection.flush()
                 self._connection.ioloop.poll()
                 self._connection.ioloop.process_timeouts()
+        self._connection.flush(keep_gathering=False)
         self._spin(lambda: not self._unconfirmed, f"confirming {len(messages)} messages")
         if self._nacked or self._returned:
             returned = ", ".join(f"{mid} ({why})" for mid, why in self._returned[:5])
