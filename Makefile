@@ -2,14 +2,15 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java
+DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java
 STAMP := $(VENV)/.installed
 
 .PHONY: setup system-packages demo test unit lint bench clean
 
 setup: system-packages $(STAMP)
 
-# Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 + JDBC driver, Java for Spark).
+# Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
+# Java for Spark).
 system-packages:
 	@missing=""; \
 	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

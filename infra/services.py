@@ -1,4 +1,4 @@
-"""Private, loopback-only RabbitMQ, moto (SQS) and PostgreSQL servers for tests, demos and benchmarks.
+"""Private, loopback-only RabbitMQ, moto (SQS), PostgreSQL and MariaDB servers for tests, demos and benchmarks.
 
 Each server gets its own state folder and free ports, is started by us and stopped by us by PID,
 and never listens beyond 127.0.0.1. Debian's packages provide the servers (``make setup`` installs
@@ -26,7 +26,12 @@ HOST = "127.0.0.1"
 RABBITMQ_BIN = Path(os.environ.get("NSB_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
 POSTGRES_BIN = Path(os.environ.get("NSB_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 POSTGRES_JDBC_JAR = Path(os.environ.get("NSB_POSTGRES_JDBC_JAR", "/usr/share/java/postgresql.jar"))
-INSTALL_HINT = "run `make setup` (as root it apt-installs rabbitmq-server postgresql libpostgresql-jdbc-java)"
+MARIADB_BIN = Path(os.environ.get("NSB_MARIADB_BIN", "/usr/sbin/mariadbd"))
+MARIADB_JDBC_JAR = Path(os.environ.get("NSB_MARIADB_JDBC_JAR", "/usr/share/java/mariadb-java-client.jar"))
+INSTALL_HINT = (
+    "run `make setup` (as root it apt-installs rabbitmq-server postgresql libpostgresql-jdbc-java "
+    "mariadb-server libmariadb-java)"
+)
 
 
 class ServiceUnavailable(RuntimeError):
@@ -297,6 +302,106 @@ class LocalPostgres:
             self._run(str(POSTGRES_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
 
     def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@dataclass
+class LocalMariaDb:
+    """A private MariaDB (Debian's mariadb-server) on 127.0.0.1 and its own socket, with a password user.
+
+    The data folder is made by ``mariadb-install-db``; root (no password, socket only) creates the
+    user and database the tests use over TCP, so grants and authentication stay as in production.
+    """
+
+    state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-mariadb-")))
+    port: int = field(default_factory=free_port)
+    user: str = "nsb"
+    password: str = "nsb-test"
+    database: str = "nsb"
+    server: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def socket(self) -> Path:
+        return self.state_dir / "mariadb.sock"
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:mariadb://{HOST}:{self.port}/{self.database}"
+
+    def connect(self) -> Any:
+        """A PyMySQL connection as the test user over TCP (autocommit off)."""
+        import pymysql
+
+        return pymysql.connect(
+            host=HOST, port=self.port, user=self.user, password=self.password, database=self.database
+        )
+
+    def _as_root(self, statement: str) -> None:
+        client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
+        result = subprocess.run(
+            [client, "--no-defaults", f"--socket={self.socket}", "--user=root", "--execute", statement],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode:
+            raise ServiceUnavailable(f"MariaDB refused {statement!r}: {result.stderr or result.stdout}")
+
+    def start(self, timeout: float = 60) -> LocalMariaDb:
+        install = shutil.which("mariadb-install-db")
+        if not MARIADB_BIN.exists() or not install:
+            raise ServiceUnavailable(f"MariaDB is not installed ({MARIADB_BIN} missing); {INSTALL_HINT}")
+        run_as = ["--user=mysql"] if os.geteuid() == 0 else []  # mariadbd refuses to run as root
+        if run_as:
+            shutil.chown(self.state_dir, "mysql", "mysql")
+        result = subprocess.run(
+            [install, "--no-defaults", f"--datadir={self.data_dir}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", *run_as],
+            capture_output=True, text=True, cwd="/",
+        )  # fmt: skip
+        if result.returncode:
+            raise ServiceUnavailable(f"mariadb-install-db failed: {result.stderr or result.stdout}")
+        log = self.state_dir / "mariadb.log"
+        self.server = subprocess.Popen(
+            [str(MARIADB_BIN), "--no-defaults", f"--datadir={self.data_dir}", f"--bind-address={HOST}",
+             f"--port={self.port}", f"--socket={self.socket}", f"--pid-file={self.state_dir / 'mariadb.pid'}",
+             f"--log-error={log}", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
+             "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", *run_as],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, cwd="/",
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            _wait(self._ready, f"MariaDB on {HOST}:{self.port}", timeout, log)
+            self._as_root(
+                f"create database if not exists `{self.database}`; "
+                f"create user if not exists '{self.user}'@'{HOST}' identified by '{self.password}'; "
+                f"grant all on `{self.database}`.* to '{self.user}'@'{HOST}'"
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.server is not None and self.server.poll() is not None:
+            raise ServiceUnavailable(f"mariadbd exited with {self.server.returncode}")
+        if not self.socket.exists():
+            return False
+        self._as_root("select 1")
+        return True
+
+    def stop(self) -> None:
+        _stop_group(self.server)
+        self.server = None
+
+    def __enter__(self) -> LocalMariaDb:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -13,14 +13,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from components.model import rabbitmq as rmq
 from components.model import sqs
 from pipeline.delays import now_micros, remaining_delay
 from pipeline.faults import Fault, FaultInjector
 from pipeline.layouts import TimeoutLayout
-from pipeline.ledger import BatchOutcome, Ledger, Run
+from pipeline.ledger import BatchOutcome, DbConnection, Ledger, Run
 from pipeline.messages import rabbitmq_message, sqs_message
 from pipeline.rabbitmq_target import DispatchError
 from pipeline.sqs_target import SqsSettings
@@ -33,7 +31,7 @@ class DispatchSettings:
     """Everything a task needs, shipped to executors by pickling (no Spark objects)."""
 
     target: str
-    conninfo: str
+    conninfo: DbConnection | str  # where the ledger is (a libpq string: PostgreSQL)
     layout: TimeoutLayout
     run: Run
     amqp_url: str | None = None
@@ -134,7 +132,7 @@ def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Itera
     sender: _Sender | None = None
     collecting: dict[int, list[Any]] = {}
     try:
-        with psycopg.connect(settings.conninfo) as connection:
+        with ledger.connect() as connection:
             for row in rows:
                 batch = row["batch"]
                 batch_rows = collecting.setdefault(batch, [])

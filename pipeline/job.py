@@ -37,7 +37,12 @@ CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
 
 def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--source-jdbc", metavar="URL", help="JDBC URL of the timeout store (jdbc:postgresql://…)."),
+        click.option(
+            "--source-jdbc",
+            metavar="URL",
+            help="JDBC URL of the timeout store: jdbc:postgresql://…, jdbc:mysql:// or jdbc:mariadb://…, "
+            "jdbc:sqlserver://…;databaseName=…, jdbc:oracle:thin:@//host:port/service.",
+        ),
         click.option("--source-path", metavar="PATH", help="An export (e.g. RavenDB TimeoutData) to read instead."),
         click.option("--source-format", type=click.Choice(EXPORT_FORMATS), default="parquet", show_default=True),
         click.option(

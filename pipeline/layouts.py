@@ -182,6 +182,22 @@ def jdbc_layout(kind: str, dialect: str, endpoint: str, *, schema: str | None = 
     return layout
 
 
+MARIADB_SCHEME, MARIADB_DRIVER = "jdbc:mariadb:", "org.mariadb.jdbc.Driver"
+
+
+def spark_jdbc(url: str, dialect: Dialect) -> tuple[str, str]:
+    """The URL and driver class Spark reads ``url`` with.
+
+    ``jdbc:mariadb:`` goes to MariaDB Connector/J but is handed to Spark as ``jdbc:mysql:``: Spark picks
+    its SQL dialect by URL and only its MySQL dialect quotes with backticks (its default double quotes
+    are string literals in MySQL). Connector/J 2.x accepts that scheme, 3.x with ``permitMysqlScheme``.
+    """
+    if url.startswith(MARIADB_SCHEME):
+        mysql_url = "jdbc:mysql:" + url.removeprefix(MARIADB_SCHEME)
+        return mysql_url + ("&" if "?" in mysql_url else "?") + "permitMysqlScheme", MARIADB_DRIVER
+    return url, JDBC_DRIVERS[dialect]
+
+
 def dialect_of_jdbc_url(url: str) -> Dialect:
     """``jdbc:postgresql:`` -> postgresql, ``jdbc:sqlserver:`` -> mssql, ``jdbc:mysql:``, ``jdbc:oracle:``."""
     prefixes: dict[str, Dialect] = {

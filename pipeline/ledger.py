@@ -7,62 +7,60 @@ row numbered into a batch. A batch is marked done only after the broker confirme
 of it, in one transaction with its quarantined rows; a rerun therefore resends at most the batches
 that were in flight, with the same message ids. Abort moves every row not yet dispatched back.
 
-Implemented for PostgreSQL (psycopg); other dialects can be previewed but not hidden from.
+The SQL of every dialect is in ``pipeline.ledger_sql``; this module decides what runs when.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from typing import Any, cast
 
-import psycopg
-from psycopg import sql
+from pipeline.layouts import TimeoutLayout, quote_identifier
+from pipeline.ledger_sql import (
+    ABORTED,
+    DISPATCHED,
+    LOCK_TABLE,
+    PENDING,
+    STATE_TABLE,
+    Db,
+    DbConnection,
+    JdbcUrlError,
+    PostgresSql,
+    connect,
+    connection_from_jdbc,
+    ledger_sql,
+    lock_key,
+    lock_name,
+)
 
-from pipeline.layouts import TimeoutLayout, qualified
+__all__ = ["ABORTED", "DISPATCHED", "PENDING", "STATE_TABLE", "DbConnection"]
 
-STATE_TABLE = "TimeoutsMigration_State"
 MIGRATION_TABLE_PREFIX = "TimeoutData_migration_"
 BATCHES_SUFFIX = "_batches"
 # Migration status (TMT: Preparing 0, StoragePrepared 1, Completed 2, Aborted 3).
-STORAGE_PREPARED, COMPLETED, ABORTED = 1, 2, 3
-# Batch status (TMT: Pending 0, Staged 1, Completed 2). A row is quarantined when it has a "Reason".
-PENDING, DISPATCHED = 0, 2
+STORAGE_PREPARED, COMPLETED = 1, 2
+# Batch status (TMT: Pending 0, Staged 1, Completed 2; ``ABORTED`` after an abort). A row is
+# quarantined when it has a "Reason".
 DEFAULT_BATCH_SIZE = 1024  # TMT's batch size
 DUE_ORDER_HORIZON = timedelta(hours=1)  # dispatched in due order; later timeouts in id order
-
-
-# The columns ``Ledger._run`` reads, in its order; ``{}`` is the state table.
-RUN_SELECT = (
-    'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", "MigrationTable" from {} '
-)
 
 
 class LedgerError(RuntimeError):
     """The ledger cannot do what was asked (unsupported dialect, conflicting run, nothing to abort)."""
 
 
-def conninfo_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> str:
-    """``jdbc:postgresql://host:port/db?user=…`` -> a libpq connection string for psycopg."""
-    if not url.startswith("jdbc:postgresql://"):
-        raise LedgerError(
-            f"the ledger lives in the source database and is implemented for PostgreSQL; {url!r} is not a "
-            "jdbc:postgresql:// URL (other dialects: use `migrate preview`)"
-        )
-    parsed = urlparse(url.removeprefix("jdbc:"))
-    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
-    parts = {
-        "host": parsed.hostname or "localhost",
-        "port": str(parsed.port or 5432),
-        "dbname": unquote(parsed.path.lstrip("/")) or "postgres",
-        "user": user or query.get("user"),
-        "password": password if password is not None else query.get("password"),
-    }
-    return psycopg.conninfo.make_conninfo(**{key: value for key, value in parts.items() if value})
+def conninfo_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> DbConnection:
+    """``jdbc:postgresql:``/``jdbc:mysql:``/``jdbc:mariadb:``/``jdbc:sqlserver:``/``jdbc:oracle:thin:`` URL ->
+    a picklable ``DbConnection`` (the driver and every executor connect with it)."""
+    try:
+        return connection_from_jdbc(url, user, password)
+    except JdbcUrlError as error:
+        raise LedgerError(str(error)) from None
 
 
 def new_run_id() -> str:
@@ -103,37 +101,37 @@ class BatchOutcome:
 
 
 class Ledger:
-    """The run state, the hidden rows and their batches, in the source's PostgreSQL schema."""
+    """The run state, the hidden rows and their batches, beside the source table in its own database."""
 
-    def __init__(self, conninfo: str, layout: TimeoutLayout) -> None:
-        if layout.dialect != "postgresql":
+    def __init__(self, conninfo: DbConnection | str, layout: TimeoutLayout) -> None:
+        dialect = "postgresql" if isinstance(conninfo, str) else conninfo.dialect
+        if dialect != layout.dialect:
             raise LedgerError(
-                f"hiding timeouts is implemented for PostgreSQL; the source is {layout.dialect} "
-                "(use `migrate preview` for it)"
+                f"the source table {layout.table} is a {layout.dialect} layout but the connection is to {dialect}: "
+                "give --dialect matching the JDBC URL"
             )
         self.conninfo = conninfo
         self.layout = layout
-        self.schema = _schema_of(layout.table)
+        self.sql = ledger_sql(layout)
+        self.schema = self.sql.schema
 
-    def connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.conninfo)
+    def connect(self) -> Db:
+        return connect(self.conninfo)
 
-    def _name(self, table: str) -> sql.Composable:
-        return sql.Identifier(self.schema, table) if self.schema else sql.Identifier(table)
+    def _name(self, table: str) -> str:
+        return self.sql.name(table)
 
-    def _source(self) -> sql.Composable:
-        return sql.SQL(self.layout.table)
+    def ensure_state_table(self, connection: Db) -> None:
+        exists = self.sql.table_exists()
+        if exists is not None and connection.scalar(exists, self._state_table_names()):
+            return
+        connection.execute(self.sql.create_state_table())
 
-    def ensure_state_table(self, connection: psycopg.Connection[Any]) -> None:
-        connection.execute(
-            sql.SQL(
-                """create table if not exists {} (
-                "MigrationRunId" varchar(500) primary key, "EndpointName" text, "Status" int not null,
-                "RunParameters" text not null, "NumberOfBatches" int not null default 0,
-                "TotalRows" bigint not null default 0, "CutOffTime" timestamp, "StartedAt" timestamp not null,
-                "CompletedAt" timestamp, "SourceTable" text not null, "MigrationTable" text not null)"""
-            ).format(self._name(STATE_TABLE))
-        )
+    def _state_table_names(self) -> dict[str, Any]:
+        return {"table": self._name(STATE_TABLE), "schema": self.schema, "name": STATE_TABLE}
+
+    def _this_source(self, **more: Any) -> dict[str, Any]:
+        return {"source": self.layout.table, "endpoint": self.layout.endpoint_filter, **more}
 
     def active_run(self) -> Run | None:
         """The run of this source table (and endpoint, for a shared table) that neither completed nor aborted."""
@@ -141,46 +139,37 @@ class Ledger:
             self.ensure_state_table(connection)
             return self._active_run(connection)
 
-    def _active_run(self, connection: psycopg.Connection[Any]) -> Run | None:
-        row = connection.execute(
-            sql.SQL(
-                RUN_SELECT + 'where "SourceTable" = %s and "EndpointName" is not distinct from %s and "Status" = %s'
-            ).format(self._name(STATE_TABLE)),
-            (self.layout.table, self.layout.endpoint_filter, STORAGE_PREPARED),
-        ).fetchone()
+    def _active_run(self, connection: Db) -> Run | None:
+        row = connection.execute(self.sql.active_run(), self._this_source(status=STORAGE_PREPARED)).fetchone()
         return self._run(row) if row else None
 
     def runs(self) -> list[Run]:
         """Every run of this source table (and endpoint), oldest first, whatever its status."""
         with self.connect() as connection:
             self.ensure_state_table(connection)
-            rows = connection.execute(
-                sql.SQL(
-                    RUN_SELECT + 'where "SourceTable" = %s and "EndpointName" is not distinct from %s '
-                    'order by "StartedAt", "MigrationRunId"'
-                ).format(self._name(STATE_TABLE)),
-                (self.layout.table, self.layout.endpoint_filter),
-            ).fetchall()
+            rows = connection.execute(self.sql.runs(), self._this_source()).fetchall()
         return [self._run(row) for row in rows]
 
     def run(self, run_id: str) -> Run:
         with self.connect() as connection:
             self.ensure_state_table(connection)
-            row = connection.execute(
-                sql.SQL(RUN_SELECT + 'where "MigrationRunId" = %s').format(self._name(STATE_TABLE)),
-                (run_id,),
-            ).fetchone()
+            row = connection.execute(self.sql.run(), {"run_id": run_id}).fetchone()
         if row is None:
-            raise LedgerError(f"no migration run {run_id!r} in {self.schema}.{STATE_TABLE}")
+            raise LedgerError(f"no migration run {run_id!r} in {self._name(STATE_TABLE)}")
         return self._run(row)
 
     def _run(self, row: tuple[Any, ...]) -> Run:
         run_id, status, parameters, batches, total, table = row
-        return Run(run_id, status, json.loads(parameters), batches, total, table, table + BATCHES_SUFFIX)
+        return Run(run_id, int(status), json.loads(parameters), int(batches), int(total), table, table + BATCHES_SUFFIX)
 
-    def source_columns(self, connection: psycopg.Connection[Any]) -> list[str]:
-        cursor = connection.execute(sql.SQL("select * from {} limit 0").format(self._source()))
-        return [column.name for column in cursor.description or ()]
+    def source_columns(self, connection: Db) -> list[str]:
+        cursor = connection.execute(self.sql.source_columns())
+        names = [column[0] for column in cursor.description or ()]
+        cursor.fetchall()
+        return names
+
+    def _columns(self, connection: Db) -> str:
+        return ", ".join(quote_identifier(name, self.layout.dialect) for name in self.source_columns(connection))
 
     def hide(
         self,
@@ -198,209 +187,246 @@ class Ledger:
         Numbering: timeouts due within ``DUE_ORDER_HORIZON`` come first, soonest first, so nothing that
         could still be on time waits behind later ones; the rest follow in id order, which mixes due
         times so concurrent batches feed many level queues instead of one.
+
+        PostgreSQL creates the tables and moves the rows in that one transaction. Where DDL commits
+        (MySQL, Oracle) or cannot number while it moves (SQL Server), the empty tables are made
+        first and dropped again if the move fails, so a failed hide leaves nothing behind.
         """
         if batch_size < 1:
             raise LedgerError(f"batch size {batch_size} must be at least 1")
         run_id = new_run_id()
         table = MIGRATION_TABLE_PREFIX + run_id
         batches = table + BATCHES_SUFFIX
-        due, ident = sql.SQL(self.layout.column("due")), sql.SQL(self.layout.column("id"))
-        conditions = [sql.SQL("{} >= %(cutoff)s").format(due)]
-        if latest_due is not None:
-            conditions.append(sql.SQL("{} <= %(latest)s").format(due))
-        if self.layout.endpoint_filter is not None:
-            conditions.append(sql.SQL("{} = %(endpoint)s").format(sql.SQL(self.layout.column("endpoint"))))
-        where = sql.SQL(" and ").join(conditions)
+        values = {
+            **self._this_source(),
+            "cutoff": cutoff,
+            "latest": latest_due,
+            "batch_size": batch_size,
+            "horizon": datetime.now(UTC).replace(tzinfo=None) + DUE_ORDER_HORIZON,
+            "run_id": run_id,
+            "status": STORAGE_PREPARED,
+            "parameters": json.dumps(dict(parameters), sort_keys=True),
+            "table": table,
+        }
+        latest = latest_due is not None
+        if self.layout.dialect == "postgresql":
+            number, total = self._hide_in_one_transaction(table, batches, values, latest, fault)
+        else:
+            number, total = self._hide_after_ddl(table, batches, values, latest, fault)
+        return Run(run_id, STORAGE_PREPARED, dict(parameters), int(number), int(total), table, batches)
+
+    def _hide_in_one_transaction(
+        self, table: str, batches: str, values: dict[str, Any], latest: bool, fault: Callable[[str], None]
+    ) -> tuple[int, int]:
+        sql = cast(PostgresSql, self.sql)
         with self.connect() as connection, connection.transaction():
             self.ensure_state_table(connection)
-            connection.execute(sql.SQL("lock table {} in share row exclusive mode").format(self._name(STATE_TABLE)))
+            connection.execute(sql.lock_state_table())
             if self._active_run(connection) is not None:  # another process won the race: never hide twice
                 raise LedgerError(f"a migration of {self.layout.table} is already in progress")
-            columns = sql.SQL(", ").join(sql.Identifier(name) for name in self.source_columns(connection))
-            connection.execute(
-                sql.SQL(
-                    'create table {} (like {} including defaults, "BatchNumber" int not null, "Reason" text)'
-                ).format(self._name(table), self._source())
-            )
-            connection.execute(
-                sql.SQL(
-                    "with moved as (delete from {source} where {where} returning *) "
-                    'insert into {table} ({columns}, "BatchNumber") '
-                    "select {columns}, (row_number() over (order by {due} >= %(horizon)s, "
-                    "case when {due} < %(horizon)s then {due} end, {ident}) - 1) / %(batch_size)s + 1 from moved"
-                ).format(
-                    source=self._source(), where=where, table=self._name(table), columns=columns, due=due, ident=ident
-                ),
-                {
-                    "cutoff": cutoff,
-                    "latest": latest_due,
-                    "endpoint": self.layout.endpoint_filter,
-                    "batch_size": batch_size,
-                    "horizon": datetime.now(UTC).replace(tzinfo=None) + DUE_ORDER_HORIZON,
-                },
-            )
+            columns = self._columns(connection)
+            connection.execute(sql.create_like_source(table))
+            connection.execute(sql.move_selected(table, columns, latest=latest), values)
             fault("hide")
-            connection.execute(sql.SQL('create index on {} ("BatchNumber")').format(self._name(table)))
-            connection.execute(
-                sql.SQL(
-                    'create table {} ("BatchNumber" int primary key, "Rows" int not null, '
-                    '"Status" smallint not null default 0, "Dispatched" int not null default 0, '
-                    '"Quarantined" int not null default 0, "CompletedAt" timestamp)'
-                ).format(self._name(batches))
-            )
-            connection.execute(
-                sql.SQL(
-                    'insert into {} ("BatchNumber", "Rows") select "BatchNumber", count(*) from {} group by 1'
-                ).format(self._name(batches), self._name(table))
-            )
-            number, total = connection.execute(
-                sql.SQL('select count(*), coalesce(sum("Rows"), 0) from {}').format(self._name(batches))
-            ).fetchone() or (0, 0)
-            connection.execute(
-                sql.SQL(
-                    'insert into {} ("MigrationRunId", "EndpointName", "Status", "RunParameters", '
-                    '"NumberOfBatches", "TotalRows", "CutOffTime", "StartedAt", "SourceTable", "MigrationTable") '
-                    "values (%s, %s, %s, %s, %s, %s, %s, now() at time zone 'utc', %s, %s)"
-                ).format(self._name(STATE_TABLE)),
-                (
-                    run_id,
-                    self.layout.endpoint_filter,  # NHibernate: one run per endpoint of the shared table
-                    STORAGE_PREPARED,
-                    json.dumps(dict(parameters), sort_keys=True),
-                    number,
-                    total,
-                    cutoff,
-                    self.layout.table,
-                    table,
-                ),
-            )
-        return Run(run_id, STORAGE_PREPARED, dict(parameters), int(number), int(total), table, batches)
+            connection.execute(sql.create_batch_index(table))
+            connection.execute(sql.create_batches_table(batches))
+            connection.execute(sql.insert_batches(table, batches))
+            number, total = connection.execute(sql.count_batches(batches)).fetchone() or (0, 0)
+            connection.execute(sql.insert_state(), {**values, "batches": number, "total": total})
+        return int(number), int(total)
+
+    def _hide_after_ddl(
+        self, table: str, batches: str, values: dict[str, Any], latest: bool, fault: Callable[[str], None]
+    ) -> tuple[int, int]:
+        sql = self.sql
+        with self.connect() as connection:
+            self.ensure_state_table(connection)
+            connection.raw.commit()
+            if self._active_run(connection) is not None:
+                raise LedgerError(f"a migration of {self.layout.table} is already in progress")
+            columns = self._columns(connection)
+            created: list[str] = []
+            try:
+                create, *alter = sql.create_migration_table(table)
+                connection.execute(create)
+                created.append(self._name(table))
+                for statement in alter:
+                    connection.execute(statement)
+                connection.execute(sql.create_batch_index(table))
+                connection.execute(sql.create_batches_table(batches))
+                created.append(self._name(batches))
+                connection.raw.commit()
+                with connection.transaction():
+                    connection.execute(sql.lock_rows(self._name(STATE_TABLE))).fetchall()
+                    if self._active_run(connection) is not None:  # another process won the race
+                        raise LedgerError(f"a migration of {self.layout.table} is already in progress")
+                    connection.execute(sql.lock_rows(sql.source, sql.selected(latest=latest)), values).fetchall()
+                    copied = connection.execute(sql.copy_selected(table, columns, latest=latest), values).rowcount
+                    deleted = connection.execute(sql.delete_copied(table)).rowcount
+                    if copied != deleted:
+                        raise LedgerError(
+                            f"hiding from {self.layout.table} copied {copied:,} rows but deleted {deleted:,}: "
+                            "rolled back, nothing moved"
+                        )
+                    fault("hide")
+                    connection.execute(sql.insert_batches(table, batches))
+                    number, total = connection.execute(sql.count_batches(batches)).fetchone() or (0, 0)
+                    connection.execute(sql.insert_state(), {**values, "batches": number, "total": total})
+            except BaseException:
+                with contextlib.suppress(Exception):  # SQL Server: uncommitted DDL goes with the rollback
+                    connection.raw.rollback()
+                for name in reversed(created):  # nothing half-created: the move rolled back, the tables go
+                    with contextlib.suppress(Exception):
+                        connection.execute(sql.drop_table(name))
+                with contextlib.suppress(Exception):
+                    connection.raw.commit()
+                raise
+        return int(number), int(total)
 
     def pending_batch_rows(self, run: Run) -> dict[int, int]:
         """Rows per batch not yet done: a task knows a batch is complete when it has seen that many."""
         with self.connect() as connection:
-            rows = connection.execute(
-                sql.SQL('select "BatchNumber", "Rows" from {} where "Status" = %s').format(
-                    self._name(run.batches_table)
-                ),
-                (PENDING,),
-            ).fetchall()
+            rows = connection.execute(self.sql.pending_batch_rows(run.batches_table), {"status": PENDING}).fetchall()
         return {int(batch): int(count) for batch, count in rows}
 
     def pending_batches(self, run: Run) -> tuple[int | None, int | None, int]:
         """Lowest and highest batch number not yet done, and how many there are."""
         with self.connect() as connection:
             low, high, count = connection.execute(
-                sql.SQL('select min("BatchNumber"), max("BatchNumber"), count(*) from {} where "Status" = %s').format(
-                    self._name(run.batches_table)
-                ),
-                (PENDING,),
+                self.sql.pending_batches(run.batches_table), {"status": PENDING}
             ).fetchone() or (None, None, 0)
-        return low, high, int(count)
+        return (None if low is None else int(low)), (None if high is None else int(high)), int(count)
 
     def progress(self, run: Run) -> Progress:
         with self.connect() as connection:
-            row = connection.execute(
-                sql.SQL(
-                    'select coalesce(sum("Rows"), 0), coalesce(sum("Dispatched"), 0), coalesce(sum("Quarantined"), 0), '
-                    'count(*), count(*) filter (where "Status" = %s) from {}'
-                ).format(self._name(run.batches_table)),
-                (DISPATCHED,),
-            ).fetchone()
+            row = connection.execute(self.sql.progress(run.batches_table), {"status": DISPATCHED}).fetchone()
         total, dispatched, quarantined, batches, done = (int(value) for value in row or (0, 0, 0, 0, 0))
         return Progress(total, dispatched, quarantined, batches, done)
 
     def _pending(self, run: Run) -> str:
-        batches = qualified(self.schema, run.batches_table, "postgresql")
-        return f'"BatchNumber" in (select "BatchNumber" from {batches} where "Status" = {PENDING})'
+        return self.sql.pending(run.batches_table)
 
     def pending_rows_query(self, run: Run) -> str:
         """The rows of batches not yet done, as canonical columns plus ``batch`` (a JDBC subquery)."""
-        parts = [f"{column} as {name}" for name, column in self.layout.columns.items() if name != "endpoint"]
-        table = qualified(self.schema, run.migration_table, "postgresql")
-        return f'select {", ".join(parts)}, "BatchNumber" as batch from {table} where {self._pending(run)}'
+        return self.sql.rows_query(run.migration_table, run.batches_table, undispatched=False)
 
     def undispatched_rows_query(self, run: Run) -> str:
         """Every row ``abort`` gives back (pending and quarantined), as canonical columns plus ``batch``."""
-        parts = [f"{column} as {name}" for name, column in self.layout.columns.items()]
-        table = qualified(self.schema, run.migration_table, "postgresql")
-        return (
-            f'select {", ".join(parts)}, "BatchNumber" as batch from {table} '
-            f'where {self._pending(run)} or "Reason" is not null'
-        )
+        return self.sql.rows_query(run.migration_table, run.batches_table, undispatched=True)
 
     def pending_destinations(self, run: Run) -> set[str]:
-        destination = sql.SQL(self.layout.column("destination"))
         with self.connect() as connection:
-            rows = connection.execute(
-                sql.SQL("select distinct {} from {} where {}").format(
-                    destination, self._name(run.migration_table), sql.SQL(self._pending(run))
-                )
-            ).fetchall()
+            rows = connection.execute(self.sql.pending_destinations(run.migration_table, run.batches_table)).fetchall()
         return {name for (name,) in rows if name is not None and name.strip()}
 
-    def complete_batch(self, run: Run, outcome: BatchOutcome, connection: psycopg.Connection[Any]) -> None:
+    def complete_batch(self, run: Run, outcome: BatchOutcome, connection: Db) -> None:
         """Mark one confirmed batch done, with the reasons of its quarantined rows, in one transaction.
 
         Progress is kept per batch (a row is dispatched when its batch is done and it has no reason), so
         marking costs one small update, not a rewrite of every row.
         """
-        table, ident = self._name(run.migration_table), sql.SQL(self.layout.column("id"))
         quarantined = 0
         with connection.transaction():
             if outcome.quarantined:  # an exported row may lack its id (key None): that marks every such row
-                with connection.cursor() as cursor:
-                    cursor.executemany(
-                        sql.SQL(
-                            'update {} set "Reason" = %s where "BatchNumber" = %s and {}::text is not distinct from %s'
-                        ).format(table, ident),
-                        [(reason, outcome.batch, key) for key, reason in outcome.quarantined.items()],
-                    )
-                (quarantined,) = connection.execute(
-                    sql.SQL('select count(*) from {} where "BatchNumber" = %s and "Reason" is not null').format(table),
-                    (outcome.batch,),
-                ).fetchone() or (0,)
+                connection.executemany(
+                    self.sql.set_reason(run.migration_table),
+                    [
+                        {"reason": reason, "batch": outcome.batch, "key": key}
+                        for key, reason in outcome.quarantined.items()
+                    ],
+                )
+                quarantined = int(
+                    connection.scalar(self.sql.count_quarantined(run.migration_table), {"batch": outcome.batch}) or 0
+                )
             connection.execute(
-                sql.SQL(
-                    'update {} set "Status" = %s, "Dispatched" = "Rows" - %s, "Quarantined" = %s, '
-                    '"CompletedAt" = now() at time zone \'utc\' where "BatchNumber" = %s and "Status" = %s'
-                ).format(self._name(run.batches_table)),
-                (DISPATCHED, quarantined, quarantined, outcome.batch, PENDING),
+                self.sql.mark_batch(run.batches_table),
+                {"status": DISPATCHED, "quarantined": quarantined, "batch": outcome.batch, "pending": PENDING},
             )
 
     def finish(self, run: Run) -> bool:
         """Mark the run completed if every batch is done; returns whether it is."""
         with self.connect() as connection, connection.transaction():
-            remaining = connection.execute(
-                sql.SQL('select count(*) from {} where "Status" <> %s').format(self._name(run.batches_table)),
-                (DISPATCHED,),
-            ).fetchone()
-            if remaining and remaining[0]:
+            remaining = connection.scalar(self.sql.count_unfinished(run.batches_table), {"status": DISPATCHED})
+            if remaining:
                 return False
-            connection.execute(
-                sql.SQL(
-                    'update {} set "Status" = %s, "CompletedAt" = now() at time zone \'utc\' '
-                    'where "MigrationRunId" = %s'
-                ).format(self._name(STATE_TABLE)),
-                (COMPLETED, run.run_id),
-            )
+            connection.execute(self.sql.mark_run(), {"status": COMPLETED, "run_id": run.run_id})
         return True
 
     def quarantined_rows(self, run: Run) -> list[dict[str, Any]]:
         with self.connect() as connection:
-            cursor = connection.execute(
-                sql.SQL(
-                    'select {}::text, {}, "Reason", "BatchNumber" from {} where "Reason" is not null order by 4, 1'
-                ).format(
-                    sql.SQL(self.layout.column("id")),
-                    sql.SQL(self.layout.column("destination")),
-                    self._name(run.migration_table),
-                )
-            )
+            cursor = connection.execute(self.sql.quarantined_rows(run.migration_table))
             return [
-                {"id": key, "destination": destination, "reason": reason, "batch": batch}
-                for key, destination, reason, batch in cursor
+                {"id": key, "destination": destination, "reason": reason, "batch": int(batch)}
+                for key, destination, reason, batch in cursor.fetchall()
             ]
+
+    def destinations(self, cutoff: datetime, latest_due: datetime | None) -> dict[str, datetime]:
+        """The destinations a run from ``cutoff`` (up to ``latest_due``) would take, with their latest due time."""
+        values = self._this_source(cutoff=cutoff, latest=latest_due)
+        with self.connect() as connection:
+            rows = connection.execute(self.sql.destinations(latest=latest_due is not None), values).fetchall()
+        return {name: latest for name, latest in rows if name is not None and name.strip()}
+
+    def left_behind(self, latest_due: datetime | None) -> tuple[int, int]:
+        """Rows a run does not take: due beyond ``latest_due`` (the RabbitMQ maximum), and rows without a due time."""
+        values = self._this_source(latest=latest_due)
+        with self.connect() as connection:
+            beyond = connection.scalar(self.sql.count_beyond(), values) if latest_due is not None else 0
+            undated = connection.scalar(self.sql.count_undated(), values)
+        return int(beyond or 0), int(undated or 0)
+
+    def drop_source_table(self) -> None:
+        """Drop the source table itself (an export's staging copy once abort wrote its rows out)."""
+        with self.connect() as connection:
+            connection.execute(self.sql.drop_table(self.layout.table))
+
+    @contextlib.contextmanager
+    def run_lock(self, run: Run | None = None, *, purpose: str = "abort") -> Iterator[None]:
+        """Hold the lock that marks a live run of this source (and endpoint) for the block.
+
+        ``run`` and ``abort`` take it; the second to come is refused, naming the run it would clash with.
+        Released with the session, so a killed run frees it.
+        """
+        sql = self.sql
+        names: dict[str, Any] = {
+            "key": lock_key(self.layout.table, self.layout.endpoint_filter),
+            "name": lock_name(self.layout.table, self.layout.endpoint_filter),
+        }
+        connection = self.connect()
+        try:
+            if (create := sql.create_lock_table()) is not None and (insert := sql.insert_lock_row()) is not None:
+                self._ensure_table(connection, LOCK_TABLE, create)
+                connection.execute(insert, names)
+                connection.raw.commit()
+            try:
+                granted = sql.lock_granted(connection.scalar(sql.try_lock(), names))
+            except Exception as error:
+                if not sql.lock_busy(error):
+                    raise
+                granted = False
+            if not sql.lock_is_transaction:
+                connection.raw.commit()  # a session lock: no transaction stays open while the run goes on
+            if not granted:
+                named = f"migration run {run.run_id}" if run is not None else "a migration run"
+                if purpose == "run":
+                    raise LedgerError(
+                        f"{named} of {self.layout.table} is already running in another process (it holds the run "
+                        "lock): wait for it, or stop it and rerun this command to resume"
+                    )
+                raise LedgerError(
+                    f"{named} of {self.layout.table} is still running (another process holds its lock): "
+                    "stop that process first; `migrate abort` refuses to move rows a live run is dispatching"
+                )
+            yield
+            with contextlib.suppress(Exception):
+                if (unlock := sql.unlock()) is not None:
+                    connection.scalar(unlock, names)
+                    connection.raw.commit()
+                else:
+                    connection.raw.rollback()
+        finally:
+            with contextlib.suppress(Exception):
+                connection.raw.close()
 
     def abort(self, run: Run | None = None) -> tuple[Run, int]:
         """Move every row of the run that was not dispatched back to the legacy table; returns how many."""
@@ -409,38 +435,33 @@ class Ledger:
             raise LedgerError(f"no migration of {self.layout.table} is in progress: nothing to abort")
         if run.status != STORAGE_PREPARED:
             raise LedgerError(f"migration run {run.run_id} is {status_name(run.status)}: only a run in progress aborts")
-        table = self._name(run.migration_table)
+        with self.run_lock(run):
+            return run, self._abort(run)
+
+    def _abort(self, run: Run) -> int:
+        sql, table, batches = self.sql, run.migration_table, run.batches_table
+        mark = {"status": ABORTED, "run_id": run.run_id, "aborted": ABORTED, "dispatched": DISPATCHED}
         with self.connect() as connection, connection.transaction():
-            columns = sql.SQL(", ").join(sql.Identifier(name) for name in self.source_columns(connection))
-            restored = connection.execute(
-                sql.SQL(
-                    'with back as (delete from {table} where {pending} or "Reason" is not null returning *) '
-                    "insert into {source} ({columns}) select {columns} from back"
-                ).format(table=table, pending=sql.SQL(self._pending(run)), source=self._source(), columns=columns)
-            ).rowcount
-            connection.execute(
-                sql.SQL('update {} set "Status" = %s where "Status" <> %s').format(self._name(run.batches_table)),
-                (ABORTED, DISPATCHED),
-            )
-            connection.execute(
-                sql.SQL(
-                    'update {} set "Status" = %s, "CompletedAt" = now() at time zone \'utc\' '
-                    'where "MigrationRunId" = %s'
-                ).format(self._name(STATE_TABLE)),
-                (ABORTED, run.run_id),
-            )
-        return run, restored
+            columns = self._columns(connection)
+            if self.layout.dialect == "postgresql":
+                restored = connection.execute(cast(PostgresSql, sql).move_back(table, batches, columns)).rowcount
+                connection.execute(sql.mark_batches_aborted(batches), mark)
+            else:  # batches marked first: a task finishing now changes nothing of what moves back
+                connection.execute(sql.lock_rows(self._name(batches))).fetchall()
+                connection.execute(sql.mark_batches_aborted(batches), mark)
+                restored = connection.execute(sql.copy_back(table, batches, columns)).rowcount
+                deleted = connection.execute(sql.delete_given_back(table, batches)).rowcount
+                if restored != deleted:
+                    raise LedgerError(
+                        f"abort of run {run.run_id} copied {restored:,} rows back but deleted {deleted:,}: "
+                        "rolled back, nothing moved"
+                    )
+            connection.execute(sql.mark_run(), mark)
+        return int(restored)
 
 
 def status_name(status: int) -> str:
     return {STORAGE_PREPARED: "in progress", COMPLETED: "completed", ABORTED: "aborted"}.get(status, str(status))
-
-
-def _schema_of(quoted_table: str) -> str | None:
-    """``"public"."Sales_TimeoutData"`` -> ``public`` (the ledger tables live beside the source)."""
-    if '"."' in quoted_table:
-        return quoted_table.split('"."', 1)[0].strip('"').replace('""', '"')
-    return None
 
 
 def batched(items: Iterable[Any], size: int) -> Iterable[list[Any]]:

@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from psycopg import sql
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -195,18 +194,6 @@ def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
     return now + timedelta(seconds=rmq.MAX_DELAY_SECONDS) if target.kind == "rabbitmq" else None
 
 
-def _destinations(ledger: Ledger, table: sql.Composable, where: sql.Composable, params: dict[str, Any]):
-    destination, due = sql.SQL(ledger.layout.column("destination")), sql.SQL(ledger.layout.column("due"))
-    with ledger.connect() as connection:
-        rows = connection.execute(
-            sql.SQL("select {d}, max({t}) from {table}{where} group by {d}").format(
-                d=destination, t=due, table=table, where=where
-            ),
-            params,
-        ).fetchall()
-    return {name: latest for name, latest in rows if name is not None and name.strip()}
-
-
 def check_target(options: RunOptions, destinations: dict[str, datetime], now: datetime) -> dict[str, str]:
     """Refuse (raise) when a usable destination is missing; return the unusable ones with their reason."""
     target = options.target
@@ -234,31 +221,6 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
         ]
         check_queues(client, needed)
     return refused
-
-
-def _left_behind(ledger: Ledger, latest_due: datetime | None, cutoff: datetime) -> tuple[int, int]:
-    """Rows the run did not take: due beyond the RabbitMQ maximum, and rows without a due time."""
-    due = sql.SQL(ledger.layout.column("due"))
-    endpoint = (
-        sql.SQL(" and {} = %(endpoint)s").format(sql.SQL(ledger.layout.column("endpoint")))
-        if ledger.layout.endpoint_filter is not None
-        else sql.SQL("")
-    )
-    params = {"latest": latest_due, "cutoff": cutoff, "endpoint": ledger.layout.endpoint_filter}
-    with ledger.connect() as connection:
-        beyond = 0
-        if latest_due is not None:
-            beyond = connection.execute(
-                sql.SQL("select count(*) from {} where {} > %(latest)s{}").format(
-                    sql.SQL(ledger.layout.table), due, endpoint
-                ),
-                params,
-            ).fetchone()[0]
-        undated = connection.execute(
-            sql.SQL("select count(*) from {} where {} is null{}").format(sql.SQL(ledger.layout.table), due, endpoint),
-            params,
-        ).fetchone()[0]
-    return int(beyond), int(undated)
 
 
 def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run: Run):
@@ -305,9 +267,16 @@ def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: 
 
 
 def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
-    started = time.monotonic()
+    """Resume or start the run of ``options.source``, holding the run lock (``abort`` refuses meanwhile)."""
     source = options.source
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    with ledger.run_lock(ledger.active_run(), purpose="run"):
+        return _run_migration(spark, options, ledger)
+
+
+def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> RunResult:
+    started = time.monotonic()
+    source = options.source
     fault = FaultInjector(options.fault)
     parameters = options.parameters()
     now = from_micros(now_micros())
@@ -325,18 +294,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
                 f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
             )
     else:
-        conditions = [sql.SQL("{} >= %(cutoff)s").format(sql.SQL(source.layout.column("due")))]
-        if latest_due is not None:
-            conditions.append(sql.SQL("{} <= %(latest)s").format(sql.SQL(source.layout.column("due"))))
-        if source.layout.endpoint_filter is not None:
-            conditions.append(sql.SQL("{} = %(endpoint)s").format(sql.SQL(source.layout.column("endpoint"))))
-        where = sql.SQL(" where ") + sql.SQL(" and ").join(conditions)
-        candidates = _destinations(
-            ledger,
-            sql.SQL(source.layout.table),
-            where,
-            {"cutoff": options.cutoff, "latest": latest_due, "endpoint": source.layout.endpoint_filter},
-        )
+        candidates = ledger.destinations(options.cutoff, latest_due)
         check_target(options, candidates, now)
         run = ledger.hide(
             parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
@@ -371,7 +329,7 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
     completed = run.status == COMPLETED or ledger.finish(run)
     after = ledger.progress(run)
     quarantine_file = _write_quarantine(ledger, run, options.quarantine_path)
-    beyond, undated = _left_behind(ledger, latest_due, options.cutoff)
+    beyond, undated = ledger.left_behind(latest_due)
     return RunResult(
         run_id=run.run_id,
         resumed=resumed,
@@ -446,8 +404,7 @@ def abort_export(
     finally:
         rows.unpersist()
     aborted, moved = ledger.abort(run)
-    with ledger.connect() as connection:  # the rows went back to the staging copy: the file is what remains
-        connection.execute(sql.SQL("drop table if exists {}").format(sql.SQL(source.layout.table)))
+    ledger.drop_source_table()  # the rows went back to the staging copy: the file is what remains
     if moved != written:
         raise LedgerError(
             f"run {run.run_id} aborted, but {moved:,} rows were undispatched and {written:,} written to {target!r}: "

@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, JDBC_DRIVERS, TimeoutLayout
+from pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, spark_jdbc
 
 HEADER_MAP_TYPE = T.MapType(T.StringType(), T.StringType())
 MISSING_ID = "missing id"
@@ -41,7 +41,8 @@ class JdbcSource:
     password: str | None = None
 
     def options(self) -> dict[str, str]:
-        options = {"url": self.url, "driver": JDBC_DRIVERS[self.layout.dialect], "fetchsize": str(JDBC_FETCH_SIZE)}
+        url, driver = spark_jdbc(self.url, self.layout.dialect)
+        options = {"url": url, "driver": driver, "fetchsize": str(JDBC_FETCH_SIZE)}
         if self.user is not None:
             options["user"] = self.user
         if self.password is not None:

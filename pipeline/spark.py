@@ -1,7 +1,7 @@
 """The SparkSession the pipeline runs in: local mode by default, any master via ``--master``/spark-submit.
 
-Everything runs in UTC (the stores keep UTC without a zone), the UI is off, and the PostgreSQL
-JDBC driver from Debian's ``libpostgresql-jdbc-java`` is on the class path when present.
+Everything runs in UTC (the stores keep UTC without a zone), the UI is off, and the JDBC drivers
+from Debian's ``libpostgresql-jdbc-java`` and ``libmariadb-java`` are on the class path when present.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
 
 
 def default_jars() -> list[str]:
-    from infra.services import POSTGRES_JDBC_JAR
+    from infra.services import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
 
-    return [str(POSTGRES_JDBC_JAR)] if Path(POSTGRES_JDBC_JAR).exists() else []
+    return [str(jar) for jar in (POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR) if Path(jar).exists()]
 
 
 def spark_session(master: str | None = None, app_name: str = "nsb-delays-migrate", jars: list[str] | None = None):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from infra.services import LocalMoto, LocalPostgres, LocalRabbitMq, ServiceUnavailable
+from infra.services import LocalMariaDb, LocalMoto, LocalPostgres, LocalRabbitMq, ServiceUnavailable
 
 TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -35,7 +35,7 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres) -> Iterator[Any]:
+def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> Iterator[Any]:
     """Start ``server`` (or skip/fail as ``unavailable`` says), yield it, always stop it and remove its state."""
     try:
         server.start()
@@ -60,3 +60,8 @@ def moto_server() -> Iterator[LocalMoto]:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:
     yield from serve(LocalPostgres())
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[LocalMariaDb]:
+    yield from serve(LocalMariaDb())

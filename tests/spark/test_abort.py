@@ -1,6 +1,12 @@
-"""``abort`` after a partial run restores exactly the rows the ledger had not marked dispatched."""
+"""``abort`` after a partial run restores exactly the rows the ledger had not marked dispatched; it is
+refused while the run still lives."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
 
 import pytest
 
@@ -77,3 +83,39 @@ def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgre
     restored = len(rows) - 2 * 10  # two batches were confirmed and marked before the third stopped
     assert f"{restored:,} timeouts restored" in result.output
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(restored,)]
+
+
+def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
+    spark, postgres, timeout_table, broker_vhost, tmp_path
+) -> None:
+    """A live ``run`` (a real ``spark-submit``, parked right after hiding) holds its session advisory lock:
+    ``abort`` refuses naming the run; once the run's processes are SIGKILLed the lock is gone with them."""
+    from tests.spark.test_crash_safety import spark_submit
+
+    broker = broker_vhost(["Sales"])
+    rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(50)]
+    source = timeout_table("LiveRun", rows)
+    marker = tmp_path / "hidden"
+    job = spark_submit(
+        ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", "LiveRun",
+         "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+         "--no-progress", "--fault", f"after-hide:1:hang:{marker}"],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the run never finished hiding"
+        ((run_id,),) = ledger_rows(postgres.dsn, f'select "MigrationRunId" from "{STATE_TABLE}" '
+                                                 'where "SourceTable" = %s', (source.layout.table,))  # fmt: skip
+        with pytest.raises(LedgerError, match=f"migration run {run_id} of .*LiveRun_TimeoutData.* is still running"):
+            abort_migration(source)
+        assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(0,)]  # nothing moved
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)  # the run's driver, JVM and workers: its session (and lock) ends
+        job.wait(30)
+
+    run, restored = abort_migration(source)
+    assert (run.run_id, restored) == (run_id, len(rows))
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]

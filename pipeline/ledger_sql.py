@@ -1,0 +1,933 @@
+"""Every SQL text of the migration ledger, per dialect, and how to reach each database from Python.
+
+``LedgerSql`` writes the statements once in portable SQL (identifiers written ``"Name"`` and
+re-quoted for the dialect; parameters written ``%(name)s``); a dialect subclass overrides only the
+fragments or statements its database spells differently. PostgreSQL keeps its own single-statement
+moves (``delete … returning`` into ``insert``) and everything runs in one transaction there.
+MySQL and Oracle commit implicitly on DDL, and SQL Server's OUTPUT cannot number batches: for them
+the tables are created first, then the rows are moved in one transaction (copy with the batch
+numbering, delete the copied ids, the rows locked first), and ``Ledger.hide`` drops the
+half-made tables when the move fails.
+
+Drivers (imported only when used): psycopg (PostgreSQL), PyMySQL (MySQL/MariaDB), pymssql (SQL
+Server), python-oracledb in thin mode (Oracle). ``DbConnection`` is a picklable description of a
+database; Spark executors open their own connection from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from pipeline.layouts import Dialect, TimeoutLayout, qualified, quote_identifier
+
+DEFAULT_PORTS: dict[Dialect, int] = {"postgresql": 5432, "mssql": 1433, "mysql": 3306, "oracle": 1521}
+JDBC_URL_FORMS = (
+    "jdbc:postgresql://host[:port]/database[?user=…&password=…]",
+    "jdbc:mysql://host[:port]/database[?user=…&password=…] (or jdbc:mariadb://)",
+    "jdbc:sqlserver://host[\\instance][:port][;databaseName=…;user=…;password=…]",
+    "jdbc:oracle:thin:[user/password]@//host[:port]/service (or @host:port:SID)",
+)
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+class JdbcUrlError(ValueError):
+    """A JDBC URL (or connection) the ledger cannot turn into a database connection."""
+
+
+@dataclass(frozen=True)
+class DbConnection:
+    """Where the ledger lives: enough to connect from the driver and from every executor (picklable)."""
+
+    dialect: Dialect
+    host: str
+    port: int | None
+    database: str | None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    sid: str | None = None  # Oracle's old ``@host:port:SID`` form (``database`` is the service otherwise)
+
+    def connect(self) -> Any:
+        """A DB-API connection of the dialect's driver (not in autocommit mode)."""
+        if self.dialect == "postgresql":
+            import psycopg
+
+            return psycopg.connect(self.libpq())
+        if self.dialect == "mysql":
+            import pymysql
+
+            return pymysql.connect(
+                host=self.host,
+                port=self.port or DEFAULT_PORTS["mysql"],
+                user=self.user,
+                password=self.password or "",
+                database=self.database,
+                charset="utf8mb4",
+                autocommit=False,
+            )
+        if self.dialect == "mssql":
+            import pymssql
+
+            options: dict[str, Any] = {"autocommit": False, "tds_version": "7.4"}  # datetime2 as datetime
+            if "\\" not in self.host:  # a named instance (host\\instance) is found by the SQL Browser instead
+                options["port"] = str(self.port or DEFAULT_PORTS["mssql"])
+            return pymssql.connect(
+                server=self.host, user=self.user, password=self.password, database=self.database or "", **options
+            )
+        import oracledb  # thin mode: no Oracle client libraries needed
+
+        oracledb.defaults.fetch_lobs = False  # CLOBs (run parameters, reasons) as str
+        listener = self.port or DEFAULT_PORTS["oracle"]
+        if self.sid:
+            dsn = oracledb.makedsn(self.host, listener, sid=self.sid)
+        elif self.database:
+            dsn = oracledb.makedsn(self.host, listener, service_name=self.database)
+        else:
+            raise JdbcUrlError(f"Oracle connection to {self.host} names neither a service nor a SID")
+        return oracledb.connect(user=self.user, password=self.password, dsn=dsn)
+
+    def libpq(self) -> str:
+        import psycopg
+
+        parts = {
+            "host": self.host,
+            "port": str(self.port or DEFAULT_PORTS["postgresql"]),
+            "dbname": self.database,
+            "user": self.user,
+            "password": self.password,
+        }
+        return psycopg.conninfo.make_conninfo(**{key: value for key, value in parts.items() if value})
+
+    @staticmethod
+    def from_libpq(conninfo: str) -> DbConnection:
+        import psycopg
+
+        parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+        port = parts.get("port")
+        return DbConnection(
+            "postgresql",
+            str(parts.get("host") or "localhost"),
+            int(port) if port else None,
+            str(parts["dbname"]) if parts.get("dbname") else None,
+            str(parts["user"]) if parts.get("user") else None,
+            str(parts["password"]) if parts.get("password") else None,
+        )
+
+
+def connection_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> DbConnection:
+    """A JDBC URL (plus the ``--jdbc-user``/``--jdbc-password``, which win) -> a ``DbConnection``."""
+    if url.startswith("jdbc:postgresql://"):
+        connection = _url_connection("postgresql", url, default_database="postgres")
+    elif url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
+        connection = _url_connection("mysql", url, default_database=None)
+    elif url.startswith("jdbc:sqlserver://"):
+        connection = _sqlserver_connection(url)
+    elif url.startswith("jdbc:oracle:thin:"):
+        connection = _oracle_connection(url)
+    else:
+        raise JdbcUrlError(
+            f"the ledger cannot connect to JDBC URL {_hide_password(url)!r}: expected one of "
+            + "; ".join(JDBC_URL_FORMS)
+        )
+    return DbConnection(
+        connection.dialect,
+        connection.host,
+        connection.port,
+        connection.database,
+        user or connection.user,
+        password if password is not None else connection.password,
+        connection.sid,
+    )
+
+
+def _hide_password(url: str) -> str:
+    return re.sub(r"(password=)[^;&]*", r"\1***", url, flags=re.IGNORECASE)
+
+
+def _url_connection(dialect: Dialect, url: str, *, default_database: str | None) -> DbConnection:
+    parsed = urlparse(url.removeprefix("jdbc:"))
+    try:
+        port = parsed.port
+    except ValueError:
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port") from None
+    if "," in parsed.netloc or parsed.netloc.startswith("address="):
+        raise JdbcUrlError(
+            f"JDBC URL {_hide_password(url)!r} names several hosts or an address list; the ledger needs one "
+            f"host: {JDBC_URL_FORMS[0] if dialect == 'postgresql' else JDBC_URL_FORMS[1]}"
+        )
+    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+    return DbConnection(
+        dialect,
+        parsed.hostname or "localhost",
+        port,
+        unquote(parsed.path.lstrip("/")) or default_database,
+        query.get("user"),
+        query.get("password"),
+    )
+
+
+def _sqlserver_connection(url: str) -> DbConnection:
+    """``jdbc:sqlserver://host[\\instance][:port][;property=value]…`` (property names are case-insensitive)."""
+    address, *properties = url.removeprefix("jdbc:sqlserver://").split(";")
+    values: dict[str, str] = {}
+    for item in filter(None, properties):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r}: property {key!r} has no '=value'")
+        values[key.strip().lower()] = value.strip()
+    host, _, port_text = address.partition(":")
+    host = host or values.get("servername", "")
+    port_text = port_text or values.get("portnumber", "")
+    if not host:
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} names no server: {JDBC_URL_FORMS[2]}")
+    if port_text and not port_text.isdigit():
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port {port_text!r}")
+    return DbConnection(
+        "mssql",
+        host,
+        int(port_text) if port_text else None,
+        values.get("databasename") or values.get("database"),
+        values.get("user") or values.get("username"),
+        values.get("password"),
+    )
+
+
+_ORACLE_SERVICE = re.compile(r"^//(?P<host>[^:/]+)(?::(?P<port>\d+))?/(?P<service>[^?]+)$")
+_ORACLE_SID = re.compile(r"^(?P<host>[^:/]+):(?P<port>\d+):(?P<sid>\w+)$")
+
+
+def _oracle_connection(url: str) -> DbConnection:
+    rest = url.removeprefix("jdbc:oracle:thin:")
+    credentials, at, address = rest.rpartition("@")
+    if not at:
+        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has no '@address': {JDBC_URL_FORMS[3]}")
+    user, _, password = credentials.partition("/")
+    if match := _ORACLE_SERVICE.match(address):
+        port = match["port"]
+        return DbConnection(
+            "oracle", match["host"], int(port) if port else None, match["service"], user or None, password or None
+        )
+    if match := _ORACLE_SID.match(address):
+        return DbConnection(
+            "oracle", match["host"], int(match["port"]), None, user or None, password or None, sid=match["sid"]
+        )
+    raise JdbcUrlError(
+        f"JDBC URL {_hide_password(url)!r}: Oracle address {address!r} is neither //host[:port]/service nor "
+        "host:port:SID (TNS descriptors are not supported)"
+    )
+
+
+def driver_text(text: str, dialect: Dialect) -> str:
+    """The statement as the dialect's driver takes it: oracledb binds ``:p_name``, the others ``%(name)s``."""
+    return _PARAMETER.sub(r":p_\1", text) if dialect == "oracle" else text
+
+
+class Db:
+    """One open connection with the same small surface for every driver.
+
+    ``execute(text, params)`` takes the ledger's ``%(name)s`` parameters (rewritten to ``:p_name``
+    for oracledb, only those the text uses are bound) and returns the cursor. Leaving the ``with``
+    block commits (rolls back on an exception) and closes; ``transaction()`` commits its block.
+    """
+
+    def __init__(self, dialect: Dialect, raw: Any) -> None:
+        self.dialect = dialect
+        self.raw = raw
+
+    def _bind(self, text: str, params: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+        names = set(_PARAMETER.findall(text))
+        if not names:
+            return text, None
+        values = {name: (params or {})[name] for name in names}
+        if self.dialect == "oracle":
+            return driver_text(text, "oracle"), {f"p_{name}": value for name, value in values.items()}
+        return text, values
+
+    def execute(self, text: str, params: Mapping[str, Any] | None = None) -> Any:
+        statement, values = self._bind(text, params)
+        if self.dialect == "postgresql":
+            return self.raw.execute(statement, values)
+        cursor = self.raw.cursor()
+        cursor.execute(statement, values) if values is not None else cursor.execute(statement)
+        return cursor
+
+    def executemany(self, text: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        statement, _ = self._bind(text, rows[0])
+        bound = [self._bind(text, row)[1] for row in rows]
+        if self.dialect == "postgresql":
+            with self.raw.cursor() as cursor:
+                cursor.executemany(statement, bound)
+            return
+        cursor = self.raw.cursor()
+        try:
+            cursor.executemany(statement, bound)
+        finally:
+            cursor.close()
+
+    def scalar(self, text: str, params: Mapping[str, Any] | None = None) -> Any:
+        row = self.execute(text, params).fetchone()
+        return row[0] if row else None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Db]:
+        if self.dialect == "postgresql":
+            with self.raw.transaction():
+                yield self
+            return
+        self.raw.commit()  # end the implicit transaction of earlier reads: the block starts fresh
+        try:
+            yield self
+        except BaseException:
+            self.raw.rollback()
+            raise
+        self.raw.commit()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if self.dialect == "postgresql":
+            self.raw.__exit__(kind, error, traceback)
+            return
+        try:
+            if kind is None:
+                self.raw.commit()
+            else:
+                with contextlib.suppress(Exception):
+                    self.raw.rollback()
+        finally:
+            self.raw.close()
+
+
+def connect(connection: DbConnection | str) -> Db:
+    """Open ``connection`` (a libpq string is a PostgreSQL connection, as before)."""
+    if isinstance(connection, str):
+        import psycopg
+
+        return Db("postgresql", psycopg.connect(connection))
+    return Db(connection.dialect, connection.connect())
+
+
+def split_qualified(text: str, dialect: Dialect) -> list[str]:
+    """``"public"."Sales_TimeoutData"`` / ``[dbo].[X]`` / `` `db`.`t` `` / bare ``a.b`` -> the unquoted parts."""
+    opening, closing = {"mssql": ("[", "]"), "mysql": ("`", "`")}.get(dialect, ('"', '"'))
+    parts: list[str] = []
+    index = 0
+    while index < len(text):
+        if text[index] == opening:
+            name, index = [], index + 1
+            while index < len(text):
+                if text[index] == closing:
+                    if text[index + 1 : index + 2] == closing:  # a doubled closing quote is one character
+                        name.append(closing)
+                        index += 2
+                        continue
+                    index += 1
+                    break
+                name.append(text[index])
+                index += 1
+            else:
+                raise JdbcUrlError(f"table name {text!r} has an unclosed {opening} quote")
+            parts.append("".join(name))
+        else:
+            end = text.find(".", index)
+            end = len(text) if end < 0 else end
+            parts.append(text[index:end].strip())
+            index = end
+        if index < len(text):
+            if text[index] != ".":
+                raise JdbcUrlError(f"table name {text!r}: expected '.' after {parts[-1]!r}")
+            index += 1
+    return parts
+
+
+def lock_name(source_table: str, endpoint: str | None) -> str:
+    """The name of the lock a live run holds on its source (short enough for every database)."""
+    digest = hashlib.sha256(f"{source_table}\x00{endpoint or ''}".encode()).hexdigest()[:32]
+    return f"nsb-delays-run-{digest}"
+
+
+def lock_key(source_table: str, endpoint: str | None) -> int:
+    """The same lock as one signed 64-bit key (PostgreSQL advisory locks)."""
+    digest = hashlib.sha256(f"{source_table}\x00{endpoint or ''}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class LedgerSql:
+    """The ledger's statements for one source table, in portable SQL; dialects override the differences.
+
+    Identifiers in the templates are written ``"Name"`` and re-quoted for the dialect by ``_``;
+    the layout's table and columns arrive already quoted.
+    """
+
+    dialect: Dialect = "postgresql"
+    # column types of the ledger tables
+    short_text = "text"  # compared and indexed: endpoint, table names
+    long_text = "text"  # run parameters, quarantine reasons
+    run_id_type = "varchar(500)"
+    int_type, bigint_type, smallint_type, timestamp_type = "int", "bigint", "smallint", "timestamp"
+    utc_now = "now() at time zone 'utc'"
+
+    def __init__(self, layout: TimeoutLayout) -> None:
+        self.layout = layout
+        parts = split_qualified(layout.table, layout.dialect)
+        self.schema = parts[-2] if len(parts) > 1 else None  # the ledger tables live beside the source
+        self.source = layout.table
+        self.due, self.id = layout.column("due"), layout.column("id")
+
+    # -- fragments -------------------------------------------------------------------------------------------
+    def _(self, template: str) -> str:
+        """Re-quote the template's ``"Name"`` identifiers for the dialect."""
+        if self.dialect in ("postgresql", "oracle"):
+            return template
+        return _QUOTED.sub(lambda match: quote_identifier(match[1], self.dialect), template)
+
+    def name(self, table: str) -> str:
+        """A ledger table beside the source (same schema)."""
+        return qualified(self.schema, table, self.dialect)
+
+    def not_null_default(self, value: int) -> str:
+        return f"not null default {value}"
+
+    def null_safe_equals(self, column: str, parameter: str) -> str:
+        return f"({column} = %({parameter})s or ({column} is null and %({parameter})s is null))"
+
+    def as_text(self, column: str) -> str:
+        return column
+
+    def integer_division(self, dividend: str, divisor: str) -> str:
+        return f"({dividend}) / {divisor}"
+
+    def count_where(self, condition: str) -> str:
+        return f"coalesce(sum(case when {condition} then 1 else 0 end), 0)"
+
+    def limit_zero(self, table: str) -> str:
+        return f"select * from {table} where 1 = 0"
+
+    def selected(self, *, latest: bool) -> str:
+        """The rows a run takes: due at or after the cutoff, not after ``latest`` (RabbitMQ), of the endpoint."""
+        conditions = [f"{self.due} >= %(cutoff)s"]
+        if latest:
+            conditions.append(f"{self.due} <= %(latest)s")
+        if self.layout.endpoint_filter is not None:
+            conditions.append(f"{self.layout.column('endpoint')} = %(endpoint)s")
+        return " and ".join(conditions)
+
+    def _endpoint_and(self) -> str:
+        if self.layout.endpoint_filter is None:
+            return ""
+        return f" and {self.layout.column('endpoint')} = %(endpoint)s"
+
+    # -- run state -------------------------------------------------------------------------------------------
+    def table_exists(self) -> str | None:
+        """A query whose single value is truthy when the ledger table named by the parameters exists
+        (``table``: quoted and qualified; ``schema``, ``name``: plain). None: ``if not exists`` works."""
+        return None
+
+    def create_state_table(self) -> str:
+        nn0 = self.not_null_default(0)
+        exists = "if not exists " if self.table_exists() is None else ""
+        return self._(
+            f'create table {exists}{self.name(STATE_TABLE)} ("MigrationRunId" {self.run_id_type} primary key, '
+            f'"EndpointName" {self.short_text}, "Status" {self.int_type} not null, '
+            f'"RunParameters" {self.long_text} not null, "NumberOfBatches" {self.int_type} {nn0}, '
+            f'"TotalRows" {self.bigint_type} {nn0}, "CutOffTime" {self.timestamp_type}, '
+            f'"StartedAt" {self.timestamp_type} not null, "CompletedAt" {self.timestamp_type}, '
+            f'"SourceTable" {self.short_text} not null, "MigrationTable" {self.short_text} not null)'
+        )
+
+    def run_select(self, where: str) -> str:
+        return self._(
+            'select "MigrationRunId", "Status", "RunParameters", "NumberOfBatches", "TotalRows", "MigrationTable" '
+            f"from {self.name(STATE_TABLE)} where {where}"
+        )
+
+    def _this_source(self) -> str:
+        return self._('"SourceTable" = %(source)s and ') + self.null_safe_equals(self._('"EndpointName"'), "endpoint")
+
+    def active_run(self) -> str:
+        return self.run_select(self._this_source() + self._(' and "Status" = %(status)s'))
+
+    def runs(self) -> str:
+        return self.run_select(self._this_source()) + self._(' order by "StartedAt", "MigrationRunId"')
+
+    def run(self) -> str:
+        return self.run_select(self._('"MigrationRunId" = %(run_id)s'))
+
+    def insert_state(self) -> str:
+        return self._(
+            f'insert into {self.name(STATE_TABLE)} ("MigrationRunId", "EndpointName", "Status", "RunParameters", '
+            '"NumberOfBatches", "TotalRows", "CutOffTime", "StartedAt", "SourceTable", "MigrationTable") '
+            f"values (%(run_id)s, %(endpoint)s, %(status)s, %(parameters)s, %(batches)s, %(total)s, %(cutoff)s, "
+            f"{self.utc_now}, %(source)s, %(table)s)"
+        )
+
+    def mark_run(self) -> str:
+        return self._(
+            f'update {self.name(STATE_TABLE)} set "Status" = %(status)s, "CompletedAt" = {self.utc_now} '
+            'where "MigrationRunId" = %(run_id)s'
+        )
+
+    # -- hiding ----------------------------------------------------------------------------------------------
+    def source_columns(self) -> str:
+        return self.limit_zero(self.source)
+
+    def create_batches_table(self, batches: str) -> str:
+        nn0 = self.not_null_default(0)
+        return self._(
+            f'create table {self.name(batches)} ("BatchNumber" {self.int_type} primary key, '
+            f'"Rows" {self.int_type} not null, "Status" {self.smallint_type} {nn0}, '
+            f'"Dispatched" {self.int_type} {nn0}, "Quarantined" {self.int_type} {nn0}, '
+            f'"CompletedAt" {self.timestamp_type})'
+        )
+
+    def batch_numbering(self) -> str:
+        """Due within the horizon first, soonest first; then the rest in id order (see ``Ledger.hide``)."""
+        order = (
+            f"case when {self.due} >= %(horizon)s then 1 else 0 end, "
+            f"case when {self.due} < %(horizon)s then {self.due} end, {self.id}"
+        )
+        return self.integer_division(f"row_number() over (order by {order}) - 1", "%(batch_size)s") + " + 1"
+
+    def insert_batches(self, table: str, batches: str) -> str:
+        return self._(
+            f'insert into {self.name(batches)} ("BatchNumber", "Rows") select "BatchNumber", count(*) '
+            f'from {self.name(table)} group by "BatchNumber"'
+        )
+
+    def count_batches(self, batches: str) -> str:
+        return self._(f'select count(*), coalesce(sum("Rows"), 0) from {self.name(batches)}')
+
+    # Two-step move (MySQL, SQL Server, Oracle): tables first, then copy + delete in one transaction.
+    def create_migration_table(self, table: str) -> list[str]:
+        raise NotImplementedError
+
+    def create_batch_index(self, table: str) -> str:
+        return self._(f'create index {self.index_name(table)} on {self.name(table)} ("BatchNumber")')
+
+    def index_name(self, table: str) -> str:
+        return quote_identifier(table + "_BatchIdx", self.dialect)
+
+    def lock_rows(self, table: str, where: str | None = None) -> str:
+        """Lock the rows of ``table`` matching ``where`` until the transaction ends (nothing else moves them)."""
+        condition = f" where {where}" if where else ""
+        return f"select count(*) from {table}{condition} for update"
+
+    def copy_selected(self, table: str, columns: str, *, latest: bool) -> str:
+        return self._(
+            f'insert into {self.name(table)} ({columns}, "BatchNumber") select {columns}, {self.batch_numbering()} '
+            f"from {self.source} where {self.selected(latest=latest)}"
+        )
+
+    def delete_copied(self, table: str) -> str:
+        return f"delete from {self.source} where {self.id} in (select {self.id} from {self.name(table)})"
+
+    def drop_table(self, table: str) -> str:
+        return f"drop table {table}"
+
+    # -- progress --------------------------------------------------------------------------------------------
+    def pending(self, batches: str) -> str:
+        """The rows of batches not done yet (a condition on the migration table)."""
+        return self._(f'"BatchNumber" in (select "BatchNumber" from {self.name(batches)} where "Status" = {PENDING})')
+
+    def pending_batch_rows(self, batches: str) -> str:
+        return self._(f'select "BatchNumber", "Rows" from {self.name(batches)} where "Status" = %(status)s')
+
+    def pending_batches(self, batches: str) -> str:
+        return self._(
+            f'select min("BatchNumber"), max("BatchNumber"), count(*) from {self.name(batches)} '
+            'where "Status" = %(status)s'
+        )
+
+    def progress(self, batches: str) -> str:
+        done = self.count_where('"Status" = %(status)s')
+        return self._(
+            'select coalesce(sum("Rows"), 0), coalesce(sum("Dispatched"), 0), coalesce(sum("Quarantined"), 0), '
+            f"count(*), {done} from {self.name(batches)}"
+        )
+
+    def rows_query(self, table: str, batches: str, *, undispatched: bool) -> str:
+        """Canonical columns plus ``batch`` of the pending rows (or of every row abort gives back)."""
+        columns = self.layout.columns.items()
+        parts = [f"{column} as {name}" for name, column in columns if undispatched or name != "endpoint"]
+        where = self.pending(batches) + (self._(' or "Reason" is not null') if undispatched else "")
+        return self._(f'select {", ".join(parts)}, "BatchNumber" as batch from {self.name(table)} where {where}')
+
+    def pending_destinations(self, table: str, batches: str) -> str:
+        destination = self.layout.column("destination")
+        return f"select distinct {destination} from {self.name(table)} where {self.pending(batches)}"
+
+    def set_reason(self, table: str) -> str:
+        key = self.null_safe_equals(self.as_text(self.id), "key")
+        return self._(f'update {self.name(table)} set "Reason" = %(reason)s where "BatchNumber" = %(batch)s and {key}')
+
+    def count_quarantined(self, table: str) -> str:
+        return self._(
+            f'select count(*) from {self.name(table)} where "BatchNumber" = %(batch)s and "Reason" is not null'
+        )
+
+    def mark_batch(self, batches: str) -> str:
+        return self._(
+            f'update {self.name(batches)} set "Status" = %(status)s, "Dispatched" = "Rows" - %(quarantined)s, '
+            f'"Quarantined" = %(quarantined)s, "CompletedAt" = {self.utc_now} '
+            'where "BatchNumber" = %(batch)s and "Status" = %(pending)s'
+        )
+
+    def count_unfinished(self, batches: str) -> str:
+        return self._(f'select count(*) from {self.name(batches)} where "Status" <> %(status)s')
+
+    def quarantined_rows(self, table: str) -> str:
+        return self._(
+            f'select {self.as_text(self.id)}, {self.layout.column("destination")}, "Reason", "BatchNumber" '
+            f'from {self.name(table)} where "Reason" is not null order by 4, 1'
+        )
+
+    # -- abort -----------------------------------------------------------------------------------------------
+    def mark_batches_aborted(self, batches: str) -> str:
+        return self._(f'update {self.name(batches)} set "Status" = %(aborted)s where "Status" <> %(dispatched)s')
+
+    def given_back(self, batches: str) -> str:
+        """After ``mark_batches_aborted``: the rows abort moves back (of aborted batches, or quarantined)."""
+        return self._(
+            f'"BatchNumber" in (select "BatchNumber" from {self.name(batches)} where "Status" = {ABORTED}) '
+            'or "Reason" is not null'
+        )
+
+    def copy_back(self, table: str, batches: str, columns: str) -> str:
+        return (
+            f"insert into {self.source} ({columns}) select {columns} from {self.name(table)} "
+            f"where {self.given_back(batches)}"
+        )
+
+    def delete_given_back(self, table: str, batches: str) -> str:
+        return f"delete from {self.name(table)} where {self.given_back(batches)}"
+
+    # -- before a run ----------------------------------------------------------------------------------------
+    def destinations(self, *, latest: bool) -> str:
+        destination = self.layout.column("destination")
+        return (
+            f"select {destination}, max({self.due}) from {self.source} where {self.selected(latest=latest)} "
+            f"group by {destination}"
+        )
+
+    def count_beyond(self) -> str:
+        return f"select count(*) from {self.source} where {self.due} > %(latest)s{self._endpoint_and()}"
+
+    def count_undated(self) -> str:
+        return f"select count(*) from {self.source} where {self.due} is null{self._endpoint_and()}"
+
+    # -- the live run's lock ---------------------------------------------------------------------------------
+    lock_is_transaction = False  # True: the lock is a row lock that the session's open transaction holds
+
+    def try_lock(self) -> str:
+        """One value: granted when this session got the run lock (held until ``unlock`` or disconnect)."""
+        raise NotImplementedError
+
+    def unlock(self) -> str | None:
+        """Release the lock (None: end the transaction that holds it)."""
+        raise NotImplementedError
+
+    def lock_granted(self, value: Any) -> bool:
+        return bool(value)
+
+    def lock_busy(self, error: Exception) -> bool:
+        """Whether ``try_lock`` failed because another session holds the lock (not for another reason)."""
+        return False
+
+    def create_lock_table(self) -> str | None:
+        """The table of lock rows, for dialects whose lock is a row lock (None: a native lock is used)."""
+        return None
+
+    def insert_lock_row(self) -> str | None:
+        return None
+
+    # -- for review and tests --------------------------------------------------------------------------------
+    def every_statement(self, table: str, columns: str) -> dict[str, str]:
+        """Every statement this dialect runs for a run with migration table ``table``, by method name
+        (``create_migration_table`` is a list: its statements get ``[0]``, ``[1]``…)."""
+        batches = table + "_batches"
+        statements: dict[str, str | None] = {
+            "table_exists": self.table_exists(),
+            "create_state_table": self.create_state_table(),
+            "active_run": self.active_run(),
+            "runs": self.runs(),
+            "run": self.run(),
+            "insert_state": self.insert_state(),
+            "mark_run": self.mark_run(),
+            "source_columns": self.source_columns(),
+            "create_batch_index": self.create_batch_index(table),
+            "create_batches_table": self.create_batches_table(batches),
+            "lock_rows(state)": self.lock_rows(self.name(STATE_TABLE)),
+            "lock_rows(source)": self.lock_rows(self.source, self.selected(latest=True)),
+            "lock_rows(batches)": self.lock_rows(self.name(batches)),
+            "copy_selected": self.copy_selected(table, columns, latest=True),
+            "copy_selected(no latest)": self.copy_selected(table, columns, latest=False),
+            "delete_copied": self.delete_copied(table),
+            "insert_batches": self.insert_batches(table, batches),
+            "count_batches": self.count_batches(batches),
+            "drop_table": self.drop_table(self.name(table)),
+            "pending_batch_rows": self.pending_batch_rows(batches),
+            "pending_batches": self.pending_batches(batches),
+            "progress": self.progress(batches),
+            "rows_query(pending)": self.rows_query(table, batches, undispatched=False),
+            "rows_query(undispatched)": self.rows_query(table, batches, undispatched=True),
+            "pending_destinations": self.pending_destinations(table, batches),
+            "set_reason": self.set_reason(table),
+            "count_quarantined": self.count_quarantined(table),
+            "mark_batch": self.mark_batch(batches),
+            "count_unfinished": self.count_unfinished(batches),
+            "quarantined_rows": self.quarantined_rows(table),
+            "mark_batches_aborted": self.mark_batches_aborted(batches),
+            "copy_back": self.copy_back(table, batches, columns),
+            "delete_given_back": self.delete_given_back(table, batches),
+            "destinations": self.destinations(latest=True),
+            "destinations(no latest)": self.destinations(latest=False),
+            "count_beyond": self.count_beyond(),
+            "count_undated": self.count_undated(),
+            "try_lock": self.try_lock(),
+            "unlock": self.unlock(),
+            "create_lock_table": self.create_lock_table(),
+            "insert_lock_row": self.insert_lock_row(),
+        }
+        if self.dialect != "postgresql":
+            for index, statement in enumerate(self.create_migration_table(table)):
+                statements[f"create_migration_table[{index}]"] = statement
+        return {name: text for name, text in statements.items() if text is not None}
+
+
+# Shared with ``pipeline.ledger`` (defined here so every SQL text can use them).
+STATE_TABLE = "TimeoutsMigration_State"
+LOCK_TABLE = "TimeoutsMigration_Lock"  # Oracle's run locks (rows locked by the live run's session)
+ORACLE_RESOURCE_BUSY = 54  # ORA-00054: resource busy and acquire with NOWAIT specified
+PENDING, DISPATCHED, ABORTED = 0, 2, 3
+
+
+class PostgresSql(LedgerSql):
+    """PostgreSQL: everything in one transaction, each move one ``delete … returning`` statement."""
+
+    dialect: Dialect = "postgresql"
+
+    def not_null_default(self, value: int) -> str:
+        return f"not null default {value}"
+
+    def null_safe_equals(self, column: str, parameter: str) -> str:
+        return f"{column} is not distinct from %({parameter})s"
+
+    def as_text(self, column: str) -> str:
+        return f"{column}::text"
+
+    def count_where(self, condition: str) -> str:
+        return f"count(*) filter (where {condition})"
+
+    def limit_zero(self, table: str) -> str:
+        return f"select * from {table} limit 0"
+
+    def lock_state_table(self) -> str:
+        return f"lock table {self.name(STATE_TABLE)} in share row exclusive mode"
+
+    def create_like_source(self, table: str) -> str:
+        return (
+            f'create table {self.name(table)} (like {self.source} including defaults, "BatchNumber" int not null, '
+            '"Reason" text)'
+        )
+
+    def move_selected(self, table: str, columns: str, *, latest: bool) -> str:
+        return (
+            f"with moved as (delete from {self.source} where {self.selected(latest=latest)} returning *) "
+            f'insert into {self.name(table)} ({columns}, "BatchNumber") '
+            f"select {columns}, (row_number() over (order by {self.due} >= %(horizon)s, "
+            f"case when {self.due} < %(horizon)s then {self.due} end, {self.id}) - 1) / %(batch_size)s + 1 from moved"
+        )
+
+    def create_batch_index(self, table: str) -> str:
+        return f'create index on {self.name(table)} ("BatchNumber")'
+
+    def insert_batches(self, table: str, batches: str) -> str:
+        return (
+            f'insert into {self.name(batches)} ("BatchNumber", "Rows") select "BatchNumber", count(*) '
+            f"from {self.name(table)} group by 1"
+        )
+
+    def move_back(self, table: str, batches: str, columns: str) -> str:
+        return (
+            f'with back as (delete from {self.name(table)} where {self.pending(batches)} or "Reason" is not null '
+            f"returning *) insert into {self.source} ({columns}) select {columns} from back"
+        )
+
+    def drop_table(self, table: str) -> str:
+        return f"drop table if exists {table}"
+
+    def every_statement(self, table: str, columns: str) -> dict[str, str]:
+        """PostgreSQL runs its own moves instead of the two-step copy and delete."""
+        statements = super().every_statement(table, columns)
+        for name in ("lock_rows(state)", "lock_rows(source)", "lock_rows(batches)", "copy_selected",
+                     "copy_selected(no latest)", "delete_copied", "copy_back", "delete_given_back"):  # fmt: skip
+            del statements[name]
+        batches = table + "_batches"
+        return statements | {
+            "lock_state_table": self.lock_state_table(),
+            "create_like_source": self.create_like_source(table),
+            "move_selected": self.move_selected(table, columns, latest=True),
+            "move_back": self.move_back(table, batches, columns),
+        }
+
+    def try_lock(self) -> str:
+        return "select pg_try_advisory_lock(%(key)s)"
+
+    def unlock(self) -> str:
+        return "select pg_advisory_unlock(%(key)s)"
+
+
+class MySql(LedgerSql):
+    """MySQL / MariaDB (InnoDB): backtick identifiers, ``div``, DDL commits (tables first)."""
+
+    dialect: Dialect = "mysql"
+    short_text = "varchar(500)"
+    long_text = "longtext"
+    timestamp_type = "datetime(6)"  # TIMESTAMP would convert time zones and auto-update
+    utc_now = "utc_timestamp(6)"
+
+    def integer_division(self, dividend: str, divisor: str) -> str:
+        return f"({dividend}) div {divisor}"
+
+    def null_safe_equals(self, column: str, parameter: str) -> str:
+        return f"{column} <=> %({parameter})s"
+
+    def create_migration_table(self, table: str) -> list[str]:
+        return [
+            f"create table {self.name(table)} like {self.source}",
+            self._(f'alter table {self.name(table)} add column "BatchNumber" int not null, add column "Reason" text'),
+        ]
+
+    def try_lock(self) -> str:
+        return "select get_lock(%(name)s, 0)"
+
+    def unlock(self) -> str:
+        return "select release_lock(%(name)s)"
+
+
+class MsSql(LedgerSql):
+    """SQL Server: bracket identifiers, ``datetime2``, locks by table hints, ``sp_getapplock``."""
+
+    dialect: Dialect = "mssql"
+    short_text = "nvarchar(500)"
+    long_text = "nvarchar(max)"
+    run_id_type = "nvarchar(500)"
+    timestamp_type = "datetime2"  # TIMESTAMP is a row version in T-SQL
+    utc_now = "sysutcdatetime()"
+
+    def as_text(self, column: str) -> str:
+        return f"cast({column} as nvarchar(max))"
+
+    def limit_zero(self, table: str) -> str:
+        return f"select top 0 * from {table}"
+
+    def table_exists(self) -> str:
+        return "select object_id(%(table)s, 'U')"
+
+    def create_migration_table(self, table: str) -> list[str]:
+        return [
+            f"select * into {self.name(table)} from {self.source} where 1 = 0",
+            self._(f'alter table {self.name(table)} add "BatchNumber" int not null, "Reason" nvarchar(max)'),
+        ]
+
+    def lock_rows(self, table: str, where: str | None = None) -> str:
+        condition = f" where {where}" if where else ""
+        return f"select count(*) from {table} with (tablockx, holdlock){condition}"
+
+    def try_lock(self) -> str:
+        return (
+            "declare @result int; exec @result = sp_getapplock @Resource = %(name)s, @LockMode = 'Exclusive', "
+            "@LockOwner = 'Session', @LockTimeout = 0; select @result"
+        )
+
+    def unlock(self) -> str:
+        return "exec sp_releaseapplock @Resource = %(name)s, @LockOwner = 'Session'"
+
+    def lock_granted(self, value: Any) -> bool:
+        return value is not None and int(value) >= 0  # 0 granted, 1 granted after waiting, < 0 refused
+
+
+class OracleSql(LedgerSql):
+    """Oracle (12.2+, for 128-byte names): ``number`` types, ``clob``, DDL commits, ``for update`` row locks."""
+
+    dialect: Dialect = "oracle"
+    short_text = "varchar2(1000 char)"
+    long_text = "clob"
+    run_id_type = "varchar2(500 char)"
+    int_type, bigint_type, smallint_type = "number(10)", "number(19)", "number(5)"
+    utc_now = "sys_extract_utc(systimestamp)"
+
+    def not_null_default(self, value: int) -> str:
+        return f"default {value} not null"  # Oracle wants the default first
+
+    def integer_division(self, dividend: str, divisor: str) -> str:
+        return f"floor(({dividend}) / {divisor})"
+
+    def table_exists(self) -> str:
+        return (
+            "select count(*) from all_tables where owner = coalesce(%(schema)s, "
+            "sys_context('USERENV', 'CURRENT_SCHEMA')) and table_name = %(name)s"
+        )
+
+    def create_migration_table(self, table: str) -> list[str]:
+        return [
+            f"create table {self.name(table)} as select * from {self.source} where 1 = 0",
+            self._(f'alter table {self.name(table)} add ("BatchNumber" number(10) not null, "Reason" clob)'),
+        ]
+
+    def index_name(self, table: str) -> str:
+        return qualified(self.schema, table + "_BatchIdx", "oracle")  # Oracle index names are per schema
+
+    def lock_rows(self, table: str, where: str | None = None) -> str:
+        # Oracle refuses FOR UPDATE with an aggregate: the rows are locked when the cursor opens.
+        condition = f" where {where}" if where else ""
+        return f"select 1 from {table}{condition} for update"
+
+    # The run lock is a row of ``TimeoutsMigration_Lock`` locked ``for update nowait`` by the run's session
+    # and kept by its open transaction (no DBMS_LOCK grant needed; it ends with the session). No other
+    # statement touches that table, so the run's own updates never wait for it.
+    lock_is_transaction = True
+
+    def create_lock_table(self) -> str:
+        return f'create table {self.name(LOCK_TABLE)} ("LockName" varchar2(100 char) primary key)'
+
+    def insert_lock_row(self) -> str:
+        lock = self.name(LOCK_TABLE)
+        return (
+            f'insert into {lock} ("LockName") select %(name)s from dual '
+            f'where not exists (select 1 from {lock} where "LockName" = %(name)s)'
+        )
+
+    def try_lock(self) -> str:
+        return f'select "LockName" from {self.name(LOCK_TABLE)} where "LockName" = %(name)s for update nowait'
+
+    def unlock(self) -> None:
+        return None  # the rollback of the holding transaction releases the row
+
+    def lock_busy(self, error: Exception) -> bool:
+        detail = error.args[0] if error.args else None
+        return getattr(detail, "code", None) == ORACLE_RESOURCE_BUSY
+
+
+DIALECT_SQL: dict[Dialect, type[LedgerSql]] = {
+    "postgresql": PostgresSql,
+    "mysql": MySql,
+    "mssql": MsSql,
+    "oracle": OracleSql,
+}
+
+
+def ledger_sql(layout: TimeoutLayout) -> LedgerSql:
+    return DIALECT_SQL[layout.dialect](layout)
