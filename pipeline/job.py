@@ -199,7 +199,7 @@ def run(**values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
     from pipeline.migration import run_migration
-    from pipeline.spark import spark_session
+    from pipeline.spark import BackgroundSession
 
     export = None
     if values["source_path"]:
@@ -219,9 +219,8 @@ def run(**values: Any) -> None:
         fault=Fault.parse(values["fault"]),
         show_progress=values["progress"],
     )
-    spark = spark_session(values["master"])
     try:
-        result = run_migration(spark, options)
+        result = run_migration(BackgroundSession(values["master"]), options)
     except (LedgerError, DestinationsRefused, DispatchError, LayoutError, SourceError, ValueError) as error:
         _fail(error)
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)

@@ -2,7 +2,8 @@
 
 pika's blocking channel waits for each confirm before the next publish (one round trip per
 message); this sender publishes a whole batch with ``mandatory`` and then waits until the broker
-acked all of it, so the ledger marks a batch only when every message is safe on the broker.
+acked all of it, so the ledger marks a batch only when every message is safe on the broker. The
+frames of a batch are written to the socket in a few large writes, not one ``send`` per frame.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class _GatheringConnection(SelectConnection):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._gathered: list[bytes] | None = None
+        self.writes = 0  # buffers handed to the transport (each is one or a few ``send`` calls)
         super().__init__(*args, **kwargs)
 
     def gather(self) -> None:
@@ -91,11 +93,15 @@ class _GatheringConnection(SelectConnection):
     def flush(self, *, keep_gathering: bool = True) -> None:
         gathered, self._gathered = self._gathered, [] if keep_gathering else None
         if gathered:
-            super()._adapter_emit_data(b"".join(gathered))
+            self._write(b"".join(gathered))
+
+    def _write(self, data: bytes) -> None:
+        self.writes += 1
+        super()._adapter_emit_data(data)
 
     def _adapter_emit_data(self, data: bytes) -> None:
         if self._gathered is None:
-            super()._adapter_emit_data(data)
+            self._write(data)
         else:
             self._gathered.append(data)
 
@@ -164,25 +170,28 @@ class ConfirmPublisher:
         """Publish with ``mandatory``; raise ``DispatchError`` if any was nacked or returned (unroutable)."""
         self._nacked.clear()
         self._returned.clear()
+        channel = self._channel
         self._connection.gather()
-        for message in messages:
-            properties = pika.BasicProperties(
-                message_id=message.message_id,
-                delivery_mode=message.delivery_mode,
-                headers=message.headers,
-                correlation_id=message.correlation_id,
-                type=message.type,
-                content_type=message.content_type,
-                reply_to=message.reply_to,
-            )
-            self._channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
-            self._unconfirmed[self._next_tag] = message.message_id
-            self._next_tag += 1
-            if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
-                self._connection.flush()
-                self._connection.ioloop.poll()
-                self._connection.ioloop.process_timeouts()
-        self._connection.flush(keep_gathering=False)
+        try:
+            for message in messages:
+                properties = pika.BasicProperties(
+                    message_id=message.message_id,
+                    delivery_mode=message.delivery_mode,
+                    headers=message.headers,
+                    correlation_id=message.correlation_id,
+                    type=message.type,
+                    content_type=message.content_type,
+                    reply_to=message.reply_to,
+                )
+                channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
+                self._unconfirmed[self._next_tag] = message.message_id
+                self._next_tag += 1
+                if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
+                    self._connection.flush()
+                    self._connection.ioloop.poll()
+                    self._connection.ioloop.process_timeouts()
+        finally:
+            self._connection.flush(keep_gathering=False)
         self._spin(lambda: not self._unconfirmed, f"confirming {len(messages)} messages")
         if self._nacked or self._returned:
             returned = ", ".join(f"{mid} ({why})" for mid, why in self._returned[:5])
