@@ -199,7 +199,7 @@ def run(**values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
     from pipeline.migration import run_migration
-    from pipeline.spark import spark_session
+    from pipeline.spark import BackgroundSession
 
     export = None
     if values["source_path"]:
@@ -219,9 +219,8 @@ def run(**values: Any) -> None:
         fault=Fault.parse(values["fault"]),
         show_progress=values["progress"],
     )
-    spark = spark_session(values["master"])
     try:
-        result = run_migration(spark, options)
+        result = run_migration(BackgroundSession(values["master"]), options)
     except (LedgerError, DestinationsRefused, DispatchError, LayoutError, SourceError, ValueError) as error:
         _fail(error)
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
@@ -233,7 +232,8 @@ def run(**values: Any) -> None:
     click.echo(
         f"run {result.run_id} ({verb}): {result.dispatched:,} of {result.total:,} dispatched "
         f"({result.dispatched_now:,} now), {result.quarantined:,} quarantined, "
-        f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s"
+        f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s "
+        f"({', '.join(f'{phase} {seconds:.1f} s' for phase, seconds in result.phases.items())})"
     )
     if result.quarantine_file:
         click.echo(f"quarantined rows: {result.quarantine_file}")

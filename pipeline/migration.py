@@ -52,6 +52,7 @@ from pipeline.sources import (
     read_jdbc_query,
     validated,
 )
+from pipeline.spark import SessionSource, resolve
 from pipeline.sqs_target import SqsSettings, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
@@ -128,6 +129,7 @@ class RunResult:
     left_without_due_time: int
     quarantine_file: str | None
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase: prepare (checks, hiding), dispatch
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
@@ -265,7 +267,7 @@ def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: 
     return outcome.get("value")
 
 
-def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
+def run_migration(spark: SessionSource, options: RunOptions) -> RunResult:
     """Resume or start the run of ``options.source``, holding the run lock (``abort`` refuses meanwhile)."""
     source = options.source
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
@@ -273,7 +275,8 @@ def run_migration(spark: SparkSession, options: RunOptions) -> RunResult:
         return _run_migration(spark, options, ledger)
 
 
-def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> RunResult:
+def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger) -> RunResult:
+    """``spark`` may still be starting (``BackgroundSession``): a table source needs it only to dispatch."""
     started = time.monotonic()
     source = options.source
     fault = FaultInjector(options.fault)
@@ -283,7 +286,7 @@ def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> 
     if run is None and options.export is not None:
         run = _earlier_export_run(ledger, options.export, parameters)
         if run is None:
-            stage_export(spark, options.export, source)
+            stage_export(resolve(spark), options.export, source)
     resumed = run is not None
     latest_due = _latest_due(options.target, now)
     if run is not None:
@@ -299,6 +302,7 @@ def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> 
             parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
         )
         fault("after-hide")
+    prepared = time.monotonic()
     pending_destinations = ledger.pending_destinations(run)
     refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
     settings = DispatchSettings(
@@ -314,7 +318,7 @@ def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> 
         batch_rows=ledger.pending_batch_rows(run),
     )
     before = ledger.progress(run)
-    frame = _pending_frame(spark, options, ledger, run)
+    frame = _pending_frame(resolve(spark), options, ledger, run)
     if frame is not None:
         _with_progress(
             lambda: frame.mapInArrow(partial(dispatch_arrow, settings), RESULT_SCHEMA).collect(),
@@ -322,6 +326,7 @@ def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> 
             run.total_rows,
             options.show_progress,
         )
+    dispatched = time.monotonic()
     fault("after-last-batch")
     completed = run.status == COMPLETED or ledger.finish(run)
     after = ledger.progress(run)
@@ -339,6 +344,7 @@ def _run_migration(spark: SparkSession, options: RunOptions, ledger: Ledger) -> 
         left_without_due_time=undated,
         quarantine_file=quarantine_file,
         seconds=time.monotonic() - started,
+        phases={"prepare": prepared - started, "dispatch": dispatched - prepared},
     )
 
 

@@ -2,7 +2,8 @@
 
 pika's blocking channel waits for each confirm before the next publish (one round trip per
 message); this sender publishes a whole batch with ``mandatory`` and then waits until the broker
-acked all of it, so the ledger marks a batch only when every message is safe on the broker.
+acked all of it, so the ledger marks a batch only when every message is safe on the broker. The
+frames of a batch are written to the socket in a few large writes, not one ``send`` per frame.
 """
 
 from __future__ import annotations
@@ -77,6 +78,34 @@ def check_destinations(
         )
 
 
+class _GatheringConnection(SelectConnection):
+    """pika hands every frame (three per message) to the socket on its own: one ``send`` each. While a burst
+    is gathered, frames are kept and written as one buffer by ``flush``: a few large writes instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._gathered: list[bytes] | None = None
+        self.writes = 0  # buffers handed to the transport (each is one or a few ``send`` calls)
+        super().__init__(*args, **kwargs)
+
+    def gather(self) -> None:
+        self._gathered = []
+
+    def flush(self, *, keep_gathering: bool = True) -> None:
+        gathered, self._gathered = self._gathered, [] if keep_gathering else None
+        if gathered:
+            self._write(b"".join(gathered))
+
+    def _write(self, data: bytes) -> None:
+        self.writes += 1
+        super()._adapter_emit_data(data)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if self._gathered is None:
+            self._write(data)
+        else:
+            self._gathered.append(data)
+
+
 class ConfirmPublisher:
     """One AMQP connection and confirm-mode channel; ``publish`` returns when every message is confirmed."""
 
@@ -90,7 +119,7 @@ class ConfirmPublisher:
         self._unconfirmed: dict[int, str] = {}
         self._nacked: list[str] = []
         self._returned: list[tuple[str, str]] = []
-        self._connection = SelectConnection(
+        self._connection = _GatheringConnection(
             pika.URLParameters(amqp_url),
             on_open_callback=self._opened,
             on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect: {error}"),
@@ -141,22 +170,28 @@ class ConfirmPublisher:
         """Publish with ``mandatory``; raise ``DispatchError`` if any was nacked or returned (unroutable)."""
         self._nacked.clear()
         self._returned.clear()
-        for message in messages:
-            properties = pika.BasicProperties(
-                message_id=message.message_id,
-                delivery_mode=message.delivery_mode,
-                headers=message.headers,
-                correlation_id=message.correlation_id,
-                type=message.type,
-                content_type=message.content_type,
-                reply_to=message.reply_to,
-            )
-            self._channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
-            self._unconfirmed[self._next_tag] = message.message_id
-            self._next_tag += 1
-            if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
-                self._connection.ioloop.poll()
-                self._connection.ioloop.process_timeouts()
+        channel = self._channel
+        self._connection.gather()
+        try:
+            for message in messages:
+                properties = pika.BasicProperties(
+                    message_id=message.message_id,
+                    delivery_mode=message.delivery_mode,
+                    headers=message.headers,
+                    correlation_id=message.correlation_id,
+                    type=message.type,
+                    content_type=message.content_type,
+                    reply_to=message.reply_to,
+                )
+                channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
+                self._unconfirmed[self._next_tag] = message.message_id
+                self._next_tag += 1
+                if self._next_tag % FLUSH_EVERY == 0:  # stream to the broker while the rest is still being framed
+                    self._connection.flush()
+                    self._connection.ioloop.poll()
+                    self._connection.ioloop.process_timeouts()
+        finally:
+            self._connection.flush(keep_gathering=False)
         self._spin(lambda: not self._unconfirmed, f"confirming {len(messages)} messages")
         if self._nacked or self._returned:
             returned = ", ".join(f"{mid} ({why})" for mid, why in self._returned[:5])

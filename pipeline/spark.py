@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -46,3 +48,23 @@ def spark_session(master: str | None = None, app_name: str = "nsb-delays-migrate
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+SessionSource = SparkSession | Callable[[], SparkSession]
+
+
+class BackgroundSession:
+    """Launches the session (JVM start, several seconds) in a thread: the driver's database work (checks,
+    hiding) overlaps it. Calling the object waits for the session."""
+
+    def __init__(self, master: str | None = None) -> None:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start")
+        self._future: Future[SparkSession] = pool.submit(spark_session, master)
+        pool.shutdown(wait=False)
+
+    def __call__(self) -> SparkSession:
+        return self._future.result()
+
+
+def resolve(spark: SessionSource) -> SparkSession:
+    return spark if isinstance(spark, SparkSession) else spark()

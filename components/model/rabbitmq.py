@@ -336,7 +336,7 @@ def delay_bits(delay_seconds: int) -> str:
 
 def routing_key(delay_seconds: int, destination: str) -> str:
     """``0.0.…1.0.1.0.destination`` for 10 s: each bit then '.', then the destination address."""
-    return "".join(bit + "." for bit in delay_bits(delay_seconds)) + destination
+    return ".".join(delay_bits(delay_seconds)) + "." + destination
 
 
 def destination_from_routing_key(key: str) -> str:
