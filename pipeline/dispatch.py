@@ -2,9 +2,9 @@
 
 A partition arrives sorted by batch number. For each batch the task computes every row's
 remaining delay at that moment (``ceil(due - now)``), builds the messages with the model, sends
-them (RabbitMQ with publisher confirms, SQS in batches of 10), and only then marks the batch done
-in the ledger together with the rows it set aside. A crash therefore leaves at most the batch in
-flight to be sent again, carrying the same message ids.
+them (RabbitMQ with publisher confirms, SQS in batches of at most 10 entries and 1 MiB), and only
+then marks the batch done in the ledger together with the rows it set aside. A crash therefore
+leaves at most the batch in flight to be sent again, carrying the same message ids.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class _Sender:
         else:
             from pipeline.sqs_target import SqsSender
 
-            self.publisher = SqsSender(settings.sqs.client())
+            self.publisher = SqsSender(settings.sqs.client(), settings.sqs.s3_client())
 
     def prepare(self, row: Any, now: int) -> Any:
         delay = remaining_delay(row["due_micros"], now)
@@ -63,8 +63,16 @@ class _Sender:
             return rabbitmq_message(
                 row["id"], row["destination"], row["state"], headers, delay, self.settings.generation
             )
+        target = self.settings.sqs
         return sqs_message(
-            row["id"], row["destination"], row["state"], headers, delay, self.settings.sqs.queue_name_prefix
+            row["id"],
+            row["destination"],
+            row["state"],
+            headers,
+            delay,
+            target.queue_name_prefix,
+            target.s3_bucket,
+            target.s3_key_prefix,
         )
 
     def send(self, messages: list[Any]) -> None:
@@ -89,7 +97,7 @@ def send_batch(sender: _Sender, batch: int, rows: list[Any]) -> BatchOutcome:
             try:
                 messages.append(sender.prepare(row, now))
                 continue
-            except (rmq.DelayError, sqs.QueueNameError) as error:
+            except (rmq.DelayError, sqs.QueueNameError, sqs.MessageTooLargeError) as error:
                 reason = str(error)
         quarantined[row["id"]] = reason
     if messages:

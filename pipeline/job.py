@@ -74,6 +74,14 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sqs-region", envvar="AWS_REGION", default="us-east-1", show_default=True),
         click.option("--sqs-endpoint-url", help="SQS endpoint (an emulator); default: AWS."),
         click.option("--sqs-prefix", default="", help="QueueNamePrefix of the SQS transport."),
+        click.option(
+            "--sqs-s3-bucket",
+            help="S3 bucket for bodies over the SQS limit (the transport's S3BucketForLargeMessages); "
+            "without it such messages are quarantined.",
+        ),
+        click.option(
+            "--sqs-s3-key-prefix", default="", help="Key prefix in --sqs-s3-bucket (keys: <prefix>/<message id>)."
+        ),
         click.option("--cutoff", type=click.DateTime(CUTOFF_FORMATS), help="Only timeouts due at or after it (UTC)."),
     ]
     return functools.reduce(lambda f, option: option(f), reversed(options), command)
@@ -107,7 +115,13 @@ def target_settings(values: dict[str, Any]) -> TargetSettings:
         management_auth=auth,
         vhost=vhost,
         generation=values["generation"],
-        sqs=SqsSettings(values["sqs_region"], values["sqs_endpoint_url"], values["sqs_prefix"]),
+        sqs=SqsSettings(
+            values["sqs_region"],
+            values["sqs_endpoint_url"],
+            values["sqs_prefix"],
+            s3_bucket=values.get("sqs_s3_bucket") or None,
+            s3_key_prefix=values.get("sqs_s3_key_prefix") or "",
+        ),
     )
 
 

@@ -7,7 +7,10 @@ id, type, content type and reply-to from their headers — routed with the model
 model's first exchange. SQS: the transport's default (wrapped) wire format, a JSON
 ``{"Body": base64, "S3BodyKey": null, "Headers": {...}}`` with the ``NServiceBus.MessageId``
 attribute, sent as ``sqs.first_send`` says (``MessageDispatcher.cs``, ``TransportMessage.cs``,
-``SqsPreparedMessage.cs`` in NServiceBus.AmazonSQS).
+``SqsPreparedMessage.cs`` in NServiceBus.AmazonSQS). A message over ``sqs.MAX_MESSAGE_SIZE`` has its
+state uploaded to S3 at ``sqs.s3_body_key`` and is sent with ``"Body": ""``, the key in ``S3BodyKey``
+and the ``S3BodyKey`` attribute, as ``MessageDispatcher.PrepareMessage`` does; without a bucket it
+cannot be sent (``sqs.MessageTooLargeError``: the row is quarantined).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"
 PERSISTENT_DELIVERY_MODE = 2
 SQS_EMPTY_BODY = "empty message"  # SQS refuses an empty body; the transport sends this text instead
 SQS_STRING = "String"
+SQS_S3_BUCKET_OPTION = "--sqs-s3-bucket"  # named in the reason of a row too large to send without S3
 
 
 def message_id(timeout_id: str, headers: Mapping[str, str]) -> str:
@@ -76,17 +80,34 @@ def rabbitmq_message(
 
 
 @dataclass(frozen=True)
+class S3Body:
+    """A message body that goes to S3 (before the SQS send that refers to it)."""
+
+    bucket: str
+    key: str
+    content: bytes
+
+
+@dataclass(frozen=True)
 class SqsMessage:
     queue_name: str  # prefixed and sanitised, as the transport's queue cache resolves it
     entry: dict[str, Any]  # a SendMessageBatch entry without its batch-local "Id"
     message_id: str
     fifo: bool
+    size: int  # sqs.message_size of the entry: what size-aware batching adds up
+    s3_body: S3Body | None = None
 
 
-def sqs_body(state: bytes | None, headers: Mapping[str, str]) -> str:
-    """The wrapped transport message the SQS transport serialises by default (Body, S3BodyKey, Headers)."""
-    body = base64.b64encode(bytes(state)).decode("ascii") if state else SQS_EMPTY_BODY
-    return json.dumps({"Body": body, "S3BodyKey": None, "Headers": dict(headers)}, ensure_ascii=False)
+def sqs_body(state: bytes | None, headers: Mapping[str, str], s3_body_key: str | None = None) -> str:
+    """The wrapped transport message the SQS transport serialises by default (Body, S3BodyKey, Headers).
+
+    With ``s3_body_key`` the body is in S3: ``"Body"`` is empty and ``"S3BodyKey"`` names the object.
+    """
+    if s3_body_key is not None:
+        body = ""
+    else:
+        body = base64.b64encode(bytes(state)).decode("ascii") if state else SQS_EMPTY_BODY
+    return json.dumps({"Body": body, "S3BodyKey": s3_body_key, "Headers": dict(headers)}, ensure_ascii=False)
 
 
 def sqs_message(
@@ -96,21 +117,44 @@ def sqs_message(
     headers: Mapping[str, str],
     delay_seconds: int,
     queue_name_prefix: str = "",
+    s3_bucket: str | None = None,
+    s3_key_prefix: str = "",
 ) -> SqsMessage:
-    """Raises ``sqs.QueueNameError`` when the destination cannot be an SQS queue name."""
+    """Raises ``sqs.QueueNameError`` when the destination cannot be an SQS queue name, and
+    ``sqs.MessageTooLargeError`` when the message is over the SQS limit and there is no ``s3_bucket``
+    (or it is still over the limit with its body in S3, i.e. its headers alone are too large)."""
     identifier = message_id(timeout_id, headers)
     send = sqs.first_send(delay_seconds, destination, identifier)
-    entry: dict[str, Any] = {
-        "MessageBody": sqs_body(state, {**headers, MESSAGE_ID_HEADER: identifier}),
-        "MessageAttributes": {sqs.MESSAGE_ID_ATTRIBUTE: {"DataType": SQS_STRING, "StringValue": identifier}},
+    queue_name = sqs.sqs_queue_name(send.queue, queue_name_prefix)
+    wrapped_headers = {**headers, MESSAGE_ID_HEADER: identifier}
+    attributes: dict[str, dict[str, str]] = {
+        sqs.MESSAGE_ID_ATTRIBUTE: {"DataType": SQS_STRING, "StringValue": identifier}
     }
+    if send.fifo:
+        attributes[sqs.DELAY_ATTRIBUTE] = {"DataType": SQS_STRING, "StringValue": str(send.delay_attribute)}
+    body = sqs_body(state, wrapped_headers)
+    size = sqs.message_size(body, attributes)
+    s3_body = None
+    if size > sqs.MAX_MESSAGE_SIZE:
+        if not s3_bucket:
+            raise sqs.MessageTooLargeError(
+                f"message {identifier} is {size:,} bytes, over the SQS limit of {sqs.MAX_MESSAGE_SIZE:,} bytes; "
+                f"give an S3 bucket for large message bodies ({SQS_S3_BUCKET_OPTION}) to send it"
+            )
+        key = sqs.s3_body_key(s3_key_prefix, identifier)
+        s3_body = S3Body(s3_bucket, key, bytes(state or b""))
+        body = sqs_body(state, wrapped_headers, key)
+        attributes[sqs.S3_BODY_KEY_ATTRIBUTE] = {"DataType": SQS_STRING, "StringValue": key}
+        size = sqs.message_size(body, attributes)
+        if size > sqs.MAX_MESSAGE_SIZE:
+            raise sqs.MessageTooLargeError(
+                f"message {identifier} is {size:,} bytes even with its body in S3 (its headers are too large); "
+                f"SQS takes at most {sqs.MAX_MESSAGE_SIZE:,} bytes"
+            )
+    entry: dict[str, Any] = {"MessageBody": body, "MessageAttributes": attributes}
     if send.message_delay_seconds:
         entry["DelaySeconds"] = send.message_delay_seconds
     if send.fifo:
-        entry["MessageAttributes"][sqs.DELAY_ATTRIBUTE] = {
-            "DataType": SQS_STRING,
-            "StringValue": str(send.delay_attribute),
-        }
         entry["MessageGroupId"] = send.message_group_id
         entry["MessageDeduplicationId"] = send.message_deduplication_id
-    return SqsMessage(sqs.sqs_queue_name(send.queue, queue_name_prefix), entry, identifier, send.fifo)
+    return SqsMessage(queue_name, entry, identifier, send.fifo, size, s3_body)

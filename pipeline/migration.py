@@ -53,7 +53,7 @@ from pipeline.sources import (
     validated,
 )
 from pipeline.spark import SessionSource, resolve
-from pipeline.sqs_target import SqsSettings, check_queues
+from pipeline.sqs_target import SqsSettings, check_bucket, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
@@ -221,6 +221,8 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
             if latest is not None and latest > fifo_after
         ]
         check_queues(client, needed)
+        if target.sqs.s3_bucket:
+            check_bucket(target.sqs.s3_client(), target.sqs.s3_bucket)
     return refused
 
 

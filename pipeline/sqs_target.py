@@ -1,8 +1,12 @@
-"""SQS side of the migration: queue checks and batched sends (10 entries per SendMessageBatch).
+"""SQS side of the migration: queue and bucket checks, S3 uploads of large bodies, batched sends.
 
-As the transport's dispatcher does, entries that fail inside a batch are retried once on their own;
-anything still failing raises, so the batch stays pending in the ledger and a rerun resends it
-(FIFO sends carry the message id as deduplication id, so a resend within 5 minutes is dropped).
+Messages are batched per queue as ``SqsPreparedMessageBatcher`` does (``sqs.size_batches``: at most
+10 entries and ``sqs.MAX_MESSAGE_SIZE`` bytes per SendMessageBatch). The S3 bodies of a batch are
+uploaded before its send, at a key made of the message id, so a crash between the two re-uploads
+the same object on the rerun. As the transport's dispatcher does, entries that fail inside a batch
+are retried once on their own; anything still failing raises, so the batch stays pending in the
+ledger and a rerun resends it (FIFO sends carry the message id as deduplication id, so a resend
+within 5 minutes is dropped).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.model import sqs
-from pipeline.messages import SqsMessage
+from pipeline.messages import SQS_S3_BUCKET_OPTION, SqsMessage
 from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
 
 
@@ -23,12 +27,39 @@ class SqsSettings:
     endpoint_url: str | None = None
     queue_name_prefix: str = ""
     credentials: tuple[str, str] | None = None  # None: boto3's chain (environment, profile, instance role)
+    # The transport's S3BucketForLargeMessages(bucketName, keyPrefix): where bodies over the SQS limit go.
+    s3_bucket: str | None = None
+    s3_key_prefix: str = ""
 
-    def client(self) -> Any:
+    def client(self, service: str = "sqs") -> Any:
+        """A boto3 client for ``service`` (S3 shares the endpoint URL: an emulator serves both)."""
         import boto3
 
         keys = dict(zip(("aws_access_key_id", "aws_secret_access_key"), self.credentials or (), strict=False))
-        return boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url, **keys)
+        extra: dict[str, Any] = {}
+        if service == "s3" and self.endpoint_url:
+            from botocore.config import Config
+
+            extra["config"] = Config(s3={"addressing_style": "path"})
+        return boto3.client(service, region_name=self.region, endpoint_url=self.endpoint_url, **keys, **extra)
+
+    def s3_client(self) -> Any:
+        """The S3 client for large bodies; None when no bucket is configured."""
+        return self.client("s3") if self.s3_bucket else None
+
+
+def check_bucket(client: Any, bucket: str) -> None:
+    """Refuse (naming the bucket) when the S3 bucket for large bodies does not exist or cannot be reached."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "?")
+        reason = "does not exist" if code in ("404", "NoSuchBucket") else f"cannot be used ({code})"
+        raise DestinationsRefused(
+            f"S3 bucket {bucket!r} for large message bodies ({SQS_S3_BUCKET_OPTION}) {reason}; nothing was migrated"
+        ) from None
 
 
 def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
@@ -49,12 +80,14 @@ def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
 
 
 class SqsSender:
-    """Sends prepared messages grouped by queue, ``sqs.MAX_BATCH_SIZE`` per call."""
+    """Sends prepared messages grouped by queue, batched by ``sqs.size_batches``; uploads S3 bodies first."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, s3_client: Any = None) -> None:
         self.client = client
+        self.s3_client = s3_client
         self.urls: dict[str, str] = {}
         self.calls = 0
+        self.uploads = 0
 
     def url(self, queue_name: str) -> str:
         if queue_name not in self.urls:
@@ -70,8 +103,8 @@ class SqsSender:
             by_queue[message.queue_name].append(message)
         for queue_name, queued in by_queue.items():
             url = self.url(queue_name)
-            for start in range(0, len(queued), sqs.MAX_BATCH_SIZE):
-                chunk = queued[start : start + sqs.MAX_BATCH_SIZE]
+            for chunk in sqs.size_batches((message, message.size) for message in queued):
+                self.upload(chunk)
                 entries = [{"Id": str(index), **message.entry} for index, message in enumerate(chunk)]
                 self.calls += 1
                 response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
@@ -86,3 +119,14 @@ class SqsSender:
                             f"SQS refused message {chunk[int(failure['Id'])].message_id} to {queue_name!r}: "
                             f"{failure.get('Code')} {failure.get('Message')}; retry: {error}"
                         ) from error
+
+    def upload(self, messages: Sequence[SqsMessage]) -> None:
+        """Put the S3 bodies of ``messages`` (before the send that refers to them)."""
+        for message in messages:
+            body = message.s3_body
+            if body is None:
+                continue
+            if self.s3_client is None:
+                raise DispatchError(f"message {message.message_id} has its body in S3 but the sender has no S3 client")
+            self.uploads += 1
+            self.s3_client.put_object(Bucket=body.bucket, Key=body.key, Body=body.content)

@@ -7,8 +7,9 @@ Sources: ``TransportConstraints.cs``, ``QueueCache.GetSqsQueueName``, ``QueueCre
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 DELAY_QUEUE_SUFFIX = "-delay.fifo"
 FIFO_SUFFIX = ".fifo"
@@ -21,7 +22,9 @@ MIN_MESSAGE_RETENTION_SECONDS = 61  # the transport requires more than 60 s
 MAX_MESSAGE_RETENTION_SECONDS = 14 * 24 * 3600  # 1,209,600 s
 DELAY_ATTRIBUTE = "NServiceBus.AmazonSQS.DelaySeconds"
 MESSAGE_ID_ATTRIBUTE = "NServiceBus.MessageId"
-MAX_BATCH_SIZE = 10
+MAX_BATCH_SIZE = 10  # TransportConstraints.MaximumItemsInBatch: entries per SendMessageBatch
+MAX_MESSAGE_SIZE = 1024 * 1024  # TransportConstraints.SqsMaximumMessageSize: one message and one batch call
+S3_BODY_KEY_ATTRIBUTE = "S3BodyKey"  # TransportHeaders.S3BodyKey: the attribute (and wrapped field) of a body in S3
 FIFO_PRICE_PER_REQUEST_USD = 0.50 / 1_000_000
 AWS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 AWS_FIFO_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
@@ -203,3 +206,57 @@ def cost_estimate(delay_seconds: int, price_per_request_usd: float = FIFO_PRICE_
 def cycles_cost_usd(cycles: int, price_per_request_usd: float = FIFO_PRICE_PER_REQUEST_USD) -> float:
     """The cost of ``cycles`` FIFO cycles summed over many messages (seed 003's formula, additive)."""
     return OPERATIONS_PER_CYCLE * cycles * price_per_request_usd
+
+
+# --- message size and batching (SqsPreparedMessage.CalculateSize, SqsPreparedMessageBatcher.Batch) ----
+
+T = TypeVar("T")
+
+
+class MessageTooLargeError(ValueError):
+    """A message over ``MAX_MESSAGE_SIZE`` with no S3 bucket to carry its body."""
+
+
+def message_size(body: str, attributes: Mapping[str, Mapping[str, str]], reserve: int = 0) -> int:
+    """``SqsPreparedMessage.CalculateSize``: the body, plus each attribute's name, DataType and StringValue.
+
+    ``attributes`` maps a name to ``{"DataType": ..., "StringValue": ...}`` as SendMessage takes them;
+    ``reserve`` is the transport's ``ReserveBytesInMessageSizeCalculation`` (default 0). .NET counts
+    UTF-16 code units while SQS counts UTF-8 bytes; this counts UTF-8 bytes, which are never fewer
+    than the UTF-16 units, so a message this accepts is never one SQS would refuse.
+    """
+    size = len(body.encode("utf-8")) + reserve
+    for name, value in attributes.items():
+        size += len(name.encode("utf-8"))
+        size += len(value.get("DataType", "").encode("utf-8"))
+        size += len(value.get("StringValue", "").encode("utf-8"))
+    return size
+
+
+def s3_body_key(key_prefix: str, message_id: str) -> str:
+    """``MessageDispatcher.PrepareMessage``: a large body is uploaded to ``{KeyPrefix}/{messageId}``."""
+    return f"{key_prefix}/{message_id}"
+
+
+def size_batches(
+    sized: Iterable[tuple[T, int]], max_size: int = MAX_MESSAGE_SIZE, max_items: int = MAX_BATCH_SIZE
+) -> list[list[T]]:
+    """``SqsPreparedMessageBatcher.Batch`` for one destination queue, in order.
+
+    A batch is cut when the next message would take its total size over ``max_size`` and when it
+    holds ``max_items`` entries. Every message must fit on its own (larger bodies go through S3 first).
+    """
+    batches: list[list[T]] = []
+    current: list[T] = []
+    total = 0
+    for item, size in sized:
+        if size > max_size:
+            raise MessageTooLargeError(f"a message of {size:,} bytes cannot fit a batch of at most {max_size:,} bytes")
+        if current and (total + size > max_size or len(current) == max_items):
+            batches.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += size
+    if current:
+        batches.append(current)
+    return batches

@@ -2,12 +2,15 @@
 
 Delays up to 900 s go to the input queue with DelaySeconds, longer ones to ``<queue>-delay.fifo``
 with group and deduplication ids = message id and the DelaySeconds attribute; every send is a
-SendMessageBatch of at most 10; the body is the transport's wrapped JSON with the message id attribute.
+SendMessageBatch of at most 10 entries and 1 MiB; the body is the transport's wrapped JSON with the
+message id attribute. A message over 1 MiB has its state put in S3 (moto's S3 on the same server)
+at ``<prefix>/<message id>`` before its send, or, without a bucket, is quarantined.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import uuid
@@ -19,8 +22,9 @@ from infra.apply import apply_sqs
 from infra.config import parse_stack_config
 from infra.recording import record_stack
 from pipeline.delays import to_micros
-from pipeline.messages import MESSAGE_ID_HEADER, sqs_message
+from pipeline.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
 from pipeline.migration import RunOptions, TargetSettings, run_migration
+from pipeline.rabbitmq_target import DestinationsRefused
 from pipeline.sqs_target import SqsSender, SqsSettings
 from tests.spark.conftest import timeout, utc_now
 
@@ -126,7 +130,168 @@ def test_sqs_preflight_refuses_a_destination_without_its_delay_queue(
     target = TargetSettings(
         "sqs", sqs=SqsSettings("us-east-1", moto_server.endpoint_url, PREFIX, credentials=("testing", "testing"))
     )
-    from pipeline.rabbitmq_target import DestinationsRefused
-
     with pytest.raises(DestinationsRefused, match=r"mig-Shipping-delay\.fifo"):
         run_migration(spark, RunOptions(source, target, show_progress=False))
+
+
+BUCKET = "nsb-large-bodies"
+KEY_PREFIX = "sales-large"
+LARGE_STATE_BYTES = 1024 * 1024 + 17  # the state alone is over the limit (and base64 makes it 1.4 MB)
+
+
+def sqs_target(moto_server, s3_bucket: str | None = None) -> TargetSettings:
+    settings = SqsSettings(
+        "us-east-1",
+        moto_server.endpoint_url,
+        PREFIX,
+        credentials=("testing", "testing"),
+        s3_bucket=s3_bucket,
+        s3_key_prefix=KEY_PREFIX,
+    )
+    return TargetSettings("sqs", sqs=settings)
+
+
+def large(row, index: int):
+    """``row`` with a state of ``LARGE_STATE_BYTES`` that no other row shares."""
+    return dataclasses.replace(row, state=bytes([index % 251]) * (LARGE_STATE_BYTES - 4) + b"tail")
+
+
+def test_a_large_state_goes_to_s3_and_the_message_refers_to_it(
+    spark, postgres, timeout_table, moto_server, sqs_queues
+) -> None:
+    now = utc_now()
+    s3 = moto_server.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    big = [large(timeout("Sales", 30.0, 0, now=now), 0), large(timeout("Billing", 7200.0, 1, now=now), 1)]
+    small = [timeout("Sales", 30.0, 2, now=now), timeout("Billing", 7200.0, 3, now=now)]
+    source = timeout_table("SqsLarge" + uuid.uuid4().hex[:4], big + small)
+    options = RunOptions(source, sqs_target(moto_server, BUCKET), partitions=1, show_progress=False)
+    result = run_migration(spark, options)
+    assert (result.dispatched, result.quarantined, result.completed) == (4, 0, True)
+
+    sent = {}
+    for queue in ("mig-Sales", "mig-Billing-delay.fifo"):
+        for message in stored_messages(queue):
+            sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] = (queue, message)
+    for row in big:
+        key = f"{KEY_PREFIX}/{row.message_id}"
+        assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == row.state  # exactly the state bytes
+        queue, message = sent[row.message_id]
+        assert queue == ("mig-Sales" if row.destination == "Sales" else "mig-Billing-delay.fifo")
+        body = json.loads(message.body)
+        assert list(body) == ["Body", "S3BodyKey", "Headers"]
+        assert (body["Body"], body["S3BodyKey"]) == ("", key)
+        assert body["Headers"] == json.loads(row.headers) | {MESSAGE_ID_HEADER: row.message_id}
+        assert message.message_attributes[sqs.S3_BODY_KEY_ATTRIBUTE] == {"DataType": "String", "StringValue": key}
+        if queue.endswith(sqs.FIFO_SUFFIX):
+            assert message.group_id == message.deduplication_id == row.message_id
+            assert sqs.DELAY_ATTRIBUTE in message.message_attributes
+    for row in small:
+        body = json.loads(sent[row.message_id][1].body)
+        assert base64.b64decode(body["Body"]) == row.state and body["S3BodyKey"] is None
+        assert sqs.S3_BODY_KEY_ATTRIBUTE not in sent[row.message_id][1].message_attributes
+    stored = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert sorted(item["Key"] for item in stored) == sorted(f"{KEY_PREFIX}/{row.message_id}" for row in big)
+
+
+def test_a_large_state_without_a_bucket_is_quarantined_and_the_run_completes(
+    spark, postgres, timeout_table, moto_server, sqs_queues, tmp_path
+) -> None:
+    now = utc_now()
+    big = large(timeout("Sales", 30.0, 0, now=now), 0)
+    small = [timeout("Sales", 30.0, index, now=now) for index in range(1, 4)] + [timeout("Billing", 7200.0, 4, now=now)]
+    source = timeout_table("SqsNoBucket" + uuid.uuid4().hex[:4], [big, *small])
+    quarantine = tmp_path / "quarantine.jsonl"
+    options = RunOptions(
+        source, sqs_target(moto_server), partitions=1, show_progress=False, quarantine_path=str(quarantine)
+    )
+    result = run_migration(spark, options)
+    assert (result.dispatched, result.quarantined, result.completed) == (4, 1, True)
+    reasons = {line["id"]: line["reason"] for line in map(json.loads, quarantine.read_text().splitlines())}
+    assert list(reasons) == [big.id]
+    reason = reasons[big.id]
+    assert big.message_id in reason and f"{sqs.MAX_MESSAGE_SIZE:,}" in reason and SQS_S3_BUCKET_OPTION in reason
+    delivered = stored_messages("mig-Sales") + stored_messages("mig-Billing-delay.fifo")
+    ids = {message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"] for message in delivered}
+    assert ids == {row.message_id for row in small}
+
+
+def test_a_missing_bucket_refuses_the_run_before_anything_moves(
+    spark, postgres, timeout_table, moto_server, sqs_queues
+) -> None:
+    now = utc_now()
+    source = timeout_table("SqsBucketless" + uuid.uuid4().hex[:4], [timeout("Sales", 30.0, 0, now=now)])
+    options = RunOptions(source, sqs_target(moto_server, "no-such-bucket"), show_progress=False)
+    with pytest.raises(DestinationsRefused, match=r"S3 bucket 'no-such-bucket' .*--sqs-s3-bucket.* does not exist"):
+        run_migration(spark, options)
+    assert stored_messages("mig-Sales") == []
+
+
+def test_sender_cuts_batches_before_they_pass_one_mib(moto_server, sqs_queues) -> None:
+    now = utc_now()
+    state = b"s" * (225 * 1024)  # base64: 300 KiB per message, so three fit in 1 MiB and four do not
+    rows = [timeout("Sales", 0, index, now=now) for index in range(7)]
+    messages = [sqs_message(row.id, row.destination, state, json.loads(row.headers), 0, PREFIX) for row in rows] + [
+        sqs_message(row.id, "Billing", state, json.loads(row.headers), 3600, PREFIX) for row in rows[:4]
+    ]
+    assert all(300 * 1024 < message.size < 310 * 1024 for message in messages)
+    client = moto_server.client()
+    calls = []
+    send_batch = client.send_message_batch
+
+    def recording(**request):
+        entries = request["Entries"]
+        total = sum(sqs.message_size(entry["MessageBody"], entry["MessageAttributes"]) for entry in entries)
+        calls.append((request["QueueUrl"].rsplit("/", 1)[-1], len(entries), total))
+        return send_batch(**request)
+
+    client.send_message_batch = recording
+    sender = SqsSender(client)
+    sender.send(messages)
+    assert [(queue, count) for queue, count, _ in calls] == [
+        ("mig-Sales", 3),
+        ("mig-Sales", 3),
+        ("mig-Sales", 1),
+        ("mig-Billing-delay.fifo", 3),
+        ("mig-Billing-delay.fifo", 1),
+    ]
+    assert all(total <= sqs.MAX_MESSAGE_SIZE for _, _, total in calls)
+    assert sender.calls == 5 and sender.uploads == 0
+    assert len(stored_messages("mig-Sales")) == 7 and len(stored_messages("mig-Billing-delay.fifo")) == 4
+
+
+def test_sender_uploads_each_large_body_before_the_send_that_refers_to_it(moto_server, sqs_queues) -> None:
+    now = utc_now()
+    s3 = SqsSettings("us-east-1", moto_server.endpoint_url, credentials=("testing", "testing"), s3_bucket=BUCKET)
+    s3_client = s3.s3_client()
+    s3_client.create_bucket(Bucket=BUCKET)
+    rows = [timeout("Sales", 0, index, now=now) for index in range(3)]
+    messages = [
+        sqs_message(row.id, "Sales", b"z" * (900 * 1024), json.loads(row.headers), 0, PREFIX, BUCKET, "")
+        for row in rows
+    ]
+    client = moto_server.client()
+    events = []
+    send_batch, put_object = client.send_message_batch, s3_client.put_object
+
+    def sending(**request):
+        events.append(("send", [json.loads(entry["MessageBody"])["S3BodyKey"] for entry in request["Entries"]]))
+        return send_batch(**request)
+
+    def putting(**request):
+        events.append(("put", request["Key"]))
+        return put_object(**request)
+
+    client.send_message_batch, s3_client.put_object = sending, putting
+    sender = SqsSender(client, s3_client)
+    sender.send(messages)
+    keys = [f"/{row.message_id}" for row in rows]  # no key prefix: the transport's "{prefix}/{id}" still has the /
+    assert events == [
+        ("put", keys[0]),
+        ("put", keys[1]),
+        ("put", keys[2]),
+        ("send", keys),  # 3 small wrapped bodies with their keys: one call
+    ]
+    assert (sender.uploads, sender.calls) == (3, 1)
+    for key in keys:
+        assert s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"z" * (900 * 1024)
