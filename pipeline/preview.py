@@ -4,7 +4,8 @@ Every row falls in exactly one class: ``malformed`` (with its reason), ``beyond-
 than RabbitMQ's 28 levels can hold), ``past-due`` (sent at once) or ``scheduled``. Rows are
 grouped by destination, class, reason, first delay level, SQS path and delay bucket in a single
 pass; destination-level checks (the model's address and queue-name rules) then run on the driver
-over the few distinct destinations, so tens of millions of rows cost one scan.
+over the few distinct destinations, so tens of millions of rows cost one scan. For the SQS target a
+second, filtered pass counts the messages over ``sqs.MAX_MESSAGE_SIZE`` (see ``count_sqs_oversized``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -20,6 +23,7 @@ from components.model import rabbitmq as rmq
 from components.model import sqs
 from pipeline import expressions as X
 from pipeline.delays import from_micros, now_micros
+from pipeline.messages import sqs_message
 from pipeline.migration import TargetSettings
 
 MALFORMED, BEYOND_MAX, PAST_DUE, SCHEDULED = "malformed", "beyond-max", "past-due", "scheduled"
@@ -56,6 +60,7 @@ class PreviewReport:
     sqs_direct: int = 0
     sqs_fifo: int = 0
     sqs_fifo_cycles: int = 0
+    sqs_oversized: int | None = None  # SQS target: messages over sqs.MAX_MESSAGE_SIZE (S3 or quarantine)
     malformed: dict[str, int] = field(default_factory=dict)
     malformed_samples: dict[str, list[str]] = field(default_factory=dict)
     histogram: dict[str, int] = field(default_factory=dict)
@@ -99,6 +104,61 @@ def classify(frame: DataFrame, now_us: int) -> DataFrame:
         X.sqs_fifo_cycles(F.col("delay")).alias("cycles"),
         _bucket(F.col("delay")).alias("bucket"),
     )
+
+
+# A wrapped SQS message is at most: base64 of the state + every header byte escaped (≤ 6 bytes each) and
+# repeated once as the message id attribute + the id the same way + this much for the JSON frame, the
+# added NServiceBus.MessageId header and the attributes' names, types and delay value.
+SQS_SIZE_BOUND_FIXED_BYTES = 1024
+JSON_ESCAPE_FACTOR = 6  # a control character becomes \u00XX
+
+
+def sqs_size_upper_bound() -> Column:
+    """An upper bound of ``sqs_message(...).size`` in Spark, so only rows that may be too large leave the JVM."""
+    header_bytes = F.aggregate(
+        F.map_entries(F.col("header_map")),
+        F.lit(0).cast("long"),
+        lambda total, entry: (
+            total
+            + F.coalesce(F.octet_length(entry["key"]), F.lit(0))
+            + F.coalesce(F.octet_length(entry["value"]), F.lit(0))
+            + F.lit(1)
+        ),
+    )
+    state_base64 = F.ceil(F.coalesce(F.octet_length(F.col("state")), F.lit(0)) / F.lit(3)) * F.lit(4)
+    per_byte = JSON_ESCAPE_FACTOR + 1
+    return (
+        state_base64
+        + F.lit(per_byte) * F.coalesce(header_bytes, F.lit(0))
+        + F.lit(per_byte) * F.coalesce(F.octet_length(F.col("id")), F.lit(0))
+        + F.lit(SQS_SIZE_BOUND_FIXED_BYTES)
+    )
+
+
+def _is_oversized(queue_name_prefix: str, row: Any) -> int:
+    """1 when the row's SQS message is over the limit (exactly as ``run`` builds it), else 0."""
+    try:
+        sqs_message(
+            row["id"], row["destination"], row["state"], row["header_map"] or {}, row["delay"], queue_name_prefix
+        )
+    except sqs.MessageTooLargeError:
+        return 1
+    except sqs.QueueNameError:  # counted as malformed already
+        return 0
+    return 0
+
+
+def count_sqs_oversized(frame: DataFrame, now_us: int, queue_name_prefix: str = "") -> int:
+    """Rows whose SQS message would be over ``sqs.MAX_MESSAGE_SIZE``: through S3 with a bucket, else quarantined.
+
+    Spark keeps only the rows whose size bound (``sqs_size_upper_bound``) is over the limit; their exact
+    size is then that of the message ``run`` would build, so the count is exact and cheap when few are large.
+    """
+    candidates = frame.where(F.col("problem").isNull() & (sqs_size_upper_bound() > F.lit(sqs.MAX_MESSAGE_SIZE)))
+    rows = candidates.select(
+        "id", "destination", "state", "header_map", X.remaining_delay(F.col("due"), now_us).alias("delay")
+    )
+    return int(rows.rdd.map(partial(_is_oversized, queue_name_prefix)).sum())
 
 
 def preview(
@@ -156,4 +216,6 @@ def preview(
     report.by_destination = dict(sorted(by_destination.items(), key=lambda item: -sum(item[1].values())))
     report.by_level = dict(sorted(report.by_level.items()))
     report.malformed_samples = {reason: sorted(ids)[:SAMPLE_IDS] for reason, ids in samples.items()}
+    if target.kind == "sqs":
+        report.sqs_oversized = count_sqs_oversized(frame, now_us, target.sqs.queue_name_prefix)
     return report

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from components.model import sqs
+from pipeline.messages import SQS_S3_BUCKET_OPTION
 from pipeline.preview import CLASSES, PreviewReport
 
 TOP_DESTINATIONS = 20
@@ -39,6 +40,11 @@ def print_summary(report: PreviewReport, console: Console | None = None) -> None
         f"SQS: {report.sqs_direct:,} direct, {report.sqs_fifo:,} via FIFO; {report.sqs_fifo_cycles:,} cycles = "
         f"{report.sqs_operations:,} FIFO operations ≈ ${report.sqs_cost_usd:.6f}"
     )
+    if report.sqs_oversized is not None:
+        console.print(
+            f"SQS: {report.sqs_oversized:,} message(s) over {sqs.MAX_MESSAGE_SIZE:,} bytes: "
+            f"sent through S3 with {SQS_S3_BUCKET_OPTION}, quarantined without"
+        )
     malformed = Table("reason", "rows", "sample ids", title="malformed")
     for reason, rows in report.malformed.items():
         malformed.add_row(reason, f"{rows:,}", ", ".join(report.malformed_samples.get(reason, [])))
@@ -93,6 +99,8 @@ def write_html(report: PreviewReport, directory: str | Path) -> Path:
         classes=CLASSES,
         sqs_max=sqs.MAX_DELAY_SECONDS,
         sqs_suffix=sqs.DELAY_QUEUE_SUFFIX,
+        sqs_max_size=sqs.MAX_MESSAGE_SIZE,
+        sqs_s3_bucket_option=SQS_S3_BUCKET_OPTION,
     )
     path = directory / HTML_NAME
     path.write_text(html, encoding="utf-8")

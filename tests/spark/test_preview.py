@@ -7,6 +7,7 @@ The expected numbers are worked out per row with the pure model (``first_level``
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from datetime import timedelta
@@ -20,6 +21,7 @@ from components.model import sqs
 from pipeline import preview as P
 from pipeline.delays import to_micros
 from pipeline.job import migrate
+from pipeline.messages import sqs_message
 from pipeline.migration import TargetSettings
 from pipeline.report import HTML_NAME, PLOTS, write_html
 from pipeline.sources import (
@@ -31,6 +33,7 @@ from pipeline.sources import (
     read_jdbc,
     validated,
 )
+from pipeline.sqs_target import SqsSettings
 from tests.spark.conftest import timeout, utc_now
 
 FIVE_YEARS = 5 * 365 * 86_400  # far future, still within 2^28 - 1 s
@@ -159,3 +162,45 @@ def test_preview_command_writes_the_report(spark, postgres, timeout_table, tmp_p
     assert "beyond-max" in result.output and "malformed" in result.output
     assert Path(result.output.strip().splitlines()[-1].removeprefix("report: ")).name == HTML_NAME
     assert (tmp_path / "cli" / HTML_NAME).exists()
+
+
+def largest_inline_state(row) -> int:
+    """The longest state whose SQS message (direct path) is still within ``sqs.MAX_MESSAGE_SIZE``."""
+    headers = json.loads(row.headers)
+
+    def size(length: int) -> int:
+        try:
+            return sqs_message(row.id, row.destination, b"s" * length, headers, 10, "mig-").size
+        except sqs.MessageTooLargeError:
+            return sqs.MAX_MESSAGE_SIZE + 1
+
+    low, high = 0, sqs.MAX_MESSAGE_SIZE
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if size(middle) <= sqs.MAX_MESSAGE_SIZE else (low, middle - 1)
+    assert size(low) <= sqs.MAX_MESSAGE_SIZE < size(low + 1)
+    return low
+
+
+def test_sqs_preview_counts_the_messages_over_the_size_limit_exactly(spark, postgres, timeout_table, tmp_path) -> None:
+    now = utc_now()
+    rows, malformed = fixture_rows(now)
+    limit = largest_inline_state(timeout("Sales", 600, 900, now=now))
+    # same header lengths (uuid message ids, 3-digit indexes): the first fits exactly, the second is 1 byte over
+    at_limit = dataclasses.replace(timeout("Sales", 600, 900, now=now), state=b"s" * limit)
+    just_over = dataclasses.replace(timeout("Sales", 600, 901, now=now), state=b"s" * (limit + 1))
+    billing = timeout("Billing", 5000, 902, now=now)
+    fat_headers = json.loads(billing.headers) | {"Big": "h" * sqs.MAX_MESSAGE_SIZE}  # headers alone too large
+    over = [
+        just_over,
+        dataclasses.replace(billing, headers=json.dumps(fat_headers)),
+        dataclasses.replace(timeout("Shipping", -5, 903, now=now), state=b"\x00" * (2 * sqs.MAX_MESSAGE_SIZE)),
+    ]
+    source = timeout_table("PreviewSqsSize", [*rows, *malformed, at_limit, *over])
+    frame = validated(read_jdbc(spark, source, partitions=2))
+    target = TargetSettings("sqs", sqs=SqsSettings(queue_name_prefix="mig-"))
+    report = P.preview(frame, source="t", target=target, now_us=to_micros(now))
+    assert report.sqs_oversized == len(over)
+    assert P.preview(frame, source="t", target=TargetSettings(), now_us=to_micros(now)).sqs_oversized is None
+    text = write_html(report, tmp_path / "report").read_text()
+    assert 'id="sqs-oversized"' in text and "--sqs-s3-bucket" in text
