@@ -26,6 +26,7 @@ from pipeline.dispatch import TARGETS
 from pipeline.faults import Fault
 from pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from pipeline.ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
+from pipeline.messages import SQS_S3_BUCKET_OPTION
 from pipeline.migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
 from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
 from pipeline.sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
@@ -75,12 +76,14 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sqs-endpoint-url", help="SQS endpoint (an emulator); default: AWS."),
         click.option("--sqs-prefix", default="", help="QueueNamePrefix of the SQS transport."),
         click.option(
-            "--sqs-s3-bucket",
+            SQS_S3_BUCKET_OPTION,
             help="S3 bucket for bodies over the SQS limit (the transport's S3BucketForLargeMessages); "
             "without it such messages are quarantined.",
         ),
         click.option(
-            "--sqs-s3-key-prefix", default="", help="Key prefix in --sqs-s3-bucket (keys: <prefix>/<message id>)."
+            "--sqs-s3-key-prefix",
+            default="",
+            help=f"Key prefix in {SQS_S3_BUCKET_OPTION} (keys: <prefix>/<message id>).",
         ),
         click.option("--cutoff", type=click.DateTime(CUTOFF_FORMATS), help="Only timeouts due at or after it (UTC)."),
     ]
