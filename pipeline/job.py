@@ -26,6 +26,7 @@ from pipeline.dispatch import TARGETS
 from pipeline.faults import Fault
 from pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from pipeline.ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
+from pipeline.ledger_sql import DatabaseUnreachable
 from pipeline.messages import SQS_S3_BUCKET_OPTION
 from pipeline.migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
 from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
@@ -238,6 +239,8 @@ def run(**values: Any) -> None:
     )
     try:
         result = run_migration(BackgroundSession(values["master"]), options)
+    except DatabaseUnreachable as error:
+        _fail(DatabaseUnreachable(f"{error}. Every confirmed batch is recorded in the ledger: rerun the same command"))
     except (LedgerError, DestinationsRefused, DispatchError, LayoutError, SourceError, ValueError) as error:
         _fail(error)
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
@@ -298,7 +301,7 @@ def abort(**values: Any) -> None:
         raise click.UsageError("abort needs --source-jdbc (the database the run hid the timeouts in) or --source-path")
     try:
         run_state, restored = abort_migration(jdbc_source(values), values["run_id"])
-    except LedgerError as error:
+    except (LedgerError, DatabaseUnreachable) as error:
         _fail(error)
     click.echo(
         f"run {run_state.run_id} aborted (was {status_name(run_state.status)}): {restored:,} timeouts restored "

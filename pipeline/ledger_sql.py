@@ -41,6 +41,10 @@ class JdbcUrlError(ValueError):
     """A JDBC URL (or connection) the ledger cannot turn into a database connection."""
 
 
+class DatabaseUnreachable(ConnectionError):
+    """The driver could not open a connection (server down, wrong credentials, unknown database)."""
+
+
 @dataclass(frozen=True)
 class DbConnection:
     """Where the ledger lives: enough to connect from the driver and from every executor (picklable)."""
@@ -55,6 +59,18 @@ class DbConnection:
 
     def connect(self) -> Any:
         """A DB-API connection of the dialect's driver (not in autocommit mode)."""
+        try:
+            return self._open()
+        except JdbcUrlError:
+            raise
+        except Exception as error:
+            where = f"{self.host}:{self.port or DEFAULT_PORTS[self.dialect]}/{self.database or self.sid or ''}"
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise DatabaseUnreachable(
+                f"cannot connect to the {self.dialect} database {where} as {self.user or '(no user)'}: {reason}"
+            ) from error
+
+    def _open(self) -> Any:
         if self.dialect == "postgresql":
             import psycopg
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -58,9 +59,15 @@ class BackgroundSession:
     hiding) overlaps it. Calling the object waits for the session."""
 
     def __init__(self, master: str | None = None) -> None:
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start")
-        self._future: Future[SparkSession] = pool.submit(spark_session, master)
-        pool.shutdown(wait=False)
+        self._future: Future[SparkSession] = Future()
+        # a daemon thread: a run refused before it needs Spark exits at once (the JVM follows its parent)
+        threading.Thread(target=self._start, args=(master,), name="spark-start", daemon=True).start()
+
+    def _start(self, master: str | None) -> None:
+        try:
+            self._future.set_result(spark_session(master))
+        except BaseException as error:  # handed to the caller of the session
+            self._future.set_exception(error)
 
     def __call__(self) -> SparkSession:
         return self._future.result()

@@ -253,3 +253,15 @@ def test_spark_reads_mariadb_urls_with_its_mysql_dialect_and_the_mariadb_driver(
     )
     assert spark_jdbc("jdbc:mysql://h/db", "mysql") == ("jdbc:mysql://h/db", "com.mysql.cj.jdbc.Driver")
     assert spark_jdbc("jdbc:postgresql://h/db", "postgresql") == ("jdbc:postgresql://h/db", "org.postgresql.Driver")
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_an_unreachable_database_is_named_with_its_address_and_user(dialect) -> None:
+    from infra.services import free_port
+    from pipeline.ledger_sql import DatabaseUnreachable
+
+    port = free_port()  # nothing listens there
+    with pytest.raises(
+        DatabaseUnreachable, match=rf"cannot connect to the {dialect} database 127\.0\.0\.1:{port}/app as nsb: "
+    ):
+        DbConnection(dialect, "127.0.0.1", port, "app", "nsb", "secret").connect()
