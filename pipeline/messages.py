@@ -138,6 +138,7 @@ def sqs_message(
     if size > sqs.MAX_MESSAGE_SIZE:
         if not s3_bucket:
             raise sqs.MessageTooLargeError(
+                "cannot send large message because no S3 bucket was configured: "
                 f"message {identifier} is {size:,} bytes, over the SQS limit of {sqs.MAX_MESSAGE_SIZE:,} bytes; "
                 f"give an S3 bucket for large message bodies ({SQS_S3_BUCKET_OPTION}) to send it"
             )

@@ -214,7 +214,7 @@ T = TypeVar("T")
 
 
 class MessageTooLargeError(ValueError):
-    """A message over ``MAX_MESSAGE_SIZE`` with no S3 bucket to carry its body."""
+    """A message over ``MAX_MESSAGE_SIZE``: no S3 bucket to carry its body, or too large even without it."""
 
 
 def message_size(body: str, attributes: Mapping[str, Mapping[str, str]], reserve: int = 0) -> int:
