@@ -77,7 +77,15 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
 )
 @pytest.mark.usefixtures("servers_available")
 def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, after: str, wait: float) -> None:
-    process = subprocess.Popen(DEMO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    process = subprocess.Popen(
+        DEMO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        # a shell that starts pytest in the background ignores SIGINT and children inherit it: restore Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     output = ""
     deadline = time.monotonic() + 90
     try:
