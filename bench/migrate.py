@@ -38,6 +38,7 @@ from pipeline.delays import now_micros, remaining_delay, to_micros
 from pipeline.layouts import sql_persistence_layout
 from pipeline.ledger import STATE_TABLE
 from pipeline.messages import rabbitmq_message
+from pipeline.rabbitmq_target import basic_properties
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
 SOURCE_ENDPOINT = "Bench.Orders"
@@ -101,12 +102,7 @@ def _bare_publisher(amqp_url: str, rows: list[tuple[Any, ...]], start: Any, done
     for ident, destination, state, due, headers in rows:
         message = rabbitmq_message(ident, destination, state, json.loads(headers),
                                    remaining_delay(to_micros(due), now))  # fmt: skip
-        properties = pika.BasicProperties(
-            message_id=message.message_id, delivery_mode=message.delivery_mode, headers=message.headers,
-            correlation_id=message.correlation_id, type=message.type, content_type=message.content_type,
-            reply_to=message.reply_to,
-        )  # fmt: skip
-        messages.append((message.exchange, message.routing_key, message.body, properties))
+        messages.append((message.exchange, message.routing_key, message.body, basic_properties(message)))
     state_: dict[str, Any] = {"next": 0, "tag": 0, "unconfirmed": set(), "returned": 0, "began": 0.0}
 
     def publish_more(channel: Any) -> None:

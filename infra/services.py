@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -93,7 +94,10 @@ class LocalRabbitMq:
 
     @property
     def amqp_url(self) -> str:
-        return f"amqp://{self.username}:{self.password}@{HOST}:{self.amqp_port}/%2F"
+        return self.vhost_amqp_url("/")
+
+    def vhost_amqp_url(self, vhost: str) -> str:
+        return f"amqp://{self.username}:{self.password}@{HOST}:{self.amqp_port}/{quote(vhost, safe='')}"
 
     def _env(self) -> dict[str, str]:
         d = self.state_dir

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -462,14 +462,3 @@ class Ledger:
 
 def status_name(status: int) -> str:
     return {STORAGE_PREPARED: "in progress", COMPLETED: "completed", ABORTED: "aborted"}.get(status, str(status))
-
-
-def batched(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -78,6 +78,19 @@ def check_destinations(
         )
 
 
+def basic_properties(message: RabbitMqMessage) -> pika.BasicProperties:
+    """The AMQP properties of a prepared message (the headers carry the rest)."""
+    return pika.BasicProperties(
+        message_id=message.message_id,
+        delivery_mode=message.delivery_mode,
+        headers=message.headers,
+        correlation_id=message.correlation_id,
+        type=message.type,
+        content_type=message.content_type,
+        reply_to=message.reply_to,
+    )
+
+
 class _GatheringConnection(SelectConnection):
     """pika hands every frame (three per message) to the socket on its own: one ``send`` each. While a burst
     is gathered, frames are kept and written as one buffer by ``flush``: a few large writes instead."""
@@ -174,15 +187,7 @@ class ConfirmPublisher:
         self._connection.gather()
         try:
             for message in messages:
-                properties = pika.BasicProperties(
-                    message_id=message.message_id,
-                    delivery_mode=message.delivery_mode,
-                    headers=message.headers,
-                    correlation_id=message.correlation_id,
-                    type=message.type,
-                    content_type=message.content_type,
-                    reply_to=message.reply_to,
-                )
+                properties = basic_properties(message)
                 channel.basic_publish(message.exchange, message.routing_key, message.body, properties, mandatory=True)
                 self._unconfirmed[self._next_tag] = message.message_id
                 self._next_tag += 1

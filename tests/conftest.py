@@ -6,13 +6,16 @@ so CI never passes without having run them.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from infra.management import ManagementApi
 from infra.services import LocalMariaDb, LocalMoto, LocalPostgres, LocalRabbitMq, ServiceUnavailable
 
 TESTS = Path(__file__).parent
@@ -65,3 +68,26 @@ def postgres() -> Iterator[LocalPostgres]:
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[LocalMariaDb]:
     yield from serve(LocalMariaDb())
+
+
+@pytest.fixture(scope="session")
+def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
+    return ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+
+
+@contextlib.contextmanager
+def vhost_factory(management: ManagementApi) -> Iterator[Callable[[str], str]]:
+    made: list[str] = []
+
+    def make(label: str) -> str:
+        vhost = f"{label}-{uuid.uuid4().hex[:6]}"
+        management.create_vhost(vhost)
+        made.append(vhost)
+        return vhost
+
+    try:
+        yield make
+    finally:
+        for vhost in made:
+            with contextlib.suppress(Exception):
+                management.delete_vhost(vhost)

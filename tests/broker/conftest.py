@@ -1,4 +1,4 @@
-"""Broker-test helpers: a management client for the session broker and throwaway vhosts.
+"""Broker-test helpers: throwaway vhosts (``vhost_factory`` and ``management`` are in tests/conftest.py).
 
 Each test case declares into its own vhost so cases never see each other's objects or messages;
 the vhost (and everything in it) is deleted when the fixture that made it ends.
@@ -6,37 +6,12 @@ the vhost (and everything in it) is deleted when the fixture that made it ends.
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from infra.management import ManagementApi
-from infra.services import LocalRabbitMq
-
-
-@pytest.fixture(scope="session")
-def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
-    return ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
-
-
-@contextlib.contextmanager
-def vhost_factory(management: ManagementApi) -> Iterator[Callable[[str], str]]:
-    made: list[str] = []
-
-    def make(label: str) -> str:
-        vhost = f"{label}-{uuid.uuid4().hex[:6]}"
-        management.create_vhost(vhost)
-        made.append(vhost)
-        return vhost
-
-    try:
-        yield make
-    finally:
-        for vhost in made:
-            with contextlib.suppress(Exception):
-                management.delete_vhost(vhost)
+from tests.conftest import vhost_factory
 
 
 @pytest.fixture

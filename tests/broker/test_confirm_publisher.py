@@ -4,17 +4,12 @@ frames written in a few large writes (not three per message), an unroutable mess
 from __future__ import annotations
 
 import math
-from urllib.parse import quote
 
 import pika
 import pytest
 
 from pipeline.messages import RabbitMqMessage
 from pipeline.rabbitmq_target import FLUSH_EVERY, ConfirmPublisher, DispatchError
-
-
-def amqp_url(rabbitmq, vhost: str) -> str:
-    return rabbitmq.amqp_url.rsplit("/", 1)[0] + "/" + quote(vhost, safe="")
 
 
 def message(index: int, queue: str) -> RabbitMqMessage:
@@ -33,7 +28,7 @@ def message(index: int, queue: str) -> RabbitMqMessage:
 
 def test_a_batch_is_confirmed_intact_in_few_writes(rabbitmq, new_vhost) -> None:
     vhost = new_vhost("publisher")
-    url = amqp_url(rabbitmq, vhost)
+    url = rabbitmq.vhost_amqp_url(vhost)
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
     channel.queue_declare("Sales", durable=True)
@@ -55,7 +50,7 @@ def test_a_batch_is_confirmed_intact_in_few_writes(rabbitmq, new_vhost) -> None:
 
 
 def test_an_unroutable_message_fails_the_batch(rabbitmq, new_vhost) -> None:
-    url = amqp_url(rabbitmq, new_vhost("publisher"))
+    url = rabbitmq.vhost_amqp_url(new_vhost("publisher"))
     connection = pika.BlockingConnection(pika.URLParameters(url))
     connection.channel().queue_declare("Sales", durable=True)
     connection.close()

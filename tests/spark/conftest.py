@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
 import pika
 import psycopg
@@ -27,6 +26,7 @@ from pipeline.delays import from_micros, now_micros
 from pipeline.layouts import sql_persistence_layout
 from pipeline.migration import TargetSettings
 from pipeline.sources import JdbcSource
+from tests.conftest import vhost_factory
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
 
@@ -132,11 +132,6 @@ def timeout_table(postgres: LocalPostgres) -> Callable[[str, list[StoredTimeout]
     return make
 
 
-@pytest.fixture(scope="session")
-def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
-    return ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
-
-
 @dataclass(frozen=True)
 class BrokerVhost:
     broker: LocalRabbitMq
@@ -144,9 +139,7 @@ class BrokerVhost:
 
     @property
     def amqp_url(self) -> str:
-        return f"amqp://{self.broker.username}:{self.broker.password}@127.0.0.1:{self.broker.amqp_port}/" + quote(
-            self.vhost, safe=""
-        )
+        return self.broker.vhost_amqp_url(self.vhost)
 
     def target(self, generation: str = "v2") -> TargetSettings:
         return TargetSettings(
@@ -198,22 +191,17 @@ class BrokerVhost:
 @pytest.fixture
 def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator[Callable[..., BrokerVhost]]:
     """``broker_vhost(["Sales", ...], generation="v2")``: a fresh vhost with the program's topology applied."""
-    made: list[str] = []
+    with vhost_factory(management) as new_vhost:
 
-    def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
-        vhost = f"migrate-{uuid.uuid4().hex[:8]}"
-        management.create_vhost(vhost)
-        made.append(vhost)
-        config = parse_stack_config({"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}})
-        RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
-        return BrokerVhost(rabbitmq, vhost)
+        def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
+            vhost = new_vhost("migrate")
+            config = parse_stack_config(
+                {"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}}
+            )
+            RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+            return BrokerVhost(rabbitmq, vhost)
 
-    try:
         yield make
-    finally:
-        for vhost in made:
-            with contextlib.suppress(Exception):
-                management.delete_vhost(vhost)
 
 
 def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
