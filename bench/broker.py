@@ -17,12 +17,12 @@ import statistics
 import time
 from dataclasses import replace
 
-from components.model import rabbitmq as rmq
-from infra.config import load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher, DelayedSend
-from infra.management import ManagementApi
-from infra.render import render
-from infra.services import LocalRabbitMq
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import load_stack
+from nsb_delays.infra.render import render
 
 RATE_PER_SECOND = float(os.environ.get("NSB_BENCH_RATE", "50"))
 STEADY_SECONDS = float(os.environ.get("NSB_BENCH_SECONDS", "20"))

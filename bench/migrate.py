@@ -29,16 +29,17 @@ import psycopg
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from components.model import rabbitmq as rmq
-from infra.apply import RabbitMqApplier
-from infra.config import parse_stack_config
-from infra.recording import record_stack
-from infra.services import LocalPostgres, LocalRabbitMq
-from pipeline.delays import now_micros, remaining_delay, to_micros
-from pipeline.layouts import sql_persistence_layout
-from pipeline.ledger import STATE_TABLE
-from pipeline.messages import rabbitmq_message
-from pipeline.rabbitmq_target import basic_properties
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
+from nsb_delays.pipeline.layouts import sql_persistence_layout
+from nsb_delays.pipeline.ledger import STATE_TABLE
+from nsb_delays.pipeline.messages import rabbitmq_message
+from nsb_delays.pipeline.rabbitmq_target import basic_properties
+from tests.services import LocalPostgres
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
 SOURCE_ENDPOINT = "Bench.Orders"
@@ -189,7 +190,7 @@ def cli(*arguments: str) -> tuple[float, str]:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     began = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "migrate", *arguments], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "nsb_delays.infra.cli", "migrate", *arguments], env=env, capture_output=True, text=True
     )
     seconds = time.perf_counter() - began
     if result.returncode:
@@ -241,7 +242,7 @@ def bench_run(rows: int) -> None:
 def write_parquet(path: Path, rows: int) -> None:
     from pyspark.sql import functions as F
 
-    from pipeline.spark import spark_session
+    from nsb_delays.pipeline.spark import spark_session
 
     spark = spark_session(f"local[{CORES}]")
     now = now_micros()

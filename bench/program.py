@@ -12,9 +12,9 @@ import time
 
 import pulumi_rabbitmq as rabbitmq
 
-from infra.config import parse_stack_config
-from infra.program import declare
-from infra.recording import record
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.program import declare
+from nsb_delays.infra.recording import record
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_ENDPOINTS", "10,100,1000,5000").split(","))
 

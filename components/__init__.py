@@ -10,10 +10,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RabbitMqDelayInfrastructure": "components.rabbitmq",
-    "RabbitMqEndpoint": "components.rabbitmq",
-    "RabbitMqSharedQueues": "components.rabbitmq",
-    "SqsEndpoint": "components.sqs",
+    "RabbitMqDelayInfrastructure": ".rabbitmq",
+    "RabbitMqEndpoint": ".rabbitmq",
+    "RabbitMqSharedQueues": ".rabbitmq",
+    "SqsEndpoint": ".sqs",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -21,5 +21,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'components' has no attribute {name!r}")
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 from pulumi.provider.experimental import component_provider_host
 
-from components.provider import COMPONENTS, PACKAGE
+from nsb_delays.components.provider import COMPONENTS, PACKAGE
 
 if __name__ == "__main__":
     component_provider_host(COMPONENTS, PACKAGE, version="0.1.0")

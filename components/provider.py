@@ -11,7 +11,7 @@ from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 
-from components import rabbitmq, sqs
+from . import rabbitmq, sqs
 
 PACKAGE = "nsb-delays"
 

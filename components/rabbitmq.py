@@ -14,7 +14,7 @@ from urllib.parse import quote_plus
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from components.model import rabbitmq as model
+from .model import rabbitmq as model
 
 TYPE_PREFIX = "nsb-delays:index:"
 

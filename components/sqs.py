@@ -10,8 +10,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from components.model import sqs as model
-from components.rabbitmq import TYPE_PREFIX
+from .model import sqs as model
+from .rabbitmq import TYPE_PREFIX
 
 
 def _queue(name: str, spec: model.SqsQueueSpec, parent: pulumi.Resource, tags: dict[str, str]) -> aws.sqs.Queue:

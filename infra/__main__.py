@@ -1,5 +1,5 @@
 """Entry point for ``pulumi up`` (``main: infra/`` in Pulumi.yaml)."""
 
-from infra.program import main
+from nsb_delays.infra.program import main
 
 main()

@@ -7,12 +7,12 @@ import importlib
 import click
 
 COMMAND_MODULES = (
-    "infra.commands.explain",
-    "infra.commands.render",
-    "infra.commands.check",
-    "infra.commands.migrate",
-    "infra.commands.verify",
-    "infra.commands.demo",
+    ".commands.explain",
+    ".commands.render",
+    ".commands.check",
+    ".commands.migrate",
+    ".commands.verify",
+    ".commands.demo",
 )
 
 
@@ -23,7 +23,7 @@ def cli() -> None:
 
 
 for module in COMMAND_MODULES:
-    importlib.import_module(module).register(cli)
+    importlib.import_module(module, __package__).register(cli)
 
 
 def main() -> None:

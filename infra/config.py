@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from components.model import msmq, sqs
-from components.model import rabbitmq as rmq
+from nsb_delays.components.model import msmq, sqs
+from nsb_delays.components.model import rabbitmq as rmq
 
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")

@@ -6,10 +6,11 @@ from typing import Any
 
 import pulumi
 
-from components.model import sqs as sqs_model
-from components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
-from components.sqs import SqsEndpoint
-from infra.config import NAMESPACE, SECTIONS, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
+from nsb_delays.components.model import sqs as sqs_model
+from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
+from nsb_delays.components.sqs import SqsEndpoint
+
+from .config import NAMESPACE, SECTIONS, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
 
 
 def read_pulumi_config() -> StackConfig:

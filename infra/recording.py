@@ -14,8 +14,9 @@ from typing import Any
 
 import pulumi
 
-from components.resource_types import SQS_QUEUE
-from infra.config import NAMESPACE, StackConfig
+from nsb_delays.components.resource_types import SQS_QUEUE
+
+from .config import NAMESPACE, StackConfig
 
 PROJECT = NAMESPACE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
@@ -126,7 +127,7 @@ def record(
 
 def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedResource]:
     """Record what the real program declares for ``config``."""
-    from infra.program import declare
+    from .program import declare
 
     return record(lambda: declare(config), stack=stack)
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from components import resource_types
-from infra.recording import RecordedResource
+from nsb_delays.components import resource_types
+
+from .recording import RecordedResource
 
 
 @cache

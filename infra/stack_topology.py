@@ -7,9 +7,10 @@ tests prove it declares exactly what the program registers (``test_render_defini
 
 from __future__ import annotations
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from infra.config import RabbitMqConfig, SqsConfig
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+
+from .config import RabbitMqConfig, SqsConfig
 
 
 def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:

@@ -13,15 +13,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from pipeline.delays import now_micros, remaining_delay
-from pipeline.faults import Fault, FaultInjector
-from pipeline.layouts import TimeoutLayout
-from pipeline.ledger import BatchOutcome, DbConnection, Ledger, Run
-from pipeline.messages import rabbitmq_message, sqs_message
-from pipeline.rabbitmq_target import DispatchError
-from pipeline.sqs_target import SqsSettings
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+
+from .delays import now_micros, remaining_delay
+from .faults import Fault, FaultInjector
+from .layouts import TimeoutLayout
+from .ledger import BatchOutcome, DbConnection, Ledger, Run
+from .messages import rabbitmq_message, sqs_message
+from .rabbitmq_target import DispatchError
+from .sqs_target import SqsSettings
 
 TARGETS = ("rabbitmq", "sqs")
 
@@ -46,13 +47,13 @@ class _Sender:
     def __init__(self, settings: DispatchSettings) -> None:
         self.settings = settings
         if settings.target == "rabbitmq":
-            from pipeline.rabbitmq_target import ConfirmPublisher
+            from .rabbitmq_target import ConfirmPublisher
 
             if not settings.amqp_url:
                 raise ValueError("the RabbitMQ target needs an AMQP URL (--rabbitmq-url)")
             self.publisher: Any = ConfirmPublisher(settings.amqp_url)
         else:
-            from pipeline.sqs_target import SqsSender
+            from .sqs_target import SqsSender
 
             self.publisher = SqsSender(settings.sqs.client(), settings.sqs.s3_client())
 

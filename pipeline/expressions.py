@@ -10,9 +10,10 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from pipeline.delays import MICROS_PER_SECOND
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+
+from .delays import MICROS_PER_SECOND
 
 SQS_DIRECT = "direct"
 SQS_FIFO = "fifo"

@@ -1,7 +1,5 @@
-"""The migration job: ``nsb-delays migrate preview|run|abort``, also runnable with ``spark-submit``.
-
-    spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar \\
-        --py-files nsb_delays.zip pipeline/job.py run --source-jdbc jdbc:postgresql://db/app --endpoint Sales ...
+"""The migration job: ``nsb-delays migrate preview|run|abort``; ``spark-submit`` runs it through this
+package's ``__main__.py`` (the job file: ``python -m nsb_delays.pipeline --job-file`` prints its path).
 
 Options name the source (a JDBC table or an export), the target (RabbitMQ or SQS), the cutoff,
 an endpoint, the batch size and the Spark master; see ``--help`` of each command.
@@ -11,27 +9,23 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
-if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from nsb_delays.components.model import rabbitmq as rmq
 
-from components.model import rabbitmq as rmq
-from pipeline.dispatch import TARGETS
-from pipeline.faults import Fault
-from pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
-from pipeline.ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
-from pipeline.ledger_sql import DatabaseUnreachable
-from pipeline.messages import SQS_S3_BUCKET_OPTION
-from pipeline.migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
-from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
-from pipeline.sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
-from pipeline.sqs_target import SqsSettings
+from .dispatch import TARGETS
+from .faults import Fault
+from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
+from .ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
+from .ledger_sql import DatabaseUnreachable
+from .messages import SQS_S3_BUCKET_OPTION
+from .migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
+from .rabbitmq_target import DestinationsRefused, DispatchError
+from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
+from .sqs_target import SqsSettings
 
 DEFAULT_REPORT_DIR = "migration-preview"
 CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
@@ -140,7 +134,7 @@ def _ledger_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, JdbcSource]:
     """The export and, for ``run``/``abort``, the ledger database its rows are staged in."""
-    from pipeline.migration import export_ledger_source
+    from .migration import export_ledger_source
 
     export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
     url = values["ledger_jdbc_url"]
@@ -178,10 +172,10 @@ def migrate() -> None:
 @click.option("--partitions", type=click.IntRange(1), help="JDBC read partitions (default: Spark's parallelism).")
 def preview(**values: Any) -> None:
     """Count what a run would do (per destination, per first level, SQS, past-due, beyond-max, malformed)."""
-    from pipeline.preview import preview as build_preview
-    from pipeline.report import print_summary, write_html
-    from pipeline.sources import read_export, read_jdbc, validated
-    from pipeline.spark import spark_session
+    from .preview import preview as build_preview
+    from .report import print_summary, write_html
+    from .sources import read_export, read_jdbc, validated
+    from .spark import spark_session
 
     target = target_settings(values)
     spark = spark_session(values["master"])
@@ -216,8 +210,8 @@ def preview(**values: Any) -> None:
 def run(**values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
-    from pipeline.migration import run_migration
-    from pipeline.spark import BackgroundSession
+    from .migration import run_migration
+    from .spark import BackgroundSession
 
     export = None
     if values["source_path"]:
@@ -279,8 +273,8 @@ def run(**values: Any) -> None:
 def abort(**values: Any) -> None:
     """Restore every timeout the run in progress has not dispatched to the legacy table
     (an export: write them out as an export of the same format)."""
-    from pipeline.migration import abort_export, abort_migration
-    from pipeline.spark import spark_session
+    from .migration import abort_export, abort_migration
+    from .spark import spark_session
 
     if values["source_path"]:
         export, source = export_source(values, "abort")
@@ -307,11 +301,3 @@ def abort(**values: Any) -> None:
         f"run {run_state.run_id} aborted (was {status_name(run_state.status)}): {restored:,} timeouts restored "
         f"to {jdbc_source(values).layout.table}"
     )
-
-
-def main() -> None:
-    migrate(prog_name="migrate")
-
-
-if __name__ == "__main__":
-    main()

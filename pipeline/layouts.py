@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from components.model import msmq
+from nsb_delays.components.model import msmq
 
 SourceKind = Literal["sqlp", "nhibernate", "msmq", "export"]
 Dialect = Literal["postgresql", "mssql", "mysql", "oracle"]

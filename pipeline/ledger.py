@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from pipeline.layouts import TimeoutLayout, quote_identifier
-from pipeline.ledger_sql import (
+from .layouts import TimeoutLayout, quote_identifier
+from .ledger_sql import (
     ABORTED,
     DISPATCHED,
     LOCK_TABLE,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from pipeline.layouts import Dialect, TimeoutLayout, qualified, quote_identifier
+from .layouts import Dialect, TimeoutLayout, qualified, quote_identifier
 
 DEFAULT_PORTS: dict[Dialect, int] = {"postgresql": 5432, "mssql": 1433, "mysql": 3306, "oracle": 1521}
 JDBC_URL_FORMS = (

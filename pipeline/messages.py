@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
 
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
 CORRELATION_ID_HEADER = "NServiceBus.CorrelationId"

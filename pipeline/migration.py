@@ -26,13 +26,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from pipeline.delays import from_micros, now_micros
-from pipeline.dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
-from pipeline.faults import Fault, FaultInjector
-from pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, qualified
-from pipeline.ledger import (
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+
+from .delays import from_micros, now_micros
+from .dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
+from .faults import Fault, FaultInjector
+from .layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, qualified
+from .ledger import (
     COMPLETED,
     STORAGE_PREPARED,
     Ledger,
@@ -42,8 +43,8 @@ from pipeline.ledger import (
     conninfo_from_jdbc,
     status_name,
 )
-from pipeline.rabbitmq_target import check_destinations
-from pipeline.sources import (
+from .rabbitmq_target import check_destinations
+from .sources import (
     ExportSource,
     JdbcSource,
     SourceError,
@@ -52,8 +53,8 @@ from pipeline.sources import (
     read_jdbc_query,
     validated,
 )
-from pipeline.spark import SessionSource, resolve
-from pipeline.sqs_target import SqsSettings, check_bucket, check_queues
+from .spark import SessionSource, resolve
+from .sqs_target import SqsSettings, check_bucket, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5

@@ -17,8 +17,9 @@ import pika
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from components.model import rabbitmq as rmq
-from pipeline.messages import RabbitMqMessage
+from nsb_delays.components.model import rabbitmq as rmq
+
+from .messages import RabbitMqMessage
 
 CONFIRM_TIMEOUT_SECONDS = 120.0
 FLUSH_EVERY = 64  # messages between two writes to the socket (pika buffers until the loop polls)

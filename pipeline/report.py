@@ -12,9 +12,10 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rich.console import Console
 from rich.table import Table
 
-from components.model import sqs
-from pipeline.messages import SQS_S3_BUCKET_OPTION
-from pipeline.preview import CLASSES, PreviewReport
+from nsb_delays.components.model import sqs
+
+from .messages import SQS_S3_BUCKET_OPTION
+from .preview import CLASSES, PreviewReport
 
 TOP_DESTINATIONS = 20
 HTML_NAME = "preview.html"
@@ -92,7 +93,7 @@ def write_html(report: PreviewReport, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     plots = write_plots(report, directory)
-    environment = Environment(loader=PackageLoader("pipeline", "templates"), autoescape=select_autoescape(["j2"]))
+    environment = Environment(loader=PackageLoader(__package__, "templates"), autoescape=select_autoescape(["j2"]))
     html = environment.get_template("preview.html.j2").render(
         report=report,
         plots=plots,

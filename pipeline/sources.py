@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, spark_jdbc
+from .layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, spark_jdbc
 
 HEADER_MAP_TYPE = T.MapType(T.StringType(), T.StringType())
 MISSING_ID = "missing id"

@@ -17,11 +17,12 @@ from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
+# Debian's libpostgresql-jdbc-java and libmariadb-java put their drivers here.
+POSTGRES_JDBC_JAR = Path(os.environ.get("NSB_POSTGRES_JDBC_JAR", "/usr/share/java/postgresql.jar"))
+MARIADB_JDBC_JAR = Path(os.environ.get("NSB_MARIADB_JDBC_JAR", "/usr/share/java/mariadb-java-client.jar"))
 
 
 def default_jars() -> list[str]:
-    from infra.services import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
-
     return [str(jar) for jar in (POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR) if Path(jar).exists()]
 
 

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.model import sqs
-from pipeline.messages import SQS_S3_BUCKET_OPTION, SqsMessage
-from pipeline.rabbitmq_target import DestinationsRefused, DispatchError
+from nsb_delays.components.model import sqs
+
+from .messages import SQS_S3_BUCKET_OPTION, SqsMessage
+from .rabbitmq_target import DestinationsRefused, DispatchError
 
 
 @dataclass(frozen=True)

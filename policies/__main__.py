@@ -5,6 +5,6 @@ Never import this module from tests or tools; import ``policies.pack`` instead.
 
 from pulumi_policy import PolicyPack
 
-from policies.pack import DEFAULT_ENFORCEMENT_LEVEL, PACK_NAME, POLICIES
+from nsb_delays.policies.pack import DEFAULT_ENFORCEMENT_LEVEL, PACK_NAME, POLICIES
 
 PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=DEFAULT_ENFORCEMENT_LEVEL)

@@ -31,8 +31,9 @@ from pulumi_policy import (
 from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from infra.recording import RecordedResource
-from policies.pack import POLICIES, POLICIES_BY_NAME
+from nsb_delays.infra.recording import RecordedResource
+
+from .pack import POLICIES, POLICIES_BY_NAME
 
 ALL_POLICIES_KEY = "all"  # the config key that sets every policy's enforcement level
 ENFORCEMENT_KEY = "enforcementLevel"

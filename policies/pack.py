@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, Policy
 
-from policies.rules import RESOURCE_POLICIES
-from policies.stack_rules import STACK_POLICIES
+from .rules import RESOURCE_POLICIES
+from .stack_rules import STACK_POLICIES
 
 PACK_NAME = "nsb-delays"
 DEFAULT_ENFORCEMENT_LEVEL = EnforcementLevel.ADVISORY  # every rule states its own level

@@ -20,9 +20,9 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from components.resource_types import (
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
     RABBITMQ_OPERATOR_POLICY,
@@ -33,7 +33,8 @@ from components.resource_types import (
     SQS_QUEUE,
     SQS_REDRIVE_POLICY,
 )
-from policies.props import (
+
+from .props import (
     UNKNOWN,
     DeclaredArguments,
     config_value,

@@ -20,9 +20,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from components.resource_types import (
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
     RABBITMQ_OPERATOR_POLICY,
@@ -31,14 +31,15 @@ from components.resource_types import (
     RABBITMQ_USER,
     SQS_QUEUE,
 )
-from policies.props import (
+
+from .props import (
     UNKNOWN,
     config_value,
     declared_arguments,
     tolerate_unknowns,
     value_at,
 )
-from policies.rules import DELIVERY_EXCHANGES
+from .rules import DELIVERY_EXCHANGES
 
 DEFAULT_VHOST = "/"
 # The argument naming a level queue's dead-letter target: the one level 00 sets to the delivery exchange.
@@ -426,7 +427,7 @@ def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, Pol
 
 def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResource]:
     """Receiving queues of RabbitMqEndpoint components (legacy timeout queues have no delivery binding)."""
-    from components.rabbitmq import TYPE_PREFIX, RabbitMqEndpoint
+    from nsb_delays.components.rabbitmq import TYPE_PREFIX, RabbitMqEndpoint
 
     endpoint_type = f"{TYPE_PREFIX}{RabbitMqEndpoint.__name__}"
     queues = {}

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from infra.management import ManagementApi
-from infra.services import LocalMariaDb, LocalMoto, LocalPostgres, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.management import ManagementApi
+from tests.services import LocalMariaDb, LocalPostgres
 
 TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -3,8 +3,8 @@
 Everything else in the package is an adapter that reads these facts and never re-derives one.
 """
 
-from components.model import rabbitmq, sqs
-from components.model.rabbitmq import (
+from . import rabbitmq, sqs
+from .rabbitmq import (
     DelayError,
     DelayPath,
     Hop,

@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from components.model import sqs as sqs_model
-from infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from infra.recording import PROJECT, record_stack
-from policies.offline import (
+from nsb_delays.components.model import sqs as sqs_model
+from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.recording import PROJECT, record_stack
+from nsb_delays.policies.offline import (
     PackConfig,
     PolicyConfigError,
     Violation,
@@ -31,8 +31,8 @@ from policies.offline import (
     policy_resources,
     run_policies,
 )
-from policies.pack import PACK_NAME, POLICIES
-from policies.stack_rules import (
+from nsb_delays.policies.pack import PACK_NAME, POLICIES
+from nsb_delays.policies.stack_rules import (
     endpoint_retirement_order,
     previous_endpoint_names,
     sqs_delay_queue_pairs,

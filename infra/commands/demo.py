@@ -22,15 +22,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from components.model import sqs as sqs_model
-from infra.commands.verify import drift_table
-from infra.config import ConfigError, StackConfig, load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher
-from infra.management import ManagementApi
-from infra.render import render
-from infra.services import LocalMoto, LocalRabbitMq, ServiceUnavailable
-from infra.stack_topology import sqs_queue_specs
-from infra.verify import verify_rabbitmq, verify_sqs
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.verify import verify_rabbitmq, verify_sqs
+from nsb_delays.components.model import sqs as sqs_model
+from nsb_delays.infra.config import ConfigError, StackConfig, load_stack
+from nsb_delays.infra.render import render
+from nsb_delays.infra.stack_topology import sqs_queue_specs
+
+from .verify import drift_table
 
 DEFAULT_DELAYS = (0, 1, 2, 5)
 CLOUDFORMATION_STACK = "nsb-delays-demo"

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from components.model import rabbitmq as model
+from nsb_delays.components.model import rabbitmq as model
 
 
 def _delay(value: str) -> int:

@@ -6,6 +6,6 @@ import click
 
 
 def register(cli: click.Group) -> None:
-    from pipeline.job import migrate
+    from nsb_delays.pipeline.job import migrate
 
     cli.add_command(migrate, name="migrate")

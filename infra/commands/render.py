@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from infra.config import ConfigError, load_stack
-from infra.render import FORMATS, RenderError, render
+from nsb_delays.infra.config import ConfigError, load_stack
+from nsb_delays.infra.render import FORMATS, RenderError, render
 
 
 def register(cli: click.Group) -> None:

@@ -17,9 +17,9 @@ import urllib3
 from rich.console import Console
 from rich.table import Table
 
-from infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from infra.management import ManagementApi, ManagementError
-from infra.verify import Drift, verify_rabbitmq, verify_sqs
+from nsb_delays.brokers.management import ManagementApi, ManagementError
+from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
+from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
 
 NO_DRIFT_EXIT, DRIFT_EXIT = 0, 1
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import jinja2
 
-from components.model import msmq
-from infra.config import StackConfig
-from infra.render import contexts
+from nsb_delays.components.model import msmq
+from nsb_delays.infra.config import StackConfig
+
+from . import contexts
 
 
 class RenderError(ValueError):
@@ -72,7 +73,7 @@ def _tojson(value: Any) -> str:
 
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("infra.render", "templates"),
+        loader=jinja2.PackageLoader(__name__, "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

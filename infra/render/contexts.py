@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.model import msmq, sqs
-from infra.config import StackConfig
-from infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.components.model import msmq, sqs
+from nsb_delays.infra.config import StackConfig
+from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
 
 def definitions_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:

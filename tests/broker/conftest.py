@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from infra.management import ManagementApi
+from nsb_delays.brokers.management import ManagementApi
 from tests.conftest import vhost_factory
 
 

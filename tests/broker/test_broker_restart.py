@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from components.model import rabbitmq as rmq
-from infra.apply import RabbitMqApplier
-from infra.config import StackConfig, load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher, queue_depths
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.services import LocalRabbitMq
-from infra.stack_topology import receiving_queues
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.stack_topology import receiving_queues
 
 DELAYS = (3, 6, 9, 13)
 # Arrival may precede sent+delay by at most the broker's millisecond timestamp rounding.

@@ -8,8 +8,8 @@ import math
 import pika
 import pytest
 
-from pipeline.messages import RabbitMqMessage
-from pipeline.rabbitmq_target import FLUSH_EVERY, ConfirmPublisher, DispatchError
+from nsb_delays.pipeline.messages import RabbitMqMessage
+from nsb_delays.pipeline.rabbitmq_target import FLUSH_EVERY, ConfirmPublisher, DispatchError
 
 
 def message(index: int, queue: str) -> RabbitMqMessage:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import load_stack
-from infra.services import LocalMoto, LocalRabbitMq
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
+from nsb_delays.infra.config import load_stack
 
-DEMO = [sys.executable, "-m", "infra.cli", "demo", "--stack", "dev"]
+DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 STARTED = re.compile(r"starting RabbitMQ: management http://127\.0\.0\.1:(\d+), AMQP (\d+), state in (\S+)")
 

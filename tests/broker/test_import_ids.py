@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from components.model import rabbitmq as rmq
-from components.rabbitmq import binding_properties_key
-from infra.apply import RabbitMqApplier
-from infra.config import parse_stack_config
-from infra.recording import record_stack
-from infra.services import LocalRabbitMq
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.rabbitmq import binding_properties_key
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
 
 
 def test_binding_properties_keys_match_the_management_api(rabbitmq: LocalRabbitMq) -> None:

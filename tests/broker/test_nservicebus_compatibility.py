@@ -13,15 +13,15 @@ import pika
 import pika.exceptions
 import pytest
 
-from components.model import rabbitmq as rmq
-from infra.apply import ApplyError, RabbitMqApplier
-from infra.config import StackConfig, load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.services import LocalRabbitMq
-from infra.stack_topology import receiving_queues
-from infra.verify import verify_rabbitmq
+from nsb_delays.brokers.apply import ApplyError, RabbitMqApplier
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.stack_topology import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]

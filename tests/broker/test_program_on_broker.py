@@ -13,15 +13,15 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from components.model import rabbitmq as rmq
-from infra.apply import RabbitMqApplier
-from infra.config import StackConfig, load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
-from infra.management import ManagementApi
-from infra.recording import RecordedResource, record_stack
-from infra.services import LocalRabbitMq
-from infra.stack_topology import rabbitmq_topology, receiving_queues
-from infra.verify import verify_rabbitmq
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.recording import RecordedResource, record_stack
+from nsb_delays.infra.stack_topology import rabbitmq_topology, receiving_queues
 
 SEED_DELAYS = (0, 1, 2, 3, 5, 10, 13)
 RANDOM_SEED = random.randrange(1 << 30)

@@ -14,17 +14,17 @@ import sqlglot
 from click.testing import CliRunner
 from sqlglot import exp
 
-from components.model import msmq, sqs
-from components.model import rabbitmq as rmq
-from infra.apply import RabbitMqApplier
-from infra.cli import cli
-from infra.config import MsmqConfig, StackConfig, load_stack
-from infra.delivery import ArrivalCollector, DelayedPublisher
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.render import RenderError, render
-from infra.services import LocalMoto, LocalRabbitMq
-from infra.stack_topology import rabbitmq_topology, receiving_queues, sqs_queue_specs
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import msmq, sqs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.cli import cli
+from nsb_delays.infra.config import MsmqConfig, StackConfig, load_stack
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.render import RenderError, render
+from nsb_delays.infra.stack_topology import rabbitmq_topology, receiving_queues, sqs_queue_specs
 
 DELAYS = (0, 1, 2, 3)
 CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds

@@ -12,16 +12,23 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from infra.apply import RabbitMqApplier, apply_sqs
-from infra.cli import cli
-from infra.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
-from infra.delivery import connection_parameters
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.services import LocalMoto, LocalRabbitMq
-from infra.verify import Drift, parse_version, requirement_drifts, sqs_queue_drifts, topology_drifts, verify_sqs
+from nsb_delays.brokers.apply import RabbitMqApplier, apply_sqs
+from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.verify import (
+    Drift,
+    parse_version,
+    requirement_drifts,
+    sqs_queue_drifts,
+    topology_drifts,
+    verify_sqs,
+)
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.infra.cli import cli
+from nsb_delays.infra.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.recording import record_stack
 
 
 @pytest.fixture

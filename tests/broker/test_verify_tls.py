@@ -15,12 +15,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from infra.apply import RabbitMqApplier
-from infra.cli import cli
-from infra.config import StackConfig, parse_stack_config
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.services import HOST, LocalRabbitMq, free_port
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.local import HOST, LocalRabbitMq, free_port
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.cli import cli
+from nsb_delays.infra.config import StackConfig, parse_stack_config
+from nsb_delays.infra.recording import record_stack
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:

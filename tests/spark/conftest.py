@@ -17,16 +17,17 @@ import pika
 import psycopg
 import pytest
 
-from infra.apply import RabbitMqApplier
-from infra.config import parse_stack_config
-from infra.management import ManagementApi
-from infra.recording import record_stack
-from infra.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalRabbitMq
-from pipeline.delays import from_micros, now_micros
-from pipeline.layouts import sql_persistence_layout
-from pipeline.migration import TargetSettings
-from pipeline.sources import JdbcSource
+from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.pipeline.delays import from_micros, now_micros
+from nsb_delays.pipeline.layouts import sql_persistence_layout
+from nsb_delays.pipeline.migration import TargetSettings
+from nsb_delays.pipeline.sources import JdbcSource
 from tests.conftest import vhost_factory
+from tests.services import POSTGRES_JDBC_JAR, LocalPostgres
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
 
@@ -35,7 +36,7 @@ SQL_PERSISTENCE_VERSION = "6.6.5"
 def spark() -> Iterator[Any]:
     if not POSTGRES_JDBC_JAR.exists():
         pytest.skip(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
-    from pipeline.spark import spark_session
+    from nsb_delays.pipeline.spark import spark_session
 
     session = spark_session("local[2]")
     try:

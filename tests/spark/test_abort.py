@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from pipeline.faults import Fault
-from pipeline.ledger import DISPATCHED, STATE_TABLE, LedgerError
-from pipeline.migration import RunOptions, abort_migration, run_migration
+from nsb_delays.pipeline.faults import Fault
+from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE, LedgerError
+from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 
 ROWS, BATCH_SIZE = 900, 100
@@ -64,7 +64,7 @@ def test_abort_after_a_partial_run_restores_exactly_the_undispatched_rows(
 def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgres, timeout_table, broker_vhost) -> None:
     from click.testing import CliRunner
 
-    from pipeline.job import migrate
+    from nsb_delays.pipeline.job import migrate
 
     broker = broker_vhost(["Sales"])
     rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(60)]
@@ -76,7 +76,7 @@ def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgre
                   "--fault", "after-publish:3:raise"],
     )  # fmt: skip
     assert result.exit_code == 1
-    assert "the run stopped: pipeline.faults.InjectedFault: injected fault at after-publish" in result.output
+    assert "the run stopped: nsb_delays.pipeline.faults.InjectedFault: injected fault at after-publish" in result.output
     assert "rerun the same command to resume" in result.output
     result = CliRunner().invoke(migrate, ["abort", *common])
     assert result.exit_code == 0, result.output

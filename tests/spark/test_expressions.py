@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from pipeline import expressions as X
-from pipeline.delays import MICROS_PER_SECOND, remaining_delay
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.pipeline import expressions as X
+from nsb_delays.pipeline.delays import MICROS_PER_SECOND, remaining_delay
 
 NOW_US = 1_790_000_000 * MICROS_PER_SECOND + 123_456
 EDGES = [0, 1, 2, 10, 28, 899, 900, 901, 1800, 1925, 2**27 - 1, 2**27, rmq.MAX_DELAY_SECONDS]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.layouts import (
+from nsb_delays.pipeline.layouts import (
     LayoutError,
     dialect_of_jdbc_url,
     jdbc_layout,
@@ -15,7 +15,7 @@ from pipeline.layouts import (
     sql_persistence_layout,
     table_prefix,
 )
-from pipeline.sources import msmq_headers_as_json
+from nsb_delays.pipeline.sources import msmq_headers_as_json
 
 
 def test_sql_persistence_prefix_is_the_endpoint_with_dots_as_underscores() -> None:

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from pipeline import preview as P
-from pipeline.delays import to_micros
-from pipeline.job import migrate
-from pipeline.messages import sqs_message
-from pipeline.migration import TargetSettings
-from pipeline.report import HTML_NAME, PLOTS, write_html
-from pipeline.sources import (
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.pipeline import preview as P
+from nsb_delays.pipeline.delays import to_micros
+from nsb_delays.pipeline.job import migrate
+from nsb_delays.pipeline.messages import sqs_message
+from nsb_delays.pipeline.migration import TargetSettings
+from nsb_delays.pipeline.report import HTML_NAME, PLOTS, write_html
+from nsb_delays.pipeline.sources import (
     BAD_HEADERS,
     MISSING_DESTINATION,
     MISSING_DUE_TIME,
@@ -33,7 +33,7 @@ from pipeline.sources import (
     read_jdbc,
     validated,
 )
-from pipeline.sqs_target import SqsSettings
+from nsb_delays.pipeline.sqs_target import SqsSettings
 from tests.spark.conftest import timeout, utc_now
 
 FIVE_YEARS = 5 * 365 * 86_400  # far future, still within 2^28 - 1 s

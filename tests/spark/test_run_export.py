@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from components.model import rabbitmq as rmq
-from pipeline.job import migrate
-from pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
-from pipeline.migration import RunOptions, export_ledger_source, run_migration
-from pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.pipeline.job import migrate
+from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
+from nsb_delays.pipeline.migration import RunOptions, export_ledger_source, run_migration
+from nsb_delays.pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
 from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now
 from tests.spark.test_crash_safety import kill_when_marked, spark_submit
 

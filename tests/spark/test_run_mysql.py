@@ -17,12 +17,20 @@ from typing import Any
 
 import pytest
 
-from infra.services import MARIADB_JDBC_JAR, LocalMariaDb
-from pipeline.faults import Fault
-from pipeline.layouts import nhibernate_layout, sql_persistence_layout
-from pipeline.ledger import ABORTED, COMPLETED, DISPATCHED, STATE_TABLE, Ledger, LedgerError, conninfo_from_jdbc
-from pipeline.migration import RunOptions, abort_migration, run_migration
-from pipeline.sources import JdbcSource
+from nsb_delays.pipeline.faults import Fault
+from nsb_delays.pipeline.layouts import nhibernate_layout, sql_persistence_layout
+from nsb_delays.pipeline.ledger import (
+    ABORTED,
+    COMPLETED,
+    DISPATCHED,
+    STATE_TABLE,
+    Ledger,
+    LedgerError,
+    conninfo_from_jdbc,
+)
+from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
+from nsb_delays.pipeline.sources import JdbcSource
+from tests.services import MARIADB_JDBC_JAR, LocalMariaDb
 from tests.spark.conftest import SQL_PERSISTENCE_VERSION, StoredTimeout, timeout, utc_now
 
 COLUMNS = "`Id`, `Destination`, `SagaId`, `State`, `Time`, `Headers`, `PersistenceVersion`"

@@ -10,11 +10,11 @@ import uuid
 import psycopg
 import pytest
 
-from components.model import rabbitmq as rmq
-from pipeline.layouts import nhibernate_layout
-from pipeline.ledger import LedgerError
-from pipeline.migration import RunOptions, run_migration
-from pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, JdbcSource
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.pipeline.layouts import nhibernate_layout
+from nsb_delays.pipeline.ledger import LedgerError
+from nsb_delays.pipeline.migration import RunOptions, run_migration
+from nsb_delays.pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, JdbcSource
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 
 TEN_YEARS = 10 * 365 * 86_400
@@ -58,7 +58,7 @@ def test_rerun_with_other_parameters_is_refused(spark, postgres, timeout_table, 
     source = timeout_table("Params", [timeout("Sales", 3600, 0, now=utc_now())])
     options = RunOptions(source, broker.target(), batch_size=8, partitions=1, show_progress=False)
     with pytest.raises(Exception, match="injected fault at after-hide"):
-        from pipeline.faults import Fault
+        from nsb_delays.pipeline.faults import Fault
 
         run_migration(spark, RunOptions(**{**options.__dict__, "fault": Fault.parse("after-hide")}))
     with pytest.raises(LedgerError, match=r"in progress with other parameters .*\"batchSize\": 8"):
@@ -99,10 +99,10 @@ def test_nhibernate_timeout_entity_migrates_only_the_endpoint(spark, postgres, b
 
 def test_a_batch_seen_in_part_is_neither_sent_nor_marked(postgres) -> None:
     """A task sends a batch only when all of its rows arrived; a short batch stays pending, loudly."""
-    from pipeline.dispatch import DispatchSettings, dispatch_partition
-    from pipeline.layouts import sql_persistence_layout
-    from pipeline.ledger import Run
-    from pipeline.rabbitmq_target import DispatchError
+    from nsb_delays.pipeline.dispatch import DispatchSettings, dispatch_partition
+    from nsb_delays.pipeline.layouts import sql_persistence_layout
+    from nsb_delays.pipeline.ledger import Run
+    from nsb_delays.pipeline.rabbitmq_target import DispatchError
 
     run = Run("r", 1, {}, 1, 3, "TimeoutData_migration_r", "TimeoutData_migration_r_batches")
     settings = DispatchSettings(

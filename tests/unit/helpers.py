@@ -6,11 +6,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from components.resource_types import RABBITMQ_BINDING as BINDING
-from components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
-from components.resource_types import RABBITMQ_QUEUE as QUEUE
-from components.resource_types import SQS_QUEUE
-from infra.recording import RecordedResource, record
+from nsb_delays.components.resource_types import RABBITMQ_BINDING as BINDING
+from nsb_delays.components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
+from nsb_delays.components.resource_types import RABBITMQ_QUEUE as QUEUE
+from nsb_delays.components.resource_types import SQS_QUEUE
+from nsb_delays.infra.recording import RecordedResource, record
 
 __all__ = ["BINDING", "EXCHANGE", "QUEUE", "SQS_QUEUE"]
 

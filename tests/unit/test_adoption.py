@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from components.model import rabbitmq as rmq
-from components.rabbitmq import binding_import_id, binding_properties_key
-from infra.config import parse_stack_config
-from infra.recording import record_stack
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.rabbitmq import binding_import_id, binding_properties_key
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE
 
 

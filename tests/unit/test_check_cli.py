@@ -10,10 +10,10 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from components.model import rabbitmq as rmq
-from infra.cli import cli
-from infra.config import stack_file
-from policies.pack import POLICIES
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.cli import cli
+from nsb_delays.infra.config import stack_file
+from nsb_delays.policies.pack import POLICIES
 
 RABBITMQ_PROVIDER_URN = "urn:pulumi:broken::nsb-delays::pulumi:providers:rabbitmq::default"
 
@@ -133,6 +133,6 @@ def test_a_baseline_with_an_endpoint_this_stack_drops_gets_the_retirement_advice
 
 
 def test_markdown_cells_survive_github_rendering() -> None:
-    from infra.commands.check import markdown_cell
+    from nsb_delays.infra.commands.check import markdown_cell
 
     assert markdown_cell("key '#.<endpoint>' | a\nb & c") == "key '#.&lt;endpoint&gt;' \\| a b &amp; c"

@@ -7,8 +7,8 @@ import json
 import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 
-from components.provider import COMPONENTS, PACKAGE
-from infra.recording import record
+from nsb_delays.components.provider import COMPONENTS, PACKAGE
+from nsb_delays.infra.recording import record
 from tests.unit.helpers import SQS_QUEUE, bindings, of_type, queues
 
 

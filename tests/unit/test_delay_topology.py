@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import RabbitMqDelayInfrastructure
+from nsb_delays.components import RabbitMqDelayInfrastructure
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE, bindings, declared, exchanges, of_type, queues, raw_arguments
 
 V2_ARGUMENTS = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
+from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
 from tests.unit.helpers import bindings, declared, exchanges, queues, raw_arguments
 
 

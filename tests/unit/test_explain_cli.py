@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import cli
+from nsb_delays.infra.cli import cli
 
 
 def explain(*args: str) -> tuple[int, str]:

@@ -32,14 +32,14 @@ from pulumi_policy.proxy import (
     unknown_checking_proxy,
 )
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
-from components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
-from infra.config import load_stack, read_stack_yaml
-from infra.recording import PROJECT, RecordedResource, record, record_stack
-from policies import rules
-from policies.offline import (
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
+from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
+from nsb_delays.infra.config import load_stack, read_stack_yaml
+from nsb_delays.infra.recording import PROJECT, RecordedResource, record, record_stack
+from nsb_delays.policies import rules
+from nsb_delays.policies.offline import (
     PackConfig,
     PolicyConfigError,
     Violation,
@@ -48,7 +48,7 @@ from policies.offline import (
     policy_resources,
     run_policies,
 )
-from policies.pack import POLICIES, POLICIES_BY_NAME
+from nsb_delays.policies.pack import POLICIES, POLICIES_BY_NAME
 
 STACK = "dev"
 

@@ -8,9 +8,9 @@ from collections import Counter
 import pulumi
 import pytest
 
-from infra.config import ConfigError, load_stack
-from infra.program import main
-from infra.recording import record, record_stack
+from nsb_delays.infra.config import ConfigError, load_stack
+from nsb_delays.infra.program import main
+from nsb_delays.infra.recording import record, record_stack
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE, SQS_QUEUE
 
 

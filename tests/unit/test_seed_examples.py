@@ -1,7 +1,7 @@
 """The seeds' worked examples, asserted against the pure model."""
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
 
 
 def test_ten_seconds_routing_key_from_seed_001() -> None:

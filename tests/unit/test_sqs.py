@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import SqsEndpoint
-from components.model import sqs
+from nsb_delays.components import SqsEndpoint
+from nsb_delays.components.model import sqs
 from tests.unit.helpers import SQS_QUEUE, declared, of_type
 
 

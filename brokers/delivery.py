@@ -19,7 +19,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from components.model import rabbitmq as model
+from nsb_delays.components.model import rabbitmq as model
 
 PERSISTENT = pika.DeliveryMode.Persistent
 

@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from components.model import rabbitmq as rmq
-from components.model import sqs
-from infra.config import RabbitMqConfig, SqsConfig
-from infra.management import ManagementApi
-from infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.infra.config import RabbitMqConfig, SqsConfig
+from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+
+from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"

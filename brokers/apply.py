@@ -13,12 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.resource_types import RABBITMQ_BINDING as BINDING
-from components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
-from components.resource_types import RABBITMQ_QUEUE as QUEUE
-from components.resource_types import SQS_QUEUE
-from infra.management import ManagementApi, ManagementError, path_segment
-from infra.recording import RecordedResource
+from nsb_delays.components.resource_types import RABBITMQ_BINDING as BINDING
+from nsb_delays.components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
+from nsb_delays.components.resource_types import RABBITMQ_QUEUE as QUEUE
+from nsb_delays.components.resource_types import SQS_QUEUE
+from nsb_delays.infra.recording import RecordedResource
+
+from .management import ManagementApi, ManagementError, path_segment
 
 _ORDER = {EXCHANGE: 0, QUEUE: 1, BINDING: 2}
 

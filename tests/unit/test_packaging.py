@@ -1,0 +1,77 @@
+"""The repository's folders install as one import namespace, ``nsb_delays`` (issue 9).
+
+The folders keep their names in the repository (``components/``, ``infra/``, …) but are only ever
+imported as ``nsb_delays.<folder>``: a user's project with its own ``components/`` or ``pipeline/``
+package must never shadow ours, or ours theirs. These checks read the source; the wheel itself is
+built, installed and exercised beside such a user project in ``tests/packaging/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
+FOLDERS = {folder: namespaced for namespaced, folder in PACKAGE_DIRS.items()}
+PYTHON_FILES = sorted(
+    path
+    for path in PROJECT.rglob("*.py")
+    if not {".venv", "build", "dist", ".git"} & set(path.relative_to(PROJECT).parts)
+)
+
+
+def bare_imports(path: Path) -> list[str]:
+    """Absolute imports of a repository folder by its bare name (``import components``, ``from infra.x import y``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in FOLDERS]
+    return found
+
+
+def parent_relative_imports(path: Path) -> list[str]:
+    return [
+        f"line {node.lineno}: {'.' * node.level}{node.module or ''}"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.level > 1
+    ]
+
+
+def test_every_folder_maps_into_the_namespace() -> None:
+    assert FOLDERS == {
+        "components": "nsb_delays.components",
+        "infra": "nsb_delays.infra",
+        "policies": "nsb_delays.policies",
+        "pipeline": "nsb_delays.pipeline",
+        "brokers": "nsb_delays.brokers",
+    }
+
+
+def test_every_python_package_folder_is_listed() -> None:
+    """A sub-package missing from ``packages`` would be silently left out of the wheel."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join([FOLDERS[init.relative_to(PROJECT).parts[0]], *init.relative_to(PROJECT).parent.parts[1:]])
+        for folder in FOLDERS
+        for init in (PROJECT / folder).rglob("__init__.py")
+    }
+    assert on_disk == listed
+
+
+@pytest.mark.parametrize("path", PYTHON_FILES, ids=lambda path: str(path.relative_to(PROJECT)))
+def test_imports_are_namespaced(path: Path) -> None:
+    """Siblings import each other relatively (``from .model import rabbitmq``); everything else says
+    ``nsb_delays.``. A bare ``from components…`` would work in this checkout (its root is on sys.path)
+    and break, or import a user's own package, once installed."""
+    assert bare_imports(path) == []
+    assert parent_relative_imports(path) == []
