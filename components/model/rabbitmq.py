@@ -233,6 +233,28 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
     return Topology(tuple(exchanges), tuple(queues), tuple(bindings))
 
 
+QueueArgumentsField = Literal["none", "arguments", "arguments_json"]
+
+
+def queue_arguments_field(arguments: Arguments) -> QueueArgumentsField:
+    """Which pulumi-rabbitmq ``QueueSettings`` field carries these arguments so that a read gives them back.
+
+    terraform-provider-rabbitmq v1.10.1 (``rabbitmq/resource_queue.go``, ``ReadQueue`` and
+    ``nonStringInArguments``) reads a queue's arguments into ``arguments_json`` only when the state
+    already holds ``arguments_json`` or some value is not a string; otherwise into the string map
+    ``arguments``. On ``pulumi import`` the state is empty, so an all-string set (an endpoint quorum
+    queue's ``{"x-queue-type": "quorum"}``) comes back as ``arguments``: declaring it as
+    ``arguments_json`` would make the import differ and fail. Any non-string value (a level queue's
+    integer TTL) must go through ``arguments_json`` anyway: the ``arguments`` map sends strings only.
+    No arguments: neither field (a read of ``{}`` is an empty map, which equals an absent one).
+    """
+    if not arguments:
+        return "none"
+    if all(isinstance(value, str) for value in arguments.values()):
+        return "arguments"
+    return "arguments_json"
+
+
 def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
     """Receiving and sending queues of an endpoint: ``x-queue-type=quorum`` or no arguments (classic)."""
     if queue_type not in QUEUE_TYPES:

@@ -17,6 +17,7 @@ def test_conventional_endpoint_binds_delivery_exchange_to_its_fanout_exchange() 
     assert exchanges(resources) == {"Sales": {"type": "fanout", "durable": True, "autoDelete": False}}
     assert set(queues(resources)) == {"Sales"}
     assert raw_arguments(queues(resources)["Sales"]) == {"x-queue-type": "quorum"}
+    assert queues(resources)["Sales"].settings()["arguments"] == {"x-queue-type": "quorum"}  # all strings: the map
     assert bindings(resources) == {
         ("Sales", "Sales", "queue", ""),
         ("nsb.v2.delay-delivery", "Sales", "exchange", "#.Sales"),
