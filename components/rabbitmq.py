@@ -89,9 +89,9 @@ def declare_topology(
     creates the binding after its ends, deletes it first, and when an end is replaced (deleted and
     re-declared, which drops its bindings on the broker) replaces the binding with it. A plain
     ``depends_on`` would not do that (pulumi/pulumi ``pkg/resource/deploy/step_generator.go``,
-    ``calculateDependentReplacements`` only follows property dependencies). With ``adopt_existing`` every object is imported
-    (``import_``) instead of created: ``pulumi up`` then takes over what NServiceBus installers
-    declared, and fails rather than replace anything whose properties differ.
+    ``calculateDependentReplacements`` only follows property dependencies). With ``adopt_existing``
+    every object is imported (``import_``) instead of created: ``pulumi up`` then takes over what
+    NServiceBus installers declared, and fails rather than replace anything whose properties differ.
     """
     declared = _Declared()
 
