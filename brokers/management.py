@@ -14,7 +14,14 @@ import requests
 
 
 class ManagementError(RuntimeError):
-    """The management API refused or failed a call; the message names the call and the broker's answer."""
+    """The management API refused or failed a call; the message names the call and the broker's answer.
+
+    ``status`` is the HTTP status (None when the broker could not be reached).
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def path_segment(value: str) -> str:
@@ -38,7 +45,8 @@ class ManagementApi:
         self.session = requests.Session()
         self.session.auth = (self.username, self.password)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def send(self, method: str, path: str, body: Any = None) -> requests.Response:
+        """One call; the response (headers included) when the status is below 400, else ``ManagementError``."""
         address = f"{self.url.rstrip('/')}/api/{path}"
         try:
             # TLS settings per request: requests lets REQUESTS_CA_BUNDLE override a session's ``verify``.
@@ -48,7 +56,13 @@ class ManagementApi:
         except requests.RequestException as error:
             raise ManagementError(f"{method} {address}: {error}") from None
         if response.status_code >= 400:
-            raise ManagementError(f"{method} {address}: HTTP {response.status_code} {response.text[:500]}")
+            raise ManagementError(
+                f"{method} {address}: HTTP {response.status_code} {response.text[:500]}", response.status_code
+            )
+        return response
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        response = self.send(method, path, body)
         return response.json() if response.content else None
 
     def overview(self) -> dict[str, Any]:

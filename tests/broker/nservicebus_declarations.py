@@ -11,7 +11,15 @@ encodes a Python int as an AMQP integer and a str as a long string, the same typ
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
+
+import pika
+
+from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.stack_topology import receiving_queues
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),
@@ -69,3 +77,36 @@ def declare_endpoint(
             channel.exchange_bind(queue, delivery, f"#.{queue}")
         else:
             channel.queue_bind(queue, delivery, f"#.{queue}")
+
+
+# --- a stack's topology declared as NServiceBus would (which names: the stack config; how: above) ---------
+
+
+def endpoint_only_stack(vhost: str, generation: str, topology: str) -> StackConfig:
+    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
+    dev = load_stack("dev").rabbitmq
+    assert dev is not None
+    endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
+    return StackConfig(
+        rabbitmq=replace(dev, vhost=vhost, generation=generation, routing_topology=topology, endpoints=endpoints)
+    )
+
+
+def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options: Any) -> None:
+    """The stack's delay graph and receiving/error/audit queues, declared over AMQP as NServiceBus does."""
+    config = stack.rabbitmq
+    assert config is not None
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, config.vhost))
+    try:
+        channel = connection.channel()
+        declare_delay_infrastructure(channel, config.generation, **options)
+        declare_endpoint(
+            channel,
+            config.generation,
+            config.routing_topology,
+            receiving_queues(config),
+            (config.error_queue, config.audit_queue),
+        )
+    finally:
+        if connection.is_open:
+            connection.close()

@@ -14,8 +14,8 @@ import sqlglot
 from click.testing import CliRunner
 from sqlglot import exp
 
-from nsb_delays.brokers.apply import RabbitMqApplier
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import msmq, sqs
@@ -55,7 +55,7 @@ def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_mess
     management.import_definitions(document)
 
     applied = dev_in_vhost(new_vhost("applied"), generation, topology)
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(applied))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(applied))
     assert shape(management.definitions(imported.rabbitmq.vhost)) == shape(
         management.definitions(applied.rabbitmq.vhost)
     )

@@ -17,7 +17,7 @@ import pika
 import psycopg
 import pytest
 
-from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.config import parse_stack_config
@@ -199,7 +199,9 @@ def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator
             config = parse_stack_config(
                 {"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}}
             )
-            RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+            PulumiEngineEmulation.connect(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).up(
+                record_stack(config)
+            )
             return BrokerVhost(rabbitmq, vhost)
 
         yield make
