@@ -185,6 +185,36 @@ typed_queue_arguments = ResourceValidationPolicy(
 )
 
 
+@tolerate_unknowns
+def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    declared = declared_arguments(args.props)
+    if declared is UNKNOWN or declared.error or not declared.values:
+        return
+    where = rmq.queue_arguments_field(declared.values)
+    if declared.source == "settings.argumentsJson" and where == "arguments":
+        name = value_at(args.props, "name")
+        report(
+            f"queue {_quoted(name)}: every argument is a string, yet they are declared in settings.argumentsJson. "
+            "An import (adoptExisting, `pulumi import`) reads all-string arguments back into settings.arguments "
+            "(terraform-provider-rabbitmq ReadQueue), so the import sees a difference and fails. Declare them in "
+            "settings.arguments (RabbitMqEndpoint does).",
+        )
+
+
+queue_arguments_as_read = ResourceValidationPolicy(
+    name="queue-arguments-as-read",
+    description=(
+        "Queue arguments are declared in the field a provider read gives them back in: all strings in "
+        "settings.arguments, any number or boolean in settings.argumentsJson; otherwise adopting the queue "
+        "by import fails. Fix: declare all-string arguments in settings.arguments."
+    ),
+    validate=validate_queue_arguments_as_read,
+    enforcement_level=EnforcementLevel.ADVISORY,
+)
+
+
 # --- exchanges and bindings ------------------------------------------------------------------------------
 
 
@@ -668,6 +698,7 @@ delay_queue_protected = ResourceValidationPolicy(
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_level_queue_arguments,
     typed_queue_arguments,
+    queue_arguments_as_read,
     delay_exchange_settings,
     delay_binding_keys,
     endpoint_delivery_binding,

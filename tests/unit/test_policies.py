@@ -121,12 +121,12 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 19
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 20
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
     advisory = [p.name for p in POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
-    assert advisory == ["endpoint-retirement-order"]
+    assert advisory == ["queue-arguments-as-read", "endpoint-retirement-order"]
 
 
 def test_the_program_tags_sqs_queues_with_the_model_tag_keys() -> None:
@@ -641,3 +641,16 @@ def test_derived_exemptions_join_the_users_own() -> None:
     }
     with pytest.raises(PolicyConfigError, match="minRetentionSeconds"):
         PackConfig().with_defaults("sqs-delay-queue-retention", {"minRetentionSeconds": 1})
+
+
+def test_all_string_arguments_in_arguments_json_are_advised_against() -> None:
+    """Such a queue works once created, but adopting it by import fails: the provider reads the string map."""
+    target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+
+    def as_json(inputs: dict[str, Any]) -> None:
+        inputs["settings"]["argumentsJson"] = json.dumps(inputs["settings"].pop("arguments"))
+
+    violations = run(changed(dev_recorded(), target, as_json))
+    assert reported(violations) == [("queue-arguments-as-read", target.urn)]
+    assert "settings.arguments" in violations[0].message and "import" in violations[0].message
+    assert run(dev_recorded()) == []
