@@ -11,19 +11,20 @@ import copy
 from dataclasses import replace
 
 import pika
+import pulumi_rabbitmq
 import pytest
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.engine_emulation import PlanRefused, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.provider_emulation import RESOURCE_TYPES
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import arguments_json
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_QUEUE
 from nsb_delays.infra.config import StackConfig, load_stack
-from nsb_delays.infra.recording import RecordedResource, record_stack
+from nsb_delays.infra.recording import RecordedResource, record, record_stack
 from tests.broker import nservicebus_declarations as nsb
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
@@ -226,3 +227,45 @@ def test_the_old_endpoint_queue_declaration_would_fail_its_import(
     assert all(
         "settings.arguments: expected (absent) (program), actual {'x-queue-type': 'quorum'}" in e for e in plan.errors
     )
+
+
+def delivery_limit_policy(vhost: str, priority: int = 0) -> list[RecordedResource]:
+    """A pulumi-rabbitmq Policy as NServiceBus names and defines the endpoint delivery limit (apply-to
+    ``queues`` here: ``quorum_queues`` needs RabbitMQ 3.12+)."""
+    policy = pulumi_rabbitmq.PolicyPolicyArgs(
+        pattern="^Sales$", priority=priority, apply_to="queues", definition={"delivery-limit": "100000"}
+    )
+    return record(
+        lambda: pulumi_rabbitmq.Policy(
+            "sales-delivery-limit",
+            name="nsb.Sales.delivery-limit",
+            vhost=vhost,
+            policy=policy,
+        )
+    )
+
+
+def test_a_policy_is_created_updated_in_place_and_imported(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+) -> None:
+    """resource_policy.go: ``"100000"`` goes to the broker as a number and reads back as the same string;
+    a changed ``policy`` block is an update (Policy has Update), not a replacement."""
+    vhost = new_vhost("policy")
+    engine = engine_for(rabbitmq)
+    assert engine.up(delivery_limit_policy(vhost)).ops() == {"create": 1}
+    (live,) = management.request("GET", f"policies/{path_segment(vhost)}")
+    assert live["definition"] == {"delivery-limit": 100000}
+    assert engine.refresh().ops() == {"unchanged": 1}
+    assert engine.plan(delivery_limit_policy(vhost)).ops() == {"same": 1}
+    plan = engine.up(delivery_limit_policy(vhost, priority=5))
+    assert plan.ops() == {"update": 1} and "policy.priority: program 5.0, state 0" in plan.steps[0].reason
+    assert management.request("GET", f"policies/{path_segment(vhost)}/nsb.Sales.delivery-limit")["priority"] == 5
+    adopting_policy = [
+        replace(r, import_id=f"nsb.Sales.delivery-limit@{vhost}") for r in delivery_limit_policy(vhost, 5)
+    ]
+    fresh = engine_for(rabbitmq)
+    assert fresh.plan(adopting_policy).ops() == {"import": 1}
+    mismatch = fresh.plan(
+        [replace(r, import_id=f"nsb.Sales.delivery-limit@{vhost}") for r in delivery_limit_policy(vhost)]
+    )
+    assert "policy.priority: expected 0.0 (program), actual 5 (broker)" in mismatch.errors[0]
