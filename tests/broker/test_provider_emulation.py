@@ -15,7 +15,7 @@ import pulumi_rabbitmq
 import pytest
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.engine_emulation import PlanRefused, PulumiEngineEmulation
+from nsb_delays.brokers.engine_emulation import ApplyError, PlanRefused, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.provider_emulation import RESOURCE_TYPES
@@ -269,3 +269,34 @@ def test_a_policy_is_created_updated_in_place_and_imported(
         [replace(r, import_id=f"nsb.Sales.delivery-limit@{vhost}") for r in delivery_limit_policy(vhost)]
     )
     assert "policy.priority: expected 0.0 (program), actual 5 (broker)" in mismatch.errors[0]
+
+
+def test_names_with_at_signs_or_slashes_break_the_provider_after_the_broker_declared_them(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+) -> None:
+    """Why the config must refuse them: util.go parseId cannot read ``Sales@eu@<vhost>`` back, and a binding
+    to ``team/Sales`` gets an id ReadBinding splits into the wrong parts, so the Create that declared the
+    object on the broker fails reading it back (the engine then has an object it does not own)."""
+    vhost = new_vhost("names")
+
+    def program() -> None:
+        settings = pulumi_rabbitmq.QueueSettingsArgs(durable=True)
+        pulumi_rabbitmq.Queue("at", name="Sales@eu", vhost=vhost, settings=settings)
+        slash = pulumi_rabbitmq.Queue("slash", name="team/Sales", vhost=vhost, settings=settings)
+        pulumi_rabbitmq.Binding(
+            "bind",
+            source="amq.direct",
+            destination=slash.name,
+            destination_type="queue",
+            routing_key="team/Sales",
+            vhost=vhost,
+        )
+
+    resources = record(program)
+    with pytest.raises(ApplyError, match="unable to parse resource id: Sales@eu@"):
+        engine_for(rabbitmq).up(resources)
+    assert "Sales@eu" in {q["name"] for q in management.queues(vhost)}  # declared all the same
+    engine = engine_for(rabbitmq)
+    with pytest.raises(ApplyError, match=r"binding 'amq.direct' -> queue 'team/Sales'.*reading .* back found nothing"):
+        engine.up([r for r in resources if r.name != "at"])
+    assert [b["destination"] for b in management.bindings(vhost) if b["source"] == "amq.direct"] == ["team/Sales"]
