@@ -117,13 +117,12 @@ def _listed(diffs: Iterable[PropertyDiff], old_label: str, new_label: str) -> st
     return "; ".join(change.describe(old_label, new_label) for change in diffs)
 
 
-def _protected_replacement(urn: str, label: str, name: Any, changes: list[PropertyDiff]) -> str:
+def _protected_replacement(urn: str, label: str, name: Any, reason: str) -> str:
     """step_generator.go ``generateSteps``: a replacement of a resource protected in the state and in the
     program is an error (the engine's text), plus what would be lost and how to get out of it."""
     message = (
         f'unable to replace resource "{urn}"\nas it is currently marked for protection. '
-        f"{label} would be replaced (deleted, with every message in it, then declared again) because "
-        f"{_listed(changes, 'state', 'program')}."
+        f"{label} would be replaced (deleted, with every message in it, then declared again) because {reason}."
     )
     if isinstance(name, str) and rmq.parse_delay_level_name(name):
         message += (
@@ -226,7 +225,7 @@ class PulumiEngineEmulation:
                 f"{key} comes from {', '.join(labels)}, which is replaced" for key, labels in from_replaced.items()
             )
             if old.protect and resource.protect:
-                error = _protected_replacement(resource.urn, label, resource.inputs.get("name"), changes)
+                error = _protected_replacement(resource.urn, label, resource.inputs.get("name"), reason)
                 return Step("replace", reason=reason, diffs=tuple(changes), error=error, **base)
             return Step("replace", reason=reason, diffs=tuple(changes), delete_before_replace=True, **base)
         if not changes:
@@ -234,7 +233,7 @@ class PulumiEngineEmulation:
         reason = _listed(changes, "state", "program")
         if replacing:
             if old.protect and resource.protect:
-                error = _protected_replacement(resource.urn, label, resource.inputs.get("name"), changes)
+                error = _protected_replacement(resource.urn, label, resource.inputs.get("name"), reason)
                 return Step("replace", reason=reason, diffs=tuple(changes), error=error, **base)
             if resource.import_id:
                 error = (
@@ -257,18 +256,18 @@ class PulumiEngineEmulation:
         base = {"urn": resource.urn, "type": resource.type, "label": label, "resource": resource}
         try:
             found = self.provider.read(resource.type, import_id, prior=None)
-        except ProviderError as error:
-            return Step("import", reason=f"id {import_id!r}", error=f"{label}: import failed: {error}", **base)
+        except ProviderError as failure:
+            return Step("import", reason=f"id {import_id!r}", error=f"{label}: import failed: {failure}", **base)
         if found is None:
-            error = (
+            missing = (
                 f"{label}: resource '{import_id}' does not exist. Fix: let the endpoint's installer (or "
                 "`rabbitmq-transport endpoint create`) declare it first, or drop adoptExisting so the program "
                 "creates it."
             )
-            return Step("import", reason=f"id {import_id!r}", error=error, **base)
+            return Step("import", reason=f"id {import_id!r}", error=missing, **base)
         changes = diff(resource.type, found.outputs, resource.inputs)
-        error = _import_mismatch(label, import_id, changes) if changes else None
-        return Step("import", reason=f"id {import_id!r}", diffs=tuple(changes), error=error, found=found, **base)
+        mismatch = _import_mismatch(label, import_id, changes) if changes else None
+        return Step("import", reason=f"id {import_id!r}", diffs=tuple(changes), error=mismatch, found=found, **base)
 
     # --- apply --------------------------------------------------------------------------------------------
 
