@@ -139,8 +139,9 @@ def _import_mismatch(label: str, import_id: str, changes: list[PropertyDiff]) ->
     """step.go ``ImportStep.Apply``: any diff between the program's inputs and the read fails the import."""
     lines = [f"{label}: inputs to import do not match the existing resource (id {import_id!r}):"]
     lines += [
-        f"  {change.path}: expected {_shown(change.new)} (program), actual {_shown(change.old)} (broker)"
+        f"  {path}: expected {_shown(new)} (program), actual {_shown(old)} (broker)"
         for change in changes
+        for path, old, new in change.parts()
     ]
     lines.append(
         "  Fix: a RabbitMQ object cannot change in place; make the program declare what the broker holds, or "

@@ -113,14 +113,18 @@ class PropertyDiff:
     new: Any  # program value (None: absent)
     replaces: bool
 
-    def describe(self, old_label: str = "state", new_label: str = "program") -> str:
-        """``settings.argumentsJson['x-message-ttl']: program 8000, state 9999`` (JSON objects key by key)."""
+    def parts(self) -> list[tuple[str, Any, Any]]:
+        """(path, old, new) per difference: a JSON object attribute key by key (``settings.argumentsJson['x']``)."""
         keyed = _json_key_differences(self.old, self.new)
         if keyed:
-            return "; ".join(
-                f"{self.path}[{key!r}]: {new_label} {_shown(new)}, {old_label} {_shown(old)}" for key, old, new in keyed
-            )
-        return f"{self.path}: {new_label} {_shown(self.new)}, {old_label} {_shown(self.old)}"
+            return [(f"{self.path}[{key!r}]", old, new) for key, old, new in keyed]
+        return [(self.path, self.old, self.new)]
+
+    def describe(self, old_label: str = "state", new_label: str = "program") -> str:
+        """``settings.argumentsJson['x-message-ttl']: program 8000, state 9999``."""
+        return "; ".join(
+            f"{path}: {new_label} {_shown(new)}, {old_label} {_shown(old)}" for path, old, new in self.parts()
+        )
 
 
 def _json_key_differences(old: Any, new: Any) -> list[tuple[str, Any, Any]]:

@@ -4,7 +4,9 @@ Thin adapters: every name, argument and key comes from ``components.model.rabbit
 arguments go in the field a provider read gives them back in (``model.queue_arguments_field``):
 ``arguments_json`` when a value is not a string (the ``arguments`` map sends every value as a string,
 and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
-so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares.
+so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
+type is always explicit (``model.provider_queue_arguments``): RabbitMQ 3.13.7+/4.x write the default
+into a queue's arguments.
 """
 
 from __future__ import annotations
@@ -48,17 +50,18 @@ def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
 
 
 def queue_settings(queue: model.QueueSpec) -> rabbitmq.QueueSettingsArgs:
-    """Durability plus the arguments in the field ``model.queue_arguments_field`` picks for them."""
-    field = model.queue_arguments_field(queue.arguments)
+    """Durability plus ``model.provider_queue_arguments`` in the field ``model.queue_arguments_field`` picks."""
+    arguments = model.provider_queue_arguments(queue.arguments)
+    field = model.queue_arguments_field(arguments)
     if field == "arguments_json":
         return rabbitmq.QueueSettingsArgs(
-            durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(queue.arguments)
+            durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(arguments)
         )
     if field == "arguments":
         return rabbitmq.QueueSettingsArgs(
             durable=queue.durable,
             auto_delete=queue.auto_delete,
-            arguments={key: str(value) for key, value in queue.arguments.items()},
+            arguments={key: str(value) for key, value in arguments.items()},
         )
     return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
 

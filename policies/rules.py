@@ -111,7 +111,7 @@ def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViola
     if declared.error:
         report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
         return
-    _compare_arguments(name, dict(spec.arguments), declared, report)
+    _compare_arguments(name, rmq.provider_queue_arguments(spec.arguments), declared, report)
 
 
 def _compare_arguments(
@@ -125,7 +125,8 @@ def _compare_arguments(
     actual = declared.values
     for key, want in expected.items():
         if key not in actual:
-            report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
+            if not (key == rmq.QUEUE_TYPE_ARGUMENT and want == rmq.DEFAULT_QUEUE_TYPE):  # queue-arguments-as-read
+                report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
         elif not _same_argument(actual[key], want):
             got = actual[key]
             report(
@@ -190,11 +191,18 @@ def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Repor
     if args.resource_type != RABBITMQ_QUEUE:
         return
     declared = declared_arguments(args.props)
-    if declared is UNKNOWN or declared.error or not declared.values:
+    if declared is UNKNOWN or declared.error:
         return
+    name = value_at(args.props, "name")
+    if rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
+        report(
+            f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 3.13.7+ and 4.x write "
+            f"{rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments and the provider "
+            "reads it back, so every plan sees a difference and replaces the queue (deleting its messages). "
+            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.provider_queue_arguments).",
+        )
     where = rmq.queue_arguments_field(declared.values)
     if declared.source == "settings.argumentsJson" and where == "arguments":
-        name = value_at(args.props, "name")
         report(
             f"queue {_quoted(name)}: every argument is a string, yet they are declared in settings.argumentsJson. "
             "An import (adoptExisting, `pulumi import`) reads all-string arguments back into settings.arguments "
@@ -206,9 +214,10 @@ def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Repor
 queue_arguments_as_read = ResourceValidationPolicy(
     name="queue-arguments-as-read",
     description=(
-        "Queue arguments are declared in the field a provider read gives them back in: all strings in "
-        "settings.arguments, any number or boolean in settings.argumentsJson; otherwise adopting the queue "
-        "by import fails. Fix: declare all-string arguments in settings.arguments."
+        "Queue arguments are declared as a provider read gives them back: the queue type explicit (RabbitMQ "
+        "3.13.7+/4.x add x-queue-type to a queue declared without it, and every plan would replace it), all "
+        "strings in settings.arguments, any number or boolean in settings.argumentsJson (else adopting the "
+        "queue by import fails). Fix: declare x-queue-type, and all-string arguments in settings.arguments."
     ),
     validate=validate_queue_arguments_as_read,
     enforcement_level=EnforcementLevel.ADVISORY,

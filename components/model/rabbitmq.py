@@ -233,6 +233,29 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
     return Topology(tuple(exchanges), tuple(queues), tuple(bindings))
 
 
+QUEUE_TYPE_ARGUMENT = "x-queue-type"
+DEFAULT_QUEUE_TYPE = "classic"  # what a queue declared without x-queue-type becomes (node-wide default)
+QUEUE_TYPE_STORED_FROM = (3, 13, 7)  # brokers from here on store the default type in the queue's arguments
+
+
+def provider_queue_arguments(arguments: Arguments) -> dict[str, ArgumentValue]:
+    """The arguments the Pulumi program declares for a queue: NServiceBus's, with the queue type explicit.
+
+    Where NServiceBus leaves the type to the broker (v1 level queues, classic endpoint queues),
+    RabbitMQ 3.13.7+ and 4.x write ``x-queue-type: classic`` into the queue's arguments
+    (rabbitmq/rabbitmq-server#12109; measured on 4.0.5, while 3.10.8 keeps the arguments as declared).
+    A provider read returns it, so a declaration without it would differ on every plan and replace
+    the queue (a protected level queue: every ``pulumi up`` refused). Declared explicitly it reads
+    back the same on every version. RabbitMQ treats declarations with and without the explicit
+    default as equivalent (measured on 3.10.8 and 4.0.5), so NServiceBus and the program still
+    accept each other's queues; only adopting by import a classic queue NServiceBus declared on a
+    broker older than 3.13.7 differs (its arguments lack the type).
+    """
+    if QUEUE_TYPE_ARGUMENT in arguments:
+        return dict(arguments)
+    return {**arguments, QUEUE_TYPE_ARGUMENT: DEFAULT_QUEUE_TYPE}
+
+
 QueueArgumentsField = Literal["none", "arguments", "arguments_json"]
 
 

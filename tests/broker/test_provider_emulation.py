@@ -81,15 +81,37 @@ def test_up_refresh_and_plan_again_change_nothing(
 
 @pytest.mark.parametrize(("generation", "topology"), CASES)
 def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    broker_version: tuple[int, ...],
+    generation: str,
+    topology: str,
 ) -> None:
-    """adoptExisting: every object (endpoint queues included) is imported; the broker is left as it was."""
+    """adoptExisting: every object (endpoint queues included) is imported; the broker is left as it was.
+
+    Version-specific: NServiceBus declares v1 level queues without a queue type. From RabbitMQ 3.13.7
+    the broker stores the default type in their arguments, which the program declares explicitly
+    (``model.provider_queue_arguments``), and they import; an older broker (3.10 here) keeps them as
+    declared, so each of the 28 imports differs in ``x-queue-type`` and the plan is refused as a whole.
+    """
     stack = nsb.endpoint_only_stack(new_vhost("adopt"), generation, topology)
     nsb.declare_as_nservicebus(rabbitmq, stack)
     before = management.definitions(stack.rabbitmq.vhost)
     resources = record_stack(adopting(stack))
     engine = engine_for(rabbitmq)
     plan = engine.plan(resources)
+    if generation == "v1" and broker_version < rmq.QUEUE_TYPE_STORED_FROM:
+        refused = [s for s in plan.steps if s.error]
+        assert {s.label.split()[1] for s in refused} == {repr(rmq.delay_level_name(n, "v1")) for n in range(28)}
+        assert all(
+            "settings.argumentsJson['x-queue-type']: expected 'classic' (program), actual (absent) (broker)" in s.error
+            for s in refused
+        )
+        with pytest.raises(PlanRefused):
+            engine.apply(plan)
+        assert engine.state == {} and management.definitions(stack.rabbitmq.vhost) == before
+        return
     assert plan.errors == []
     assert plan.ops() == {"import": len(rabbitmq_resources(resources))}
     engine.apply(plan)
@@ -177,7 +199,7 @@ def test_replacing_a_queue_replaces_the_bindings_that_take_it_as_an_input(
 
 
 def test_an_import_whose_properties_differ_names_the_object_and_changes_nothing(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, broker_version: tuple[int, ...]
 ) -> None:
     """The endpoint queue 'Sales' was declared classic (no x-queue-type); the program says quorum."""
     stack = nsb.endpoint_only_stack(new_vhost("mismatch"), "v2", "conventional")
@@ -192,7 +214,9 @@ def test_an_import_whose_properties_differ_names_the_object_and_changes_nothing(
     mismatched = [s for s in plan.with_op("import") if s.error and "do not match" in s.error]
     assert [s.label for s in mismatched] == [f"queue 'Sales' (vhost {stack.rabbitmq.vhost!r})"]
     error = mismatched[0].error
-    assert "settings.arguments: expected {'x-queue-type': 'quorum'} (program), actual {} (broker)" in error
+    # version-specific: RabbitMQ 3.13.7+ stores the default type of a queue declared without one
+    actual = {"x-queue-type": "classic"} if broker_version >= rmq.QUEUE_TYPE_STORED_FROM else {}
+    assert f"settings.arguments: expected {{'x-queue-type': 'quorum'}} (program), actual {actual} (broker)" in error
     assert "Fix:" in error and "Nothing was imported or changed" in error
     assert any("does not exist" in e for e in plan.errors)  # the rest of the graph was never declared
     with pytest.raises(PlanRefused, match="queue 'Sales'"):

@@ -57,11 +57,24 @@ def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
     declared = {r.inputs["name"]: r.settings() for r in adopted() if r.type == QUEUE}
     assert declared["Sales"] == {"durable": True, "autoDelete": False, "arguments": {"x-queue-type": "quorum"}}
     assert set(declared["nsb.v2.delay-level-03"]) == {"durable", "autoDelete", "argumentsJson"}
-    classic = record_stack(parse_stack_config({"rabbitmq": {"queueType": "classic", "endpoints": ["Sales"]}}))
-    assert {r.inputs["name"]: r.settings() for r in classic if r.type == QUEUE}["Sales"] == {
+
+
+def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_default() -> None:
+    """RabbitMQ 3.13.7+/4.x store ``x-queue-type: classic`` for a queue declared without a type; a provider
+    read returns it, so the program declares it (equivalent to no type for NServiceBus's declarations)."""
+    classic = record_stack(
+        parse_stack_config({"rabbitmq": {"generation": "v1", "queueType": "classic", "endpoints": ["Sales"]}})
+    )
+    declared = {r.inputs["name"]: r for r in classic if r.type == QUEUE}
+    assert declared["Sales"].settings() == {
         "durable": True,
         "autoDelete": False,
+        "arguments": {"x-queue-type": "classic"},
     }
+    level = rmq.delay_level_name(4, "v1")
+    assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
+    assert "x-queue-type" not in rmq.delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
+    assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}) == {"x-queue-type": "quorum"}
 
 
 def test_bindings_take_their_ends_as_property_dependencies() -> None:

@@ -36,7 +36,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
-from nsb_delays.infra.config import load_stack, read_stack_yaml
+from nsb_delays.infra.config import load_stack, parse_stack_config, read_stack_yaml
 from nsb_delays.infra.recording import PROJECT, RecordedResource, record, record_stack
 from nsb_delays.policies import rules
 from nsb_delays.policies.offline import (
@@ -173,7 +173,7 @@ def test_a_numeric_argument_in_the_string_map_of_any_queue_is_reported() -> None
     target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
 
     def max_length(inputs: dict[str, Any]) -> None:
-        inputs["settings"]["arguments"] = {"x-max-length": "5000", "x-queue-mode": "lazy"}
+        inputs["settings"]["arguments"] = {"x-max-length": "5000", "x-queue-mode": "lazy", "x-queue-type": "classic"}
 
     violations = run(changed(dev_recorded(), target, max_length))
     assert reported(violations) == [("queue-arguments-typed", target.urn)]
@@ -654,3 +654,18 @@ def test_all_string_arguments_in_arguments_json_are_advised_against() -> None:
     assert reported(violations) == [("queue-arguments-as-read", target.urn)]
     assert "settings.arguments" in violations[0].message and "import" in violations[0].message
     assert run(dev_recorded()) == []
+
+
+def test_a_queue_without_an_explicit_type_is_advised_against() -> None:
+    """RabbitMQ 3.13.7+/4.x add x-queue-type: classic; the provider reads it back and every plan replaces."""
+    resources = record_stack(parse_stack_config({"rabbitmq": {"generation": "v1", "endpoints": ["Sales"]}}))
+    target = find(resources, RABBITMQ_QUEUE, rmq.delay_level_name(3, "v1"))
+
+    def implicit_type(inputs: dict[str, Any]) -> None:
+        arguments = json.loads(inputs["settings"]["argumentsJson"])
+        del arguments["x-queue-type"]
+        inputs["settings"]["argumentsJson"] = json.dumps(arguments)
+
+    violations = run(changed(resources, target, implicit_type))
+    assert reported(violations) == [("queue-arguments-as-read", target.urn)]  # not a wrong NServiceBus argument
+    assert "x-queue-type" in violations[0].message and "replaces the queue" in violations[0].message
