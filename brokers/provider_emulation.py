@@ -289,7 +289,17 @@ def _normalised(field: Field, value: Any) -> Any:
     if field.kind == "int" and isinstance(value, float) and value.is_integer():
         return int(value)
     if field.kind == "map":
-        return dict(value)
+        return {key: map_string(item) for key, item in dict(value).items()}
+    return value
+
+
+def map_string(value: Any) -> Any:
+    """A value of a ``TypeMap`` attribute (its elements are strings): the bridge hands Terraform a number
+    or boolean from the program as its string (``100000`` -> ``"100000"``, ``True`` -> ``"true"``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return _format_float(float(value))
     return value
 
 
@@ -464,7 +474,7 @@ def policy_declaration(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     integer (``"100000"`` -> ``100000``), and ``ha-mode: nodes`` splits ``ha-params`` on commas.
     """
     policy = inputs.get("policy") or {}
-    definition: dict[str, Any] = dict(policy.get("definition") or {})
+    definition: dict[str, Any] = {key: map_string(value) for key, value in (policy.get("definition") or {}).items()}
     if definition.get("ha-mode") == "nodes" and isinstance(definition.get("ha-params"), str):
         definition["ha-params"] = definition["ha-params"].split(",")
     for key, value in list(definition.items()):

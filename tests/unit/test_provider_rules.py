@@ -263,3 +263,15 @@ def test_a_first_plan_creates_every_rabbitmq_resource_and_skips_components_and_s
     plan = engine.plan(resources)
     rabbit = [r for r in resources if r.type in provider.RESOURCE_TYPES]
     assert plan.ops() == {"create": len(rabbit)} and plan.errors == []
+
+
+def test_a_number_in_a_string_map_is_the_same_as_its_string() -> None:
+    """A program passing ``100000`` (not ``"100000"``) for a policy definition: the bridge makes it a string."""
+    inputs = {
+        "name": "p",
+        "vhost": "/",
+        "policy": {"pattern": "^a$", "priority": 0, "applyTo": "queues", "definition": {"delivery-limit": 100000.0}},
+    }
+    _, body = provider.policy_declaration(inputs)
+    assert body["definition"] == {"delivery-limit": 100000}
+    assert provider.diff(POLICY, provider.policy_state(body), inputs) == []
