@@ -37,9 +37,22 @@ def dev_in_vhost(vhost: str, generation: str = "v2", topology: str = "convention
 
 
 def shape(definitions: dict) -> dict:
-    """Exchanges, queues and bindings without the vhost name: what two vhosts must share."""
+    """Exchanges, queues and bindings without the vhost name: what two vhosts must share.
+
+    The default queue type counts as absent: the rendered definitions carry NServiceBus's arguments
+    (none for a v1 level queue), the program declares the type explicitly
+    (``model.provider_queue_arguments``), and RabbitMQ takes both as the same queue; a 3.10 broker
+    keeps each as declared, 3.13.7+/4.x store the type either way.
+    """
+
+    def without_default_type(item: dict) -> dict:
+        arguments = dict(item.get("arguments") or {})
+        if arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.DEFAULT_QUEUE_TYPE:
+            del arguments[rmq.QUEUE_TYPE_ARGUMENT]
+        return {k: v for k, v in {**item, "arguments": arguments}.items() if k != "vhost"}
+
     return {
-        key: sorted(json.dumps({k: v for k, v in i.items() if k != "vhost"}, sort_keys=True) for i in items)
+        key: sorted(json.dumps(without_default_type(i), sort_keys=True) for i in items)
         for key, items in definitions.items()
         if key in ("exchanges", "queues", "bindings")
     }
