@@ -2,19 +2,23 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java
+DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
+DIAGRAM := docs/dev-stack-graph.svg
 
-.PHONY: setup system-packages demo test unit lint bench clean
+.PHONY: setup system-packages demo test unit lint bench diagram clean
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(NODE_STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
-# Java for Spark).
+# Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
 system-packages:
 	@missing=""; \
 	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "apt-get install:$$missing"; \
@@ -31,6 +35,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
+# /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
+$(NODE_STAMP): package.json package-lock.json
+	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 demo: setup
 	$(VENV)/bin/nsb-delays demo --stack dev
 
@@ -39,7 +49,13 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not broker and not spark and not packaging" $(PYTEST_ARGS)
+
+# The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
+diagram: setup
+	$(VENV)/bin/nsb-delays render --stack Pulumi.dev.yaml --format mermaid -o $(DIAGRAM:.svg=.mmd)
+	$(MMDC) -i $(DIAGRAM:.svg=.mmd) -o $(DIAGRAM)
+	rm $(DIAGRAM:.svg=.mmd)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -49,4 +65,4 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -18,10 +18,12 @@ PROJECT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 FOLDERS = {folder: namespaced for namespaced, folder in PACKAGE_DIRS.items()}
+USER_PROJECT = PROJECT / "tests" / "packaging" / "user_project"  # a user's own components/, pipeline/, …
 PYTHON_FILES = sorted(
     path
     for path in PROJECT.rglob("*.py")
-    if not {".venv", "build", "dist", ".git"} & set(path.relative_to(PROJECT).parts)
+    if not {".venv", "build", "dist", ".git", "node_modules"} & set(path.relative_to(PROJECT).parts)
+    and USER_PROJECT not in path.parents
 )
 
 
