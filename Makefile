@@ -6,7 +6,7 @@ DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-se
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
-DIAGRAM := docs/dev-stack-graph.svg
+DIAGRAM := docs/dev-stack-graph.png
 
 .PHONY: setup system-packages demo test unit lint bench diagram clean
 
@@ -52,10 +52,11 @@ unit: $(STAMP)
 	$(PY) -m pytest -m "not broker and not spark and not packaging" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
+# Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.
 diagram: setup
-	$(VENV)/bin/nsb-delays render --stack Pulumi.dev.yaml --format mermaid -o $(DIAGRAM:.svg=.mmd)
-	$(MMDC) -i $(DIAGRAM:.svg=.mmd) -o $(DIAGRAM)
-	rm $(DIAGRAM:.svg=.mmd)
+	$(VENV)/bin/nsb-delays render --stack dev --format mermaid -o $(DIAGRAM:.png=.mmd)
+	$(MMDC) -w 1300 -i $(DIAGRAM:.png=.mmd) -o $(DIAGRAM)
+	rm $(DIAGRAM:.png=.mmd)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
