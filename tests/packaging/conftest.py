@@ -128,6 +128,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     )
 
 
+PIP_INSTALL = ("-q", "--no-compile")
+"""Byte-compiling every installed module (pulumi-aws alone is thousands) is half of an install's time; what is
+installed is the same, and the modules a test imports are compiled on first import."""
+
+
 def make_venv(path: Path) -> Venv:
     """A fresh virtualenv without system site-packages (``python -m venv``'s default)."""
     run([sys.executable, "-m", "venv", path], cwd=path.parent)
@@ -138,7 +143,7 @@ def make_venv(path: Path) -> Venv:
 def spark_venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """The wheel with the ``[spark]`` extra only (not dev): what a user installs to run the pipeline."""
     environment = make_venv(tmp_path_factory.mktemp("spark-venv") / "venv")
-    run([environment.python, "-m", "pip", "install", "-q", f"{built.wheel}[spark]"], cwd=built.wheel.parent)
+    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, f"{built.wheel}[spark]"], cwd=built.wheel.parent)
     return environment
 
 
@@ -170,7 +175,7 @@ def provider_plugin(spark_venv: Venv, built: Built, user_project: Path, tmp_path
         env=in_user_project(spark_venv, user_project),
     )
     environment = make_venv(directory / "venv")
-    run([environment.python, "-m", "pip", "install", "-q", "-r", "requirements.txt"], cwd=directory)
+    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, "-r", "requirements.txt"], cwd=directory)
     return directory, environment
 
 

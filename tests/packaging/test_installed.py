@@ -117,7 +117,9 @@ def test_spark_submit_runs_the_installed_job(spark_venv: Venv, user_project: Pat
     report_dir = tmp_path / "report"
     result = run(
         [
-            spark_venv.bin("spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", job,
+            spark_venv.bin("spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.shuffle.partitions=2",  # five rows: not Spark's default 200 shuffle tasks
+            job,
             "preview", "--source-path", export, "--endpoint", "Sales", "--report-dir", report_dir,
         ],
         cwd=user_project,
