@@ -23,7 +23,7 @@ USER_PROJECT = PROJECT / "tests" / "packaging" / "user_project"  # a user's own 
 PYTHON_FILES = sorted(
     path
     for path in PROJECT.rglob("*.py")
-    if not {".venv", "build", "dist", ".git", "node_modules"} & set(path.relative_to(PROJECT).parts)
+    if not {".venv", ".cache", "build", "dist", ".git", "node_modules"} & set(path.relative_to(PROJECT).parts)
     and USER_PROJECT not in path.parents
 )
 
