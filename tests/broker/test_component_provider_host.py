@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -306,7 +307,7 @@ CASES = [
 
 
 def test_the_plugin_serves_the_package_schema(plugin: PluginSession) -> None:
-    assert plugin.provider.GetPluginInfo(empty_pb2.Empty()).version == "0.1.0"
+    assert plugin.provider.GetPluginInfo(empty_pb2.Empty()).version == version(PACKAGE)
     schema = json.loads(plugin.provider.GetSchema(provider_pb2.GetSchemaRequest(version=0)).schema)
     assert schema["name"] == PACKAGE
     assert set(schema["resources"]) == {f"{PACKAGE}:index:{case.component}" for case in CASES}
