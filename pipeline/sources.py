@@ -25,6 +25,7 @@ BAD_HEADERS = "headers are not a JSON object of strings"
 EXPORT_FORMATS = ("parquet", "json")
 JDBC_FETCH_SIZE = 10_000
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+CORRUPT_RECORD = "_corrupt_record"
 
 
 class SourceError(ValueError):
@@ -57,6 +58,7 @@ class ExportSource:
     path: str
     format: str = "parquet"
     endpoint: str | None = None  # keep only documents whose OwningTimeoutManager is this endpoint
+    fingerprint: str = ""  # the files' content (``preflight.export_fingerprint``): a run's identity
 
     def __post_init__(self) -> None:
         if self.format not in EXPORT_FORMATS:
@@ -104,14 +106,20 @@ def _timestamp_bound(value: datetime | None) -> str | None:
     return value.strftime(TIMESTAMP_FORMAT)
 
 
-def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
-    """Exported documents with RavenDB's field names; JSON objects (``Headers``) are kept as JSON text."""
+def _raw_export(spark: SparkSession, source: ExportSource, *, corrupt_column: bool = False) -> DataFrame:
     if source.format == "json":
         # Every field as text: JSON objects (Headers) stay JSON, State stays base64, Time an ISO string.
-        schema = T.StructType([T.StructField(name, T.StringType()) for name in EXPORT_COLUMNS.values()])
-        frame = spark.read.schema(schema).json(source.path)
-    else:
-        frame = spark.read.parquet(source.path)
+        fields = [T.StructField(name, T.StringType()) for name in EXPORT_COLUMNS.values()]
+        if corrupt_column:  # a line that is not a JSON object lands here (Spark's PERMISSIVE mode)
+            fields.append(T.StructField(CORRUPT_RECORD, T.StringType()))
+        reader = spark.read.schema(T.StructType(fields)).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+        return reader.json(source.path)
+    return spark.read.parquet(source.path)
+
+
+def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
+    """Exported documents with RavenDB's field names; JSON objects (``Headers``) are kept as JSON text."""
+    frame = _raw_export(spark, source)
     present = {canonical_name: name for canonical_name, name in EXPORT_COLUMNS.items() if name in frame.columns}
     result = canonical(frame, present)
     if source.endpoint is not None:
@@ -180,3 +188,68 @@ def validated(frame: DataFrame, headers_format: str = "json") -> DataFrame:
         .when(F.col("header_map").isNull(), F.lit(BAD_HEADERS))
     )
     return frame.withColumn("problem", problem)
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What one Spark pass over an export found (``inspect_export``), for the preflight to judge."""
+
+    rows: int
+    corrupt: int  # lines that are not JSON objects
+    first_corrupt_file: str | None
+    usable: dict[str, int]  # id/destination/due -> rows of the endpoint where it is set (due: and parses)
+    endpoint_rows: int | None  # rows of --endpoint (None: no endpoint filter)
+    first_unparsed_time: str | None
+    endpoints: list[str]  # the most frequent endpoints, when --endpoint matched none
+
+
+def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
+    """One pass over the export: rows, lines that are not JSON, rows of the endpoint, and how many of those
+    have an id, a destination and a due time that parses (an export of garbage must not pass as "0 timeouts")."""
+    raw = _raw_export(spark, source, corrupt_column=source.format == "json")
+    time_field = EXPORT_COLUMNS["due"]
+    raw = raw.withColumn("_file", F.input_file_name()).withColumn(
+        "_time_text", F.col(time_field).cast("string") if time_field in raw.columns else F.lit(None).cast("string")
+    )
+    present = {canonical_name: name for canonical_name, name in EXPORT_COLUMNS.items() if name in raw.columns}
+    corrupt = CORRUPT_RECORD in raw.columns
+    frame = canonical(raw, present, keep=("_file", "_time_text", *((CORRUPT_RECORD,) if corrupt else ())))
+    bad = F.col(CORRUPT_RECORD).isNotNull() if corrupt else F.lit(False)
+    mine = (F.col("endpoint") == F.lit(source.endpoint)) if source.endpoint is not None else F.lit(True)
+    mine = mine & ~bad
+    row = frame.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(bad, 1)).alias("corrupt"),
+        F.first(F.when(bad, F.col("_file")), ignorenulls=True).alias("first_corrupt_file"),
+        F.count(F.when(mine, 1)).alias("endpoint_rows"),
+        *(F.count(F.when(mine, F.col(name))).alias(name) for name in ("id", "destination", "due")),
+        F.first(F.when(mine & F.col("due").isNull(), F.col("_time_text")), ignorenulls=True).alias("bad_time"),
+    ).first()
+    assert row is not None
+    endpoints: list[str] = []
+    if source.endpoint is not None and not row["endpoint_rows"] and row["rows"] > row["corrupt"]:
+        counted = frame.where(~bad).groupBy("endpoint").count().orderBy(F.desc("count")).limit(10).collect()
+        endpoints = [str(item["endpoint"]) for item in counted]
+    return ExportSummary(
+        rows=int(row["rows"]),
+        corrupt=int(row["corrupt"]),
+        first_corrupt_file=row["first_corrupt_file"],
+        usable={name: int(row[name]) for name in ("id", "destination", "due")},
+        endpoint_rows=int(row["endpoint_rows"]) if source.endpoint is not None else None,
+        first_unparsed_time=row["bad_time"],
+        endpoints=endpoints,
+    )
+
+
+def export_destinations(
+    spark: SparkSession, source: ExportSource, cutoff: datetime, latest_due: datetime | None
+) -> dict[str, datetime]:
+    """The destinations a run would take from the export (as ``Ledger.destinations`` does for a table)."""
+    frame = read_export(spark, source)
+    selected = (F.col("due") >= F.lit(cutoff.strftime(TIMESTAMP_FORMAT)).cast("timestamp")) & (
+        F.trim(F.col("destination")) != ""
+    )
+    if latest_due is not None:
+        selected = selected & (F.col("due") <= F.lit(latest_due.strftime(TIMESTAMP_FORMAT)).cast("timestamp"))
+    rows = frame.where(selected).groupBy("destination").agg(F.max("due").alias("latest")).collect()
+    return {str(row["destination"]): row["latest"] for row in rows}
