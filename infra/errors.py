@@ -35,12 +35,13 @@ class CommandError(click.ClickException):
 
     exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, problems: str | Sequence[str], *, exit_code: int | None = None) -> None:
+    def __init__(self, problems: str | Sequence[str], *, exit_code: int | None = None, footer: str = "") -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         if len(self.problems) == 1:
-            message = self.problems[0]
+            message = self.problems[0] + (f"; {footer}" if footer else "")
         else:
             message = f"{len(self.problems)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
+            message += f"\n{footer}" if footer else ""
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code

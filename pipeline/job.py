@@ -309,8 +309,7 @@ def _ledger_database_problems(connection: DbConnection, export: ExportSource, co
 
 def refuse(problems: list[str]) -> None:
     if problems:
-        raise CommandError([*problems, "nothing was changed"] if len(problems) > 1 else
-                           [f"{problems[0]}; nothing was changed"])  # fmt: skip
+        raise CommandError(problems, footer="nothing was changed")
 
 
 def command_line(context: click.Context, command: str, names: tuple[str, ...] | None = None, **more: str) -> str:

@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import tempfile
 import zipfile
 from collections.abc import Iterable
@@ -51,7 +52,7 @@ JDBC_DRIVER_SOURCES = {
     JDBC_DRIVERS["oracle"]: "Oracle JDBC (ojdbc11.jar)",
 }
 EXTRA_JARS_VARIABLE = "NSB_JDBC_JARS"  # more driver jars for a local session, separated by ':' or ','
-SPARK_MASTER_PREFIXES = ("local", "spark://", "yarn", "k8s://", "mesos://")
+SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$")
 # The export fields a timeout cannot do without (the rest may be missing in a row: it is quarantined).
 REQUIRED_EXPORT_FIELDS = ("id", "destination", "due")
 EXPORT_IDENTITY_VERSION = 2  # 1: path + format + endpoint (a changed file looked like a finished run)
@@ -209,7 +210,7 @@ def jdbc_driver_problems(url: str, dialect: Dialect) -> list[str]:
 
 
 def master_problems(master: str | None) -> list[str]:
-    if master is None or master.startswith(SPARK_MASTER_PREFIXES):
+    if master is None or SPARK_MASTER.match(master):
         return []
     return [f"--master {master!r} is not a Spark master URL (local[N], spark://host:port, yarn, k8s://…)"]
 
@@ -375,6 +376,10 @@ def amqp_failure_reason(error: BaseException) -> str:
         failures = getattr(current, "exceptions", None)
         if failures:
             current = failures[-1]
+            continue
+        inner = getattr(current, "exception", None)  # pika's connector errors wrap the socket's error
+        if isinstance(inner, BaseException):
+            current = inner
             continue
         args = getattr(current, "args", ())
         if isinstance(current, OSError):
