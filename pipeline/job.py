@@ -35,7 +35,7 @@ from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from .ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
 from .ledger_sql import DatabaseUnreachable, DbConnection
 from .messages import SQS_S3_BUCKET_OPTION
-from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_path_of
+from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_location, export_path_of
 from .rabbitmq_target import DestinationsRefused, DispatchError
 from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
 from .sqs_target import SqsSettings
@@ -238,7 +238,8 @@ def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, J
     from .migration import export_ledger_source
 
     path = values["source_path"]
-    fingerprint = preflight.export_fingerprint(path) if Path(path).exists() else ""
+    exists = not preflight.is_local_path(path) or preflight.local_path(path).exists()
+    fingerprint = preflight.export_fingerprint(path) if exists else ""
     export = ExportSource(path, values["source_format"], values["endpoint"], fingerprint)
     try:
         return export, export_ledger_source(export, values["ledger_jdbc_url"], values["jdbc_user"],
@@ -274,7 +275,7 @@ def environment_problems(
                 problems += _ledger_database_problems(connection, export, command, where)
         if command != "abort" or export is not None:  # a table's abort runs without Spark
             problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect)
-    if export is not None and (command != "abort" or Path(export.path).exists()):
+    if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)
     if target is not None and target.kind == "rabbitmq" and target.amqp_url and target.management_url:
         problems += preflight.rabbitmq_problems(target.amqp_url, target.management_url, target.management_auth)
@@ -296,7 +297,7 @@ def _ledger_database_problems(connection: DbConnection, export: ExportSource, co
     if command != "run" or not export.fingerprint:
         return []
     ledger = Ledger(connection, export_layout(export))
-    path = str(Path(export.path).resolve())
+    path = export_location(export.path)
     for run in ledger.runs_in_progress():
         identity = run.parameters.get("export") or {}
         if export_path_of(run) == path and identity.get("fingerprint") != export.fingerprint:

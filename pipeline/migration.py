@@ -54,6 +54,7 @@ from .sources import (
     inspect_export,
     read_export,
     read_jdbc_query,
+    spark_path,
     validated,
 )
 from .spark import SessionSource, resolve
@@ -111,7 +112,7 @@ class RunOptions:
         an export is identified by its content, and its path is kept only to find a run again."""
         export = {}
         if self.export is not None:
-            export = {"export": _export_identity(self.export), EXPORT_PATH_KEY: str(Path(self.export.path).resolve())}
+            export = {"export": _export_identity(self.export), EXPORT_PATH_KEY: export_location(self.export.path)}
         return {
             **export,
             "source": self.source.layout.table,
@@ -159,6 +160,11 @@ def _export_identity(export: ExportSource) -> dict[str, Any]:
 def same_run_parameters(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal but for where the export lies (a moved file is the same export)."""
     return {k: v for k, v in a.items() if k != EXPORT_PATH_KEY} == {k: v for k, v in b.items() if k != EXPORT_PATH_KEY}
+
+
+def export_location(path: str) -> str:
+    """Where an export is, as recorded with its run: a local path resolved, a URI as given."""
+    return str(Path(path).resolve()) if "://" not in path else path
 
 
 def export_path_of(run: Run) -> str | None:
@@ -468,9 +474,7 @@ def abort_export(
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     run = ledger.run(run_id) if run_id else ledger.active_run()
     if run is None:  # the file changed (or is gone) since its run hid the rows: find the run by its path
-        run = next(
-            (r for r in ledger.runs_in_progress() if export_path_of(r) == str(Path(export.path).resolve())), None
-        )
+        run = next((r for r in ledger.runs_in_progress() if export_path_of(r) == export_location(export.path)), None)
     if run is None:
         raise LedgerError(f"no migration of export {export.path!r} is in progress: nothing to abort")
     staged = run.parameters.get("source")
@@ -489,9 +493,9 @@ def abort_export(
         written = rows.count()
         writer = rows.coalesce(1).write.mode("overwrite")
         if export.format == "parquet":
-            writer.parquet(target)
+            writer.parquet(spark_path(target))
         else:  # Time to the microsecond (Spark's default JSON format stops at milliseconds)
-            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(target)
+            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(spark_path(target))
     finally:
         rows.unpersist()
     aborted, moved = ledger.abort(run)

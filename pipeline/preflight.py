@@ -251,10 +251,19 @@ def _directory_problems(option: str, path: str, directory: Path) -> list[str]:
 # --- exports -------------------------------------------------------------------------------------------
 
 
+def is_local_path(path: str) -> bool:
+    """A path on this machine (``exports/t.parquet``, ``file:/…``), not a URI Spark reads elsewhere (``s3a://…``)."""
+    return "://" not in path or path.startswith("file:")
+
+
+def local_path(path: str) -> Path:
+    return Path(path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:"))
+
+
 def export_files(path: str) -> list[Path]:
     """The data files of an export: the file, or every file under the directory except those Spark skips
     (names starting with ``_`` or ``.``, like ``_SUCCESS`` and checksum files)."""
-    root = Path(path)
+    root = local_path(path)
     if root.is_file():
         return [root]
     if not root.is_dir():
@@ -272,8 +281,11 @@ def export_fingerprint(path: str) -> str:
     A run of an export is found again by content, not by path: a file fixed or replaced at the same path
     is a different export (never mistaken for a finished one), and a moved file is the same export.
     """
-    root = Path(path)
     digest = hashlib.sha256(f"nsb-delays export v{EXPORT_IDENTITY_VERSION}\n".encode())
+    if not is_local_path(path):  # a remote export (s3a://, hdfs://) is known by its URI only
+        digest.update(f"uri\0{path}".encode())
+        return digest.hexdigest()
+    root = local_path(path)
     for file in export_files(path):
         name = file.name if root.is_file() else str(file.relative_to(root))
         digest.update(f"{name}\0{file.stat().st_size}\0".encode())
@@ -283,7 +295,9 @@ def export_fingerprint(path: str) -> str:
 
 
 def export_path_problems(export: ExportSource) -> list[str]:
-    path = Path(export.path)
+    if not is_local_path(export.path):
+        return []  # Spark reads it where it is; its content is checked when the run reads it
+    path = local_path(export.path)
     if not path.exists():
         return [f"export {export.path}: does not exist"]
     files = export_files(export.path)
@@ -363,6 +377,11 @@ def export_summary_problems(export: ExportSource, summary: ExportSummary) -> lis
                 else ""
             )
             problems.append(f"{where}: no row has a usable {field!r}{detail}")
+    if summary.undecodable_state:
+        problems.append(
+            f"{where}: {summary.undecodable_state:,} rows have a {EXPORT_COLUMNS['state']!r} that is not base64 "
+            f"(first: {EXPORT_COLUMNS['id']} {summary.first_undecodable_id!r}); their message bodies would be lost"
+        )
     return problems
 
 
@@ -391,6 +410,9 @@ def amqp_failure_reason(error: BaseException) -> str:
             continue
         break
     text = str(current).strip()
+    closed = re.search(r"\((\d+)\) '([^']*)'", text)  # ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - …'
+    if closed:
+        return f"{closed[2]} ({closed[1]})"
     return text or type(current).__name__
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -106,15 +107,21 @@ def _timestamp_bound(value: datetime | None) -> str | None:
     return value.strftime(TIMESTAMP_FORMAT)
 
 
+def spark_path(path: str) -> str:
+    """A local path made absolute (the JVM resolves relative paths against its own working directory)."""
+    return path if "://" in path or path.startswith("file:") else str(Path(path).absolute())
+
+
 def _raw_export(spark: SparkSession, source: ExportSource, *, corrupt_column: bool = False) -> DataFrame:
+    path = spark_path(source.path)
     if source.format == "json":
         # Every field as text: JSON objects (Headers) stay JSON, State stays base64, Time an ISO string.
         fields = [T.StructField(name, T.StringType()) for name in EXPORT_COLUMNS.values()]
         if corrupt_column:  # a line that is not a JSON object lands here (Spark's PERMISSIVE mode)
             fields.append(T.StructField(CORRUPT_RECORD, T.StringType()))
         reader = spark.read.schema(T.StructType(fields)).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-        return reader.json(source.path)
-    return spark.read.parquet(source.path)
+        return reader.json(path)
+    return spark.read.parquet(path)
 
 
 def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
@@ -133,12 +140,16 @@ def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
 
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:
-    """State is bytes; text exports carry it base64-encoded (as RavenDB serialises byte[])."""
-    return F.unbase64(column) if isinstance(data_type, T.StringType) else column.cast("binary")
+    """State is bytes; text exports carry it base64-encoded (as RavenDB serialises byte[]).
+
+    ``try_`` functions: Spark 4 runs in ANSI mode, where ``unbase64``/``to_timestamp`` of a bad value fail
+    the whole job; a bad value must be null instead, so the row is reported (or the export refused).
+    """
+    return F.try_to_binary(column, F.lit("base64")) if isinstance(data_type, T.StringType) else column.cast("binary")
 
 
 def _as_timestamp(column: Column, data_type: T.DataType) -> Column:
-    return F.to_timestamp(column) if isinstance(data_type, T.StringType) else column.cast("timestamp")
+    return F.try_to_timestamp(column) if isinstance(data_type, T.StringType) else column.cast("timestamp")
 
 
 def _as_json_text(column: Column, data_type: T.DataType) -> Column:
@@ -201,19 +212,29 @@ class ExportSummary:
     endpoint_rows: int | None  # rows of --endpoint (None: no endpoint filter)
     first_unparsed_time: str | None
     endpoints: list[str]  # the most frequent endpoints, when --endpoint matched none
+    undecodable_state: int = 0  # rows whose State text is not base64 (their body would be lost)
+    first_undecodable_id: str | None = None
 
 
 def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
     """One pass over the export: rows, lines that are not JSON, rows of the endpoint, and how many of those
     have an id, a destination and a due time that parses (an export of garbage must not pass as "0 timeouts")."""
     raw = _raw_export(spark, source, corrupt_column=source.format == "json")
-    time_field = EXPORT_COLUMNS["due"]
-    raw = raw.withColumn("_file", F.input_file_name()).withColumn(
-        "_time_text", F.col(time_field).cast("string") if time_field in raw.columns else F.lit(None).cast("string")
+
+    def text_of(field: str) -> Column:
+        return F.col(field).cast("string") if field in raw.columns else F.lit(None).cast("string")
+
+    raw = (
+        raw.withColumn("_file", F.input_file_name())
+        .withColumn("_time_text", text_of(EXPORT_COLUMNS["due"]))
+        .withColumn("_state_text", text_of(EXPORT_COLUMNS["state"]))
     )
     present = {canonical_name: name for canonical_name, name in EXPORT_COLUMNS.items() if name in raw.columns}
     corrupt = CORRUPT_RECORD in raw.columns
-    frame = canonical(raw, present, keep=("_file", "_time_text", *((CORRUPT_RECORD,) if corrupt else ())))
+    frame = canonical(
+        raw, present, keep=("_file", "_time_text", "_state_text", *((CORRUPT_RECORD,) if corrupt else ()))
+    )
+    undecodable = F.col("_state_text").isNotNull() & F.col("state").isNull()
     bad = F.col(CORRUPT_RECORD).isNotNull() if corrupt else F.lit(False)
     mine = (F.col("endpoint") == F.lit(source.endpoint)) if source.endpoint is not None else F.lit(True)
     mine = mine & ~bad
@@ -224,6 +245,8 @@ def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
         F.count(F.when(mine, 1)).alias("endpoint_rows"),
         *(F.count(F.when(mine, F.col(name))).alias(name) for name in ("id", "destination", "due")),
         F.first(F.when(mine & F.col("due").isNull(), F.col("_time_text")), ignorenulls=True).alias("bad_time"),
+        F.count(F.when(mine & undecodable, 1)).alias("undecodable"),
+        F.first(F.when(mine & undecodable, F.col("id")), ignorenulls=True).alias("undecodable_id"),
     ).first()
     assert row is not None
     endpoints: list[str] = []
@@ -238,6 +261,8 @@ def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
         endpoint_rows=int(row["endpoint_rows"]) if source.endpoint is not None else None,
         first_unparsed_time=row["bad_time"],
         endpoints=endpoints,
+        undecodable_state=int(row["undecodable"]),
+        first_undecodable_id=row["undecodable_id"],
     )
 
 

@@ -79,7 +79,19 @@ def spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    _quiet_python_loggers()
     return session
+
+
+def _quiet_python_loggers() -> None:
+    """pyspark 4 logs a failed DataFrame query as a JSON line on stderr before raising; the command
+    reports the error itself (and logs its detail), so those loggers stay silent."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pyspark < 4
+        return
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 SessionSource = SparkSession | Callable[[], SparkSession]

@@ -26,7 +26,7 @@ from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
-from tests.conftest import vhost_factory
+from tests.conftest import unavailable, vhost_factory
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
@@ -35,7 +35,7 @@ SQL_PERSISTENCE_VERSION = "6.6.5"
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     if not POSTGRES_JDBC_JAR.exists():
-        pytest.skip(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
+        unavailable(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
     from nsb_delays.pipeline.spark import spark_session
 
     session = spark_session("local[2]")
