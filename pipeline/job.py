@@ -338,10 +338,12 @@ ABORT_OPTIONS = ("source_jdbc", "source_path", "source_format", "source_kind", "
                  "table", "jdbc_user", "jdbc_password", "master", "ledger_jdbc_url")  # fmt: skip
 
 
-def where_the_run_stands(tracker: RunTracker) -> str | None:
-    """``run <id>: 1,200 hidden, 300 dispatched, 0 quarantined, 900 pending`` (None: no run started)."""
+def where_the_run_stands(tracker: RunTracker, *, look_up: bool = False) -> str | None:
+    """``run <id>: 1,200 hidden, 300 dispatched, 0 quarantined, 900 pending``; None when this command neither
+    resumed nor started a run. ``look_up``: also a run the ledger holds that the command had not noted yet
+    (an interrupt right after the hiding transaction committed)."""
     ledger, run = tracker.ledger, tracker.run
-    if ledger is None:
+    if ledger is None or (run is None and not look_up):
         return None
     try:
         run = run or ledger.active_run()
@@ -518,7 +520,7 @@ def _stopped(context: click.Context, tracker: RunTracker, reason: str) -> Comman
 
 
 def _interrupted(context: click.Context, tracker: RunTracker) -> Interrupted:
-    stands = where_the_run_stands(tracker)
+    stands = where_the_run_stands(tracker, look_up=True)
     if stands is None:
         return Interrupted("interrupted before any timeout was hidden; nothing was changed")
     run_id = stands.split(":")[0].removeprefix("run ")

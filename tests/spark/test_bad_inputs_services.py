@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -241,9 +242,10 @@ def test_a_stopped_run_says_where_it_stands_and_how_to_go_on(spark, world: World
     output = stopped.output
     assert "the run stopped: nsb_delays.pipeline.faults.InjectedFault: injected fault at after-publish" in output
     assert f"{ROWS} hidden, 10 dispatched, 0 quarantined, {ROWS - 10} pending" in output
-    assert f"resume:  nsb-delays migrate run --source-jdbc {world.jdbc} --endpoint {world.endpoint}" in output
+    jdbc = shlex.quote(world.jdbc)
+    assert f"resume:  nsb-delays migrate run --source-jdbc {jdbc} --endpoint {world.endpoint}" in output
     assert (
-        f"restore: nsb-delays migrate abort --source-jdbc {world.jdbc} --endpoint {world.endpoint} --run-id " in output
+        f"restore: nsb-delays migrate abort --source-jdbc {jdbc} --endpoint {world.endpoint} --run-id " in output
     )
     assert "Spark's detail: " in output and "Traceback" not in output and len(output.splitlines()) <= 5
     (log,) = (tmp_path / "logs").iterdir()
@@ -310,7 +312,7 @@ def test_ctrl_c_reports_the_run_and_both_commands_then_exits_130(spark, world: W
     assert job.returncode == 130, output
     assert "Traceback" not in output and len([line for line in output.splitlines() if line.strip()]) <= 4, output
     assert "interrupted. run " in output and f": {ROWS} hidden, 10 dispatched, 0 quarantined" in output
-    assert f"resume:  nsb-delays migrate run --source-jdbc {world.jdbc}" in output
+    assert f"resume:  nsb-delays migrate run --source-jdbc {shlex.quote(world.jdbc)}" in output
     assert "restore: nsb-delays migrate abort --source-jdbc" in output and "--run-id " in output
     run_id = output.split("interrupted. run ")[1].split(":")[0]
     aborted = invoke(world, ["migrate", "abort", *world.table_source, "--run-id", run_id], tmp_path / "logs")
