@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
+from nsb_delays.brokers.management import ManagementError
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.errors import (
     CommandError,
@@ -483,7 +484,7 @@ def run(context: click.Context, **values: Any) -> None:
         raise
     except (DestinationsRefused, LayoutError, SourceError, ValueError) as error:
         raise _stopped(context, tracker, str(error)) from None
-    except (LedgerError, DatabaseUnreachable, DispatchError) as error:
+    except (LedgerError, DatabaseUnreachable, DispatchError, ManagementError) as error:
         raise _stopped(context, tracker, str(error)) from None
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
         exception_log(error, path=log)

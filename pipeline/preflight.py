@@ -388,34 +388,6 @@ def export_summary_problems(export: ExportSource, summary: ExportSummary) -> lis
 # --- RabbitMQ and SQS ------------------------------------------------------------------------------------
 
 
-def amqp_failure_reason(error: BaseException) -> str:
-    """The innermost reason in pika's nested connection errors (refused socket, failed login, unknown vhost)."""
-    current: Any = error
-    for _ in range(6):
-        failures = getattr(current, "exceptions", None)
-        if failures:
-            current = failures[-1]
-            continue
-        inner = getattr(current, "exception", None)  # pika's connector errors wrap the socket's error
-        if isinstance(inner, BaseException):
-            current = inner
-            continue
-        args = getattr(current, "args", ())
-        if isinstance(current, OSError):
-            return f"[Errno {current.errno}] {current.strerror}" if current.errno else str(current)
-        if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
-            return f"{args[1]} ({args[0]})"
-        if args and isinstance(args[0], BaseException):
-            current = args[0]
-            continue
-        break
-    text = str(current).strip()
-    closed = re.search(r"\((\d+)\) '([^']*)'", text)  # ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - …'
-    if closed:
-        return f"{closed[2]} ({closed[1]})"
-    return text or type(current).__name__
-
-
 PREFLIGHT_TIMEOUT_SECONDS = 10
 
 
@@ -426,17 +398,18 @@ def rabbitmq_problems(amqp_url: str, management_url: str, management_auth: tuple
 
     from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 
+    from .rabbitmq_target import amqp_address, amqp_failure_reason
+
     problems = []
     parameters = pika.URLParameters(amqp_url)
     parameters.connection_attempts, parameters.retry_delay = 1, 0
     parameters.socket_timeout = parameters.stack_timeout = PREFLIGHT_TIMEOUT_SECONDS
-    vhost, user = parameters.virtual_host, parameters.credentials.username
+    vhost = parameters.virtual_host
     try:
         pika.BlockingConnection(parameters).close()
     except Exception as error:
         problems.append(
-            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {parameters.host}:{parameters.port} vhost {vhost!r} "
-            f"as {user!r}: {amqp_failure_reason(error)}"
+            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {amqp_address(parameters)}: {amqp_failure_reason(error)}"
         )
     api = ManagementApi(management_url, *management_auth, timeout=PREFLIGHT_TIMEOUT_SECONDS)
     try:

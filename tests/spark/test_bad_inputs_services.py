@@ -244,9 +244,7 @@ def test_a_stopped_run_says_where_it_stands_and_how_to_go_on(spark, world: World
     assert f"{ROWS} hidden, 10 dispatched, 0 quarantined, {ROWS - 10} pending" in output
     jdbc = shlex.quote(world.jdbc)
     assert f"resume:  nsb-delays migrate run --source-jdbc {jdbc} --endpoint {world.endpoint}" in output
-    assert (
-        f"restore: nsb-delays migrate abort --source-jdbc {jdbc} --endpoint {world.endpoint} --run-id " in output
-    )
+    assert f"restore: nsb-delays migrate abort --source-jdbc {jdbc} --endpoint {world.endpoint} --run-id " in output
     assert "Spark's detail: " in output and "Traceback" not in output and len(output.splitlines()) <= 5
     (log,) = (tmp_path / "logs").iterdir()
     assert "InjectedFault" in log.read_text()
