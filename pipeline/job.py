@@ -238,10 +238,7 @@ def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, J
     """The export (identified by its content) and the ledger database its rows are staged in."""
     from .migration import export_ledger_source
 
-    path = values["source_path"]
-    exists = not preflight.is_local_path(path) or preflight.local_path(path).exists()
-    fingerprint = preflight.export_fingerprint(path) if exists else ""
-    export = ExportSource(path, values["source_format"], values["endpoint"], fingerprint)
+    export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
     try:
         return export, export_ledger_source(export, values["ledger_jdbc_url"], values["jdbc_user"],
                                             values["jdbc_password"])  # fmt: skip
@@ -295,13 +292,13 @@ def _ledger_database_problems(connection: DbConnection, export: ExportSource, co
             pass
     except DatabaseUnreachable as error:
         return [f"--ledger-jdbc-url: {error}"]
-    if command != "run" or not export.fingerprint:
+    if command != "run" or not export.content_fingerprint:
         return []
     ledger = Ledger(connection, export_layout(export))
     path = export_location(export.path)
     for run in ledger.runs_in_progress():
         identity = run.parameters.get("export") or {}
-        if export_path_of(run) == path and identity.get("fingerprint") != export.fingerprint:
+        if export_path_of(run) == path and identity.get("fingerprint") != export.content_fingerprint:
             return [
                 f"export {export.path} changed since run {run.run_id} hid its timeouts (in {where}); finish that "
                 "run with the file as it was, or `migrate abort` it first (it writes the undispatched rows out)"

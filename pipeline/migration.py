@@ -154,7 +154,7 @@ class RunResult:
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
     """The export's content (fingerprint of its files), format and endpoint: what a run of it is."""
-    return {"fingerprint": export.fingerprint, "format": export.format, "endpoint": export.endpoint}
+    return {"fingerprint": export.content_fingerprint, "format": export.format, "endpoint": export.endpoint}
 
 
 def same_run_parameters(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -11,7 +11,6 @@ refuse with all of them at once. Nothing here writes: no table, no file, no mess
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
@@ -24,7 +23,7 @@ from typing import Any
 
 from .layouts import EXPORT_COLUMNS, JDBC_DRIVERS, MARIADB_DRIVER, MARIADB_SCHEME, Dialect, TimeoutLayout
 from .ledger_sql import DEFAULT_PORTS, DatabaseUnreachable, DbConnection, split_qualified
-from .sources import ExportSource, ExportSummary
+from .sources import ExportSource, ExportSummary, export_files, is_local_path, local_path
 
 
 class PreflightRefused(ValueError):
@@ -55,7 +54,6 @@ EXTRA_JARS_VARIABLE = "NSB_JDBC_JARS"  # more driver jars for a local session, s
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$")
 # The export fields a timeout cannot do without (the rest may be missing in a row: it is quarantined).
 REQUIRED_EXPORT_FIELDS = ("id", "destination", "due")
-EXPORT_IDENTITY_VERSION = 2  # 1: path + format + endpoint (a changed file looked like a finished run)
 
 
 def _family_of_postgres(type_name: str) -> str:
@@ -249,49 +247,6 @@ def _directory_problems(option: str, path: str, directory: Path) -> list[str]:
 
 
 # --- exports -------------------------------------------------------------------------------------------
-
-
-def is_local_path(path: str) -> bool:
-    """A path on this machine (``exports/t.parquet``, ``file:/…``), not a URI Spark reads elsewhere (``s3a://…``)."""
-    return "://" not in path or path.startswith("file:")
-
-
-def local_path(path: str) -> Path:
-    return Path(path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:"))
-
-
-def export_files(path: str) -> list[Path]:
-    """The data files of an export: the file, or every file under the directory except those Spark skips
-    (names starting with ``_`` or ``.``, like ``_SUCCESS`` and checksum files)."""
-    root = local_path(path)
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        return []
-    return sorted(
-        file
-        for file in root.rglob("*")
-        if file.is_file() and not any(part.startswith(("_", ".")) for part in file.relative_to(root).parts)
-    )
-
-
-def export_fingerprint(path: str) -> str:
-    """SHA-256 over each data file's relative name, size and content: the export's identity for the ledger.
-
-    A run of an export is found again by content, not by path: a file fixed or replaced at the same path
-    is a different export (never mistaken for a finished one), and a moved file is the same export.
-    """
-    digest = hashlib.sha256(f"nsb-delays export v{EXPORT_IDENTITY_VERSION}\n".encode())
-    if not is_local_path(path):  # a remote export (s3a://, hdfs://) is known by its URI only
-        digest.update(f"uri\0{path}".encode())
-        return digest.hexdigest()
-    root = local_path(path)
-    for file in export_files(path):
-        name = file.name if root.is_file() else str(file.relative_to(root))
-        digest.update(f"{name}\0{file.stat().st_size}\0".encode())
-        with file.open("rb") as content:
-            digest.update(hashlib.file_digest(content, "sha256").digest())
-    return digest.hexdigest()
 
 
 def export_path_problems(export: ExportSource) -> list[str]:

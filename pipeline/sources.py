@@ -8,6 +8,8 @@ Canonical columns: ``id string, destination string, state binary, due timestamp,
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +29,7 @@ EXPORT_FORMATS = ("parquet", "json")
 JDBC_FETCH_SIZE = 10_000
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 CORRUPT_RECORD = "_corrupt_record"
+EXPORT_IDENTITY_VERSION = 2  # 1: path + format + endpoint (a changed file looked like a finished run)
 
 
 class SourceError(ValueError):
@@ -52,6 +55,49 @@ class JdbcSource:
         return options
 
 
+def is_local_path(path: str) -> bool:
+    """A path on this machine (``exports/t.parquet``, ``file:/…``), not a URI Spark reads elsewhere (``s3a://…``)."""
+    return "://" not in path or path.startswith("file:")
+
+
+def local_path(path: str) -> Path:
+    return Path(path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:"))
+
+
+def export_files(path: str) -> list[Path]:
+    """The data files of an export: the file, or every file under the directory except those Spark skips
+    (names starting with ``_`` or ``.``, like ``_SUCCESS`` and checksum files)."""
+    root = local_path(path)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(
+        file
+        for file in root.rglob("*")
+        if file.is_file() and not any(part.startswith(("_", ".")) for part in file.relative_to(root).parts)
+    )
+
+
+def export_fingerprint(path: str) -> str:
+    """SHA-256 over each data file's relative name, size and content: the export's identity for the ledger.
+
+    A run of an export is found again by content, not by path: a file fixed or replaced at the same path
+    is a different export (never mistaken for a finished one), and a moved file is the same export.
+    """
+    digest = hashlib.sha256(f"nsb-delays export v{EXPORT_IDENTITY_VERSION}\n".encode())
+    if not is_local_path(path):  # a remote export (s3a://, hdfs://) is known by its URI only
+        digest.update(f"uri\0{path}".encode())
+        return digest.hexdigest()
+    root = local_path(path)
+    for file in export_files(path):
+        name = file.name if root.is_file() else str(file.relative_to(root))
+        digest.update(f"{name}\0{file.stat().st_size}\0".encode())
+        with file.open("rb") as content:
+            digest.update(hashlib.file_digest(content, "sha256").digest())
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class ExportSource:
     """Exported timeout documents (e.g. RavenDB ``TimeoutData``) as Parquet or JSON lines."""
@@ -59,7 +105,15 @@ class ExportSource:
     path: str
     format: str = "parquet"
     endpoint: str | None = None  # keep only documents whose OwningTimeoutManager is this endpoint
-    fingerprint: str = ""  # the files' content (``preflight.export_fingerprint``): a run's identity
+    fingerprint: str = ""  # the files' content (``export_fingerprint``); computed on first use when not given
+
+    @functools.cached_property
+    def content_fingerprint(self) -> str:
+        """The identity of a run of this export: ``fingerprint``, or the files' fingerprint ("" if there are none)."""
+        if self.fingerprint:
+            return self.fingerprint
+        exists = not is_local_path(self.path) or local_path(self.path).exists()
+        return export_fingerprint(self.path) if exists else ""
 
     def __post_init__(self) -> None:
         if self.format not in EXPORT_FORMATS:
