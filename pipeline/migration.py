@@ -50,7 +50,6 @@ from .sources import (
     JdbcSource,
     SourceError,
     canonical,
-    export_destinations,
     inspect_export,
     read_export,
     read_jdbc_query,
@@ -341,10 +340,11 @@ def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime
     from .preflight import PreflightRefused, export_summary_problems
 
     assert options.export is not None
-    problems = export_summary_problems(options.export, inspect_export(spark, options.export))
+    summary = inspect_export(spark, options.export, options.cutoff, latest_due)
+    problems = export_summary_problems(options.export, summary)
     if problems:
         raise PreflightRefused(problems)
-    check_target(options, export_destinations(spark, options.export, options.cutoff, latest_due), now)
+    check_target(options, summary.destinations, now)
 
 
 def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tracker: RunTracker) -> RunResult:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -268,11 +269,21 @@ class ExportSummary:
     endpoints: list[str]  # the most frequent endpoints, when --endpoint matched none
     undecodable_state: int = 0  # rows whose State text is not base64 (their body would be lost)
     first_undecodable_id: str | None = None
+    destinations: dict[str, datetime] = field(default_factory=dict)  # a run's destinations -> latest due
 
 
-def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
-    """One pass over the export: rows, lines that are not JSON, rows of the endpoint, and how many of those
-    have an id, a destination and a due time that parses (an export of garbage must not pass as "0 timeouts")."""
+def _timestamp_literal(value: datetime) -> Column:
+    """A timestamp parsed in the session's time zone (UTC), not converted from this process's local zone."""
+    return F.lit(value.strftime(TIMESTAMP_FORMAT)).cast("timestamp")
+
+
+def inspect_export(
+    spark: SparkSession, source: ExportSource, cutoff: datetime | None = None, latest_due: datetime | None = None
+) -> ExportSummary:
+    """One pass over the export, grouped by destination: rows, lines that are not JSON, rows of the endpoint,
+    how many of those have an id, a destination and a due time that parses, States that are not base64, and
+    the destinations a run would take with their latest due time (an export of garbage must not pass as
+    "0 timeouts", and every destination is checked before anything is staged)."""
     raw = _raw_export(spark, source, corrupt_column=source.format == "json")
 
     def text_of(field: str) -> Column:
@@ -292,43 +303,48 @@ def inspect_export(spark: SparkSession, source: ExportSource) -> ExportSummary:
     bad = F.col(CORRUPT_RECORD).isNotNull() if corrupt else F.lit(False)
     mine = (F.col("endpoint") == F.lit(source.endpoint)) if source.endpoint is not None else F.lit(True)
     mine = mine & ~bad
-    row = frame.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(bad, 1)).alias("corrupt"),
-        F.first(F.when(bad, F.col("_file")), ignorenulls=True).alias("first_corrupt_file"),
-        F.count(F.when(mine, 1)).alias("endpoint_rows"),
-        *(F.count(F.when(mine, F.col(name))).alias(name) for name in ("id", "destination", "due")),
-        F.first(F.when(mine & F.col("due").isNull(), F.col("_time_text")), ignorenulls=True).alias("bad_time"),
-        F.count(F.when(mine & undecodable, 1)).alias("undecodable"),
-        F.first(F.when(mine & undecodable, F.col("id")), ignorenulls=True).alias("undecodable_id"),
-    ).first()
-    assert row is not None
+    selected = mine & (F.trim(F.col("destination")) != "")
+    if cutoff is not None:
+        selected = selected & (F.col("due") >= _timestamp_literal(cutoff))
+    if latest_due is not None:
+        selected = selected & (F.col("due") <= _timestamp_literal(latest_due))
+    groups = (
+        frame.withColumn("destination_set", F.col("destination"))
+        .groupBy("destination")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(bad, 1)).alias("corrupt"),
+            F.first(F.when(bad, F.col("_file")), ignorenulls=True).alias("first_corrupt_file"),
+            F.count(F.when(mine, 1)).alias("endpoint_rows"),
+            *(F.count(F.when(mine, F.col(name))).alias(name) for name in ("id", "destination_set", "due")),
+            F.first(F.when(mine & F.col("due").isNull(), F.col("_time_text")), ignorenulls=True).alias("bad_time"),
+            F.count(F.when(mine & undecodable, 1)).alias("undecodable"),
+            F.first(F.when(mine & undecodable, F.col("id")), ignorenulls=True).alias("undecodable_id"),
+            F.max(F.when(selected, F.col("due"))).alias("latest"),
+        )
+        .collect()
+    )
+
+    def total(name: str) -> int:
+        return sum(int(group[name]) for group in groups)
+
+    def first(name: str) -> Any:
+        return next((group[name] for group in groups if group[name] is not None), None)
+
+    endpoint_rows = total("endpoint_rows")
     endpoints: list[str] = []
-    if source.endpoint is not None and not row["endpoint_rows"] and row["rows"] > row["corrupt"]:
+    if source.endpoint is not None and not endpoint_rows and total("rows") > total("corrupt"):
         counted = frame.where(~bad).groupBy("endpoint").count().orderBy(F.desc("count")).limit(10).collect()
         endpoints = [str(item["endpoint"]) for item in counted]
     return ExportSummary(
-        rows=int(row["rows"]),
-        corrupt=int(row["corrupt"]),
-        first_corrupt_file=row["first_corrupt_file"],
-        usable={name: int(row[name]) for name in ("id", "destination", "due")},
-        endpoint_rows=int(row["endpoint_rows"]) if source.endpoint is not None else None,
-        first_unparsed_time=row["bad_time"],
+        rows=total("rows"),
+        corrupt=total("corrupt"),
+        first_corrupt_file=first("first_corrupt_file"),
+        usable={"id": total("id"), "destination": total("destination_set"), "due": total("due")},
+        endpoint_rows=endpoint_rows if source.endpoint is not None else None,
+        first_unparsed_time=first("bad_time"),
         endpoints=endpoints,
-        undecodable_state=int(row["undecodable"]),
-        first_undecodable_id=row["undecodable_id"],
+        undecodable_state=total("undecodable"),
+        first_undecodable_id=first("undecodable_id"),
+        destinations={str(g["destination"]): g["latest"] for g in groups if g["latest"] is not None},
     )
-
-
-def export_destinations(
-    spark: SparkSession, source: ExportSource, cutoff: datetime, latest_due: datetime | None
-) -> dict[str, datetime]:
-    """The destinations a run would take from the export (as ``Ledger.destinations`` does for a table)."""
-    frame = read_export(spark, source)
-    selected = (F.col("due") >= F.lit(cutoff.strftime(TIMESTAMP_FORMAT)).cast("timestamp")) & (
-        F.trim(F.col("destination")) != ""
-    )
-    if latest_due is not None:
-        selected = selected & (F.col("due") <= F.lit(latest_due.strftime(TIMESTAMP_FORMAT)).cast("timestamp"))
-    rows = frame.where(selected).groupBy("destination").agg(F.max("due").alias("latest")).collect()
-    return {str(row["destination"]): row["latest"] for row in rows}
