@@ -2,19 +2,27 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java
+DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
+DIAGRAM := docs/dev-stack-graph.png
+# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (tests/services.py
+# ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
+RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
 
-.PHONY: setup system-packages demo test unit lint bench clean
+.PHONY: setup system-packages rabbitmq4-root demo test unit lint bench diagram clean
 
-setup: system-packages $(STAMP)
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
-# Java for Spark).
+# Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
 system-packages:
 	@missing=""; \
 	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "apt-get install:$$missing"; \
@@ -25,11 +33,39 @@ system-packages:
 	  fi; \
 	fi
 
+# Built once (about 370 MB): debootstrap into DIR.partial, then renamed, so an interrupted build is never
+# taken for a root. debootstrap mounts proc & co. into the target while it works; in its own mount
+# namespace those mounts cannot outlive it. Without root: a message (the 4.0 tier then skips, or fails
+# under CI=true with the same advice).
+rabbitmq4-root:
+	@if [ -x "$(RABBITMQ4_ROOT)/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "RabbitMQ 4.0 root $(RABBITMQ4_ROOT) is not built and building it needs root: run \`sudo make rabbitmq4-root\`" \
+	       "(or point NSB_RABBITMQ4_ROOT at a built one); without it the RabbitMQ 4.0 broker tests skip (fail under CI=true)" >&2; \
+	  exit 0; \
+	fi; \
+	command -v debootstrap >/dev/null 2>&1 || { echo "apt-get install: debootstrap"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }; \
+	echo "building RabbitMQ 4.0 root in $(RABBITMQ4_ROOT) (debootstrap trixie from $(DEBIAN_MIRROR))"; \
+	rm -rf "$(RABBITMQ4_ROOT).partial" && mkdir -p "$$(dirname "$(RABBITMQ4_ROOT)")" && \
+	start=$$(date +%s) && \
+	unshare --mount --propagation private -- debootstrap --variant=minbase --include=rabbitmq-server \
+	  trixie "$(RABBITMQ4_ROOT).partial" $(DEBIAN_MIRROR) > "$(RABBITMQ4_ROOT).log" 2>&1 || \
+	  { echo "debootstrap failed, see $(RABBITMQ4_ROOT).log" >&2; exit 1; }; \
+	mv "$(RABBITMQ4_ROOT).partial" "$(RABBITMQ4_ROOT)" && \
+	echo "RabbitMQ 4.0 root built in $$(( $$(date +%s) - start )) s, $$(du -sh "$(RABBITMQ4_ROOT)" | cut -f1)"
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
+# /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
+$(NODE_STAMP): package.json package-lock.json
+	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 demo: setup
 	$(VENV)/bin/nsb-delays demo --stack dev
@@ -39,7 +75,14 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not broker and not spark and not packaging" $(PYTEST_ARGS)
+
+# The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
+# Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.
+diagram: setup
+	$(VENV)/bin/nsb-delays render --stack dev --format mermaid -o $(DIAGRAM:.png=.mmd)
+	$(MMDC) -w 1300 -i $(DIAGRAM:.png=.mmd) -o $(DIAGRAM)
+	rm $(DIAGRAM:.png=.mmd)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -49,4 +92,4 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     ".commands.migrate",
     ".commands.verify",
     ".commands.demo",
+    ".commands.pulumi_plugin",
 )
 
 

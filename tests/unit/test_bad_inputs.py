@@ -269,6 +269,12 @@ CASES = [
          ["'yaml' is not one of 'text', 'markdown', 'json'"], files={"Pulumi.dev.yaml": GOOD}),
     Case("cli", "verify-ca-cert-missing", ["verify", "--stack", "dev", "--ca-cert", "ca.pem"], 2,
          ["Invalid value for '--ca-cert'", "'ca.pem' does not exist"], files={"Pulumi.dev.yaml": GOOD}),
+    Case("cli", "pulumi-plugin-unknown-kind", ["pulumi-plugin", "stack", "plugin"], 2,
+         ["'stack' is not one of 'provider', 'policy-pack'"]),
+    Case("cli", "pulumi-plugin-directory-not-empty", ["pulumi-plugin", "provider", "plugin"], 2,
+         ["plugin exists and is not an empty directory", "nothing was written"], files={"plugin/keep": ""}),
+    Case("cli", "pulumi-plugin-under-a-file", ["pulumi-plugin", "provider", "notes.txt/plugin"], 2,
+         ["nsb-delays pulumi-plugin: cannot write the plugin directory notes.txt/plugin"], files={"notes.txt": "x"}),
     # --- migrate: what it would reach is not there (refused before anything moves) --------------------------
     Case("migrate-unreachable", "database-and-broker-down", ["migrate", "run", "--source-jdbc", DB_DOWN, "--endpoint",
                                                              "Sales", "--rabbitmq-url", AMQP_DOWN,
