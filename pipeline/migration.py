@@ -360,7 +360,12 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         run = _earlier_export_run(ledger, options.export, parameters)
         if run is None:
             _check_export(resolve(spark), options, latest_due, now)
-            stage_export(resolve(spark), options.export, source)
+            try:
+                stage_export(resolve(spark), options.export, source)
+            except BaseException:  # interrupted or failed while staging: no half-written copy stays behind
+                with contextlib.suppress(Exception):
+                    ledger.drop_source_table()
+                raise
     resumed = run is not None
     if run is not None:
         if not same_run_parameters(run.parameters, parameters):

@@ -85,7 +85,12 @@ def _column_family(dialect: Dialect, type_code: Any, connection: Any) -> str:
     if dialect == "mssql":
         import pymssql
 
-        return {pymssql.DATETIME: "time", pymssql.BINARY: "binary", pymssql.NUMBER: "number"}.get(type_code, "text")
+        # pymssql's DBAPIType constants compare equal to the description's integer codes (they are not hashable)
+        if type_code == pymssql.DATETIME:
+            return "time"
+        if type_code == pymssql.BINARY:
+            return "binary"
+        return "number" if type_code in (pymssql.NUMBER, pymssql.DECIMAL) else "text"
     import oracledb
 
     if type_code in (oracledb.DB_TYPE_DATE, oracledb.DB_TYPE_TIMESTAMP, oracledb.DB_TYPE_TIMESTAMP_LTZ,
