@@ -205,16 +205,14 @@ class BrokerVhost:
 def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator[Callable[..., BrokerVhost]]:
     """``broker_vhost(["Sales", ...], generation="v2")``: a fresh vhost with the program's topology applied."""
     with vhost_factory(management) as new_vhost:
+        yield lambda endpoints, generation="v2": provision_vhost(rabbitmq, new_vhost("migrate"), endpoints, generation)
 
-        def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
-            vhost = new_vhost("migrate")
-            config = parse_stack_config(
-                {"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}}
-            )
-            RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
-            return BrokerVhost(rabbitmq, vhost)
 
-        yield make
+def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], generation: str = "v2") -> BrokerVhost:
+    """The program's topology for ``endpoints`` applied to ``vhost`` (made by ``vhost_factory``)."""
+    config = parse_stack_config({"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}})
+    RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+    return BrokerVhost(rabbitmq, vhost)
 
 
 def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +30,15 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot, write_files
-from tests.spark.conftest import BrokerVhost, create_sql_persistence_table, insert_timeouts, timeout, utc_now
+from tests.conftest import vhost_factory
+from tests.spark.conftest import (
+    BrokerVhost,
+    create_sql_persistence_table,
+    insert_timeouts,
+    provision_vhost,
+    timeout,
+    utc_now,
+)
 
 ROWS = 30
 BOUND = "Sales"
@@ -174,16 +182,32 @@ CASES: list[ServiceCase] = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def world(postgres, broker_vhost, tmp_path, request) -> World:
-    endpoint = "Bad" + str(abs(hash(request.node.name)) % 10**8)
+def make_world(postgres, broker: BrokerVhost, tmp_path: Path, name: str) -> World:
+    endpoint = "Bad" + str(abs(hash(name)) % 10**8)
     table = create_sql_persistence_table(postgres.dsn, endpoint)
     rows = [timeout(BOUND, 3600 + i, i, now=utc_now()) for i in range(ROWS)]
     insert_timeouts(postgres.dsn, table, rows)
     workspace = tmp_path / "work"
     workspace.mkdir()
-    return World(f"{postgres.jdbc_url}?user={postgres.user}", postgres.dsn, endpoint, table, broker_vhost([BOUND]),
-                 workspace, rows)  # fmt: skip
+    return World(f"{postgres.jdbc_url}?user={postgres.user}", postgres.dsn, endpoint, table, broker, workspace, rows)
+
+
+@pytest.fixture(scope="module")
+def untouched_broker(rabbitmq, management) -> Iterator[BrokerVhost]:
+    """One vhost for every refused case: a refusal publishes nothing, which each case checks."""
+    with vhost_factory(management) as new_vhost:
+        yield provision_vhost(rabbitmq, new_vhost("refused"), [BOUND])
+
+
+@pytest.fixture
+def refused_world(postgres, untouched_broker, tmp_path, request) -> World:
+    return make_world(postgres, untouched_broker, tmp_path, request.node.name)
+
+
+@pytest.fixture
+def world(postgres, broker_vhost, tmp_path, request) -> World:
+    """A run that starts publishes: it gets a vhost of its own."""
+    return make_world(postgres, broker_vhost([BOUND]), tmp_path, request.node.name)
 
 
 def migration_tables(dsn: str) -> list[str]:
@@ -215,7 +239,10 @@ def invoke(world: World, args: list[str], logs: Path) -> object:
 
 
 @pytest.mark.parametrize("service_case", CASES, ids=[c[0].id for c in CASES])
-def test_refused_before_anything_moves(service_case: ServiceCase, spark, world: World, tmp_path, monkeypatch) -> None:
+def test_refused_before_anything_moves(
+    service_case: ServiceCase, spark, refused_world: World, tmp_path, monkeypatch
+) -> None:
+    world = refused_world
     bad, build, setup = service_case
     if setup is not None:
         setup(world)
