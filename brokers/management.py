@@ -6,22 +6,44 @@ queues and bindings of a vhost, definitions export/import, and vhost creation fo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
 
 class ManagementError(RuntimeError):
-    """The management API refused or failed a call; the message names the call and the broker's answer.
-
-    ``status`` is the HTTP status (None when the broker could not be reached).
-    """
+    """The management API refused or failed a call; the message names the call and the broker's answer."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = status  # the HTTP status, None when the API could not be reached at all
+
+
+_OS_REASON = re.compile(r"\[Errno -?\d+\][^'\")]*|\[SSL: [^\]]+\][^'\")]*|Read timed out|Connect(?:ion)? timed out")
+
+
+def request_failure_reason(error: requests.RequestException) -> str:
+    """``[Errno 111] Connection refused`` out of requests' long ``HTTPConnectionPool(…): Max retries …`` text."""
+    text = str(error)
+    found = _OS_REASON.findall(text)
+    return found[-1].strip() if found else (text.splitlines() or [type(error).__name__])[0]
+
+
+def http_failure_reason(response: requests.Response) -> str:
+    """``401 Unauthorized: Login failed``: the status and the API's own ``reason`` (or the start of the body)."""
+    reason = response.text[:300].strip()
+    try:
+        body = response.json()
+        if isinstance(body, dict):
+            reason = str(body.get("reason") or body.get("error") or reason)
+    except ValueError:
+        pass
+    return (
+        f"{response.status_code} {response.reason}: {reason}" if reason else f"{response.status_code} {response.reason}"
+    )
 
 
 def path_segment(value: str) -> str:
@@ -54,16 +76,31 @@ class ManagementApi:
                 method, address, json=body, timeout=self.timeout, verify=self.verify_tls, cert=self.client_cert
             )
         except requests.RequestException as error:
-            raise ManagementError(f"{method} {address}: {error}") from None
+            raise ManagementError(
+                f"cannot reach the RabbitMQ management API at {self.address} as {self.username!r}: "
+                f"{request_failure_reason(error)}"
+            ) from None
         if response.status_code >= 400:
             raise ManagementError(
-                f"{method} {address}: HTTP {response.status_code} {response.text[:500]}", response.status_code
+                f"RabbitMQ management API at {self.address} answered {method} /api/{path} for user "
+                f"{self.username!r} with {http_failure_reason(response)}",
+                response.status_code,
             )
         return response
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         response = self.send(method, path, body)
         return response.json() if response.content else None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the management URL (the whole URL if it has no host)."""
+        parsed = urlsplit(self.url)
+        try:
+            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        except ValueError:
+            return self.url
+        return f"{parsed.hostname}:{port}" if parsed.hostname else self.url
 
     def overview(self) -> dict[str, Any]:
         return dict(self.request("GET", "overview"))

@@ -65,7 +65,18 @@ def sqs_queue_name(address: str, prefix: str = "") -> str:
 
 
 def input_queue_name(endpoint: str, prefix: str = "") -> str:
-    return sqs_queue_name(endpoint, prefix)
+    """The endpoint's input queue: a standard queue, so its name cannot end in ``.fifo``.
+
+    ``QueueCreator.CreateQueueIfNecessary`` creates it without ``FifoQueue``, and SQS's CreateQueue allows
+    a ``.fifo`` ending only on FIFO queues (a standard queue's name is letters, digits, ``-`` and ``_``).
+    """
+    name = sqs_queue_name(endpoint, prefix)
+    if name.endswith(FIFO_SUFFIX):
+        raise QueueNameError(
+            f"queue name {name!r} ends in {FIFO_SUFFIX!r}, which SQS allows only on FIFO queues; "
+            "an endpoint's input queue is a standard queue"
+        )
+    return name
 
 
 def delay_queue_name(endpoint: str, prefix: str = "") -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.config import ConfigError, StackConfig, load_stack
+from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from nsb_delays.infra.render import render
 from nsb_delays.infra.stack_topology import sqs_queue_specs
 
@@ -44,20 +44,6 @@ class Measured:
     destination: str
     requested: int
     measured: float | None  # None: did not arrive in time
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the servers' context managers still stop them."""
-
-    def interrupt(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -99,7 +85,7 @@ def provision_sqs(moto: LocalMoto, stack: StackConfig, stack_name: str) -> Any:
     )
     status = cloudformation.describe_stacks(StackName=CLOUDFORMATION_STACK)["Stacks"][0]["StackStatus"]
     if status != "CREATE_COMPLETE":
-        raise click.ClickException(f"CloudFormation stack {CLOUDFORMATION_STACK} ended in {status}")
+        raise CommandError(f"CloudFormation stack {CLOUDFORMATION_STACK} ended in {status}", exit_code=1)
     return moto.client("sqs")
 
 
@@ -168,7 +154,7 @@ def results_table(results: list[Measured]) -> Table:
 def run_demo(stack_name: str, delays: Sequence[int], console: Console) -> list[Measured]:
     stack = load_stack(stack_name)
     if stack.rabbitmq is None and stack.sqs is None:
-        raise click.ClickException(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs")
+        raise CommandError(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs: nothing to demo")
     started = time.monotonic()
     results: list[Measured] = []
     with sigterm_as_interrupt(), private_servers(bool(stack.rabbitmq), bool(stack.sqs), console) as (broker, moto):
@@ -203,7 +189,7 @@ def _delays(value: str) -> tuple[int, ...]:
 
 def register(cli: click.Group) -> None:
     @cli.command(name="demo")
-    @click.option("--stack", default="dev", show_default=True, help="Stack to provision into the private servers.")
+    @click.option("--stack", default="dev", show_default=True, help="Stack (name or YAML path) to provision.")
     @click.option("--delays", default=",".join(map(str, DEFAULT_DELAYS)), show_default=True,
                   help="Comma-separated delays in seconds sent to every endpoint.")  # fmt: skip
     def demo(stack: str, delays: str) -> None:
@@ -213,9 +199,9 @@ def register(cli: click.Group) -> None:
         try:
             results = run_demo(stack, _delays(delays), console)
         except (ConfigError, ServiceUnavailable) as error:
-            raise click.ClickException(str(error)) from None
+            raise CommandError(str(error)) from None
         except KeyboardInterrupt:
             console.print("interrupted; the private servers were stopped")
-            raise SystemExit(130) from None
+            raise SystemExit(EXIT_INTERRUPTED) from None
         if any(r.measured is None for r in results):
-            raise click.ClickException("some delayed messages did not arrive (see the table)")
+            raise CommandError("some delayed messages did not arrive (see the table)", exit_code=1)
