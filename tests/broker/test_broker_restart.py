@@ -24,11 +24,11 @@ CLOCK_GRANULARITY_SECONDS = 0.005
 
 
 def test_restart_with_messages_in_delay_queues_loses_none(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, delivery_limit_policies: bool
 ) -> None:
     dev = load_stack("dev").rabbitmq
     assert dev is not None
-    config = replace(dev, vhost=new_vhost("restart"), generation="v2")
+    config = replace(dev, vhost=new_vhost("restart"), generation="v2", delivery_limit_policies=delivery_limit_policies)
     RabbitMqApplier(rabbitmq.management_url).apply(record_stack(StackConfig(rabbitmq=config)))
     destinations = receiving_queues(config)
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:

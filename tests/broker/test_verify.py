@@ -37,11 +37,14 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
 
 
-def provisioned_stack(tmp_path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, vhost: str, prefix: str) -> Path:
+def provisioned_stack(
+    tmp_path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, vhost: str, prefix: str, delivery_limit_policies: bool
+) -> Path:
     """A copy of the dev stack file pointing at the test broker, applied to ``vhost`` and moto."""
     raw = read_stack_yaml("dev")
     raw["rabbitmq:endpoint"] = rabbitmq.management_url
     raw["nsb-delays:rabbitmq"]["vhost"] = vhost
+    raw["nsb-delays:rabbitmq"]["deliveryLimitPolicies"] = delivery_limit_policies
     raw["nsb-delays:sqs"]["queueNamePrefix"] = prefix
     path = tmp_path / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump({"config": raw}))
@@ -63,9 +66,15 @@ def run_verify(path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, *options: s
 
 
 def test_a_provisioned_stack_has_no_drift(
-    tmp_path: Path, rabbitmq: LocalRabbitMq, moto_server: LocalMoto, new_vhost, aws_test_credentials
+    tmp_path: Path,
+    rabbitmq: LocalRabbitMq,
+    moto_server: LocalMoto,
+    new_vhost,
+    delivery_limit_policies: bool,
+    aws_test_credentials,
 ) -> None:
-    path = provisioned_stack(tmp_path, rabbitmq, moto_server, new_vhost("verify-ok"), "verify-ok-")
+    vhost = new_vhost("verify-ok")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-ok-", delivery_limit_policies)
     result = run_verify(path, rabbitmq, moto_server)
     assert result.exit_code == 0, result.output
     assert "no drift" in result.output and "0 drift(s)" in result.output
@@ -77,10 +86,11 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     management: ManagementApi,
     moto_server: LocalMoto,
     new_vhost,
+    delivery_limit_policies: bool,
     aws_test_credentials,
 ) -> None:
     vhost = new_vhost("verify-broken")
-    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-", delivery_limit_policies)
     stack = load_stack(str(path))
     # 1. level 3 queue re-declared with a wrong TTL (9 s instead of 8 s)
     level3 = rmq.delay_level_name(3)

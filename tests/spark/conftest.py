@@ -208,9 +208,9 @@ def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator
 
         def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
             vhost = new_vhost("migrate")
-            config = parse_stack_config(
-                {"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}}
-            )
+            # Debian's 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off
+            rabbitmq_config = {"vhost": vhost, "generation": generation, "endpoints": endpoints}
+            config = parse_stack_config({"rabbitmq": {**rabbitmq_config, "deliveryLimitPolicies": False}})
             RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
             return BrokerVhost(rabbitmq, vhost)
 
