@@ -174,15 +174,33 @@ def test_broker_requirements_for_v2() -> None:
         parse_version("latest")
 
 
-def test_delay_queue_retention_may_exceed_four_days_but_content_deduplication_may_not_be_on() -> None:
+def test_delay_queue_retention_may_exceed_four_days_and_content_deduplication_is_drift_with_its_reason() -> None:
     (_, spec) = sqs.endpoint_queues("Sales")
     attributes = spec.attributes() | {"MessageRetentionPeriod": str(sqs.MAX_MESSAGE_RETENTION_SECONDS)}
     assert sqs_queue_drifts(spec, attributes) == []
     short = attributes | {"MessageRetentionPeriod": "60", "ContentBasedDeduplication": "true"}
-    assert [(d.kind, d.field) for d in sqs_queue_drifts(spec, short)] == [
+    drifts = sqs_queue_drifts(spec, short)
+    assert [(d.kind, d.field) for d in drifts] == [
         ("different", "MessageRetentionPeriod"),
         ("unexpected", "ContentBasedDeduplication"),
     ]
+    assert drifts[1].fix == sqs.CONTENT_DEDUPLICATION_NOTE and drifts[1].fix.startswith("harmless to NServiceBus")
+
+
+def test_content_based_deduplication_does_not_drop_nservicebus_delayed_messages(moto_server: LocalMoto) -> None:
+    """Two delayed messages with equal bodies, sent as NServiceBus sends them (explicit deduplication id = message
+    id, SendMessage: "your MessageDeduplicationId overrides the generated one"), both arrive."""
+    client = moto_server.client("sqs")
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = client.create_queue(QueueName="content-dedup-delay.fifo", Attributes=attributes)["QueueUrl"]
+    for message_id in ("first", "second"):
+        client.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId=message_id,
+                            MessageDeduplicationId=message_id)  # fmt: skip
+    for group in ("third", "fourth"):  # a sender without ids: the second equal body is a duplicate
+        client.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId=group)
+    received = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    ids = {m["Attributes"]["MessageDeduplicationId"] for m in received}
+    assert len(received) == 3 and {"first", "second"} <= ids
 
 
 def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> None:
