@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
-from nsb_delays.infra.config import RabbitMqConfig, SqsConfig
+from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
 from .management import ManagementApi
@@ -32,10 +32,10 @@ from .management import ManagementApi
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
 QUEUE_TYPE_ARGUMENT = "x-queue-type"
-# RabbitMQ 3.13.7+/4.0 write the default queue type into the arguments of a queue declared without one
-# (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected into optional queue
-# arguments and returned as part of definitions and the HTTP API"); redeclaring it without the
-# argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
+# RabbitMQ 4.0 (and 3.13 with the backport) writes the default queue type into the arguments of a
+# queue declared without one (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected
+# into optional queue arguments and returned as part of definitions and the HTTP API"); redeclaring it
+# without the argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
 # default queue type is quorum turns the same declaration into a quorum queue, which is drift.
 IMPLICIT_QUEUE_TYPE = "classic"
 
@@ -67,7 +67,7 @@ def _dotted(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
 
-POLICIES_SWITCH = "nsb-delays:rabbitmq.deliveryLimitPolicies"
+POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
 
 def requirement_drifts(

@@ -20,6 +20,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")
+DELIVERY_LIMIT_POLICIES_KEY = "deliveryLimitPolicies"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -98,7 +99,7 @@ _RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | 
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
     "protectDelayQueues": ("protect_delay_queues", bool, None),
     "adoptExisting": ("adopt_existing", bool, None),
-    "deliveryLimitPolicies": ("delivery_limit_policies", bool, None),
+    DELIVERY_LIMIT_POLICIES_KEY: ("delivery_limit_policies", bool, None),
     "errorQueue": ("error_queue", str, None),
     "auditQueue": ("audit_queue", str, None),
 }
