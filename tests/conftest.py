@@ -35,6 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
         if TESTS / "spark" in path.parents:
             item.add_marker(pytest.mark.spark)
+        if TESTS / "packaging" in path.parents:
+            item.add_marker(pytest.mark.packaging)
 
 
 def unavailable(reason: str) -> None:
@@ -42,6 +44,17 @@ def unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required test service unavailable under CI=true: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def require_installed(kind: type[LocalRabbitMq]) -> None:
+    """Skip locally / fail under CI when a ``kind`` broker cannot start here (nothing is started, nothing left)."""
+    broker = kind()
+    try:
+        broker.check_installed()
+    except ServiceUnavailable as error:
+        unavailable(str(error))
+    finally:
+        broker.state_dir.rmdir()  # the empty folder the constructor made
 
 
 def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> Iterator[Any]:

@@ -19,13 +19,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import load_stack, read_stack_yaml
 from tests.broker.conftest import settled_queues
-from tests.conftest import unavailable
+from tests.conftest import require_installed
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -62,10 +62,7 @@ def assert_stopped(output: str) -> None:
 @pytest.fixture
 def servers_available(moto_server: LocalMoto) -> None:
     """The demo starts its own Debian RabbitMQ and moto; this only gates it (skip locally / fail under CI if absent)."""
-    try:
-        LocalRabbitMq().check_installed()
-    except ServiceUnavailable as error:
-        unavailable(str(error))
+    require_installed(LocalRabbitMq)
 
 
 @pytest.mark.usefixtures("servers_available")
