@@ -196,9 +196,10 @@ def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Repor
     name = value_at(args.props, "name")
     if rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
         report(
-            f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 3.13.7+ and 4.x write "
-            f"{rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments and the provider "
-            "reads it back, so every plan sees a difference and replaces the queue (deleting its messages). "
+            f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
+            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments "
+            "and the provider reads it back, so every plan sees a difference and replaces the queue (deleting its "
+            "messages). "
             f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.provider_queue_arguments).",
         )
     where = rmq.queue_arguments_field(declared.values)
@@ -215,9 +216,10 @@ queue_arguments_as_read = ResourceValidationPolicy(
     name="queue-arguments-as-read",
     description=(
         "Queue arguments are declared as a provider read gives them back: the queue type explicit (RabbitMQ "
-        "3.13.7+/4.x add x-queue-type to a queue declared without it, and every plan would replace it), all "
-        "strings in settings.arguments, any number or boolean in settings.argumentsJson (else adopting the "
-        "queue by import fails). Fix: declare x-queue-type, and all-string arguments in settings.arguments."
+        "4.x, and 3.13 with the backport, add x-queue-type to a queue declared without it, and every plan "
+        "would replace it), all strings in settings.arguments, any number or boolean in settings.argumentsJson "
+        "(else adopting the queue by import fails). Fix: declare x-queue-type, and all-string arguments in "
+        "settings.arguments."
     ),
     validate=validate_queue_arguments_as_read,
     enforcement_level=EnforcementLevel.ADVISORY,
@@ -361,23 +363,36 @@ def validate_sqs_delay_queue_settings(args: ResourceValidationArgs, report: Repo
             "NServiceBus subtracts that much per cycle, so any other value delivers every long delay early or "
             f"late, including messages already waiting. Set delaySeconds={sqs.DELAY_QUEUE_DELAY_SECONDS}.",
         )
-    deduplication = value_at(args.props, "contentBasedDeduplication")
-    if deduplication is not UNKNOWN and deduplication:
-        report(
-            f"SQS queue {name!r}: contentBasedDeduplication is on; NServiceBus sets the message id as "
-            "deduplication id itself, and content-based deduplication drops distinct delayed messages with "
-            "equal bodies. Remove contentBasedDeduplication.",
-        )
 
 
 sqs_delay_queue_settings = ResourceValidationPolicy(
     name="sqs-delay-queue-settings",
     description=(
-        f"A '-delay.fifo' queue must be FIFO with delaySeconds exactly {sqs.DELAY_QUEUE_DELAY_SECONDS} and no "
-        "content-based deduplication. Fix: declare it with SqsEndpoint."
+        f"A '-delay.fifo' queue must be FIFO with delaySeconds exactly {sqs.DELAY_QUEUE_DELAY_SECONDS}. "
+        "Fix: declare it with SqsEndpoint."
     ),
     validate=validate_sqs_delay_queue_settings,
     enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_deduplication(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = _sqs_delay_queue_name(args)
+    deduplication = value_at(args.props, "contentBasedDeduplication") if name else None
+    if deduplication is not UNKNOWN and deduplication:
+        report(f"SQS queue {name!r}: contentBasedDeduplication is on; {sqs.CONTENT_DEDUPLICATION_NOTE}.")
+
+
+sqs_delay_queue_deduplication = ResourceValidationPolicy(
+    name="sqs-delay-queue-deduplication",
+    description=(
+        "A '-delay.fifo' queue is declared as NServiceBus creates it, without content-based deduplication. "
+        "Advisory: NServiceBus's explicit deduplication ids override it, so it does not stop or break the "
+        "endpoint. Fix: remove contentBasedDeduplication."
+    ),
+    validate=validate_sqs_delay_queue_deduplication,
+    enforcement_level=EnforcementLevel.ADVISORY,
 )
 
 RETENTION_SCHEMA = PolicyConfigSchema(
@@ -712,6 +727,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_binding_keys,
     endpoint_delivery_binding,
     sqs_delay_queue_settings,
+    sqs_delay_queue_deduplication,
     sqs_delay_queue_retention,
     sqs_delay_queue_no_redrive,
     sqs_delay_queue_name,

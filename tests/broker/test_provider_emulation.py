@@ -90,7 +90,7 @@ def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
 ) -> None:
     """adoptExisting: every object (endpoint queues included) is imported; the broker is left as it was.
 
-    Version-specific: NServiceBus declares v1 level queues without a queue type. From RabbitMQ 3.13.7
+    Version-specific: NServiceBus declares v1 level queues without a queue type. From RabbitMQ 4.0
     the broker stores the default type in their arguments, which the program declares explicitly
     (``model.provider_queue_arguments``), and they import; an older broker (3.10 here) keeps them as
     declared, so each of the 28 imports differs in ``x-queue-type`` and the plan is refused as a whole.
@@ -214,7 +214,7 @@ def test_an_import_whose_properties_differ_names_the_object_and_changes_nothing(
     mismatched = [s for s in plan.with_op("import") if s.error and "do not match" in s.error]
     assert [s.label for s in mismatched] == [f"queue 'Sales' (vhost {stack.rabbitmq.vhost!r})"]
     error = mismatched[0].error
-    # version-specific: RabbitMQ 3.13.7+ stores the default type of a queue declared without one
+    # version-specific: RabbitMQ 4.x stores the default type of a queue declared without one
     actual = {"x-queue-type": "classic"} if broker_version >= rmq.QUEUE_TYPE_STORED_FROM else {}
     assert f"settings.arguments: expected {{'x-queue-type': 'quorum'}} (program), actual {actual} (broker)" in error
     assert "Fix:" in error and "Nothing was imported or changed" in error

@@ -60,7 +60,7 @@ def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
 
 
 def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_default() -> None:
-    """RabbitMQ 3.13.7+/4.x store ``x-queue-type: classic`` for a queue declared without a type; a provider
+    """RabbitMQ 4.x (and 3.13 with the backport) store ``x-queue-type: classic`` for a queue declared without a type; a provider
     read returns it, so the program declares it (equivalent to no type for NServiceBus's declarations)."""
     classic = record_stack(
         parse_stack_config({"rabbitmq": {"generation": "v1", "queueType": "classic", "endpoints": ["Sales"]}})
