@@ -22,18 +22,20 @@ from nsb_delays.brokers.provider_emulation import RESOURCE_TYPES
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import arguments_json
-from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_QUEUE
+from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_POLICY, RABBITMQ_QUEUE
 from nsb_delays.infra.config import StackConfig, load_stack
 from nsb_delays.infra.recording import RecordedResource, record, record_stack
+from nsb_delays.infra.stack_topology import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
 
 
-def dev_stack(vhost: str, **changes: object) -> StackConfig:
+def dev_stack(vhost: str, delivery_limit_policies: bool = False, **changes: object) -> StackConfig:
+    """The dev stack in ``vhost``; NServiceBus's delivery-limit policies only where asked (3.10 refuses them)."""
     dev = load_stack("dev").rabbitmq
     assert dev is not None
-    return StackConfig(rabbitmq=replace(dev, vhost=vhost, **changes))
+    return StackConfig(rabbitmq=replace(dev, vhost=vhost, delivery_limit_policies=delivery_limit_policies, **changes))
 
 
 def adopting(stack: StackConfig) -> StackConfig:
@@ -64,11 +66,18 @@ def redeclare_level_queue(rabbitmq: LocalRabbitMq, management: ManagementApi, vh
 
 @pytest.mark.parametrize(("generation", "topology"), CASES)
 def test_up_refresh_and_plan_again_change_nothing(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    delivery_limit_policies: bool,
+    generation: str,
+    topology: str,
 ) -> None:
-    """Every object of the dev stack is created, read back unchanged, and the next plan is all ``same``."""
-    stack = dev_stack(new_vhost("up"), generation=generation, routing_topology=topology)
+    """Every object of the dev stack (on 4.0 with its delivery-limit policies) is created, read back
+    unchanged, and the next plan is all ``same``."""
+    stack = dev_stack(new_vhost("up"), delivery_limit_policies, generation=generation, routing_topology=topology)
     resources = record_stack(stack)
+    assert any(r.type == RABBITMQ_POLICY for r in resources) is delivery_limit_policies
     engine = engine_for(rabbitmq)
     created = engine.up(resources)
     assert created.ops() == {"create": len(rabbitmq_resources(resources))}
@@ -85,19 +94,27 @@ def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
     management: ManagementApi,
     new_vhost,
     broker_version: tuple[int, ...],
+    delivery_limit_policies: bool,
     generation: str,
     topology: str,
 ) -> None:
-    """adoptExisting: every object (endpoint queues included) is imported; the broker is left as it was.
+    """adoptExisting: every object (endpoint queues included, on 4.0 the delivery-limit policies NServiceBus's
+    endpoints created at start) is imported; the broker is left as it was.
 
     Version-specific: NServiceBus declares v1 level queues without a queue type. From RabbitMQ 4.0
     the broker stores the default type in their arguments, which the program declares explicitly
     (``model.provider_queue_arguments``), and they import; an older broker (3.10 here) keeps them as
     declared, so each of the 28 imports differs in ``x-queue-type`` and the plan is refused as a whole.
     """
-    stack = nsb.endpoint_only_stack(new_vhost("adopt"), generation, topology)
+    stack = nsb.endpoint_only_stack(new_vhost("adopt"), generation, topology, delivery_limit_policies)
     nsb.declare_as_nservicebus(rabbitmq, stack)
+    started = {
+        nsb.validate_delivery_limit(management, stack.rabbitmq.vhost, queue, broker_version)
+        for queue in receiving_queues(stack.rabbitmq)
+    }
+    assert started == ({"created policy"} if delivery_limit_policies else {"ok"})
     before = management.definitions(stack.rabbitmq.vhost)
+    assert len(before["policies"]) == (len(receiving_queues(stack.rabbitmq)) if delivery_limit_policies else 0)
     resources = record_stack(adopting(stack))
     engine = engine_for(rabbitmq)
     plan = engine.plan(resources)
