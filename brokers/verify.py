@@ -31,13 +31,13 @@ from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
-QUEUE_TYPE_ARGUMENT = "x-queue-type"
+QUEUE_TYPE_ARGUMENT = rmq.QUEUE_TYPE_ARGUMENT
 # RabbitMQ 4.0 (and 3.13 with the backport) writes the default queue type into the arguments of a
 # queue declared without one (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected
 # into optional queue arguments and returned as part of definitions and the HTTP API"); redeclaring it
 # without the argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
 # default queue type is quorum turns the same declaration into a quorum queue, which is drift.
-IMPLICIT_QUEUE_TYPE = "classic"
+IMPLICIT_QUEUE_TYPE = rmq.DEFAULT_QUEUE_TYPE
 
 
 @dataclass(frozen=True, order=True)

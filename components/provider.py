@@ -7,7 +7,7 @@ the ``(name, args, opts)`` signature the provider host calls; resource type toke
 resources exist, so they must be known when the component is constructed.
 """
 
-from typing import NotRequired, Optional, TypedDict
+from typing import Any, NotRequired, Optional, TypedDict, get_type_hints
 
 import pulumi
 
@@ -61,6 +61,21 @@ class SqsEndpointArgs(TypedDict):
     """SQS-managed server-side encryption (default true)."""
 
 
+def python_arguments(args_type: type, args: Any) -> dict[str, Any]:
+    """The inputs as the Python component takes them: whole numbers for ``int`` inputs.
+
+    Inputs from other languages travel as a protobuf ``Struct``, whose numbers are all doubles, and
+    the provider host hands them on as floats (``86400.0``); the model refuses a float retention.
+    """
+    integers = {key for key, hint in get_type_hints(args_type).items() if hint is int}
+    converted = dict(args)
+    for key in integers & set(converted):
+        value = converted[key]
+        if isinstance(value, float) and value.is_integer():
+            converted[key] = int(value)
+    return converted
+
+
 class RabbitMqDelayInfrastructure(rabbitmq.RabbitMqDelayInfrastructure):
     """The 28 NServiceBus delay levels, the delivery exchange and their bindings."""
 
@@ -94,7 +109,7 @@ class SqsEndpoint(sqs.SqsEndpoint):
     delay_queue_arn: Optional[pulumi.Output[str]]  # noqa: UP045
 
     def __init__(self, name: str, args: SqsEndpointArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, opts=opts, **args)
+        super().__init__(name, opts=opts, **python_arguments(SqsEndpointArgs, args))
 
 
 COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint]

@@ -1,8 +1,12 @@
 """Pulumi ComponentResources that declare the model's RabbitMQ topology through pulumi-rabbitmq.
 
-Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Queue
-arguments go through ``arguments_json`` because the provider's ``arguments`` map sends every value
-as a string, and RabbitMQ refuses a string ``x-message-ttl``.
+Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Each queue's
+arguments go in the field a provider read gives them back in (``model.queue_arguments_field``):
+``arguments_json`` when a value is not a string (the ``arguments`` map sends every value as a string,
+and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
+so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
+type is always explicit (``model.provider_queue_arguments``): RabbitMQ 4.x (and 3.13 with the
+backport) writes the default into a queue's arguments.
 """
 
 from __future__ import annotations
@@ -56,6 +60,23 @@ def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
     return f"{escaped_vhost}/{binding.source}/{binding.destination}/{binding.destination_type}/{key}"
 
 
+def queue_settings(queue: model.QueueSpec) -> rabbitmq.QueueSettingsArgs:
+    """Durability plus ``model.provider_queue_arguments`` in the field ``model.queue_arguments_field`` picks."""
+    arguments = model.provider_queue_arguments(queue.arguments)
+    field = model.queue_arguments_field(arguments)
+    if field == "arguments_json":
+        return rabbitmq.QueueSettingsArgs(
+            durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(arguments)
+        )
+    if field == "arguments":
+        return rabbitmq.QueueSettingsArgs(
+            durable=queue.durable,
+            auto_delete=queue.auto_delete,
+            arguments={key: str(value) for key, value in arguments.items()},
+        )
+    return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
+
+
 class _Declared:
     """The resources one component declared for a model ``Topology``, keyed by physical name."""
 
@@ -78,10 +99,14 @@ def declare_topology(
 ) -> _Declared:
     """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
-    Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
-    creates them in order and deletes them first. With ``adopt_existing`` every object is imported
-    (``import_``) instead of created: ``pulumi up`` then takes over what NServiceBus installers
-    declared, and fails rather than replace anything whose properties differ.
+    A binding takes its source and destination from the ``name`` outputs of the exchanges/queues it
+    joins (declared here or passed in), so the engine records them as *property* dependencies: it
+    creates the binding after its ends, deletes it first, and when an end is replaced (deleted and
+    re-declared, which drops its bindings on the broker) replaces the binding with it. A plain
+    ``depends_on`` would not do that (pulumi/pulumi ``pkg/resource/deploy/step_generator.go``,
+    ``calculateDependentReplacements`` only follows property dependencies). With ``adopt_existing``
+    every object is imported (``import_``) instead of created: ``pulumi up`` then takes over what
+    NServiceBus installers declared, and fails rather than replace anything whose properties differ.
     """
     declared = _Declared()
 
@@ -99,42 +124,33 @@ def declare_topology(
             opts=pulumi.ResourceOptions(parent=component, import_=adopt(import_id(exchange.name, vhost))),
         )
     for queue in topology.queues:
-        settings = rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
-        if queue.arguments:
-            settings = rabbitmq.QueueSettingsArgs(
-                durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(queue.arguments)
-            )
         guard = queue.holds_delayed_messages and protect_delay_queues
         declared.queues[queue.name] = rabbitmq.Queue(
             f"{name}-{queue.name}",
             name=queue.name,
             vhost=vhost,
-            settings=settings,
+            settings=queue_settings(queue),
             opts=pulumi.ResourceOptions(
                 parent=component, protect=guard, retain_on_delete=guard, import_=adopt(import_id(queue.name, vhost))
             ),
         )
-    known: dict[str, pulumi.Resource] = {**(existing_exchanges or {}), **declared.exchanges}
+    known_exchanges: dict[str, rabbitmq.Exchange] = {**(existing_exchanges or {}), **declared.exchanges}
     for binding in topology.bindings:
-        ends = [known.get(binding.source)]
-        ends.append(
+        source = known_exchanges.get(binding.source)
+        destination: rabbitmq.Exchange | rabbitmq.Queue | None = (
             declared.queues.get(binding.destination)
             if binding.destination_type == "queue"
-            else known.get(binding.destination)
+            else known_exchanges.get(binding.destination)
         )
         declared.bindings.append(
             rabbitmq.Binding(
                 f"{name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
-                source=binding.source,
-                destination=binding.destination,
+                source=source.name if source else binding.source,
+                destination=destination.name if destination else binding.destination,
                 destination_type=binding.destination_type,
                 routing_key=binding.routing_key,
                 vhost=vhost,
-                opts=pulumi.ResourceOptions(
-                    parent=component,
-                    depends_on=[end for end in ends if end],
-                    import_=adopt(binding_import_id(binding, vhost)),
-                ),
+                opts=pulumi.ResourceOptions(parent=component, import_=adopt(binding_import_id(binding, vhost))),
             )
         )
     for policy in topology.policies:

@@ -111,7 +111,7 @@ def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViola
     if declared.error:
         report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
         return
-    _compare_arguments(name, dict(spec.arguments), declared, report)
+    _compare_arguments(name, rmq.provider_queue_arguments(spec.arguments), declared, report)
 
 
 def _compare_arguments(
@@ -125,7 +125,8 @@ def _compare_arguments(
     actual = declared.values
     for key, want in expected.items():
         if key not in actual:
-            report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
+            if not (key == rmq.QUEUE_TYPE_ARGUMENT and want == rmq.DEFAULT_QUEUE_TYPE):  # queue-arguments-as-read
+                report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
         elif not _same_argument(actual[key], want):
             got = actual[key]
             report(
@@ -182,6 +183,46 @@ typed_queue_arguments = ResourceValidationPolicy(
     ),
     validate=validate_typed_queue_arguments,
     enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    declared = declared_arguments(args.props)
+    if declared is UNKNOWN or declared.error:
+        return
+    name = value_at(args.props, "name")
+    if rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
+        report(
+            f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
+            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments "
+            "and the provider reads it back, so every plan sees a difference and replaces the queue (deleting its "
+            "messages). "
+            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.provider_queue_arguments).",
+        )
+    where = rmq.queue_arguments_field(declared.values)
+    if declared.source == "settings.argumentsJson" and where == "arguments":
+        report(
+            f"queue {_quoted(name)}: every argument is a string, yet they are declared in settings.argumentsJson. "
+            "An import (adoptExisting, `pulumi import`) reads all-string arguments back into settings.arguments "
+            "(terraform-provider-rabbitmq ReadQueue), so the import sees a difference and fails. Declare them in "
+            "settings.arguments (RabbitMqEndpoint does).",
+        )
+
+
+queue_arguments_as_read = ResourceValidationPolicy(
+    name="queue-arguments-as-read",
+    description=(
+        "Queue arguments are declared as a provider read gives them back: the queue type explicit (RabbitMQ "
+        "4.x, and 3.13 with the backport, add x-queue-type to a queue declared without it, and every plan "
+        "would replace it), all strings in settings.arguments, any number or boolean in settings.argumentsJson "
+        "(else adopting the queue by import fails). Fix: declare x-queue-type, and all-string arguments in "
+        "settings.arguments."
+    ),
+    validate=validate_queue_arguments_as_read,
+    enforcement_level=EnforcementLevel.ADVISORY,
 )
 
 
@@ -681,6 +722,7 @@ delay_queue_protected = ResourceValidationPolicy(
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_level_queue_arguments,
     typed_queue_arguments,
+    queue_arguments_as_read,
     delay_exchange_settings,
     delay_binding_keys,
     endpoint_delivery_binding,

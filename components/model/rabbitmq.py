@@ -253,6 +253,53 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
     return Topology(tuple(exchanges), tuple(queues), tuple(bindings))
 
 
+QUEUE_TYPE_ARGUMENT = "x-queue-type"
+DEFAULT_QUEUE_TYPE = "classic"  # what a queue declared without x-queue-type becomes (node-wide default)
+# Proven here on 4.0.5 (3.10.8 does not); 3.13.x stores it too from the patch release that took the backport.
+QUEUE_TYPE_STORED_FROM = (4, 0, 0)
+
+
+def provider_queue_arguments(arguments: Arguments) -> dict[str, ArgumentValue]:
+    """The arguments the Pulumi program declares for a queue: NServiceBus's, with the queue type explicit.
+
+    Where NServiceBus leaves the type to the broker (v1 level queues, classic endpoint queues),
+    RabbitMQ 4.x (and 3.13.x with the backport) writes ``x-queue-type: classic`` into the queue's
+    arguments (rabbitmq/rabbitmq-server#12109; measured on 4.0.5, while 3.10.8 keeps the arguments
+    as declared).
+    A provider read returns it, so a declaration without it would differ on every plan and replace
+    the queue (a protected level queue: every ``pulumi up`` refused). Declared explicitly it reads
+    back the same on every version. RabbitMQ treats declarations with and without the explicit
+    default as equivalent (measured on 3.10.8 and 4.0.5), so NServiceBus and the program still
+    accept each other's queues; only adopting by import a classic queue NServiceBus declared on an
+    older broker (3.10) differs (its arguments lack the type).
+    """
+    if QUEUE_TYPE_ARGUMENT in arguments:
+        return dict(arguments)
+    return {**arguments, QUEUE_TYPE_ARGUMENT: DEFAULT_QUEUE_TYPE}
+
+
+QueueArgumentsField = Literal["none", "arguments", "arguments_json"]
+
+
+def queue_arguments_field(arguments: Arguments) -> QueueArgumentsField:
+    """Which pulumi-rabbitmq ``QueueSettings`` field carries these arguments so that a read gives them back.
+
+    terraform-provider-rabbitmq v1.10.1 (``rabbitmq/resource_queue.go``, ``ReadQueue`` and
+    ``nonStringInArguments``) reads a queue's arguments into ``arguments_json`` only when the state
+    already holds ``arguments_json`` or some value is not a string; otherwise into the string map
+    ``arguments``. On ``pulumi import`` the state is empty, so an all-string set (an endpoint quorum
+    queue's ``{"x-queue-type": "quorum"}``) comes back as ``arguments``: declaring it as
+    ``arguments_json`` would make the import differ and fail. Any non-string value (a level queue's
+    integer TTL) must go through ``arguments_json`` anyway: the ``arguments`` map sends strings only.
+    No arguments: neither field (a read of ``{}`` is an empty map, which equals an absent one).
+    """
+    if not arguments:
+        return "none"
+    if all(isinstance(value, str) for value in arguments.values()):
+        return "arguments"
+    return "arguments_json"
+
+
 def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
     """Receiving and sending queues of an endpoint: ``x-queue-type=quorum`` or no arguments (classic)."""
     if queue_type not in QUEUE_TYPES:

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from nsb_delays.brokers.apply import policy_body
+from nsb_delays.brokers.provider_emulation import policy_declaration
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
@@ -77,19 +77,26 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
         "definition": {"delivery-limit": "100000"},  # pulumi-rabbitmq's definition is a map of strings
     }
     # ... which the provider's putPolicy sends as the integer the broker and NServiceBus expect
-    assert policy_body(policy.inputs["policy"])["definition"] == {"delivery-limit": 100_000}
+    assert policy_declaration(policy.inputs)[1]["definition"] == {"delivery-limit": 100_000}
 
 
 def test_put_policy_converts_only_what_strconv_parseint_accepts() -> None:
-    body = policy_body(
+    path, body = policy_declaration(
         {
-            "pattern": ".",
-            "applyTo": "all",
-            "priority": 1.0,
-            "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
+            "name": "p",
+            "vhost": "/",
+            "policy": {
+                "pattern": ".",
+                "applyTo": "all",
+                "priority": 1.0,
+                "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
+            },
         }
     )
+    assert path == "policies/%2F/p"
     assert body == {
+        "vhost": "/",
+        "name": "p",
         "pattern": ".",
         "apply-to": "all",
         "priority": 1,
