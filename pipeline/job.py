@@ -14,6 +14,10 @@ from typing import Any
 
 import click
 
+from nsb_delays.brokers.confirms import DispatchError
+from nsb_delays.brokers.destinations import DestinationsRefused
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
+from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 
 from .dispatch import TARGETS
@@ -21,11 +25,8 @@ from .faults import Fault
 from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from .ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
 from .ledger_sql import DatabaseUnreachable
-from .messages import SQS_S3_BUCKET_OPTION
 from .migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
-from .rabbitmq_target import DestinationsRefused, DispatchError
 from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
-from .sqs_target import SqsSettings
 
 DEFAULT_REPORT_DIR = "migration-preview"
 CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]

@@ -1,4 +1,5 @@
-"""SQS side of the migration: queue and bucket checks, S3 uploads of large bodies, batched sends.
+"""Sending to SQS (the timeout migration, ``delays transfer --to-sqs``): queue and bucket checks, S3 uploads of
+large bodies, batched sends.
 
 Messages are batched per queue as ``SqsPreparedMessageBatcher`` does (``sqs.size_batches``: at most
 10 entries and ``sqs.MAX_MESSAGE_SIZE`` bytes per SendMessageBatch). The S3 bodies of a batch are
@@ -18,8 +19,9 @@ from typing import Any
 
 from nsb_delays.components.model import sqs
 
+from .confirms import DispatchError
+from .destinations import DestinationsRefused
 from .messages import SQS_S3_BUCKET_OPTION, SqsMessage
-from .rabbitmq_target import DestinationsRefused, DispatchError
 
 
 @dataclass(frozen=True)
