@@ -65,7 +65,7 @@ def check_bucket(client: Any, bucket: str) -> None:
         ) from None
 
 
-def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
+def check_queues(client: Any, needed: Iterable[str], nothing_done: str = "nothing was migrated") -> dict[str, str]:
     """URL of each needed queue; refuse (naming them) if any does not exist."""
     urls, missing = {}, []
     for name in sorted(set(needed)):
@@ -77,7 +77,7 @@ def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
         raise DestinationsRefused(
             f"{len(missing)} SQS queue(s) do not exist: {', '.join(missing[:20])}{' …' if len(missing) > 20 else ''} "
             f"(delays over {sqs.MAX_DELAY_SECONDS} s need the destination's '{sqs.DELAY_QUEUE_SUFFIX}' queue; "
-            "nothing was migrated)"
+            f"{nothing_done})"
         )
     return urls
 

@@ -25,6 +25,7 @@ often a message is moved.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from . import rabbitmq as rmq
 TIME_SENT_HEADER = "NServiceBus.TimeSent"
 TIME_SENT_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"  # .NET "yyyy-MM-dd HH:mm:ss:ffffff Z", always UTC
 TIME_SENT_DOTNET_FORMAT = "yyyy-MM-dd HH:mm:ss:ffffff Z"
+_TIME_SENT = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}):(\d{6}) Z")
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
 # DelayInfrastructure.XDeathHeader / XFirstDeath*Header: the old graph's dead-letter history.
 DEATH_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason")
@@ -72,8 +74,16 @@ def format_time_sent(moment: datetime) -> str:
 
 
 def parse_time_sent(text: str) -> datetime:
-    """The UTC moment of a TimeSent header; ``ValueError`` when it is not in the wire format."""
-    return datetime.strptime(text, TIME_SENT_FORMAT).replace(tzinfo=UTC)
+    """The UTC moment of a TimeSent header; ``ValueError`` when it is not in the wire format.
+
+    A fixed-width pattern rather than ``strptime`` (ten times slower, and it would also take 1-5
+    fraction digits, which .NET's ``ffffff`` never writes).
+    """
+    match = _TIME_SENT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not in the format {TIME_SENT_DOTNET_FORMAT}")
+    year, month, day, hour, minute, second, micros = map(int, match.groups())
+    return datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
 
 
 def header_text(value: Any) -> str | None:

@@ -1,0 +1,234 @@
+"""``nsb-delays delays migrate|transfer|parked``: act on the delayed messages already inside a broker.
+
+Thin wiring: options -> ``brokers.delay_moves`` (preflight, move) and ``brokers.parking``; a rich
+progress bar per level while moving and a summary table at the end. Exit codes: 0 done, 1 stopped
+part-way or messages left in place, 2 refused before anything moved (bad input, unreachable broker,
+a destination that cannot receive), 130 Ctrl-C (what was in flight is settled first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pika.exceptions
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from nsb_delays.brokers.confirms import DispatchError
+from nsb_delays.brokers.delay_mover import (
+    DEFAULT_WINDOW,
+    BrokerSide,
+    DelayScan,
+    LevelResult,
+    MoveInterrupted,
+    MoveReport,
+    MoveStopped,
+)
+from nsb_delays.brokers.delay_moves import MovePlan, MoveRefused, plan_move, run_move
+from nsb_delays.brokers.management import ManagementError
+from nsb_delays.brokers.sqs_sender import SqsSettings
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+
+from .broker_options import (
+    EXIT_INTERRUPTED,
+    EXIT_STOPPED,
+    CommandFailed,
+    broker_options,
+    resolve_broker,
+    resolve_sqs,
+    sqs_options,
+)
+
+console = Console(width=160)
+window_option = click.option(
+    "--window",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_WINDOW,
+    show_default=True,
+    help="Unacked messages at most (the prefetch window): what a kill can leave to be moved twice.",
+)
+
+
+def _unreachable(side: BrokerSide, error: Exception) -> CommandFailed:
+    if isinstance(error, ManagementError):
+        return CommandFailed(f"cannot use the management API of {side.describe()}: {error}")
+    host = f"{side.amqp.host}:{side.amqp.port}"
+    return CommandFailed(
+        f"cannot reach RabbitMQ AMQP at {host} (vhost {side.vhost!r}) as {side.amqp.credentials.username!r}: {error!r}"
+    )
+
+
+def scan_table(scan: DelayScan) -> Table:
+    table = Table("Level queue", "Messages", "Destinations", "Poison", title=f"{scan.generation} delay levels")
+    for level in scan.levels:
+        if level.messages:
+            names = ", ".join(f"{name} {count:,}" for name, count in level.destinations.most_common(4))
+            more = f", … {len(level.destinations) - 4} more" if len(level.destinations) > 4 else ""
+            table.add_row(level.queue, f"{level.messages:,}", names + more, f"{sum(level.poison.values()):,}")
+    table.add_row("[b]total", f"[b]{scan.messages:,}", f"{len(scan.destinations):,}", f"{sum(scan.poison.values()):,}")
+    return table
+
+
+def summary_table(report: MoveReport) -> Table:
+    table = Table("Level queue", "At start", "Moved", "Poison", "Left in place", title="moved")
+    for level in report.levels:
+        if level.expected or level.moved or level.poison or level.left:
+            table.add_row(
+                level.queue, f"{level.expected:,}", f"{level.moved:,}", f"{level.poison:,}", f"{level.left:,}"
+            )
+    at_start = sum(level.expected for level in report.levels)
+    table.add_row("[b]total", f"{at_start:,}", f"[b]{report.moved:,}", f"{report.poison:,}", f"{report.left:,}")
+    return table
+
+
+class LevelBars:
+    """A progress bar per level that holds messages: moved (+ poison, + left) / messages at the start."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, result: LevelResult) -> None:
+        if not result.expected:
+            return
+        if result.queue not in self.tasks:
+            self.tasks[result.queue] = self.progress.add_task(result.queue, total=result.expected)
+        self.progress.update(self.tasks[result.queue], completed=result.moved + result.poison + result.left)
+
+
+def _plan(
+    operation: in_flight.Operation, source: BrokerSide, generation: str, destination: BrokerSide | SqsSettings
+) -> MovePlan:
+    try:
+        return plan_move(operation, source, generation, destination)
+    except MoveRefused as error:
+        raise CommandFailed("refused: " + "\n  ".join(error.problems)) from None
+    except ManagementError as error:
+        side = source if not isinstance(destination, BrokerSide) or source.management.url in str(error) else destination
+        raise _unreachable(side, error) from None
+    except pika.exceptions.AMQPError as error:
+        raise _unreachable(source, error) from None
+    except Exception as error:  # botocore: credentials, endpoint, access denied
+        if type(error).__module__.startswith(("botocore", "boto3")):
+            raise CommandFailed(f"SQS: {error}") from None
+        raise
+
+
+def _run(plan: MovePlan, window: int, show_progress: bool) -> None:
+    scan = plan.scan
+    poison = sum(scan.poison.values())
+    console.print(
+        f"{plan.operation}: {scan.messages:,} delayed message(s) in {plan.source.describe()} ({plan.source_generation})"
+        f" -> {plan.target_description}; {len(scan.destinations):,} destination(s), {poison:,} poison"
+    )
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+    )
+    try:
+        with progress:
+            report = run_move(plan, window=window, on_progress=LevelBars(progress))
+    except MoveInterrupted as interrupted:
+        console.print(summary_table(interrupted.report))
+        raise CommandFailed(
+            f"interrupted after moving {interrupted.report.moved:,} message(s); every message in flight was "
+            "settled first. Rerun the same command to move the rest.",
+            EXIT_INTERRUPTED,
+        ) from None
+    except MoveStopped as stopped:
+        console.print(summary_table(stopped.report))
+        raise CommandFailed(
+            f"stopped: {stopped}. {stopped.report.moved:,} message(s) were moved and acked; the rest are where they "
+            f"were. Fix the cause and rerun the same command (at most {window:,} message(s) may be moved twice, "
+            "same message id).",
+            EXIT_STOPPED,
+        ) from None
+    except (DispatchError, pika.exceptions.AMQPError) as error:
+        raise CommandFailed(f"stopped: {error}; rerun the same command to move the rest", EXIT_STOPPED) from None
+    console.print(summary_table(report))
+    rate = report.moved / report.seconds if report.seconds else 0.0
+    console.print(
+        f"moved {report.moved:,} message(s) in {report.seconds:.1f} s ({rate:,.0f} msg/s)"
+        + (f"; {report.poison:,} poison message(s) in {plan.poison_queue} on the source" if report.poison else "")
+    )
+    if report.left:
+        listed = ", ".join(f"{name} ({count:,})" for name, count in report.left_destinations.most_common(10))
+        raise CommandFailed(
+            f"{report.left:,} message(s) were left in place: their destinations appeared after the preflight and "
+            f"cannot receive on the target: {listed}. Create them and rerun the same command.",
+            EXIT_STOPPED,
+        )
+
+
+def register(cli: click.Group) -> None:
+    @cli.group(name="delays")
+    def delays() -> None:
+        """Delayed messages already inside a broker: move them (v1 -> v2, broker -> broker, RabbitMQ -> SQS)."""
+
+    @delays.command(name="migrate")
+    @broker_options(what="the broker")
+    @window_option
+    @click.option("--dry-run", is_flag=True, help="Read the v1 levels and check the destinations; move nothing.")
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def migrate(window: int, dry_run: bool, progress: bool, **values: Any) -> None:
+        """Move the messages waiting in the v1 delay graph (nsb.delay-level-NN) into the v2 graph of the same
+        broker and vhost, level 27 down to 0, each with its remaining delay; poison ones to
+        delays-migrate-poison-messages."""
+        side = resolve_broker(values, connection_name="nsb-delays delays migrate")
+        plan = _plan("migrate", side, "v1", side)
+        if dry_run:
+            console.print(scan_table(plan.scan))
+            console.print(f"dry run: {plan.scan.messages:,} message(s) would move; every destination can receive")
+            return
+        _run(plan, window, progress)
+
+    @delays.command(name="transfer")
+    @broker_options(what="the source broker")
+    @click.option(
+        "--source-generation",
+        type=click.Choice(rmq.GENERATIONS),
+        default="v2",
+        show_default=True,
+        help="The source graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
+    )
+    @broker_options("destination-", what="the destination broker")
+    @click.option("--to-sqs", is_flag=True, help="Send to SQS (the SQS transport's delayed delivery) instead.")
+    @sqs_options
+    @window_option
+    @click.option("--dry-run", is_flag=True, help="Read the source levels and check the destinations; move nothing.")
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def transfer(
+        source_generation: str, to_sqs: bool, window: int, dry_run: bool, progress: bool, **values: Any
+    ) -> None:
+        """Move the messages waiting in one broker's delay graph into another broker's v2 graph (a blue-green
+        upgrade), or into SQS with --to-sqs; poison ones to delays-transfer-poison-messages on the source."""
+        source = resolve_broker(values, connection_name="nsb-delays delays transfer (source)")
+        destination_given = [
+            f"--destination-{name}"
+            for name in ("stack", "management-url", "amqp-url", "vhost")
+            if values.get(f"destination_{name.replace('-', '_')}")
+        ]
+        destination: BrokerSide | SqsSettings
+        if to_sqs:
+            if any(values.get(f"destination_{name}") for name in ("management_url", "amqp_url", "vhost")):
+                raise CommandFailed("--to-sqs sends to SQS: --destination-management-url/-amqp-url/-vhost do not apply")
+            destination = resolve_sqs(values, values.get("destination_stack") or values.get("stack"))
+        else:
+            if not destination_given:
+                raise CommandFailed(
+                    "give the destination broker (--destination-management-url or --destination-stack), or --to-sqs"
+                )
+            destination = resolve_broker(values, "destination-", connection_name="nsb-delays delays transfer")
+        plan = _plan("transfer", source, source_generation, destination)
+        if dry_run:
+            console.print(scan_table(plan.scan))
+            console.print(f"dry run: {plan.scan.messages:,} message(s) would move; every destination can receive")
+            return
+        _run(plan, window, progress)
