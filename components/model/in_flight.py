@@ -137,7 +137,7 @@ class DueMessage:
 
 def read_delayed_message(routing_key: str, headers: Mapping[str, Any] | None, now_micros: int) -> DueMessage | Poison:
     """Due time and destination of a delay-level queue's message, or why it is poison."""
-    if not headers:
+    if not headers or all(name in STRIPPED_HEADERS for name in headers):  # the broker's own annotations only
         return Poison("no headers")
     if rmq.DELAY_HEADER not in headers:
         return Poison(f"no {rmq.DELAY_HEADER} header")
