@@ -4,10 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java
 STAMP := $(VENV)/.installed
+# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (tests/services.py
+# ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
+RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
 
-.PHONY: setup system-packages demo test unit lint bench clean
+.PHONY: setup system-packages rabbitmq4-root demo test unit lint bench clean
 
-setup: system-packages $(STAMP)
+setup: system-packages rabbitmq4-root $(STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark).
@@ -24,6 +28,28 @@ system-packages:
 	    exit 1; \
 	  fi; \
 	fi
+
+# Built once (about 370 MB): debootstrap into DIR.partial, then renamed, so an interrupted build is never
+# taken for a root. debootstrap mounts proc & co. into the target while it works; in its own mount
+# namespace those mounts cannot outlive it. Without root: a message (the 4.0 tier then skips, or fails
+# under CI=true with the same advice).
+rabbitmq4-root:
+	@if [ -x "$(RABBITMQ4_ROOT)/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "RabbitMQ 4.0 root $(RABBITMQ4_ROOT) is not built and building it needs root: run \`sudo make rabbitmq4-root\`" \
+	       "(or point NSB_RABBITMQ4_ROOT at a built one); without it the RabbitMQ 4.0 broker tests skip (fail under CI=true)" >&2; \
+	  exit 0; \
+	fi; \
+	command -v debootstrap >/dev/null 2>&1 || { echo "apt-get install: debootstrap"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }; \
+	echo "building RabbitMQ 4.0 root in $(RABBITMQ4_ROOT) (debootstrap trixie from $(DEBIAN_MIRROR))"; \
+	rm -rf "$(RABBITMQ4_ROOT).partial" && mkdir -p "$$(dirname "$(RABBITMQ4_ROOT)")" && \
+	start=$$(date +%s) && \
+	unshare --mount --propagation private -- debootstrap --variant=minbase --include=rabbitmq-server \
+	  trixie "$(RABBITMQ4_ROOT).partial" $(DEBIAN_MIRROR) > "$(RABBITMQ4_ROOT).log" 2>&1 || \
+	  { echo "debootstrap failed, see $(RABBITMQ4_ROOT).log" >&2; exit 1; }; \
+	mv "$(RABBITMQ4_ROOT).partial" "$(RABBITMQ4_ROOT)" && \
+	echo "RabbitMQ 4.0 root built in $$(( $$(date +%s) - start )) s, $$(du -sh "$(RABBITMQ4_ROOT)" | cut -f1)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -8,6 +8,7 @@ Times are ``time.monotonic()`` seconds of this process.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -105,8 +106,14 @@ class DelayedPublisher:
     def __enter__(self) -> DelayedPublisher:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an error (e.g. Ctrl-C in the middle of a frame, which the broker then refuses with
+        # UNEXPECTED_FRAME): closing may fail too, and must not replace the error that got us here.
+        with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+            self.close()
 
 
 @dataclass

@@ -69,7 +69,14 @@ def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float =
 
 @dataclass
 class LocalRabbitMq:
-    """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports."""
+    """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports.
+
+    How the broker is configured (``rabbitmq.conf``, plugins, the environment naming every state
+    path, node, port and epmd) is built here once; how its two processes are launched is the
+    ``server_command``/``epmd_command`` pair, so a launcher that runs another RabbitMQ the same way
+    (the tests run Debian 13's 4.0 in a chroot) only replaces those and where the broker sees its
+    state folder and scripts.
+    """
 
     state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-rabbitmq-")))
     amqp_port: int = field(default_factory=free_port)
@@ -96,8 +103,34 @@ class LocalRabbitMq:
     def vhost_amqp_url(self, vhost: str) -> str:
         return f"amqp://{self.username}:{self.password}@{HOST}:{self.amqp_port}/{quote(vhost, safe='')}"
 
+    # --- what a launcher may replace ------------------------------------------------------------------
+
+    @property
+    def broker_state_dir(self) -> Path:
+        """The state folder as the broker's processes see it (the same folder here)."""
+        return self.state_dir
+
+    @property
+    def rabbitmq_bin(self) -> Path:
+        """RabbitMQ's scripts as the broker's processes see them."""
+        return RABBITMQ_BIN
+
+    def check_installed(self) -> None:
+        if not (RABBITMQ_BIN / "rabbitmq-server").exists() or not shutil.which("epmd"):
+            raise ServiceUnavailable(
+                f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}"
+            )
+
+    def server_command(self) -> list[str]:
+        return [str(self.rabbitmq_bin / "rabbitmq-server")]
+
+    def epmd_command(self) -> list[str]:
+        return ["epmd", "-port", str(self.epmd_port), "-address", HOST]
+
+    # --- one configuration for every launcher ---------------------------------------------------------
+
     def _env(self) -> dict[str, str]:
-        d = self.state_dir
+        d = self.broker_state_dir
         inet = "-kernel inet_dist_use_interface {127,0,0,1}"
         return {
             **os.environ,
@@ -114,14 +147,10 @@ class LocalRabbitMq:
             "ERL_EPMD_PORT": str(self.epmd_port),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": inet,
             "RABBITMQ_CTL_ERL_ARGS": inet,
-            "PATH": f"{RABBITMQ_BIN}:{os.environ.get('PATH', '')}",
+            "PATH": f"{self.rabbitmq_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         }
 
-    def start(self, timeout: float = 90) -> LocalRabbitMq:
-        if not (RABBITMQ_BIN / "rabbitmq-server").exists() or not shutil.which("epmd"):
-            raise ServiceUnavailable(
-                f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}"
-            )
+    def _write_config(self) -> None:
         d = self.state_dir
         for sub in ("home", "mnesia", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -131,26 +160,33 @@ class LocalRabbitMq:
             "loopback_users = none\n"
         )
         (d / "enabled_plugins").write_text("[rabbitmq_management].\n")
-        env = self._env()
+
+    def _start_server(self) -> Path:
+        log = self.state_dir / "log" / "stdout.log"
+        with log.open("ab") as out:
+            self.server = subprocess.Popen(
+                self.server_command(),
+                env=self._env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.state_dir,
+                start_new_session=True,
+            )
+        return log
+
+    def start(self, timeout: float = 90) -> LocalRabbitMq:
+        self.check_installed()
+        self._write_config()
         self.epmd = subprocess.Popen(
-            ["epmd", "-port", str(self.epmd_port), "-address", HOST],
-            env=env,
+            self.epmd_command(),
+            env=self._env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        log = d / "log" / "stdout.log"
-        with log.open("ab") as out:
-            self.server = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=d,
-                start_new_session=True,
-            )
         try:
+            log = self._start_server()
             wait_until(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
         except BaseException:  # also Ctrl-C while waiting: leave nothing running
             self.stop()
@@ -163,6 +199,12 @@ class LocalRabbitMq:
         response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=2)
         return response.status_code == 200
 
+    def version(self) -> str:
+        """The broker's own ``rabbitmq_version`` (``3.10.8``, ``4.0.5``)."""
+        response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=5)
+        response.raise_for_status()
+        return str(response.json()["rabbitmq_version"])
+
     def stop_broker(self) -> None:
         """Stop the broker but keep epmd and the state folder (for a restart with the same data)."""
         stop_process_group(self.server)
@@ -170,17 +212,7 @@ class LocalRabbitMq:
 
     def restart(self, timeout: float = 90) -> None:
         self.stop_broker()
-        log = self.state_dir / "log" / "stdout.log"
-        with log.open("ab") as out:
-            self.server = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")],
-                env=self._env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.state_dir,
-                start_new_session=True,
-            )
+        log = self._start_server()
         wait_until(self._ready, f"RabbitMQ restart on {self.management_url}", timeout, log)
 
     def stop(self) -> None:

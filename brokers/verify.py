@@ -24,6 +24,13 @@ from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
+QUEUE_TYPE_ARGUMENT = "x-queue-type"
+# RabbitMQ 3.13.7+/4.0 write the default queue type into the arguments of a queue declared without one
+# (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected into optional queue
+# arguments and returned as part of definitions and the HTTP API"); redeclaring it without the
+# argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
+# default queue type is quorum turns the same declaration into a quorum queue, which is drift.
+IMPLICIT_QUEUE_TYPE = "classic"
 
 
 @dataclass(frozen=True, order=True)
@@ -126,7 +133,13 @@ def topology_drifts(
             "auto_delete": queue.auto_delete,
             "arguments": dict(queue.arguments),
         }
-        drifts += _compare(subject, wanted_queue, live_queues[queue.name])
+        live_queue = dict(live_queues[queue.name])
+        live_arguments = dict(live_queue.get("arguments") or {})
+        implicit = live_arguments.get(QUEUE_TYPE_ARGUMENT) == IMPLICIT_QUEUE_TYPE
+        if implicit and QUEUE_TYPE_ARGUMENT not in queue.arguments:
+            del live_arguments[QUEUE_TYPE_ARGUMENT]
+        live_queue["arguments"] = live_arguments
+        drifts += _compare(subject, wanted_queue, live_queue)
     wanted = {(b.source, b.destination_type, b.destination, b.routing_key) for b in topology.bindings}
     live = {(b["source"], b["destination_type"], b["destination"], b["routing_key"]) for b in bindings if b["source"]}
     for binding in sorted(wanted - live):

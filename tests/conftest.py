@@ -1,7 +1,9 @@
 """Shared fixtures: real servers on 127.0.0.1, started once per session and stopped by PID.
 
 A server that cannot start skips its tests on a developer machine and fails them under ``CI=true``,
-so CI never passes without having run them.
+so CI never passes without having run them. The ``rabbitmq`` broker is parametrized: every test that
+uses it runs on Debian 12's RabbitMQ 3.10 (``rabbitmq-3.10``) and on Debian 13's RabbitMQ 4.0 from
+its chroot (``rabbitmq-4.0``, ``tests.services.ChrootRabbitMq``); ``-k rabbitmq-4.0`` picks one.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import pytest
 
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
-from tests.services import LocalMariaDb, LocalPostgres
+from nsb_delays.brokers.verify import parse_version
+from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
 
 TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The broker versions the broker tier proves, by the test id suffix (`rabbitmq-3.10`, `rabbitmq-4.0`).
+BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,9 +56,21 @@ def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> I
         server.__exit__(None, None, None)
 
 
+@pytest.fixture(scope="session", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")
+def rabbitmq(request: pytest.FixtureRequest) -> Iterator[LocalRabbitMq]:
+    """One broker per version for the whole session (pytest groups the tests by it, so one runs at a time)."""
+    with contextlib.closing(serve(BROKERS[request.param]())) as started:
+        broker = next(started)
+        reported = broker.version()
+        if not reported.startswith(f"{request.param}."):
+            pytest.fail(f"the rabbitmq-{request.param} broker reports version {reported}", pytrace=False)
+        yield broker
+
+
 @pytest.fixture(scope="session")
-def rabbitmq() -> Iterator[LocalRabbitMq]:
-    yield from serve(LocalRabbitMq())
+def broker_version(rabbitmq: LocalRabbitMq) -> tuple[int, ...]:
+    """The broker's reported version: a version-specific expectation branches on this, never skips."""
+    return parse_version(rabbitmq.version())
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Private, loopback-only PostgreSQL and MariaDB servers for the tests and benchmarks (test-only helpers).
+"""Private, loopback-only test servers: RabbitMQ 4.0 in a chroot, PostgreSQL and MariaDB (test-only helpers).
 
 Like the broker in ``nsb_delays.brokers.local``: own state folder, free port, started and stopped by
 us, listening on 127.0.0.1 only. The JDBC driver jars are the pipeline's (``nsb_delays.pipeline.spark``).
@@ -7,6 +7,7 @@ us, listening on 127.0.0.1 only. The JDBC driver jars are the pipeline's (``nsb_
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -14,10 +15,76 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsb_delays.brokers.local import HOST, INSTALL_HINT, ServiceUnavailable, free_port, stop_process_group, wait_until
+from nsb_delays.brokers.local import (
+    HOST,
+    INSTALL_HINT,
+    LocalRabbitMq,
+    ServiceUnavailable,
+    free_port,
+    stop_process_group,
+    wait_until,
+)
 from nsb_delays.pipeline.spark import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
 
-__all__ = ["MARIADB_JDBC_JAR", "POSTGRES_JDBC_JAR", "LocalMariaDb", "LocalPostgres"]
+__all__ = ["MARIADB_JDBC_JAR", "POSTGRES_JDBC_JAR", "ChrootRabbitMq", "LocalMariaDb", "LocalPostgres"]
+
+PROJECT = Path(__file__).resolve().parent.parent
+# `make setup` (as root) builds it: debootstrap --variant=minbase --include=rabbitmq-server trixie.
+RABBITMQ4_ROOT = Path(os.environ.get("NSB_RABBITMQ4_ROOT") or PROJECT / ".cache" / "rabbitmq-4.0")
+RABBITMQ4_HINT = (
+    f"run `make setup` as root: it builds Debian 13's rabbitmq-server 4.0 into {RABBITMQ4_ROOT} with "
+    "debootstrap (apt-get install debootstrap first if it is missing; NSB_RABBITMQ4_ROOT=DIR shares one "
+    "built root between checkouts)"
+)
+
+
+@dataclass
+class ChrootRabbitMq(LocalRabbitMq):
+    """Debian 13's RabbitMQ 4.0 (Erlang 27) from a chroot, configured exactly like ``LocalRabbitMq``.
+
+    Only the launch differs. The server starts in a private mount namespace (``unshare --mount
+    --propagation private``) that mounts ``proc``, binds ``/dev``, puts a tmpfs on the root's ``/tmp``
+    and binds this broker's state folder on the root's ``/mnt`` before it ``chroot``s: those mounts
+    exist only for the broker's processes and vanish with the last of them, so a killed test leaves
+    no mount behind and any number of brokers share one read-only-in-practice root at once. epmd (the
+    root's own, Erlang 27) needs no mounts and runs through plain ``chroot``. Both are stopped by PID
+    (their process groups) like the Debian 12 broker.
+    """
+
+    root: Path = RABBITMQ4_ROOT
+
+    @property
+    def broker_state_dir(self) -> Path:
+        return Path("/mnt")
+
+    @property
+    def rabbitmq_bin(self) -> Path:
+        return Path("/usr/lib/rabbitmq/bin")
+
+    def check_installed(self) -> None:
+        if os.geteuid() != 0:
+            raise ServiceUnavailable(f"RabbitMQ 4.0 runs in a chroot and needs root; {RABBITMQ4_HINT}")
+        if not (self.root / "usr/lib/rabbitmq/bin/rabbitmq-server").exists():
+            raise ServiceUnavailable(f"RabbitMQ 4.0 root {self.root} is not built; {RABBITMQ4_HINT}")
+        if not shutil.which("unshare") or not shutil.which("chroot"):
+            raise ServiceUnavailable("unshare and chroot (util-linux, coreutils) are needed for RabbitMQ 4.0")
+
+    def server_command(self) -> list[str]:
+        root = shlex.quote(str(self.root))
+        mounts = " && ".join(
+            [
+                f"mount -t proc proc {root}/proc",
+                f"mount --rbind /dev {root}/dev",
+                f"mount -t tmpfs tmpfs {root}/tmp",
+                f"mount --bind {shlex.quote(str(self.state_dir))} {root}{self.broker_state_dir}",
+                f"exec chroot {root} {shlex.quote(str(self.rabbitmq_bin / 'rabbitmq-server'))}",
+            ]
+        )
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts]
+
+    def epmd_command(self) -> list[str]:
+        return ["chroot", str(self.root), "/usr/bin/epmd", "-port", str(self.epmd_port), "-address", HOST]
+
 
 POSTGRES_BIN = Path(os.environ.get("NSB_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 MARIADB_BIN = Path(os.environ.get("NSB_MARIADB_BIN", "/usr/sbin/mariadbd"))

@@ -235,3 +235,17 @@ def test_missing_credentials_and_encrypted_secrets_are_named(tmp_path: Path, mon
     result = CliRunner().invoke(cli, ["verify", "--stack", str(path), "--username", "u", "--skip-sqs"])
     assert result.exit_code == 2
     assert "rabbitmq:password is a Pulumi secret" in result.output
+
+
+def test_the_default_queue_type_that_rabbitmq_4_writes_into_arguments_is_not_drift() -> None:
+    """RabbitMQ 4.0 lists a v1 level queue declared without x-queue-type with ``x-queue-type: classic``
+    (rabbitmq-server#12109); a vhost whose default queue type is quorum makes it a quorum queue: drift."""
+    topology = rmq.delay_levels("v1")
+    exchanges, queues, bindings = listings(topology)
+    for queue in queues:
+        queue["arguments"]["x-queue-type"] = "classic"
+    assert topology_drifts(topology, "v1", exchanges, queues, bindings) == []
+    queues[0]["arguments"]["x-queue-type"] = "quorum"
+    assert topology_drifts(topology, "v1", exchanges, queues, bindings) == [
+        Drift("unexpected", f"queue {queues[0]['name']}", "arguments.x-queue-type", "(absent)", '"quorum"')
+    ]

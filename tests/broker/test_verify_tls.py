@@ -56,14 +56,20 @@ def write_ca_and_server_cert(folder: Path) -> tuple[Path, Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def https_management(rabbitmq: LocalRabbitMq, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """Adds an https management listener to the session broker (kept for the rest of the session)."""
-    ca, cert, key = write_ca_and_server_cert(tmp_path_factory.mktemp("tls"))
+def https_management(rabbitmq: LocalRabbitMq) -> tuple[str, Path]:
+    """Adds an https management listener to the session broker (kept for the rest of the session).
+
+    The PEM files live in the broker's state folder and the config names them as the broker sees
+    them (the 4.0 broker's chroot sees its state folder at another path)."""
+    tls = rabbitmq.state_dir / "tls"
+    tls.mkdir()
+    ca, cert, key = write_ca_and_server_cert(tls)
+    seen = {path: rabbitmq.broker_state_dir / "tls" / path.name for path in (ca, cert, key)}
     port = free_port()
     with (rabbitmq.state_dir / "rabbitmq.conf").open("a") as conf:
         conf.write(
-            f"management.ssl.ip = {HOST}\nmanagement.ssl.port = {port}\nmanagement.ssl.cacertfile = {ca}\n"
-            f"management.ssl.certfile = {cert}\nmanagement.ssl.keyfile = {key}\n"
+            f"management.ssl.ip = {HOST}\nmanagement.ssl.port = {port}\nmanagement.ssl.cacertfile = {seen[ca]}\n"
+            f"management.ssl.certfile = {seen[cert]}\nmanagement.ssl.keyfile = {seen[key]}\n"
         )
     rabbitmq.restart()
     return f"https://{HOST}:{port}", ca

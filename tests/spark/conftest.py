@@ -26,10 +26,22 @@ from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
-from tests.conftest import vhost_factory
+from tests.conftest import serve, vhost_factory
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[LocalRabbitMq]:
+    """The Spark tier stays on Debian's RabbitMQ 3.10: the migration only publishes to the delay graph,
+    which the broker tier proves on 3.10 and 4.0 (overrides the parametrized broker of tests/conftest.py)."""
+    yield from serve(LocalRabbitMq())
+
+
+@pytest.fixture(scope="session")
+def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
+    return ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ FOLDERS = {folder: namespaced for namespaced, folder in PACKAGE_DIRS.items()}
 PYTHON_FILES = sorted(
     path
     for path in PROJECT.rglob("*.py")
-    if not {".venv", "build", "dist", ".git"} & set(path.relative_to(PROJECT).parts)
+    if not {".venv", ".cache", "build", "dist", ".git"} & set(path.relative_to(PROJECT).parts)
 )
 
 
