@@ -180,6 +180,7 @@ class MoveTarget(Protocol):
     """A delay graph that takes moved messages: ``send`` now, ``settled(token, outcome)`` later."""
 
     description: str
+    makes_poison: bool  # can refuse a message the preflight accepted (SQS: too large, no message id)
 
     def can_receive(self, destination: str, remaining_seconds: int) -> bool: ...
 
@@ -445,8 +446,6 @@ class DelayMover:
         if self.expected == 0:
             self._close_level()
             return self.result
-        if level_scan.poison:
-            self._declare_poison_queue()
         self.last_delivery = time.monotonic()
         self.consumer_tag = self.channel.basic_consume(queue, self._on_message)
         last_progress = 0.0
@@ -497,6 +496,8 @@ class DelayMover:
         self.report = MoveReport(self.source.describe(), target_description)
         started = time.monotonic()
         try:
+            if sum(scan.poison.values()) or self.target.makes_poison:
+                self._declare_poison_queue()
             for level_scan in scan.levels:
                 try:
                     result = self.move_level(level_scan)

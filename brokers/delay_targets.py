@@ -14,6 +14,8 @@ SQS has no confirm: a batch's ``SendMessageBatch`` result settles its messages.
 from __future__ import annotations
 
 import copy
+import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +47,7 @@ class RabbitMqTarget:
         self.side = side
         self.generation = generation
         self.description = f"RabbitMQ {side.describe()} ({generation})"
+        self.makes_poison = False
         self._known: dict[str, bool] = dict.fromkeys(reachable, True)
         self.channel = ConfirmChannel(side.amqp, settled, ioloop=ioloop)
 
@@ -84,10 +87,11 @@ class SqsTarget:
     def __init__(self, settings: SqsSettings, settled: Callable[[int, str], None], batch: int = SQS_BATCH) -> None:
         self.settings = settings
         self.description = f"SQS {settings.endpoint_url or settings.region}"
+        self.makes_poison = True  # too large without S3, no message id: known only when the message is built
         self.sender = SqsSender(settings.client(), settings.s3_client())
         self._settled = settled
         self._batch = batch
-        self._pending: list[tuple[int, SqsMessage]] = []
+        self._pending: list[tuple[int, str, in_flight.DueMessage, bytes, dict[str, str]]] = []
         self._queues: dict[str, bool] = {}
         self.error: str | None = None
 
@@ -121,36 +125,56 @@ class SqsTarget:
         message_id = headers.get(in_flight.MESSAGE_ID_HEADER) or properties.message_id
         if not message_id:
             raise Unsendable("no message id (neither the message-id property nor an NServiceBus.MessageId header)")
+        self._build(message_id, due, body, headers)  # refuse now what cannot be sent (size, name)
+        self._pending.append((token, message_id, due, body, headers))
+        if len(self._pending) >= self._batch:
+            self.flush(force=True)
+
+    def _build(self, message_id: str, due: in_flight.DueMessage, body: bytes, headers: dict[str, str]) -> SqsMessage:
+        """The SendMessage entry for the remaining delay *now* (a batch is sent a moment after its first read)."""
+        remaining = in_flight.remaining_delay(due.due_micros, time.time_ns() // 1000)
         try:
-            message = sqs_message(
+            return sqs_message(
                 message_id,
                 due.destination,
                 body,
                 headers,
-                due.remaining_seconds,
+                remaining,
                 self.settings.queue_name_prefix,
                 self.settings.s3_bucket,
                 self.settings.s3_key_prefix,
             )
         except (sqs.MessageTooLargeError, sqs.QueueNameError) as error:
             raise Unsendable(str(error)) from None
-        self._pending.append((token, message))
-        if len(self._pending) >= self._batch:
-            self.flush(force=True)
 
     def flush(self, *, force: bool = False) -> None:
+        """Send what is pending, queue by queue and 10 at a time, each message built (its remaining delay taken)
+        just before its ``SendMessageBatch``."""
         if not self._pending or not (force or len(self._pending) >= self._batch) or self.error:
             return
         pending, self._pending = self._pending, []
-        try:
-            self.sender.send([message for _, message in pending])
-        except Exception as error:  # DispatchError, botocore: the run stops, these stay unacked
-            self.error = f"SQS send failed: {error}"
-            for token, _ in pending:
-                self._settled(token, "nacked")
-            return
-        for token, _ in pending:
-            self._settled(token, "confirmed")
+        by_queue: dict[str, list[tuple[int, str, in_flight.DueMessage, bytes, dict[str, str]]]] = defaultdict(list)
+        for entry in pending:
+            by_queue[self._build(*entry[1:]).queue_name].append(entry)
+        chunks = [
+            (queue, entries[start : start + sqs.MAX_BATCH_SIZE])
+            for queue, entries in by_queue.items()
+            for start in range(0, len(entries), sqs.MAX_BATCH_SIZE)
+        ]
+        for queue, entries in chunks:
+            if self.error:  # an earlier call failed: the rest stay unacked too
+                for token, *_ in entries:
+                    self._settled(token, "nacked")
+                continue
+            try:
+                self.sender.send([self._build(*entry[1:]) for entry in entries])
+            except Exception as error:  # DispatchError, botocore: the run stops, these stay unacked
+                self.error = f"SQS send to {queue!r} failed: {error}"
+                for token, *_ in entries:
+                    self._settled(token, "nacked")
+                continue
+            for token, *_ in entries:
+                self._settled(token, "confirmed")
 
     @property
     def unsettled(self) -> int:
