@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     ".commands.verify",
     ".commands.demo",
     ".commands.delays",
+    ".commands.status",
 )
 
 

@@ -58,10 +58,11 @@ class Generation:
     level_prefix: str
     delivery_exchange: str
     queue_arguments: Mapping[str, str]  # every argument except TTL and dead-letter exchange
+    unroutable: str  # ours, not NServiceBus's: the parking exchange and queue of this graph (#1407)
 
 
 GENERATION_SPECS: Mapping[GenerationName, Generation] = {
-    "v1": Generation("v1", "nsb.delay-level-", "nsb.delay-delivery", {"x-queue-mode": "lazy"}),
+    "v1": Generation("v1", "nsb.delay-level-", "nsb.delay-delivery", {"x-queue-mode": "lazy"}, "nsb.delay-unroutable"),
     "v2": Generation(
         "v2",
         "nsb.v2.delay-level-",
@@ -71,6 +72,7 @@ GENERATION_SPECS: Mapping[GenerationName, Generation] = {
             "x-dead-letter-strategy": "at-least-once",
             "x-overflow": "reject-publish",
         },
+        "nsb.v2.delay-unroutable",
     ),
 }
 
@@ -99,6 +101,11 @@ def delay_level_name(level: int, generation: str = DEFAULT_GENERATION) -> str:
 
 def delivery_exchange_name(generation: str = DEFAULT_GENERATION) -> str:
     return generation_spec(generation).delivery_exchange
+
+
+def parking_name(generation: str = DEFAULT_GENERATION) -> str:
+    """The parking exchange and queue of a graph (``nsb.v2.delay-unroutable``): see ``parking_topology``."""
+    return generation_spec(generation).unroutable
 
 
 def parse_delay_level_name(name: str) -> tuple[GenerationName, int] | None:
