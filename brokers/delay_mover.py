@@ -25,7 +25,6 @@ What differs, and why:
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -342,10 +341,9 @@ class DelayMover:
         self.last_processed_tag = tag
         read = in_flight.read_delayed_message(method.routing_key, properties.headers, self.clock())
         if isinstance(read, in_flight.Poison):
-            poisoned = copy.copy(properties)
-            poisoned.headers = in_flight.poison_headers(properties.headers, read.reason)
+            properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
             self.in_flight[tag] = "poison"
-            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, poisoned), tag)
+            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
             return
         if not self.target.can_receive(read.destination, read.remaining_seconds):
             self.held.add(tag)
@@ -360,9 +358,8 @@ class DelayMover:
         except Unsendable as error:  # e.g. too large for SQS without an S3 bucket
             self.in_flight[tag] = "poison"
             self.destinations_in_flight.pop(tag, None)
-            poisoned = copy.copy(properties)
-            poisoned.headers = in_flight.poison_headers(properties.headers, str(error))
-            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, poisoned), tag)
+            properties.headers = in_flight.poison_headers(properties.headers, str(error))
+            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
 
     def _settled(self, tag: int, outcome: str) -> None:
         self.last_settled = time.monotonic()

@@ -13,7 +13,6 @@ SQS has no confirm: a batch's ``SendMessageBatch`` result settles its messages.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -62,9 +61,8 @@ class RabbitMqTarget:
         return self._known[destination]
 
     def send(self, method: Any, properties: Any, body: bytes, due: in_flight.DueMessage, token: int) -> None:
-        moved = copy.copy(properties)
-        moved.headers = in_flight.republished_headers(properties.headers or {})
-        self.channel.send(OutgoingMessage(due.exchange(self.generation), due.routing_key(), body, moved), token)
+        properties.headers = in_flight.republished_headers(properties.headers or {})  # the delivery's own: reused
+        self.channel.send(OutgoingMessage(due.exchange(self.generation), due.routing_key(), body, properties), token)
 
     def flush(self, *, force: bool = False) -> None:
         self.channel.flush()
