@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -125,6 +125,10 @@ class DelayScan:
 
 def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> None:
     read = in_flight.read_delayed_message(method.routing_key, properties.headers, now)
+    _count(level_scan, read)
+
+
+def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison) -> None:
     if isinstance(read, in_flight.Poison):
         level_scan.poison[read.reason] += 1
     else:
@@ -133,19 +137,23 @@ def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> None
         level_scan.longest_wait[read.destination] = max(previous, read.remaining_seconds)
 
 
-def scan_delays(side: BrokerSide, generation: str, now_micros: Callable[[], int] | None = None) -> DelayScan:
-    """Read every level queue of ``generation`` without taking anything: each message is returned.
+Visitor = Callable[[LevelScan, Any, Any, bytes], None]
 
-    Messages are consumed unacknowledged (no prefetch limit) and handed back when the level's channel
-    closes; the broker keeps their order and their TTL.
+
+def scan_queues(
+    side: BrokerSide, queues: Iterable[tuple[int, str]], visit: Visitor
+) -> tuple[list[LevelScan], list[str]]:
+    """Read every message of each ``(level, queue)`` without taking anything: each one is handed back.
+
+    Messages are consumed unacknowledged (no prefetch limit) and returned when the queue's channel
+    closes; the broker keeps their order and their TTL. Returns the scans of the queues that exist
+    and the names of those that do not.
     """
-    clock = now_micros or (lambda: time.time_ns() // 1000)
-    levels: list[LevelScan] = []
+    scans: list[LevelScan] = []
     missing: list[str] = []
     connection = pika.BlockingConnection(side.amqp)
     try:
-        for level in range(rmq.MAX_LEVEL, -1, -1):
-            queue = rmq.delay_level_name(level, generation)
+        for level, queue in queues:
             channel = connection.channel()
             try:
                 count = channel.queue_declare(queue, passive=True).method.message_count
@@ -157,19 +165,29 @@ def scan_delays(side: BrokerSide, generation: str, now_micros: Callable[[], int]
             level_scan = LevelScan(level, queue)
             if count:
                 channel.basic_qos(prefetch_count=0)
-                for method, properties, _body in channel.consume(queue, inactivity_timeout=IDLE_SECONDS):
+                for method, properties, body in channel.consume(queue, inactivity_timeout=IDLE_SECONDS):
                     if method is None:
                         break
-                    _read(level_scan, method, properties, clock())
+                    visit(level_scan, method, properties, body)
                     level_scan.messages += 1
                     if level_scan.messages >= count:
                         break
             channel.close()  # every message read goes back to its queue
-            levels.append(level_scan)
+            scans.append(level_scan)
     finally:
         if connection.is_open:
             connection.close()
-    return DelayScan(generation, levels, missing)
+    return scans, missing
+
+
+def scan_delays(side: BrokerSide, generation: str, now_micros: Callable[[], int] | None = None) -> DelayScan:
+    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing."""
+    clock = now_micros or (lambda: time.time_ns() // 1000)
+    levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
+    scans, missing = scan_queues(
+        side, levels, lambda scan, method, properties, _body: _read(scan, method, properties, clock())
+    )
+    return DelayScan(generation, scans, missing)
 
 
 # --- where moved messages go --------------------------------------------------------------------------
@@ -243,8 +261,9 @@ class DelayMover:
         source: BrokerSide,
         source_generation: str,
         target_factory: Callable[[IOLoop, Callable[[int, str], None]], MoveTarget],
-        poison_queue: str,
+        poison_queue: str | None,
         *,
+        reader: Callable[[str, Any, int], in_flight.DueMessage | in_flight.Poison] = in_flight.read_delayed_message,
         window: int = DEFAULT_WINDOW,
         on_progress: ProgressCallback | None = None,
         timeout: float = CONFIRM_TIMEOUT_SECONDS,
@@ -252,7 +271,8 @@ class DelayMover:
     ) -> None:
         self.source = source
         self.source_generation = source_generation
-        self.poison_queue = poison_queue
+        self.poison_queue = poison_queue  # None: unreadable messages stay where they are
+        self.reader = reader
         self.window = window
         self.on_progress = on_progress or (lambda _result: None)
         self.timeout = timeout
@@ -273,7 +293,8 @@ class DelayMover:
         )
         self._spin(lambda: self._source_open, "connecting to the source")
         self.source_connection.gather()
-        self.poison_channel = ConfirmChannel(source.amqp, self._settled, ioloop=self.ioloop, timeout=timeout)
+        if poison_queue is not None:
+            self.poison_channel = ConfirmChannel(source.amqp, self._settled, ioloop=self.ioloop, timeout=timeout)
         self.target = target_factory(self.ioloop, self._settled)
         self._poison_declared = False
         self.report = MoveReport(source.describe(), self.target.description)
@@ -323,7 +344,11 @@ class DelayMover:
         declared: list[bool] = []
 
         def opened(channel: Any) -> None:
-            channel.queue_declare(self.poison_queue, durable=True, callback=lambda _frame: declared.append(True))
+            def done(_frame: Any) -> None:
+                declared.append(True)
+                channel.close()
+
+            channel.queue_declare(self.poison_queue, durable=True, callback=done)
 
         self.source_connection.channel(on_open_callback=opened)
         self._spin(lambda: bool(declared), f"declaring {self.poison_queue}")
@@ -339,27 +364,39 @@ class DelayMover:
         tag = method.delivery_tag
         self.processed += 1
         self.last_processed_tag = tag
-        read = in_flight.read_delayed_message(method.routing_key, properties.headers, self.clock())
+        read = self.reader(method.routing_key, properties.headers, self.clock())
+        if isinstance(read, in_flight.Poison) and self.poison_queue is None:
+            self._hold(tag, f"({read.reason})")
+            return
         if isinstance(read, in_flight.Poison):
             properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
             self.in_flight[tag] = "poison"
             self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
             return
         if not self.target.can_receive(read.destination, read.remaining_seconds):
-            self.held.add(tag)
-            assert self.result is not None
-            self.result.left += 1
-            self.report.left_destinations[read.destination] += 1
+            self._hold(tag, read.destination)
             return
         self.in_flight[tag] = "move"
         self.destinations_in_flight[tag] = read.destination
         try:
             self.target.send(method, properties, body, read, tag)
         except Unsendable as error:  # e.g. too large for SQS without an S3 bucket
+            if self.poison_queue is None:
+                self.destinations_in_flight.pop(tag, None)
+                self.in_flight.pop(tag, None)
+                self._hold(tag, f"({error})")
+                return
             self.in_flight[tag] = "poison"
             self.destinations_in_flight.pop(tag, None)
             properties.headers = in_flight.poison_headers(properties.headers, str(error))
             self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
+
+    def _hold(self, tag: int, why: str) -> None:
+        """Leave a message where it is (never acked this run): it goes back when the channel closes."""
+        self.held.add(tag)
+        assert self.result is not None
+        self.result.left += 1
+        self.report.left_destinations[why] += 1
 
     def _settled(self, tag: int, outcome: str) -> None:
         self.last_settled = time.monotonic()
@@ -493,7 +530,7 @@ class DelayMover:
         self.report = MoveReport(self.source.describe(), target_description)
         started = time.monotonic()
         try:
-            if sum(scan.poison.values()) or self.target.makes_poison:
+            if self.poison_queue is not None and (sum(scan.poison.values()) or self.target.makes_poison):
                 self._declare_poison_queue()
             for level_scan in scan.levels:
                 try:
@@ -519,9 +556,10 @@ class DelayMover:
         return self.report
 
     def close(self) -> None:
-        for closer in (self.target.close, self.poison_channel.close):
-            with contextlib.suppress(Exception):  # closing after a failure: the broker may already be gone
-                closer()
+        for part in (self.target, self.poison_channel):
+            if part is not None:
+                with contextlib.suppress(Exception):  # closing after a failure: the broker may already be gone
+                    part.close()
         if self.source_connection.is_open:
             self.source_connection.flush(keep_gathering=False)
             self.source_connection.close()

@@ -175,6 +175,16 @@ def read_delayed_message(routing_key: str, headers: Mapping[str, Any] | None, no
     return DueMessage(destination, due, remaining)
 
 
+def read_parked_message(routing_key: str, headers: Mapping[str, Any] | None, now_micros: int) -> DueMessage | Poison:
+    """A parked message reached the delivery exchange, so it was due: its due time from TimeSent +
+    DelayInSeconds when it has them, else now (a sender that is not NServiceBus). Only a routing key
+    that is not a delayed-delivery key leaves no destination to send it back to."""
+    read = read_delayed_message(routing_key, headers, now_micros)
+    if isinstance(read, Poison) and is_delayed_routing_key(routing_key):
+        return DueMessage(rmq.destination_from_routing_key(routing_key), now_micros, 0)
+    return read
+
+
 def republished_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     """The headers a moved message keeps: all but the old graph's dead-letter history (``STRIPPED_HEADERS``)."""
     return {name: value for name, value in headers.items() if name not in STRIPPED_HEADERS}

@@ -8,6 +8,9 @@ a destination that cannot receive), 130 Ctrl-C (what was in flight is settled fi
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -28,6 +31,7 @@ from nsb_delays.brokers.delay_mover import (
 )
 from nsb_delays.brokers.delay_moves import MovePlan, MoveRefused, plan_move, run_move
 from nsb_delays.brokers.management import ManagementError
+from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_parked, redeliver_parked
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
@@ -97,6 +101,29 @@ class LevelBars:
         if result.queue not in self.tasks:
             self.tasks[result.queue] = self.progress.add_task(result.queue, total=result.expected)
         self.progress.update(self.tasks[result.queue], completed=result.moved + result.poison + result.left)
+
+
+def _due(micros: int | None) -> str:
+    if micros is None:
+        return "-"
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def parked_table(groups: dict[str, list[ParkedDestination]]) -> Table:
+    table = Table("Parking queue", "Destination", "Parked", "Earliest due (UTC)", "Latest due (UTC)", "Can receive now")
+    for generation, rows in groups.items():
+        for group in rows:
+            table.add_row(
+                rmq.parking_name(generation),
+                group.destination,
+                f"{group.messages:,}",
+                _due(group.earliest_due),
+                _due(group.latest_due),
+                "[green]yes[/]" if group.can_receive else "[red]no[/]",
+            )
+        if not rows:
+            table.add_row(rmq.parking_name(generation), "(empty)", "0", "-", "-", "-")
+    return table
 
 
 def _plan(
@@ -232,3 +259,80 @@ def register(cli: click.Group) -> None:
             console.print(f"dry run: {plan.scan.messages:,} message(s) would move; every destination can receive")
             return
         _run(plan, window, progress)
+
+    @delays.command(name="parked")
+    @broker_options(what="the broker")
+    @click.option(
+        "--generation",
+        type=click.Choice(rmq.GENERATIONS),
+        help="Only this graph's parking queue. Default: each that exists.",
+    )
+    @click.option(
+        "--redeliver",
+        is_flag=True,
+        help="Send every parked message whose destination can receive again back into its graph, with its "
+        "remaining delay (0 when past due); the others stay parked.",
+    )
+    @window_option
+    @click.option("--json", "as_json", is_flag=True, help="Print the parked messages by destination as JSON.")
+    @click.option("--progress/--no-progress", default=True, show_default=True)
+    def parked(
+        generation: str | None, redeliver: bool, window: int, as_json: bool, progress: bool, **values: Any
+    ) -> None:
+        """List the parked messages (nsb.v2.delay-unroutable, v1: nsb.delay-unroutable) by destination and due
+        time; with --redeliver, send back the ones whose destination exists again."""
+        side = resolve_broker(values, connection_name="nsb-delays delays parked")
+        generations = [generation] if generation else list(rmq.GENERATIONS)
+        try:
+            found = {name: read_parked(side, name) for name in generations}
+            present = {name: parked for name, (parked, exists) in found.items() if exists}
+            groups = {name: by_destination(side, name, parked) for name, parked in present.items()}
+        except ManagementError as error:
+            raise _unreachable(side, error) from None
+        except pika.exceptions.AMQPError as error:
+            raise _unreachable(side, error) from None
+        if not present:
+            raise CommandFailed(
+                f"no parking queue ({', '.join(rmq.parking_name(name) for name in generations)}) on {side.describe()}: "
+                "parking is off (nsb-delays:rabbitmq.parkUnroutable) or the stack was not applied"
+            )
+        if as_json and not redeliver:
+            click.echo(json.dumps({name: [asdict(group) for group in rows] for name, rows in groups.items()}, indent=2))
+            return
+        console.print(parked_table(groups))
+        if not redeliver:
+            return
+        left = 0
+        for name in present:
+            if not present[name]:
+                continue
+            bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=console,
+                disable=not progress,
+            )
+            try:
+                with bars:
+                    report = redeliver_parked(side, name, window=window, on_progress=LevelBars(bars))
+            except MoveInterrupted as interrupted:
+                raise CommandFailed(
+                    f"interrupted after sending back {interrupted.report.moved:,} parked message(s)", EXIT_INTERRUPTED
+                ) from None
+            except MoveStopped as stopped:
+                raise CommandFailed(
+                    f"stopped: {stopped}. {stopped.report.moved:,} parked message(s) were sent back; rerun to go on",
+                    EXIT_STOPPED,
+                ) from None
+            console.print(f"{rmq.parking_name(name)}: sent back {report.moved:,} message(s) in {report.seconds:.1f} s")
+            if report.left:
+                listed = ", ".join(f"{why} ({count:,})" for why, count in report.left_destinations.most_common(10))
+                console.print(f"{rmq.parking_name(name)}: {report.left:,} stay parked: {listed}")
+                left += report.left
+        if left:
+            raise CommandFailed(
+                f"{left:,} parked message(s) stay parked: their destinations still cannot receive (create them, "
+                "then rerun --redeliver)",
+                EXIT_STOPPED,
+            )
