@@ -50,6 +50,7 @@ class ParkedDestination:
     messages: int = 0
     earliest_due: int | None = None
     latest_due: int | None = None
+    first_parked: float | None = None  # epoch seconds: the earliest last x-death (when it left the levels)
     can_receive: bool = False
     message_ids: list[str] = field(default_factory=list)
 
@@ -90,6 +91,8 @@ def by_destination(side: BrokerSide, generation: str, parked: list[ParkedMessage
         group = groups.setdefault(name, ParkedDestination(name, generation))
         group.messages += 1
         group.message_ids.append(message.message_id)
+        if message.dead_lettered_at is not None:
+            group.first_parked = min(group.first_parked or message.dead_lettered_at, message.dead_lettered_at)
         if message.due_micros is not None:
             group.earliest_due = min(group.earliest_due or message.due_micros, message.due_micros)
             group.latest_due = max(group.latest_due or message.due_micros, message.due_micros)

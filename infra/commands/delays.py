@@ -110,19 +110,22 @@ def _due(micros: int | None) -> str:
 
 
 def parked_table(groups: dict[str, list[ParkedDestination]]) -> Table:
-    table = Table("Parking queue", "Destination", "Parked", "Earliest due (UTC)", "Latest due (UTC)", "Can receive now")
+    table = Table(
+        "Parking queue", "Destination", "Parked", "First parked (UTC)", "Earliest due", "Latest due", "Can receive now"
+    )
     for generation, rows in groups.items():
         for group in rows:
             table.add_row(
                 rmq.parking_name(generation),
                 group.destination,
                 f"{group.messages:,}",
+                _due(int(group.first_parked * 1_000_000) if group.first_parked else None),
                 _due(group.earliest_due),
                 _due(group.latest_due),
                 "[green]yes[/]" if group.can_receive else "[red]no[/]",
             )
         if not rows:
-            table.add_row(rmq.parking_name(generation), "(empty)", "0", "-", "-", "-")
+            table.add_row(rmq.parking_name(generation), "(empty)", "0", "-", "-", "-", "-")
     return table
 
 
