@@ -95,6 +95,7 @@ class LevelScan:
     destinations: Counter[str] = field(default_factory=Counter)
     poison: Counter[str] = field(default_factory=Counter)  # reason -> messages
     longest_wait: dict[str, int] = field(default_factory=dict)  # destination -> largest remaining delay, s
+    most_returned: int = 0  # highest x-delivery-count seen: how often a quorum queue got a message back
 
 
 @dataclass
@@ -126,6 +127,9 @@ class DelayScan:
 def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> None:
     read = in_flight.read_delayed_message(method.routing_key, properties.headers, now)
     _count(level_scan, read)
+    returned = (properties.headers or {}).get(in_flight.DELIVERY_COUNT_HEADER)
+    if isinstance(returned, int):
+        level_scan.most_returned = max(level_scan.most_returned, returned)
 
 
 def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison) -> None:

@@ -19,8 +19,53 @@ from .delay_mover import DEFAULT_WINDOW, BrokerSide, DelayMover, DelayScan, Move
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
+from .verify import parse_version
 
 NOTHING_MOVED = "nothing was moved"
+# RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
+# that is dead-lettered, which for a delay level means on to the next level, early. Every run's preflight
+# hands each message back once, a killed run its window; refuse while a few returns are still left.
+QUORUM_DEFAULT_DELIVERY_LIMIT = 20
+QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE = (4, 0, 0)
+RETURNS_HELD_BACK = 3
+
+
+def _delivery_limit(queue: dict[str, Any], version: tuple[int, ...]) -> int | None:
+    """The level queue's delivery limit as the broker applies it; None when unlimited."""
+    reported = queue.get("delivery_limit")
+    if isinstance(reported, int) and not isinstance(reported, bool):
+        return None if reported < 0 else reported
+    limits = [
+        value
+        for value in (
+            (queue.get("effective_policy_definition") or {}).get("delivery-limit"),
+            (queue.get("arguments") or {}).get("x-delivery-limit"),
+        )
+        if isinstance(value, int) and not isinstance(value, bool)
+    ]
+    if limits:
+        return None if min(limits) < 0 else min(limits)
+    return QUORUM_DEFAULT_DELIVERY_LIMIT if version >= QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE else None
+
+
+def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
+    """v2 levels whose messages came back so often that one more return could dead-letter them early."""
+    if scan.generation != "v2" or not any(level.most_returned for level in scan.levels):
+        return []
+    version = parse_version(str(source.management.overview().get("rabbitmq_version", "0")))
+    queues = {queue["name"]: queue for queue in source.management.queues(source.vhost)}
+    problems = []
+    for level in scan.levels:
+        limit = _delivery_limit(queues.get(level.queue, {}), version)
+        if level.most_returned and limit is not None and level.most_returned + RETURNS_HELD_BACK >= limit:
+            problems.append(
+                f"{level.queue}: messages were handed back {level.most_returned} times (x-delivery-count; every "
+                f"preflight and every killed run hands them back once) and its delivery limit is {limit}: a few more "
+                "and the broker dead-letters them to the next level, early. Give the level queues an unlimited limit "
+                "first, e.g. rabbitmqctl set_policy --apply-to quorum_queues nsb-delays-levels "
+                "'^nsb\\.v2\\.delay-level-\\d\\d$' '{\"delivery-limit\": -1}'"
+            )
+    return problems
 
 
 class MoveRefused(RuntimeError):
@@ -135,6 +180,7 @@ def plan_move(
         problems, reachable = _rabbitmq_problems(destination, scan)
     else:
         problems, reachable = _sqs_problems(destination, scan)
+    problems += returned_too_often(source, scan)
     if problems:
         raise MoveRefused([*problems, NOTHING_MOVED])
     return MovePlan(operation, source, source_generation, destination, target_description, scan, frozenset(reachable))
