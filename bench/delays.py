@@ -11,19 +11,23 @@ ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to
   that reads every level once are included), timed end to end; its own "moved … msg/s" line (the move
   alone) is printed as well.
 
-Prints both rates and the ratio (target >= 10x). N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or
-``python -m bench.delays N``. Figures are what this run saw on this (shared) machine, never asserted.
+Prints both rates and the ratio (target >= 10x), and the CPU each costs per message (the broker's
+processes and the client's), which the load of a shared machine does not distort.
+N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``. Figures are what
+this run saw on this (shared) machine, never asserted.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import resource
 import subprocess
 import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pika
 
@@ -78,6 +82,36 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
         for start in range(0, count, 5000):
             publisher.publish(messages[start : start + 5000])
     return parameters
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            todo += [int(child) for child in children]
+    return found
+
+
+def broker_cpu_seconds(broker: LocalRabbitMq) -> float:
+    """CPU time (user + system) of the broker's processes so far: what a move costs the broker."""
+    assert broker.server is not None
+    total = 0
+    for pid in descendants(broker.server.pid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the CLI subprocess)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def waiting(parameters: pika.URLParameters, generation: str) -> int:
@@ -157,9 +191,13 @@ def main() -> None:
             flush=True,
         )
 
+        broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         moved, baseline_seconds = nservicebus_loop(baseline_vhost)
+        baseline_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
         assert moved == count and waiting(baseline_vhost, "v1") == 0 and waiting(baseline_vhost, "v2") == count
+        broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         ours_seconds, moved_line = delays_migrate(broker, "ours")
+        ours_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
         assert waiting(ours_vhost, "v1") == 0 and waiting(ours_vhost, "v2") == count
 
         baseline_rate, ours_rate = count / baseline_seconds, count / ours_seconds
@@ -172,6 +210,14 @@ def main() -> None:
             "(CLI end to end: start-up, preflight, move)"
         )
         print(f"                  {moved_line}")
+        for label, (broker_seconds, client_seconds) in (
+            ("NServiceBus loop", baseline_cpu),
+            ("delays migrate", ours_cpu),
+        ):
+            print(
+                f"{label:<17} CPU per message: broker {1000 * broker_seconds / count:.2f} ms, "
+                f"client {1000 * client_seconds / count:.2f} ms"
+            )
         print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x)")
 
 

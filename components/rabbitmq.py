@@ -92,7 +92,7 @@ def declare_topology(
             settings = rabbitmq.QueueSettingsArgs(
                 durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(queue.arguments)
             )
-        guard = queue.holds_delayed_messages and protect_delay_queues
+        guard = queue.keeps_messages and protect_delay_queues
         declared.queues[queue.name] = rabbitmq.Queue(
             f"{name}-{queue.name}",
             name=queue.name,

@@ -52,6 +52,7 @@ class RabbitMqConfig:
     routing_topology: str = "conventional"
     queue_type: str = "quorum"
     protect_delay_queues: bool = True
+    park_unroutable: bool = True  # the parking exchange as the delivery (and endpoint) exchanges' alternate (#1407)
     adopt_existing: bool = False
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
@@ -96,6 +97,7 @@ _RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | 
     "routingTopology": ("routing_topology", str, rmq.ROUTING_TOPOLOGIES),
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
     "protectDelayQueues": ("protect_delay_queues", bool, None),
+    "parkUnroutable": ("park_unroutable", bool, None),
     "adoptExisting": ("adopt_existing", bool, None),
     "errorQueue": ("error_queue", str, None),
     "auditQueue": ("audit_queue", str, None),

@@ -159,7 +159,15 @@ def endpoint_binding_key(endpoint: str) -> str:
 # --- declared objects ---------------------------------------------------------------------------------
 
 Role = Literal[
-    "delay-level", "delivery", "endpoint", "instance", "legacy-timeouts", "error", "audit", "endpoint-exchange"
+    "delay-level",
+    "delivery",
+    "endpoint",
+    "instance",
+    "legacy-timeouts",
+    "error",
+    "audit",
+    "endpoint-exchange",
+    "parking",
 ]
 
 
@@ -186,6 +194,11 @@ class QueueSpec:
     def holds_delayed_messages(self) -> bool:
         return self.role == "delay-level"
 
+    @property
+    def keeps_messages(self) -> bool:
+        """Delay levels and the parking queue: replacing them (any change does) would delete their messages."""
+        return self.role in ("delay-level", "parking")
+
 
 @dataclass(frozen=True)
 class BindingSpec:
@@ -193,7 +206,7 @@ class BindingSpec:
     destination: str
     destination_type: Literal["queue", "exchange"]
     routing_key: str
-    role: Literal["level-queue", "level-next", "delivery", "endpoint-delivery", "endpoint-exchange"]
+    role: Literal["level-queue", "level-next", "delivery", "endpoint-delivery", "endpoint-exchange", "parking"]
     level: int | None = None
 
 
@@ -238,6 +251,42 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
         )
     exchanges.append(ExchangeSpec(delivery_exchange_name(generation), "topic", "delivery"))
     return Topology(tuple(exchanges), tuple(queues), tuple(bindings))
+
+
+# --- parking instead of stalling (Particular/NServiceBus.RabbitMQ#1407) --------------------------------
+#
+# A delayed message whose destination no binding reaches can never be dead-lettered at least once: the
+# quorum level queue keeps it, and past the dead-letter worker's window (prefetch 32) every message
+# behind it waits. RabbitMQ routes a message an exchange cannot route to that exchange's alternate
+# exchange (rabbit_exchange:route1 -> process_alternate, for the dead-letter worker's routing as for a
+# publish), so the delivery exchange gets one: a topic exchange bound to a durable quorum queue with
+# the key of a delayed message, 28 bit words and anything after (plain sends and events with their
+# empty key still find no queue and are returned, as without it). In the conventional topology the
+# delivery exchange routes to the endpoint's own fanout exchange, which has no queue once the
+# endpoint's queue is deleted: its exchange needs the same alternate exchange (checked on RabbitMQ
+# 3.10.8 and 4.0.5: with the delivery exchange's alone, that case still stalls). The alternate
+# exchange is given by policy, never by argument: NServiceBus declares nsb.v2.delay-delivery without
+# arguments, and RabbitMQ refuses an inequivalent alternate-exchange argument (PRECONDITION_FAILED).
+
+PARKING_BINDING_KEY = "*." * LEVEL_COUNT + "#"  # a delayed routing key: 28 words, then the destination
+# The parking queue is read by `nsb-delays delays parked` (each listing hands every message back):
+# RabbitMQ 4.0's default quorum delivery limit (20) would drop a parked message after 20 listings.
+PARKING_DELIVERY_LIMIT = 100_000  # NServiceBus's Queue.BigValueInsteadOfActuallyUnlimited
+ALTERNATE_EXCHANGE_POLICY_KEY = "alternate-exchange"
+
+
+def parking_queue_arguments() -> dict[str, ArgumentValue]:
+    return {"x-queue-type": "quorum", "x-delivery-limit": PARKING_DELIVERY_LIMIT}
+
+
+def parking_topology(generation: str = DEFAULT_GENERATION) -> Topology:
+    """The parking exchange (topic) and its durable quorum queue, bound with ``PARKING_BINDING_KEY``."""
+    name = parking_name(generation)
+    return Topology(
+        exchanges=(ExchangeSpec(name, "topic", "parking"),),
+        queues=(QueueSpec(name, "parking", parking_queue_arguments()),),
+        bindings=(BindingSpec(name, name, "queue", PARKING_BINDING_KEY, "parking"),),
+    )
 
 
 def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
