@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     ".commands.demo",
     ".commands.delays",
     ".commands.status",
+    ".commands.pulumi_plugin",
 )
 
 
