@@ -13,7 +13,8 @@ ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to
 
 Prints both rates and the ratio (target >= 10x), and the CPU each costs per message (the broker's
 processes and the client's), which the load of a shared machine does not distort.
-N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``. Figures are what
+N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``; the broker is
+3.10, or 4.0 with ``NSB_BENCH_RABBITMQ=4.0``. Figures are what
 this run saw on this (shared) machine, never asserted.
 """
 
@@ -180,9 +181,18 @@ def delays_migrate(broker: LocalRabbitMq, vhost: str) -> tuple[float, str]:
     return seconds, moved_line
 
 
+def broker_under_test() -> LocalRabbitMq:
+    """RabbitMQ 3.10 (Debian 12), or 4.0 (the test tier's chroot) with ``NSB_BENCH_RABBITMQ=4.0``."""
+    if os.environ.get("NSB_BENCH_RABBITMQ", "3.10") == "4.0":
+        from tests.services import ChrootRabbitMq
+
+        return ChrootRabbitMq()
+    return LocalRabbitMq()
+
+
 def main() -> None:
     count = size()
-    with LocalRabbitMq() as broker:
+    with broker_under_test() as broker:
         version = ManagementApi(broker.management_url).overview()["rabbitmq_version"]
         began = time.perf_counter()
         baseline_vhost, ours_vhost = prepare(broker, "baseline", count), prepare(broker, "ours", count)
