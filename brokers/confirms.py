@@ -20,6 +20,8 @@ import pika
 import pika.spec
 from pika.adapters.select_connection import IOLoop, SelectConnection
 
+from .amqp import amqp_address, amqp_failure_reason
+
 CONFIRM_TIMEOUT_SECONDS = 120.0
 FLUSH_EVERY = 64  # messages between two writes to the socket (pika buffers until the loop polls)
 
@@ -127,10 +129,14 @@ class ConfirmChannel:
         self._returned: Counter[tuple[str, str]] = Counter()
         self.returned_reasons: dict[tuple[str, str], str] = {}
         self._owns_loop = ioloop is None
+        parameters = connection_parameters(target)
+        where = amqp_address(parameters)
         self.connection = GatheringConnection(
-            connection_parameters(target),
+            parameters,
             on_open_callback=self._opened,
-            on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect: {error}"),
+            on_open_error_callback=lambda _connection, error: self._fail(
+                f"cannot connect to {where}: {amqp_failure_reason(error)}"
+            ),
             on_close_callback=lambda _connection, reason: self._fail(f"connection closed: {reason}"),
             custom_ioloop=ioloop,
         )

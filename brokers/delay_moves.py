@@ -182,7 +182,7 @@ def plan_move(
         problems, reachable = _sqs_problems(destination, scan)
     problems += returned_too_often(source, scan)
     if problems:
-        raise MoveRefused([*problems, NOTHING_MOVED])
+        raise MoveRefused(problems)
     return MovePlan(operation, source, source_generation, destination, target_description, scan, frozenset(reachable))
 
 

@@ -26,8 +26,8 @@ from nsb_delays.brokers.delay_mover import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.errors import CommandError
 
-EXIT_OK, EXIT_STOPPED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 AMQP_PORT, AMQPS_PORT = 5672, 5671
 ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables, as `verify` reads them
     "management_url": "RABBITMQ_ENDPOINT",
@@ -35,14 +35,6 @@ ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables, as `verify` reads t
     "password": "RABBITMQ_PASSWORD",
     "ca_cert": "RABBITMQ_CACERT",
 }
-
-
-class CommandFailed(click.ClickException):
-    """An expected failure: the message names the input and the rule; exit 2 unless said otherwise."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def _name(prefix: str, option: str) -> str:
@@ -139,7 +131,7 @@ class StackDefaults:
         """A ``rabbitmq:``/``aws:`` provider key; Pulumi secrets are encrypted and cannot be read here."""
         value = self.raw.get(key)
         if isinstance(value, Mapping) and "secure" in value:
-            raise CommandFailed(f"stack config {key} is a Pulumi secret (encrypted); pass {flag} or its env variable")
+            raise CommandError(f"stack config {key} is a Pulumi secret (encrypted); pass {flag} or its env variable")
         return value
 
 
@@ -149,7 +141,7 @@ def stack_defaults(stack: str | None, flag: str = "--stack") -> StackDefaults:
     try:
         return StackDefaults(read_stack_yaml(stack), load_stack(stack))
     except ConfigError as error:
-        raise CommandFailed(f"{flag} {stack!r}: {error}") from None
+        raise CommandError(f"{flag} {stack!r}: {error}") from None
 
 
 def _tls_context(ca: str | None, client_cert: str | None, client_key: str | None, insecure: bool) -> ssl.SSLContext:
@@ -163,7 +155,7 @@ def _tls_context(ca: str | None, client_cert: str | None, client_key: str | None
 
 
 def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name: str = "nsb-delays") -> BrokerSide:
-    """The management client and AMQP parameters of the broker ``values`` describe (``CommandFailed`` if unusable)."""
+    """The management client and AMQP parameters of the broker ``values`` describe (``CommandError`` if unusable)."""
 
     def value(option: str) -> Any:
         return values.get(_param(prefix, option))
@@ -180,12 +172,12 @@ def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name:
     ]
     if unset:
         where = "flags, RABBITMQ_ENDPOINT/USERNAME/PASSWORD, " if not prefix else "flags or "
-        raise CommandFailed(
+        raise CommandError(
             f"{', '.join(unset)} not given ({where}rabbitmq:endpoint/username/password in the {stack_flag} file)"
         )
     url = str(url)
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
-        raise CommandFailed(f"{_name(prefix, 'management-url')} {url!r} is not an http:// or https:// URL")
+        raise CommandError(f"{_name(prefix, 'management-url')} {url!r} is not an http:// or https:// URL")
     insecure = value("insecure")
     if insecure is None:
         insecure = bool(defaults.provider("rabbitmq:insecure", _name(prefix, "insecure")))
@@ -201,7 +193,7 @@ def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name:
     if amqp_url:
         parts = urlsplit(amqp_url)
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-            raise CommandFailed(f"{_name(prefix, 'amqp-url')} {amqp_url!r} is not an amqp:// or amqps:// URL")
+            raise CommandError(f"{_name(prefix, 'amqp-url')} {amqp_url!r} is not an amqp:// or amqps:// URL")
         url_vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else None
     else:
         management = urlsplit(url)

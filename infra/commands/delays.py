@@ -29,17 +29,15 @@ from nsb_delays.brokers.delay_mover import (
     MoveReport,
     MoveStopped,
 )
-from nsb_delays.brokers.delay_moves import MovePlan, MoveRefused, plan_move, run_move
+from nsb_delays.brokers.delay_moves import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_parked, redeliver_parked
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.errors import CommandError, Interrupted, RunStopped
 
 from .broker_options import (
-    EXIT_INTERRUPTED,
-    EXIT_STOPPED,
-    CommandFailed,
     broker_options,
     resolve_broker,
     resolve_sqs,
@@ -56,11 +54,11 @@ window_option = click.option(
 )
 
 
-def _unreachable(side: BrokerSide, error: Exception) -> CommandFailed:
+def _unreachable(side: BrokerSide, error: Exception) -> CommandError:
     if isinstance(error, ManagementError):
-        return CommandFailed(f"cannot use the management API of {side.describe()}: {error}")
+        return CommandError(f"cannot use the management API of {side.describe()}: {error}")
     host = f"{side.amqp.host}:{side.amqp.port}"
-    return CommandFailed(
+    return CommandError(
         f"cannot reach RabbitMQ AMQP at {host} (vhost {side.vhost!r}) as {side.amqp.credentials.username!r}: {error!r}"
     )
 
@@ -135,7 +133,7 @@ def _plan(
     try:
         return plan_move(operation, source, generation, destination)
     except MoveRefused as error:
-        raise CommandFailed("refused: " + "\n  ".join(error.problems)) from None
+        raise CommandError(error.problems, footer=NOTHING_MOVED) from None
     except ManagementError as error:
         side = source if not isinstance(destination, BrokerSide) or source.management.url in str(error) else destination
         raise _unreachable(side, error) from None
@@ -143,7 +141,7 @@ def _plan(
         raise _unreachable(source, error) from None
     except Exception as error:  # botocore: credentials, endpoint, access denied
         if type(error).__module__.startswith(("botocore", "boto3")):
-            raise CommandFailed(f"SQS: {error}") from None
+            raise CommandError(f"SQS: {error}") from None
         raise
 
 
@@ -167,21 +165,19 @@ def _run(plan: MovePlan, window: int, show_progress: bool) -> None:
             report = run_move(plan, window=window, on_progress=LevelBars(progress))
     except MoveInterrupted as interrupted:
         console.print(summary_table(interrupted.report))
-        raise CommandFailed(
+        raise Interrupted(
             f"interrupted after moving {interrupted.report.moved:,} message(s); every message in flight was "
-            "settled first. Rerun the same command to move the rest.",
-            EXIT_INTERRUPTED,
+            "settled first. Rerun the same command to move the rest."
         ) from None
     except MoveStopped as stopped:
         console.print(summary_table(stopped.report))
-        raise CommandFailed(
+        raise RunStopped(
             f"stopped: {stopped}. {stopped.report.moved:,} message(s) were moved and acked; the rest are where they "
             f"were. Fix the cause and rerun the same command (at most {window:,} message(s) may be moved twice, "
-            "same message id).",
-            EXIT_STOPPED,
+            "same message id)."
         ) from None
     except (DispatchError, pika.exceptions.AMQPError) as error:
-        raise CommandFailed(f"stopped: {error}; rerun the same command to move the rest", EXIT_STOPPED) from None
+        raise RunStopped(f"stopped: {error}; rerun the same command to move the rest") from None
     console.print(summary_table(report))
     rate = report.moved / report.seconds if report.seconds else 0.0
     console.print(
@@ -190,10 +186,9 @@ def _run(plan: MovePlan, window: int, show_progress: bool) -> None:
     )
     if report.left:
         listed = ", ".join(f"{name} ({count:,})" for name, count in report.left_destinations.most_common(10))
-        raise CommandFailed(
+        raise RunStopped(
             f"{report.left:,} message(s) were left in place: their destinations appeared after the preflight and "
-            f"cannot receive on the target: {listed}. Create them and rerun the same command.",
-            EXIT_STOPPED,
+            f"cannot receive on the target: {listed}. Create them and rerun the same command."
         )
 
 
@@ -248,11 +243,11 @@ def register(cli: click.Group) -> None:
         destination: BrokerSide | SqsSettings
         if to_sqs:
             if any(values.get(f"destination_{name}") for name in ("management_url", "amqp_url", "vhost")):
-                raise CommandFailed("--to-sqs sends to SQS: --destination-management-url/-amqp-url/-vhost do not apply")
+                raise CommandError("--to-sqs sends to SQS: --destination-management-url/-amqp-url/-vhost do not apply")
             destination = resolve_sqs(values, values.get("destination_stack") or values.get("stack"))
         else:
             if not destination_given:
-                raise CommandFailed(
+                raise CommandError(
                     "give the destination broker (--destination-management-url or --destination-stack), or --to-sqs"
                 )
             destination = resolve_broker(values, "destination-", connection_name="nsb-delays delays transfer")
@@ -295,7 +290,7 @@ def register(cli: click.Group) -> None:
         except pika.exceptions.AMQPError as error:
             raise _unreachable(side, error) from None
         if not present:
-            raise CommandFailed(
+            raise CommandError(
                 f"no parking queue ({', '.join(rmq.parking_name(name) for name in generations)}) on {side.describe()}: "
                 "parking is off (nsb-delays:rabbitmq.parkUnroutable) or the stack was not applied"
             )
@@ -320,13 +315,12 @@ def register(cli: click.Group) -> None:
                 with bars:
                     report = redeliver_parked(side, name, window=window, on_progress=LevelBars(bars))
             except MoveInterrupted as interrupted:
-                raise CommandFailed(
-                    f"interrupted after sending back {interrupted.report.moved:,} parked message(s)", EXIT_INTERRUPTED
+                raise Interrupted(
+                    f"interrupted after sending back {interrupted.report.moved:,} parked message(s)"
                 ) from None
             except MoveStopped as stopped:
-                raise CommandFailed(
-                    f"stopped: {stopped}. {stopped.report.moved:,} parked message(s) were sent back; rerun to go on",
-                    EXIT_STOPPED,
+                raise RunStopped(
+                    f"stopped: {stopped}. {stopped.report.moved:,} parked message(s) were sent back; rerun to go on"
                 ) from None
             console.print(f"{rmq.parking_name(name)}: sent back {report.moved:,} message(s) in {report.seconds:.1f} s")
             if report.left:
@@ -334,8 +328,7 @@ def register(cli: click.Group) -> None:
                 console.print(f"{rmq.parking_name(name)}: {report.left:,} stay parked: {listed}")
                 left += report.left
         if left:
-            raise CommandFailed(
+            raise RunStopped(
                 f"{left:,} parked message(s) stay parked: their destinations still cannot receive (create them, "
-                "then rerun --redeliver)",
-                EXIT_STOPPED,
+                "then rerun --redeliver)"
             )

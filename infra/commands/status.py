@@ -15,8 +15,9 @@ from rich.table import Table
 
 from nsb_delays.brokers.delay_status import DelayStatus, rabbitmq_status, sqs_delay_queue_names, sqs_status
 from nsb_delays.brokers.management import ManagementError
+from nsb_delays.infra.errors import EXIT_FAILED, CommandError
 
-from .broker_options import EXIT_STOPPED, CommandFailed, broker_options, resolve_broker, resolve_sqs, stack_defaults
+from .broker_options import broker_options, resolve_broker, resolve_sqs, stack_defaults
 
 console = Console(width=160)
 
@@ -79,14 +80,14 @@ def register(cli: click.Group) -> None:
         if with_sqs is None:
             with_sqs = bool(values.get("sqs_endpoint_url")) or bool(defaults.config and defaults.config.sqs)
         if skip_rabbitmq and not with_sqs:
-            raise CommandFailed("nothing to show: --skip-rabbitmq without SQS (--sqs, --sqs-endpoint-url or a stack)")
+            raise CommandError("nothing to show: --skip-rabbitmq without SQS (--sqs, --sqs-endpoint-url or a stack)")
         status = DelayStatus()
         if not skip_rabbitmq:
             side = resolve_broker(values, connection_name="nsb-delays status")
             try:
                 status = rabbitmq_status(side.management, side.vhost, recheck)
             except ManagementError as error:
-                raise CommandFailed(f"cannot use the management API of {side.describe()}: {error}") from None
+                raise CommandError(f"cannot use the management API of {side.describe()}: {error}") from None
         if with_sqs:
             settings = resolve_sqs(values, values.get("stack"))
             endpoints = (
@@ -97,7 +98,7 @@ def register(cli: click.Group) -> None:
                 status.sqs = sqs_status(client, sqs_delay_queue_names(client, settings.queue_name_prefix, endpoints))
             except Exception as error:  # botocore: credentials, endpoint, access denied
                 if type(error).__module__.startswith(("botocore", "boto3")):
-                    raise CommandFailed(f"SQS: {error}") from None
+                    raise CommandError(f"SQS: {error}") from None
                 raise
         if as_json:
             click.echo(json.dumps(status.as_json(), indent=2))
@@ -111,4 +112,4 @@ def register(cli: click.Group) -> None:
             if not status.stuck:
                 console.print("nothing stuck")
         if status.stuck:
-            raise SystemExit(EXIT_STOPPED)
+            raise SystemExit(EXIT_FAILED)

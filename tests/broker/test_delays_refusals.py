@@ -99,7 +99,7 @@ def test_wrong_credentials_and_a_closed_amqp_port_are_named(rabbitmq: LocalRabbi
     assert run.returncode == 2 and "HTTP 401" in run.stderr and "Traceback" not in run.stderr
     closed = [*arguments[:6], "--amqp-url", f"amqp://guest:guest@127.0.0.1:{free_port()}/", *arguments[8:]]
     run = cli("migrate", *closed)
-    assert run.returncode == 2 and "cannot reach RabbitMQ AMQP at 127.0.0.1:" in run.stderr
+    assert run.returncode == 2 and "cannot reach RabbitMQ (AMQP) at 127.0.0.1:" in run.stderr
     assert "Traceback" not in run.stderr
 
 
