@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.confirms import DispatchError
 from nsb_delays.brokers.delay_mover import (
     DEFAULT_WINDOW,
@@ -56,11 +57,8 @@ window_option = click.option(
 
 def _unreachable(side: BrokerSide, error: Exception) -> CommandError:
     if isinstance(error, ManagementError):
-        return CommandError(f"cannot use the management API of {side.describe()}: {error}")
-    host = f"{side.amqp.host}:{side.amqp.port}"
-    return CommandError(
-        f"cannot reach RabbitMQ AMQP at {host} (vhost {side.vhost!r}) as {side.amqp.credentials.username!r}: {error!r}"
-    )
+        return CommandError(str(error))  # names the API's host:port, the user and the answer
+    return CommandError(f"cannot reach RabbitMQ (AMQP) at {amqp_address(side.amqp)}: {amqp_failure_reason(error)}")
 
 
 def scan_table(scan: DelayScan) -> Table:

@@ -87,7 +87,7 @@ def register(cli: click.Group) -> None:
             try:
                 status = rabbitmq_status(side.management, side.vhost, recheck)
             except ManagementError as error:
-                raise CommandError(f"cannot use the management API of {side.describe()}: {error}") from None
+                raise CommandError(str(error)) from None
         if with_sqs:
             settings = resolve_sqs(values, values.get("stack"))
             endpoints = (

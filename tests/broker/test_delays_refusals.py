@@ -96,7 +96,7 @@ def test_wrong_credentials_and_a_closed_amqp_port_are_named(rabbitmq: LocalRabbi
     arguments = broker_arguments(rabbitmq, vhost)
     wrong = [*arguments[:4], "--password", "not-the-password", *arguments[6:]]
     run = cli("migrate", *wrong)
-    assert run.returncode == 2 and "HTTP 401" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "with 401 Unauthorized" in run.stderr and "Traceback" not in run.stderr
     closed = [*arguments[:6], "--amqp-url", f"amqp://guest:guest@127.0.0.1:{free_port()}/", *arguments[8:]]
     run = cli("migrate", *closed)
     assert run.returncode == 2 and "cannot reach RabbitMQ (AMQP) at 127.0.0.1:" in run.stderr
