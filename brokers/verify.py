@@ -172,14 +172,14 @@ def delivery_limit_drifts(
         wanted = _expected_policy_body(spec)
         live = live_policies.get(spec.name)
         if live is None:
-            missing.add(spec.queue)
+            missing.add(spec.target)
             fix = "apply the stack again (pulumi up), or import the rendered definitions"
             drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
             continue
         for field, value in wanted.items():
             if not _same(value, live.get(field)):
                 drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
-    own = {spec.queue: spec.name for spec in topology.policies}
+    own = {spec.target: spec.name for spec in topology.policies if spec.apply_to == rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}
     live_queues = {q["name"]: q for q in queues}
     unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
     for queue in _receiving_quorum_queues(topology):

@@ -29,7 +29,7 @@ def import_id(name: str, vhost: str) -> str:
     return f"{name}@{vhost}"
 
 
-def policy_definition(definition: Mapping[str, int]) -> dict[str, str]:
+def policy_definition(definition: Mapping[str, int | str]) -> dict[str, str]:
     """A policy definition as pulumi-rabbitmq takes it: a map of strings.
 
     terraform-provider-rabbitmq ``rabbitmq/resource_policy.go``: ``putPolicy`` sends a value that
@@ -138,7 +138,8 @@ def declare_topology(
             )
         )
     for policy in topology.policies:
-        queue_resource = declared.queues.get(policy.queue)
+        target_resource = declared.queues.get(policy.target) or known.get(policy.target)
+        alternate = known.get(str(policy.definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY, "")))
         declared.policies[policy.name] = rabbitmq.Policy(
             f"{name}-{policy.name}",
             name=policy.name,
@@ -151,7 +152,7 @@ def declare_topology(
             ),
             opts=pulumi.ResourceOptions(
                 parent=component,
-                depends_on=[queue_resource] if queue_resource else [],
+                depends_on=[resource for resource in (target_resource, alternate) if resource],
                 import_=adopt(import_id(policy.name, vhost)),
             ),
         )
@@ -159,11 +160,13 @@ def declare_topology(
 
 
 class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
-    """The 28 delay levels, the delivery exchange and their bindings, exactly as NServiceBus declares them.
+    """The 28 delay levels, the delivery exchange and their bindings, exactly as NServiceBus declares them,
+    and (``park_unroutable``, default) the parking exchange and queue with the policy that makes the
+    parking exchange the delivery exchange's alternate exchange (Particular/NServiceBus.RabbitMQ#1407).
 
-    Level queues hold delayed messages for up to 4.25 years and any change to them replaces
-    (deletes) them, so they are protected and retained on delete unless
-    ``protect_delay_queues=False``.
+    Level queues hold delayed messages for up to 4.25 years, the parking queue what could not be
+    delivered, and any change to them replaces (deletes) them, so they are protected and retained on
+    delete unless ``protect_delay_queues=False``.
     """
 
     delivery_exchange: pulumi.Output[str]
@@ -177,11 +180,14 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         generation: str = model.DEFAULT_GENERATION,
         vhost: str = "/",
         protect_delay_queues: bool = True,
+        park_unroutable: bool = True,
         adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
         topology = model.delay_levels(generation)
+        if park_unroutable:
+            topology = topology + model.parking_topology(generation)
         self.resources = declare_topology(
             self,
             name,
@@ -192,8 +198,9 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         )
         delivery = model.delivery_exchange_name(generation)
         self.delivery_exchange_resource = self.resources.exchanges[delivery]
+        self.parking_exchange_resource = self.resources.exchanges.get(model.parking_name(generation))
         self.delivery_exchange = self.delivery_exchange_resource.name
-        self.level_names = pulumi.Output.from_input([queue.name for queue in topology.queues])
+        self.level_names = pulumi.Output.from_input([q.name for q in topology.queues if q.holds_delayed_messages])
         self.generation = pulumi.Output.from_input(generation)
         self.register_outputs(
             {"deliveryExchange": self.delivery_exchange, "levelNames": self.level_names, "generation": self.generation}
@@ -208,6 +215,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues, and for quorum
     receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (RabbitMQ 4.0+; turn off
     with ``delivery_limit_policies=False`` for older brokers or when policies are managed elsewhere).
+    In the conventional topology with ``park_unroutable`` (default) each receiving queue's exchange gets
+    the parking exchange as alternate exchange by policy: a delayed message routed to the exchange of a
+    deleted queue is parked instead of stalling its level.
     """
 
     queue_name: pulumi.Output[str]
@@ -226,7 +236,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         instance_discriminators: Sequence[str] = (),
         legacy_timeout_manager: bool = False,
         delivery_limit_policies: bool = True,
+        park_unroutable: bool = True,
         delivery_exchange: rabbitmq.Exchange | None = None,
+        parking_exchange: rabbitmq.Exchange | None = None,
         adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -242,9 +254,16 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             instance_discriminators=instance_discriminators,
             legacy_timeout_manager=legacy_timeout_manager,
             delivery_limit_policies=delivery_limit_policies,
+            park_unroutable=park_unroutable,
         )
-        delivery_exchange_name = model.delivery_exchange_name(generation)
-        existing = {delivery_exchange_name: delivery_exchange} if delivery_exchange else {}
+        existing = {
+            name: resource
+            for name, resource in (
+                (model.delivery_exchange_name(generation), delivery_exchange),
+                (model.parking_name(generation), parking_exchange),
+            )
+            if resource is not None
+        }
         self.resources = declare_topology(
             self, name, topology, vhost=vhost, existing_exchanges=existing, adopt_existing=adopt_existing
         )

@@ -214,14 +214,15 @@ class BindingSpec:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A broker policy (``PUT /api/policies/<vhost>/<name>``): the one kind we declare is a delivery limit."""
+    """A broker policy (``PUT /api/policies/<vhost>/<name>``) whose pattern matches exactly one object:
+    NServiceBus's delivery limit on a quorum receive queue, or the parking alternate exchange on an exchange."""
 
     name: str
-    queue: str  # the one queue its pattern matches
+    target: str  # the one queue (apply-to quorum_queues) or exchange (apply-to exchanges) its pattern matches
     pattern: str
-    apply_to: Literal["quorum_queues"]
+    apply_to: Literal["quorum_queues", "exchanges"]
     priority: int
-    definition: Mapping[str, int]
+    definition: Mapping[str, int | str]
 
 
 @dataclass(frozen=True)
@@ -291,21 +292,45 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
 PARKING_BINDING_KEY = "*." * LEVEL_COUNT + "#"  # a delayed routing key: 28 words, then the destination
 # The parking queue is read by `nsb-delays delays parked` (each listing hands every message back):
 # RabbitMQ 4.0's default quorum delivery limit (20) would drop a parked message after 20 listings.
-PARKING_DELIVERY_LIMIT = 100_000  # NServiceBus's Queue.BigValueInsteadOfActuallyUnlimited
 ALTERNATE_EXCHANGE_POLICY_KEY = "alternate-exchange"
+ALTERNATE_EXCHANGE_ARGUMENT = "alternate-exchange"  # as a declare argument: what NServiceBus's declaration refuses
+ALTERNATE_EXCHANGE_POLICY_APPLY_TO: Literal["exchanges"] = "exchanges"
+ALTERNATE_EXCHANGE_POLICY_PRIORITY = 0
+ALTERNATE_EXCHANGE_POLICY_PREFIX = "nsb-delays."  # ours; NServiceBus's own policies start with "nsb."
+ALTERNATE_EXCHANGE_POLICY_SUFFIX = ".unroutable"
 
 
 def parking_queue_arguments() -> dict[str, ArgumentValue]:
-    return {"x-queue-type": "quorum", "x-delivery-limit": PARKING_DELIVERY_LIMIT}
+    """Durable quorum, and a delivery limit so high it never applies (NServiceBus's own "unlimited")."""
+    return {"x-queue-type": "quorum", DELIVERY_LIMIT_ARGUMENT: UNLIMITED_DELIVERY_LIMIT}
+
+
+def alternate_exchange_policy_name(exchange: str) -> str:
+    """``nsb-delays.<exchange>.unroutable``."""
+    return f"{ALTERNATE_EXCHANGE_POLICY_PREFIX}{exchange}{ALTERNATE_EXCHANGE_POLICY_SUFFIX}"
+
+
+def alternate_exchange_policy(exchange: str, generation: str = DEFAULT_GENERATION) -> PolicySpec:
+    """``exchange``'s alternate exchange is the graph's parking exchange: ``^<escaped name>$``, apply-to exchanges."""
+    return PolicySpec(
+        name=alternate_exchange_policy_name(exchange),
+        target=exchange,
+        pattern=f"^{dotnet_regex_escape(exchange)}$",
+        apply_to=ALTERNATE_EXCHANGE_POLICY_APPLY_TO,
+        priority=ALTERNATE_EXCHANGE_POLICY_PRIORITY,
+        definition={ALTERNATE_EXCHANGE_POLICY_KEY: parking_name(generation)},
+    )
 
 
 def parking_topology(generation: str = DEFAULT_GENERATION) -> Topology:
-    """The parking exchange (topic) and its durable quorum queue, bound with ``PARKING_BINDING_KEY``."""
+    """The parking exchange (topic) and its durable quorum queue, bound with ``PARKING_BINDING_KEY``, and
+    the policy that makes it the delivery exchange's alternate exchange."""
     name = parking_name(generation)
     return Topology(
         exchanges=(ExchangeSpec(name, "topic", "parking"),),
         queues=(QueueSpec(name, "parking", parking_queue_arguments()),),
         bindings=(BindingSpec(name, name, "queue", PARKING_BINDING_KEY, "parking"),),
+        policies=(alternate_exchange_policy(delivery_exchange_name(generation), generation),),
     )
 
 
@@ -397,7 +422,7 @@ def delivery_limit_policy(queue: str) -> PolicySpec:
     """The policy NServiceBus creates for one quorum receive queue: ``^<Regex.Escape(queue)>$``, priority 0."""
     return PolicySpec(
         name=delivery_limit_policy_name(queue),
-        queue=queue,
+        target=queue,
         pattern=f"^{dotnet_regex_escape(queue)}$",
         apply_to=DELIVERY_LIMIT_POLICY_APPLY_TO,
         priority=DELIVERY_LIMIT_POLICY_PRIORITY,
@@ -615,11 +640,14 @@ def endpoint_topology(
     instance_discriminators: Sequence[str] = (),
     legacy_timeout_manager: bool = False,
     delivery_limit_policies: bool = True,
+    park_unroutable: bool = True,
 ) -> Topology:
     """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings.
 
     With ``delivery_limit_policies`` each quorum receiving queue also gets the delivery-limit policy
-    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x.
+    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x. With ``park_unroutable``
+    and the conventional topology, each receiving queue's own exchange gets the parking exchange as its
+    alternate exchange (the delivery exchange routes there even when the queue is gone).
     """
     receiving = [(endpoint, "endpoint")] + [
         (instance_queue_name(endpoint, d), "instance") for d in instance_discriminators
@@ -630,6 +658,8 @@ def endpoint_topology(
     )
     if delivery_limit_policies and endpoint_queue_arguments(queue_type).get("x-queue-type") == "quorum":
         parts.append(Topology(policies=tuple(delivery_limit_policy(name) for name, _ in receiving)))
+    if park_unroutable and routing_topology == "conventional":
+        parts.append(Topology(policies=tuple(alternate_exchange_policy(name, generation) for name, _ in receiving)))
     if legacy_timeout_manager:
         parts += [
             _owned_queue(name, "legacy-timeouts", routing_topology, queue_type)
