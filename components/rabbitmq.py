@@ -79,14 +79,18 @@ def declare_topology(
     """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
     Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
-    creates them in order and deletes them first. With ``adopt_existing`` every object is imported
-    (``import_``) instead of created: ``pulumi up`` then takes over what NServiceBus installers
-    declared, and fails rather than replace anything whose properties differ.
+    creates them in order and deletes them first. With ``adopt_existing`` every object NServiceBus
+    declares is imported (``import_``) instead of created: ``pulumi up`` then takes over what
+    NServiceBus installers declared, and fails rather than replace anything whose properties differ;
+    the parking objects, which only this project declares, are created.
     """
     declared = _Declared()
 
-    def adopt(physical_id: str) -> str | None:
-        return physical_id if adopt_existing else None
+    def adopt(
+        spec: model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec, physical_id: str
+    ) -> str | None:
+        """Import what NServiceBus declared; what only we declare (parking) is created, even when adopting."""
+        return physical_id if adopt_existing and spec.nservicebus_declares else None
 
     for exchange in topology.exchanges:
         declared.exchanges[exchange.name] = rabbitmq.Exchange(
@@ -96,7 +100,7 @@ def declare_topology(
             settings=rabbitmq.ExchangeSettingsArgs(
                 type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
             ),
-            opts=pulumi.ResourceOptions(parent=component, import_=adopt(import_id(exchange.name, vhost))),
+            opts=pulumi.ResourceOptions(parent=component, import_=adopt(exchange, import_id(exchange.name, vhost))),
         )
     for queue in topology.queues:
         settings = rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
@@ -111,7 +115,10 @@ def declare_topology(
             vhost=vhost,
             settings=settings,
             opts=pulumi.ResourceOptions(
-                parent=component, protect=guard, retain_on_delete=guard, import_=adopt(import_id(queue.name, vhost))
+                parent=component,
+                protect=guard,
+                retain_on_delete=guard,
+                import_=adopt(queue, import_id(queue.name, vhost)),
             ),
         )
     known: dict[str, pulumi.Resource] = {**(existing_exchanges or {}), **declared.exchanges}
@@ -133,7 +140,7 @@ def declare_topology(
                 opts=pulumi.ResourceOptions(
                     parent=component,
                     depends_on=[end for end in ends if end],
-                    import_=adopt(binding_import_id(binding, vhost)),
+                    import_=adopt(binding, binding_import_id(binding, vhost)),
                 ),
             )
         )
@@ -153,7 +160,7 @@ def declare_topology(
             opts=pulumi.ResourceOptions(
                 parent=component,
                 depends_on=[resource for resource in (target_resource, alternate) if resource],
-                import_=adopt(import_id(policy.name, vhost)),
+                import_=adopt(policy, import_id(policy.name, vhost)),
             ),
         )
     return declared

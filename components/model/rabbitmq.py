@@ -182,6 +182,11 @@ class ExchangeSpec:
     auto_delete: bool = False
     level: int | None = None
 
+    @property
+    def nservicebus_declares(self) -> bool:
+        """Whether NServiceBus (its installers, ``rabbitmq-transport``) declares it: what adoption may import."""
+        return self.role != "parking"
+
 
 @dataclass(frozen=True)
 class QueueSpec:
@@ -195,6 +200,10 @@ class QueueSpec:
     @property
     def holds_delayed_messages(self) -> bool:
         return self.role == "delay-level"
+
+    @property
+    def nservicebus_declares(self) -> bool:
+        return self.role != "parking"
 
     @property
     def keeps_messages(self) -> bool:
@@ -211,6 +220,10 @@ class BindingSpec:
     role: Literal["level-queue", "level-next", "delivery", "endpoint-delivery", "endpoint-exchange", "parking"]
     level: int | None = None
 
+    @property
+    def nservicebus_declares(self) -> bool:
+        return self.role != "parking"
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -223,6 +236,11 @@ class PolicySpec:
     apply_to: Literal["quorum_queues", "exchanges"]
     priority: int
     definition: Mapping[str, int | str]
+
+    @property
+    def nservicebus_declares(self) -> bool:
+        """NServiceBus 10+ creates delivery-limit policies (4.x, with the rights); never an alternate exchange."""
+        return self.apply_to == "quorum_queues"
 
 
 @dataclass(frozen=True)
