@@ -260,6 +260,14 @@ class Topology:
             self.policies + other.policies,
         )
 
+    @property
+    def delivery_limit_policies(self) -> tuple[PolicySpec, ...]:
+        return tuple(p for p in self.policies if p.apply_to == "quorum_queues")
+
+    @property
+    def alternate_exchange_policies(self) -> tuple[PolicySpec, ...]:
+        return tuple(p for p in self.policies if p.apply_to == "exchanges")
+
     @staticmethod
     def join(parts: Iterable[Topology]) -> Topology:
         total = Topology()
