@@ -1,7 +1,7 @@
 """Kill safety: ``delays migrate`` SIGKILLed at 10 random points, then rerun, loses no message.
 
-3,150 messages wait in the v1 graph (topped up by as many whenever a run finishes before its kill). The CLI runs with a window of 100 unacked messages; once its
-preflight is done (it prints the ``migrate:`` line) it gets SIGKILL at a random moment, ten times,
+2,100 messages wait in the v1 graph (topped up by as many whenever a run finishes before its kill). The CLI
+runs with a window of 100 unacked messages; once its preflight is done (it prints the ``migrate:`` line) it gets SIGKILL at a random moment, ten times,
 then one last run finishes. Every message is then in the v2 graph at least once. A kill can leave
 at most the window moved but not acked, so the copies beyond the first number at most 10 × 100,
 and every copy carries the same message id and a routing key for the same due time.
@@ -27,7 +27,7 @@ SEED = random.randrange(1 << 30)
 KILLS = 10
 WINDOW = 100
 KILL_AFTER_SECONDS = (0.02, 0.2)  # after the preflight: inside the move of what is left
-PER_LEVEL = 150  # x 21 levels (7..27): 3,150 messages, topped up whenever a run finishes before its kill
+PER_LEVEL = 100  # x 21 levels (7..27): 2,100 messages, topped up whenever a run finishes before its kill
 
 
 def run_until_killed(arguments: list[str], chooser: random.Random) -> int | None:

@@ -79,3 +79,64 @@ def test_transfer_refuses_an_incomplete_destination(args: list[str], message: st
     assert code == 2, output
     assert message in output
     assert "Traceback" not in output
+
+
+def status(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["status", *args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--management-url, --username, --password not given"),
+        (["--management-url", "ftp://rabbit:15672", "--username", "u", "--password", "p"], "--management-url 'ftp://rabbit:15672' is not an http:// or https:// URL"),
+        ([*BROKER, "--recheck", "-1"], "Invalid value for '--recheck'"),
+        (["--skip-rabbitmq", "--no-sqs"], "nothing to show: --skip-rabbitmq without SQS"),
+        (["--stack", "no-such-stack"], "--stack 'no-such-stack'"),
+    ],
+)  # fmt: skip
+def test_status_refuses_bad_input_with_exit_2(args: list[str], message: str) -> None:
+    code, output = status(*args)
+    assert code == 2, output
+    assert message in output
+    assert "Traceback" not in output
+
+
+def test_status_names_an_unreachable_management_api_with_exit_2_not_1() -> None:
+    """Exit 1 means 'something is stuck' to a health check; not being able to look is 2."""
+    port = free_port()
+    code, output = status("--management-url", f"http://127.0.0.1:{port}", "--username", "guest", "--password", "g")
+    assert code == 2, output
+    assert f"127.0.0.1:{port}" in output and "Connection refused" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--management-url, --username, --password not given"),
+        ([*BROKER, "--generation", "v3"], "Invalid value for '--generation'"),
+        ([*BROKER, "--redeliver", "--window", "0"], "Invalid value for '--window'"),
+        ([*BROKER, "--amqp-url", "http://rabbit:5672/"], "--amqp-url 'http://rabbit:5672/' is not an amqp:// or amqps:// URL"),
+    ],
+)  # fmt: skip
+def test_parked_refuses_bad_input_with_exit_2(args: list[str], message: str) -> None:
+    code, output = delays("parked", *args)
+    assert code == 2, output
+    assert message in output
+    assert "Traceback" not in output
+
+
+def test_parked_names_an_unreachable_broker_with_exit_2() -> None:
+    management, amqp = free_port(), free_port()
+    code, output = delays(
+        "parked",
+        *("--management-url", f"http://127.0.0.1:{management}", "--username", "guest", "--password", "g"),
+        *("--amqp-url", f"amqp://127.0.0.1:{amqp}/", "--redeliver"),
+    )
+    assert code == 2, output
+    assert f"cannot reach RabbitMQ (AMQP) at 127.0.0.1:{amqp}" in output and "Connection refused" in output
+    assert "Traceback" not in output
