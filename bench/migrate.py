@@ -31,14 +31,13 @@ from pika.adapters.select_connection import SelectConnection
 
 from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.ledger import STATE_TABLE
-from nsb_delays.pipeline.messages import rabbitmq_message
-from nsb_delays.pipeline.rabbitmq_target import basic_properties
 from tests.services import LocalPostgres
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]

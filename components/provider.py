@@ -23,6 +23,8 @@ class RabbitMqDelayInfrastructureArgs(TypedDict):
     """Virtual host (default "/")."""
     protect_delay_queues: NotRequired[bool]
     """Protect and retain the 28 level queues, which hold delayed messages (default true)."""
+    park_unroutable: NotRequired[bool]
+    """The parking exchange and queue as the delivery exchange's alternate exchange, by policy (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them."""
 
@@ -44,6 +46,8 @@ class RabbitMqEndpointArgs(TypedDict):
     """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
     delivery_limit_policies: NotRequired[bool]
     """NServiceBus's "nsb.<queue>.delivery-limit" policy per quorum receiving queue (default true; RabbitMQ 4.0+)."""
+    park_unroutable: NotRequired[bool]
+    """Conventional topology: the parking exchange as each receiving queue's exchange's alternate (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the endpoint's existing queues, exchange and bindings instead of creating them."""
 

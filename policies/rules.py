@@ -55,6 +55,7 @@ for _generation in rmq.GENERATIONS:
     for _binding in rmq.delay_levels(_generation).bindings:
         MODEL_BINDINGS_BY_SOURCE.setdefault(_binding.source, []).append(_binding)
 DELIVERY_EXCHANGES = frozenset(rmq.delivery_exchange_name(g) for g in rmq.GENERATIONS)
+PARKING_NAMES = frozenset(rmq.parking_name(g) for g in rmq.GENERATIONS)
 
 # Broker policy keys that break a delay queue, and how (peers-and-user-needs §5.3; laravel #627/#633).
 DELAY_BREAKING_POLICY_KEYS = {
@@ -719,6 +720,36 @@ delay_queue_protected = ResourceValidationPolicy(
 )
 
 
+@tolerate_unknowns
+def validate_alternate_exchange_argument(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_EXCHANGE:
+        return
+    name = value_at(args.props, "name")
+    arguments = resolved(value_at(args.props, "settings", "arguments"))
+    if not isinstance(arguments, Mapping) or rmq.ALTERNATE_EXCHANGE_ARGUMENT not in arguments:
+        return
+    target = arguments[rmq.ALTERNATE_EXCHANGE_ARGUMENT]
+    if name in MODEL_EXCHANGES or target in PARKING_NAMES:
+        report(
+            f"exchange {_quoted(name)} declares {rmq.ALTERNATE_EXCHANGE_ARGUMENT}={target!r} as an argument. "
+            "NServiceBus declares this exchange without arguments and RabbitMQ refuses a declaration whose "
+            f"{rmq.ALTERNATE_EXCHANGE_ARGUMENT} differs (PRECONDITION_FAILED - inequivalent arg): endpoints stop "
+            "starting. Give the alternate exchange by policy (nsb-delays:rabbitmq.parkUnroutable, "
+            f"policy {rmq.alternate_exchange_policy_name(str(name))!r}) and drop the argument.",
+        )
+
+
+exchange_alternate_by_policy = ResourceValidationPolicy(
+    name="exchange-alternate-by-policy",
+    description=(
+        "A delay-graph or endpoint exchange never carries an alternate-exchange argument: NServiceBus's own "
+        "declaration of it would then fail with PRECONDITION_FAILED. Fix: give it by policy (parkUnroutable)."
+    ),
+    validate=validate_alternate_exchange_argument,
+    enforcement_level=MANDATORY,
+)
+
+
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_level_queue_arguments,
     typed_queue_arguments,
@@ -736,4 +767,5 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     rabbitmq_user_password_secret,
     delay_queue_broker_policy,
     delay_queue_protected,
+    exchange_alternate_by_policy,
 ]

@@ -44,6 +44,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "instanceDiscriminators",
         "legacyTimeoutManager",
         "deliveryLimitPolicies",
+        "parkUnroutable",
         "adoptExisting",
     }
     assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"

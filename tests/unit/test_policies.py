@@ -133,12 +133,17 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 22
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 24
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
     advisory = [p.name for p in POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
-    assert advisory == ["queue-arguments-as-read", "sqs-delay-queue-deduplication", "endpoint-retirement-order"]
+    assert advisory == [
+        "queue-arguments-as-read",
+        "sqs-delay-queue-deduplication",
+        "endpoint-retirement-order",
+        "delay-graph-parking",
+    ]
 
 
 def test_the_program_tags_sqs_queues_with_the_model_tag_keys() -> None:
