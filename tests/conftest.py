@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
         if TESTS / "spark" in path.parents:
             item.add_marker(pytest.mark.spark)
+        if TESTS / "spark" / "cluster" in path.parents:
+            item.add_marker(pytest.mark.sparkcluster)
         if TESTS / "packaging" in path.parents:
             item.add_marker(pytest.mark.packaging)
 
