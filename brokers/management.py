@@ -1,7 +1,8 @@
 """A small client for the RabbitMQ management HTTP API: what verify, demo, bench and the tests read and write.
 
 Only the calls this project needs: overview and feature flags (broker requirements), the exchanges,
-queues and bindings of a vhost, definitions export/import, and vhost creation for isolated runs.
+queues, bindings and (operator) policies of a vhost, definitions export/import, and vhost creation for
+isolated runs.
 """
 
 from __future__ import annotations
@@ -112,6 +113,13 @@ class ManagementApi:
 
     def bindings(self, vhost: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"bindings/{path_segment(vhost)}"))
+
+    def policies(self, vhost: str) -> list[dict[str, Any]]:
+        """``GET /api/policies/<vhost>``: name, pattern, apply-to, priority, definition of each policy."""
+        return list(self.request("GET", f"policies/{path_segment(vhost)}"))
+
+    def operator_policies(self, vhost: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"operator-policies/{path_segment(vhost)}"))
 
     def vhost_exists(self, vhost: str) -> bool:
         return any(v["name"] == vhost for v in self.request("GET", "vhosts"))

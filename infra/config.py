@@ -24,6 +24,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")
+DELIVERY_LIMIT_POLICIES_KEY = "deliveryLimitPolicies"
 
 
 class ConfigError(ValueError):
@@ -67,6 +68,7 @@ class RabbitMqConfig:
     queue_type: str = "quorum"
     protect_delay_queues: bool = True
     adopt_existing: bool = False
+    delivery_limit_policies: bool = True
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
     endpoints: tuple[RabbitMqEndpointConfig, ...] = ()
@@ -111,6 +113,7 @@ _RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | 
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
     "protectDelayQueues": ("protect_delay_queues", bool, None),
     "adoptExisting": ("adopt_existing", bool, None),
+    DELIVERY_LIMIT_POLICIES_KEY: ("delivery_limit_policies", bool, None),
     "errorQueue": ("error_queue", str, None),
     "auditQueue": ("audit_queue", str, None),
 }

@@ -51,6 +51,17 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_installed(kind: type[LocalRabbitMq]) -> None:
+    """Skip locally / fail under CI when a ``kind`` broker cannot start here (nothing is started, nothing left)."""
+    broker = kind()
+    try:
+        broker.check_installed()
+    except ServiceUnavailable as error:
+        unavailable(str(error))
+    finally:
+        broker.state_dir.rmdir()  # the empty folder the constructor made
+
+
 def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> Iterator[Any]:
     """Start ``server`` (or skip/fail as ``unavailable`` says), yield it, always stop it and remove its state."""
     try:

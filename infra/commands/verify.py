@@ -49,6 +49,17 @@ def drift_table(drifts: list[Drift]) -> Table:
     return table
 
 
+def fix_lines(drifts: list[Drift]) -> list[str]:
+    """One line per drift that says what to do about it (``Drift.fix``), under the table."""
+    return [f"{drift.subject} {drift.field}".strip() + f": {drift.fix}" for drift in drifts if drift.fix]
+
+
+def print_drifts(console: Console, drifts: list[Drift]) -> None:
+    console.print(drift_table(drifts))
+    for line in fix_lines(drifts):
+        console.print(f"  fix {line}", highlight=False)
+
+
 def sqs_client(endpoint_url: str | None, region: str | None) -> Any:
     import boto3
 
@@ -168,6 +179,6 @@ def register(cli: click.Group) -> None:
         for line in checked:
             console.print(line)
         if drifts:
-            console.print(drift_table(drifts))
+            print_drifts(console, drifts)
             raise SystemExit(DRIFT_EXIT)
         console.print("no drift")

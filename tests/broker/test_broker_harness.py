@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.local import LocalRabbitMq, ServiceUnavailable
-from tests.conftest import unavailable
+from nsb_delays.brokers.local import LocalRabbitMq
+from tests.conftest import require_installed
 from tests.services import ChrootRabbitMq
 
 
@@ -67,10 +67,7 @@ def session_of(pid: int) -> int | None:
 
 @pytest.fixture
 def chroot_broker_available() -> None:
-    try:
-        ChrootRabbitMq().check_installed()
-    except ServiceUnavailable as error:
-        unavailable(str(error))
+    require_installed(ChrootRabbitMq)
 
 
 @pytest.mark.usefixtures("chroot_broker_available")
@@ -94,6 +91,8 @@ def test_two_brokers_share_the_root_and_neither_stop_nor_kill_leaves_a_mount_or_
             process.wait(10)
         assert wait_gone(killed) == []
         assert first.version().startswith("4.0.")  # the other broker on the same root is untouched
+        second.__exit__(None, None, None)
+        assert not second.state_dir.exists()
 
         stopped = broker_processes(first)
         assert len(stopped) > 2  # rabbitmq-server's shell, beam.smp and its helpers, epmd

@@ -209,8 +209,11 @@ def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator
 
 
 def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], generation: str = "v2") -> BrokerVhost:
-    """The program's topology for ``endpoints`` applied to ``vhost`` (made by ``vhost_factory``)."""
-    config = parse_stack_config({"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}})
+    """The program's topology for ``endpoints`` applied to ``vhost`` (made by ``vhost_factory``).
+
+    Debian's 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here."""
+    rabbitmq_config = {"vhost": vhost, "generation": generation, "endpoints": endpoints, "deliveryLimitPolicies": False}
+    config = parse_stack_config({"rabbitmq": rabbitmq_config})
     RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
     return BrokerVhost(rabbitmq, vhost)
 
