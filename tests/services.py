@@ -354,7 +354,10 @@ class LocalSparkCluster:
             try:
                 group = os.getpgid(int(proc.name))
                 command = (proc / "cmdline").read_bytes()
-            except (OSError, ProcessLookupError):
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, ProcessLookupError, IndexError):
+                continue
+            if state == "Z":  # exited, not yet reaped by its worker: runs nothing
                 continue
             if group in groups and int(proc.name) not in groups and b"org.apache.spark.deploy.worker" not in command:
                 found.append(int(proc.name))
