@@ -62,7 +62,7 @@ def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_
 ) -> None:
     broker = broker_vhost(ENDPOINTS)
     now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60 + (i % 3) * 600, i, now=now) for i in range(1000)]
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(1000)]  # past due: straight to the queues
     malformed = [timeout("Sales", 60, 1000, headers="not json", now=now), timeout(None, 60, 1001, now=now)]
     source = timeout_table("ClusterKill", rows + malformed)
     quarantine = tmp_path / "quarantine.jsonl"
