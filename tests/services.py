@@ -26,7 +26,14 @@ from nsb_delays.brokers.local import (
 )
 from nsb_delays.pipeline.spark import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
 
-__all__ = ["MARIADB_JDBC_JAR", "POSTGRES_JDBC_JAR", "ChrootRabbitMq", "LocalMariaDb", "LocalPostgres", "LocalSparkCluster"]
+__all__ = [
+    "MARIADB_JDBC_JAR",
+    "POSTGRES_JDBC_JAR",
+    "ChrootRabbitMq",
+    "LocalMariaDb",
+    "LocalPostgres",
+    "LocalSparkCluster",
+]
 
 PROJECT = Path(__file__).resolve().parent.parent
 # `make setup` (as root) builds it: debootstrap --variant=minbase --include=rabbitmq-server trixie.

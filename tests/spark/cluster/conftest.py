@@ -98,8 +98,9 @@ def finished(process: subprocess.Popen[bytes], timeout: float = 300) -> tuple[in
 
 def _spark_log_line(line: str) -> bool:
     words = line.split(" ", 3)
-    return len(words) > 2 and words[2] in ("INFO", "WARN", "DEBUG") or line.startswith(("WARNING: Using incubator",
-                                                                                        "Using Spark's default log4j"))
+    return (len(words) > 2 and words[2] in ("INFO", "WARN", "DEBUG")) or line.startswith(
+        ("WARNING: Using incubator", "Using Spark's default log4j")
+    )
 
 
 def kill_when_marked(process: subprocess.Popen[bytes], marker: Path, timeout: float = 240) -> None:

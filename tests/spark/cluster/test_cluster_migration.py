@@ -45,7 +45,9 @@ def test_preview_on_the_cluster_counts_every_class_and_sizes_sqs_bodies_on_the_e
     rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(400)]
     rows += [timeout(None, 60, 400, now=now)]  # malformed: no destination
     large = timeout("Sales", 3600, 401, now=now)
-    rows.append(large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers))
+    rows.append(
+        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
+    )
     timeout_table("ClusterPreview", rows)
     report = tmp_path / "report"
     job = spark_submit(spark_cluster, package_zip, "preview",
@@ -104,8 +106,10 @@ def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_
 
     quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
-    print(f"\ncluster kill mid-dispatch: {done_before} of {len(batches)} batches done at the kill, executors gone "
-          f"{gone_after:.1f} s after it, {len(duplicates)} duplicates from {len(duplicated_batches)} in-flight batches")
+    print(
+        f"\ncluster kill mid-dispatch: {done_before} of {len(batches)} batches done at the kill, executors gone "
+        f"{gone_after:.1f} s after it, {len(duplicates)} duplicates from {len(duplicated_batches)} in-flight batches"
+    )
 
 
 def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
@@ -176,6 +180,9 @@ def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package
                                          [*source_arguments(postgres, f"Missing{uuid.uuid4().hex[:6]}"), *target]))  # fmt: skip
     assert code == 2 and "cannot be read" in output and "nothing was changed" in output, output
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]
-    assert not ledger_rows(postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)) or \
-        not ledger_rows(postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,))
+    assert not ledger_rows(
+        postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)
+    ) or not ledger_rows(
+        postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
+    )
     print(f"\ntwo refusals under spark-submit on the cluster: {time.monotonic() - began:.1f} s")
