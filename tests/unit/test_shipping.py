@@ -1,6 +1,6 @@
 """What a cluster's executors are given: the package zip for ``--py-files`` and their requirement list.
 
-The cluster tier (tests/spark/cluster) proves both on real executors; these check the pieces in-process.
+The cluster tier (tests/sparkcluster) proves both on real executors; these check the pieces in-process.
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ from nsb_delays.pipeline import __main__ as job_file
 from tests.conftest import serve
 from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster
 
-PROJECT = Path(__file__).resolve().parents[3]
+# the Spark tier's broker (Debian's 3.10: the migration only publishes), vhosts and legacy tables, shared by import
+from tests.spark.conftest import broker_vhost, management, rabbitmq, timeout_table  # noqa: F401
+
+PROJECT = Path(__file__).resolve().parents[2]
 JOB_FILE = Path(job_file.__file__)  # what `python -m nsb_delays.pipeline --job-file` prints
 BIN = Path(sys.executable).parent
 # The cluster tier's moto credentials: the driver's environment and, through spark.executorEnv.*, the executors'.

@@ -18,14 +18,14 @@ from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.ledger import DISPATCHED, PENDING, STATE_TABLE
-from tests.spark.cluster.conftest import (
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.sparkcluster.conftest import (
     AWS_TEST_CREDENTIALS,
     finished,
     kill_when_marked,
     spark_submit,
     wait_for_executors_to_go,
 )
-from tests.spark.conftest import ledger_rows, timeout, utc_now
 
 ENDPOINTS = ["Sales", "Billing"]
 BATCH_SIZE, PARTITIONS = 50, 2
