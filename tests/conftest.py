@@ -35,7 +35,7 @@ os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-
 # tier + broker version is one group, so one worker starts those servers once while the other tiers run
 # beside it (the tiers mostly wait on brokers and timers). Tiers listed in SPLIT_BY_MODULE pay a second
 # server start to spread their modules over the workers.
-TIERS = ("broker", "spark", "packaging")
+TIERS = ("broker", "spark", "sparkcluster", "packaging")
 SPLIT_BY_MODULE = ("spark",)
 
 
