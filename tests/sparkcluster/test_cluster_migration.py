@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 
-from nsb_delays.brokers.apply import apply_sqs
+from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
