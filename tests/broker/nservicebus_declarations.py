@@ -137,14 +137,19 @@ def validate_delivery_limit(api: Any, vhost: str, queue_name: str, broker_versio
 
 
 def endpoint_only_stack(
-    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False
+    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False, park_unroutable: bool = True
 ) -> StackConfig:
-    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
+    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make;
+    ``park_unroutable=False`` leaves out the parking objects, which NServiceBus never declares."""
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
     changes = {"vhost": vhost, "generation": generation, "routing_topology": topology, "endpoints": endpoints}
-    return StackConfig(rabbitmq=replace(dev, **changes, delivery_limit_policies=delivery_limit_policies))
+    return StackConfig(
+        rabbitmq=replace(
+            dev, **changes, delivery_limit_policies=delivery_limit_policies, park_unroutable=park_unroutable
+        )
+    )
 
 
 def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options: Any) -> None:

@@ -55,8 +55,11 @@ def test_program_adopts_what_nservicebus_declared(
     topology: str,
 ) -> None:
     """NServiceBus declares the graph; on 4.0 its endpoints, started with policymaker rights, add their
-    delivery-limit policies (3.10 has no default limit: they create none). The program adopts all of it."""
-    stack = nsb.endpoint_only_stack(new_vhost("nsb-first"), generation, topology, delivery_limit_policies)
+    delivery-limit policies (3.10 has no default limit: they create none). The program adopts all of it.
+    Without parking, which NServiceBus never declares (its creation beside an adoption: test_provider_emulation)."""
+    stack = nsb.endpoint_only_stack(
+        new_vhost("nsb-first"), generation, topology, delivery_limit_policies, park_unroutable=False
+    )
     nsb.declare_as_nservicebus(rabbitmq, stack)
     started = start_endpoints(management, stack, broker_version)
     assert started == ({"created policy"} if delivery_limit_policies else {"ok"})

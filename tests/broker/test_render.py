@@ -168,7 +168,10 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     queue_labels = dict(re.findall(r'^\s+(\w+)\["([^"]+)"\]$', text, re.M))
     queues = {label.split("<br/>")[0]: node for node, label in queue_labels.items()}
     edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
-    assert len(edges) == len(rabbitmq_topology(stack.rabbitmq).bindings) + rmq.LEVEL_COUNT
+    graph = rabbitmq_topology(stack.rabbitmq)
+    # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per alternate-exchange policy
+    alternates = [p for p in graph.policies if p.apply_to == rmq.ALTERNATE_EXCHANGE_POLICY_APPLY_TO]
+    assert len(edges) == len(graph.bindings) + rmq.LEVEL_COUNT + len(alternates)
     for source, _, target in edges:
         assert {source, target} <= set(exchanges.values()) | set(queues.values())
     for level in range(rmq.LEVEL_COUNT):

@@ -74,6 +74,7 @@ def test_the_wheel_is_one_namespace_holding_every_file_of_our_folders(built: Bui
         "nsb_delays/infra/render/templates/mermaid.mmd.j2",
         "nsb_delays/infra/render/templates/mssql-delayed-store.sql.j2",
         "nsb_delays/infra/render/templates/rabbitmq-definitions.json.j2",
+        "nsb_delays/pipeline/executor-requirements.txt",
         "nsb_delays/pipeline/templates/preview.html.j2",
         "nsb_delays/policies/PulumiPolicy.yaml",
         "nsb_delays/policies/requirements.txt",
