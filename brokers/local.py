@@ -36,6 +36,10 @@ class ServiceUnavailable(RuntimeError):
     """A server cannot be started on this machine (not installed, or it failed to come up)."""
 
 
+class BrokerCommandFailed(RuntimeError):
+    """A RabbitMQ command-line tool (rabbitmqctl) refused or failed; the message has its output."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -72,10 +76,10 @@ class LocalRabbitMq:
     """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports.
 
     How the broker is configured (``rabbitmq.conf``, plugins, the environment naming every state
-    path, node, port and epmd) is built here once; how its two processes are launched is the
-    ``server_command``/``epmd_command`` pair, so a launcher that runs another RabbitMQ the same way
-    (the tests run Debian 13's 4.0 in a chroot) only replaces those and where the broker sees its
-    state folder and scripts.
+    path, node, port and epmd) is built here once; how its processes are launched is the
+    ``tool_command``/``epmd_command`` pair (the server and ``rabbitmqctl`` are both tools), so a
+    launcher that runs another RabbitMQ the same way (the tests run Debian 13's 4.0 in a chroot) only
+    replaces those and where the broker sees its state folder and scripts.
     """
 
     state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-rabbitmq-")))
@@ -85,6 +89,9 @@ class LocalRabbitMq:
     epmd_port: int = field(default_factory=free_port)
     username: str = "guest"
     password: str = "guest"
+    # Settings of the ``rabbit`` application that rabbitmq.conf cannot express (advanced.config), e.g.
+    # ``dead_letter_worker_consumer_prefetch``; read when the broker starts.
+    rabbit_app_env: dict[str, int] = field(default_factory=dict)
     server: subprocess.Popen[bytes] | None = None
     epmd: subprocess.Popen[bytes] | None = None
 
@@ -121,8 +128,12 @@ class LocalRabbitMq:
                 f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}"
             )
 
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """One of RabbitMQ's scripts (``rabbitmq-server``, ``rabbitmqctl``, ...) as this broker runs it."""
+        return [str(self.rabbitmq_bin / tool), *args]
+
     def server_command(self) -> list[str]:
-        return [str(self.rabbitmq_bin / "rabbitmq-server")]
+        return self.tool_command("rabbitmq-server")
 
     def epmd_command(self) -> list[str]:
         return ["epmd", "-port", str(self.epmd_port), "-address", HOST]
@@ -137,6 +148,7 @@ class LocalRabbitMq:
             "HOME": str(d / "home"),
             "RABBITMQ_NODENAME": self.node,
             "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
             "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
             "RABBITMQ_LOG_BASE": str(d / "log"),
@@ -160,9 +172,17 @@ class LocalRabbitMq:
             "loopback_users = none\n"
         )
         (d / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        settings = ", ".join(f"{{{name}, {value}}}" for name, value in self.rabbit_app_env.items())
+        (d / "advanced.config").write_text(f"[{{rabbit, [{settings}]}}].\n")
 
-    def _start_server(self) -> Path:
-        log = self.state_dir / "log" / "stdout.log"
+    def write_config(self) -> None:
+        """Write rabbitmq.conf, enabled_plugins and advanced.config (again: a restart reads them anew)."""
+        self._write_config()
+
+    def launch_server(self) -> None:
+        """Start rabbitmq-server (its own process group) without waiting; ``wait_ready`` waits."""
+        log = self.server_log
+        log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self.server = subprocess.Popen(
                 self.server_command(),
@@ -173,11 +193,16 @@ class LocalRabbitMq:
                 cwd=self.state_dir,
                 start_new_session=True,
             )
-        return log
 
-    def start(self, timeout: float = 90) -> LocalRabbitMq:
-        self.check_installed()
-        self._write_config()
+    @property
+    def server_log(self) -> Path:
+        return self.state_dir / "log" / "stdout.log"
+
+    def wait_ready(self, timeout: float = 90, what: str = "RabbitMQ") -> None:
+        wait_until(self._ready, f"{what} on {self.management_url}", timeout, self.server_log)
+
+    def start_epmd(self) -> None:
+        """The broker's own epmd on ``epmd_port`` (a cluster starts one and every node registers with it)."""
         self.epmd = subprocess.Popen(
             self.epmd_command(),
             env=self._env(),
@@ -185,9 +210,14 @@ class LocalRabbitMq:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def start(self, timeout: float = 90) -> LocalRabbitMq:
+        self.check_installed()
+        self._write_config()
+        self.start_epmd()
         try:
-            log = self._start_server()
-            wait_until(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
+            self.launch_server()
+            self.wait_ready(timeout)
         except BaseException:  # also Ctrl-C while waiting: leave nothing running
             self.stop()
             raise
@@ -210,15 +240,63 @@ class LocalRabbitMq:
         stop_process_group(self.server)
         self.server = None
 
+    def kill_broker(self) -> None:
+        """SIGKILL the broker's whole process group: a crash, no clean shutdown (epmd and state stay)."""
+        if self.server is not None and self.server.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait(30)
+        self.server = None
+
     def restart(self, timeout: float = 90) -> None:
         self.stop_broker()
-        log = self._start_server()
-        wait_until(self._ready, f"RabbitMQ restart on {self.management_url}", timeout, log)
+        self.launch_server()
+        self.wait_ready(timeout, "RabbitMQ restart")
 
     def stop(self) -> None:
         self.stop_broker()
         stop_process_group(self.epmd, timeout=5)
         self.epmd = None
+
+    def ctl(self, *args: str, timeout: float = 120) -> str:
+        """``rabbitmqctl -n <this node> ARGS`` with the broker's environment (its cookie, epmd port); stdout."""
+        command = self.tool_command("rabbitmqctl", "-n", self.node, *args)
+        tool = subprocess.Popen(
+            command,
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # its own group: a hung CLI VM is killed with everything it started
+        )
+        try:
+            stdout, stderr = tool.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(tool.pid, signal.SIGKILL)
+            tool.communicate()
+            raise BrokerCommandFailed(
+                f"rabbitmqctl {' '.join(args)} on {self.node}: no answer in {timeout:.0f} s"
+            ) from None
+        result = subprocess.CompletedProcess(command, tool.returncode, stdout, stderr)
+        if result.returncode:
+            raise BrokerCommandFailed(
+                f"rabbitmqctl {' '.join(args)} on {self.node} exited with {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()[-1000:]}"
+            )
+        return result.stdout
+
+    def beam_pid(self) -> int | None:
+        """The Erlang VM (``beam.smp``) among the broker's processes, for its RSS."""
+        if self.server is None:
+            return None
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                name, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
+                if name.startswith("beam") and int(rest.split()[3]) == self.server.pid:
+                    return int(stat.parent.name)
+        return None
 
     def api(self) -> requests.Session:
         session = requests.Session()

@@ -42,7 +42,7 @@ RABBITMQ4_HINT = (
 class ChrootRabbitMq(LocalRabbitMq):
     """Debian 13's RabbitMQ 4.0 (Erlang 27) from a chroot, configured exactly like ``LocalRabbitMq``.
 
-    Only the launch differs. The server starts in a private mount namespace (``unshare --mount
+    Only the launch differs. The server (and ``rabbitmqctl``) starts in a private mount namespace (``unshare --mount
     --propagation private``) that mounts ``proc``, binds ``/dev``, puts a tmpfs on the root's ``/tmp``
     and binds this broker's state folder on the root's ``/mnt`` before it ``chroot``s: those mounts
     exist only for the broker's processes and vanish with the last of them, so a killed test leaves
@@ -69,15 +69,17 @@ class ChrootRabbitMq(LocalRabbitMq):
         if not shutil.which("unshare") or not shutil.which("chroot"):
             raise ServiceUnavailable("unshare and chroot (util-linux, coreutils) are needed for RabbitMQ 4.0")
 
-    def server_command(self) -> list[str]:
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """The server and the CLI tools (rabbitmqctl must be Erlang 27's too) run inside the root."""
         root = shlex.quote(str(self.root))
+        command = " ".join(shlex.quote(part) for part in (str(self.rabbitmq_bin / tool), *args))
         mounts = " && ".join(
             [
                 f"mount -t proc proc {root}/proc",
                 f"mount --rbind /dev {root}/dev",
                 f"mount -t tmpfs tmpfs {root}/tmp",
                 f"mount --bind {shlex.quote(str(self.state_dir))} {root}{self.broker_state_dir}",
-                f"exec chroot {root} {shlex.quote(str(self.rabbitmq_bin / 'rabbitmq-server'))}",
+                f"exec chroot {root} {command}",
             ]
         )
         return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts]
