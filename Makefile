@@ -65,7 +65,7 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not broker and not spark and not cluster" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -27,6 +27,7 @@ import secrets
 import shutil
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .local import LocalRabbitMq, free_port, stop_process_group, wait_until
@@ -100,10 +101,12 @@ class RabbitMqCluster:
                 node.launch_server()
             for node in self.nodes:
                 node.wait_ready(timeout)
-            for node in self.nodes[1:]:
-                node.ctl("stop_app")
-                node.ctl("join_cluster", self.first.node)
-                node.ctl("start_app")
+            joining = self.nodes[1:]
+            with ThreadPoolExecutor(len(self.nodes)) as pool:  # each ctl is an Erlang VM start: overlap them
+                list(pool.map(lambda node: node.ctl("stop_app"), joining))
+                for node in joining:  # one schema change at a time
+                    node.ctl("join_cluster", self.first.node)
+                list(pool.map(lambda node: node.ctl("start_app"), joining))
             self.wait_members({node.node for node in self.nodes}, timeout)
         except BaseException:  # also Ctrl-C while forming: leave nothing running
             self.stop()

@@ -35,6 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
         if TESTS / "spark" in path.parents:
             item.add_marker(pytest.mark.spark)
+        if TESTS / "cluster" in path.parents:
+            item.add_marker(pytest.mark.cluster)
 
 
 def unavailable(reason: str) -> None:

@@ -1,0 +1,57 @@
+"""The cluster tier: a three-node RabbitMQ cluster per broker version (marker ``cluster``, not in ``make unit``).
+
+The cluster is module-scoped and parametrized like the single broker (ids ``rabbitmq-3.10`` /
+``rabbitmq-4.0``), so ``-k rabbitmq-4.0`` picks one version and a module's tests share one cluster
+in file order (the fault test, which leaves a node forgotten, comes last). The fault figures are
+printed at the end of the run (``cluster fault figures``), whatever pytest captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nsb_delays.brokers.cluster import RabbitMqCluster
+from nsb_delays.brokers.local import ServiceUnavailable
+from tests.conftest import BROKERS, unavailable, vhost_factory
+
+# Lines of figures the tests add (through the ``cluster_report`` fixture) for the end-of-run summary.
+REPORT_KEY = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture(scope="module", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")
+def cluster(request: pytest.FixtureRequest) -> Iterator[RabbitMqCluster]:
+    """Three nodes of one version, clustered with rabbitmqctl join_cluster; stopped by PID afterwards."""
+    formed = RabbitMqCluster(BROKERS[request.param])
+    try:
+        formed.start()
+    except ServiceUnavailable as error:
+        unavailable(str(error))
+    try:
+        versions = {node.node: node.version() for node in formed.nodes}
+        if any(not version.startswith(f"{request.param}.") for version in versions.values()):
+            pytest.fail(f"the rabbitmq-{request.param} cluster reports versions {versions}", pytrace=False)
+        yield formed
+    finally:
+        formed.__exit__(None, None, None)
+
+
+@pytest.fixture
+def cluster_vhost(cluster: RabbitMqCluster) -> Iterator[Callable[[str], str]]:
+    """``cluster_vhost("label")`` -> a fresh vhost, deleted after the test (fewer queues for later faults)."""
+    with vhost_factory(cluster.api()) as make:
+        yield make
+
+
+@pytest.fixture(scope="session")
+def cluster_report(pytestconfig: pytest.Config) -> list[str]:
+    return pytestconfig.stash.setdefault(REPORT_KEY, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    lines = config.stash.get(REPORT_KEY, [])
+    if lines:
+        terminalreporter.section("cluster fault figures")
+        for line in lines:
+            terminalreporter.write_line(line)
