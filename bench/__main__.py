@@ -9,6 +9,7 @@ BENCHMARKS = {
     "program": "bench.program",
     "broker": "bench.broker",
     "migrate": "bench.migrate",
+    "backlog": "bench.backlog",
 }
 
 

@@ -1,0 +1,282 @@
+"""A million messages waiting: the v2 graph with a large backlog parked in it (RabbitMQ, one node).
+
+Parks ``NSB_BENCH_BACKLOG`` messages (default 1,000,000; NServiceBus headers, a 200-byte body) with
+delays spread log-uniformly from one hour to 2^28 − 1 s (8.5 years), so every level such a delay
+enters (11..27) holds about a seventeenth of them; none moves during the run (level 11's TTL is
+2,048 s). Then, in the same run:
+
+(a) lateness p50/p99/max of a steady stream (``NSB_BENCH_RATE``/s for ``NSB_BENCH_SECONDS`` s,
+    delays 1–16 s) beside the backlog, against the same stream on the empty graph before parking.
+    Targets: p99 ≤ 100 ms and within 2× of the empty graph.
+(b) broker memory (RSS of ``beam.smp``; the management API's memory breakdown) and disk (the node's
+    data folder) before and after parking, per million parked messages.
+(c) ``NSB_BENCH_BURST`` messages (default 100,000) all due in the same second (each batch published
+    with the whole seconds left until that second): the time from that second until the last one
+    arrives, as a rate, against plain publish→consume of the same messages (straight to the endpoint
+    queues, same publisher, same consumer). Target: ≥ 0.5× the plain rate.
+
+Then, for each value in ``NSB_BENCH_DLX_PREFETCH`` (default ``256,1024``; the broker's default is 32)
+the node restarts with ``dead_letter_worker_consumer_prefetch`` set in advanced.config (the rabbit
+application setting read by ``rabbit_fifo_dlx_worker:handle_continue/2`` in 3.10.8 and 4.0.5; no
+rabbitmq.conf key maps to it), the backlog still parked, and (a) and (c) are measured again.
+
+Figures are printed with the machine's load average (the machine is shared), never asserted.
+``NSB_BENCH_RABBITMQ=4.0`` runs the tests' Debian 13 RabbitMQ 4.0 chroot instead of Debian 12's 3.10.
+A quick run: ``NSB_BENCH_BACKLOG=20000 NSB_BENCH_BURST=5000 NSB_BENCH_SECONDS=5 python -m bench backlog``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from nsb_delays.brokers.delivery import ArrivalCollector, queue_depths
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import load_stack
+from nsb_delays.infra.render import render
+from nsb_delays.pipeline.messages import RabbitMqMessage, rabbitmq_message
+from nsb_delays.pipeline.rabbitmq_target import ConfirmPublisher
+
+from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
+
+BACKLOG = int(os.environ.get("NSB_BENCH_BACKLOG", "1000000"))
+BURST = int(os.environ.get("NSB_BENCH_BURST", "100000"))
+DLX_PREFETCHES = [int(v) for v in os.environ.get("NSB_BENCH_DLX_PREFETCH", "256,1024").split(",") if v.strip()]
+BROKER = os.environ.get("NSB_BENCH_RABBITMQ", "3.10")
+DLX_PREFETCH_SETTING = "dead_letter_worker_consumer_prefetch"
+DLX_PREFETCH_DEFAULT = 32  # rabbit's default in 3.10.8 and 4.0.5 (deps/rabbit/Makefile, BUILD.bazel)
+SHORTEST_PARKED = 3600  # one hour
+LONGEST_PARKED = rmq.MAX_DELAY_SECONDS
+BATCH = 5000  # messages per confirmed batch of the publisher
+BURST_BATCH = 1000  # smaller for the burst: a batch is published well within a second, so all are due together
+BODY = json.dumps({"orderId": 0, "note": "x" * 170}).encode()
+VHOST = "backlog"
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} cores"
+
+
+def nservicebus_message(index: int, destination: str, delay: int) -> RabbitMqMessage:
+    """A deferred message as a NServiceBus endpoint sends it: its usual headers and a small JSON body."""
+    headers = {
+        "NServiceBus.MessageId": f"{index:08x}-0000-4000-8000-{index:012x}",
+        "NServiceBus.ConversationId": f"{index:08x}-1111-4000-8000-{index:012x}",
+        "NServiceBus.CorrelationId": f"{index:08x}-0000-4000-8000-{index:012x}",
+        "NServiceBus.ContentType": "application/json",
+        "NServiceBus.EnclosedMessageTypes": "Bench.OrderDeadline, Bench, Version=1.0.0.0",
+        "NServiceBus.OriginatingEndpoint": "Bench.Orders",
+        "NServiceBus.TimeSent": "2026-01-01 00:00:00:000000 Z",
+        "NServiceBus.Version": "9.2.3",
+    }
+    return rabbitmq_message(str(index), destination, BODY, headers, delay)
+
+
+def park(amqp_url: str, endpoints: list[str], count: int) -> float:
+    """Publish ``count`` long-delayed messages; returns the publish rate (messages/s, confirmed)."""
+    spread = random.Random(3)
+    low, high = math.log(SHORTEST_PARKED), math.log(LONGEST_PARKED)
+    started = time.monotonic()
+    with ConfirmPublisher(amqp_url) as publisher:
+        for first in range(0, count, BATCH):
+            publisher.publish(
+                [
+                    nservicebus_message(i, endpoints[i % len(endpoints)], int(math.exp(spread.uniform(low, high))))
+                    for i in range(first, min(count, first + BATCH))
+                ]
+            )
+    return count / (time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    rss_bytes: int
+    memory: dict[str, int]  # the management API's breakdown (bytes per category)
+    disk_bytes: int
+
+
+def footprint(broker: LocalRabbitMq) -> Footprint:
+    pid = broker.beam_pid()
+    rss = 0
+    if pid:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    api = ManagementApi(broker.management_url, broker.username, broker.password)
+    breakdown = api.request("GET", f"nodes/{path_segment(broker.node)}/memory")["memory"]
+    memory = {name: int(value) for name, value in breakdown.items() if isinstance(value, int)}
+    disk = sum(f.stat().st_size for f in (broker.state_dir / "mnesia").rglob("*") if f.is_file())
+    return Footprint(rss, memory, disk)
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:8.1f} MiB"
+
+
+def print_footprint(before: Footprint, after: Footprint, parked: int) -> None:
+    per_million = 1_000_000 / parked
+    print(f"(b) footprint of {parked:,} parked messages (per million = difference x {per_million:g})")
+    print(f"    beam.smp RSS    {mib(before.rss_bytes)} -> {mib(after.rss_bytes)}   per million "
+          f"{mib((after.rss_bytes - before.rss_bytes) * per_million)}")  # fmt: skip
+    print(f"    data folder     {mib(before.disk_bytes)} -> {mib(after.disk_bytes)}   per million "
+          f"{mib((after.disk_bytes - before.disk_bytes) * per_million)}")  # fmt: skip
+    grown = sorted(after.memory, key=lambda k: after.memory[k] - before.memory.get(k, 0), reverse=True)
+    print("    management API memory breakdown, largest growth first:")
+    for name in grown[:8]:
+        delta = after.memory[name] - before.memory.get(name, 0)
+        print(f"      {name:28} {mib(before.memory.get(name, 0))} -> {mib(after.memory[name])}   "
+              f"per million {mib(delta * per_million)}")  # fmt: skip
+
+
+def plain_rate(broker: LocalRabbitMq, endpoints: list[str], count: int) -> float:
+    """Publish ``count`` messages straight to the endpoint queues and consume them: messages/s end to end."""
+    with ArrivalCollector(broker.amqp_url, VHOST, endpoints) as collector:
+        started = time.monotonic()
+        with ConfirmPublisher(broker.vhost_amqp_url(VHOST)) as publisher:
+            for first in range(0, count, BATCH):
+                batch = []
+                for i in range(first, min(count, first + BATCH)):
+                    message = nservicebus_message(10**9 + i, endpoints[i % len(endpoints)], 0)
+                    batch.append(replace(message, exchange="", routing_key=endpoints[i % len(endpoints)]))
+                publisher.publish(batch)
+        if not _wait_count(collector, count, 300):
+            raise RuntimeError(f"plain run: {len(collector.arrivals)} of {count} arrived")
+    return count / (max(a.arrived_at for a in collector.arrivals) - started)
+
+
+def _wait_count(collector: ArrivalCollector, count: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while len(collector.arrivals) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@dataclass(frozen=True)
+class Burst:
+    count: int
+    due_from: float  # monotonic: earliest due time of a message of the burst
+    due_to: float  # latest due time
+    last_arrival: float
+    levels: dict[int, int]  # first level -> messages
+
+    @property
+    def rate(self) -> float:
+        """Messages per second from the due second until the last arrival."""
+        return self.count / (self.last_arrival - self.due_from)
+
+
+def burst(broker: LocalRabbitMq, endpoints: list[str], count: int, lead_seconds: float) -> Burst:
+    """``count`` messages published over the next seconds, each batch with the whole seconds left until one
+    second ``lead_seconds`` away: all due within about one second of each other."""
+    due_second = math.ceil(time.monotonic() + lead_seconds)
+    due_from, due_to = math.inf, 0.0
+    levels: Counter[int] = Counter()
+    with ArrivalCollector(broker.amqp_url, VHOST, endpoints) as collector:
+        with ConfirmPublisher(broker.vhost_amqp_url(VHOST)) as publisher:
+            for first in range(0, count, BURST_BATCH):
+                sent = time.monotonic()
+                delay = math.ceil(due_second - sent)
+                if delay < 1:
+                    raise RuntimeError(f"the burst could not be published within {lead_seconds:.0f} s")
+                publisher.publish(
+                    [
+                        nservicebus_message(2 * 10**9 + i, endpoints[i % len(endpoints)], delay)
+                        for i in range(first, min(count, first + BURST_BATCH))
+                    ]
+                )
+                due_from, due_to = min(due_from, sent + delay), max(due_to, time.monotonic() + delay)
+                levels[rmq.first_level(delay)] += min(count, first + BURST_BATCH) - first
+        if not _wait_count(collector, count, max(0.0, due_to - time.monotonic()) + 300):
+            raise RuntimeError(f"burst: {len(collector.arrivals)} of {count} arrived")
+    return Burst(count, due_from, due_to, max(a.arrived_at for a in collector.arrivals), dict(levels))
+
+
+def measure(
+    broker: LocalRabbitMq, endpoints: list[str], label: str, plain: float, lead: float
+) -> tuple[Lateness, Burst]:
+    print(f"\n--- {label} ({load()})", flush=True)
+    stream = stream_lateness(broker.amqp_url, VHOST, endpoints)
+    print(f"(a) lateness: {stream.summary()}", flush=True)
+    figures = burst(broker, endpoints, BURST, lead)
+    print(
+        f"(c) burst of {figures.count:,} due within {figures.due_to - figures.due_from:.1f} s (first levels "
+        f"{sorted(figures.levels)}): last arrived {figures.last_arrival - figures.due_from:.1f} s after the first "
+        f"was due -> {figures.rate:,.0f} msg/s = {figures.rate / plain:.2f}x plain (target >= 0.5)",
+        flush=True,
+    )
+    return stream, figures
+
+
+def main() -> None:
+    stack = load_stack("dev")
+    assert stack.rabbitmq is not None
+    stack = replace(stack, rabbitmq=replace(stack.rabbitmq, vhost=VHOST), sqs=None)
+    endpoints = [endpoint.name for endpoint in stack.rabbitmq.endpoints]
+    broker_type: type[LocalRabbitMq] = LocalRabbitMq
+    if BROKER == "4.0":
+        from tests.services import ChrootRabbitMq
+
+        broker_type = ChrootRabbitMq
+    with broker_type() as broker:
+        api = ManagementApi(broker.management_url, broker.username, broker.password)
+        api.create_vhost(VHOST)
+        api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
+        levels = [queue.name for queue in rmq.delay_levels("v2").queues]
+        print(
+            f"RabbitMQ {api.overview()['rabbitmq_version']}, v2 graph + {len(endpoints)} endpoints (quorum), "
+            f"backlog {BACKLOG:,}, burst {BURST:,}, stream {RATE_PER_SECOND:g}/s x {STEADY_SECONDS:g} s "
+            f"(delays {LATENESS_DELAYS.start}-{LATENESS_DELAYS.stop - 1} s); {load()}",
+            flush=True,
+        )
+        empty_footprint = footprint(broker)
+        print(f"\n--- empty graph ({load()})", flush=True)
+        empty = stream_lateness(broker.amqp_url, VHOST, endpoints)
+        print(f"(a) lateness: {empty.summary()}", flush=True)
+        plain = plain_rate(broker, endpoints, BURST)
+        print(f"(c) plain publish->consume of {BURST:,}: {plain:,.0f} msg/s", flush=True)
+
+        print(f"\n--- parking {BACKLOG:,} messages ({load()})", flush=True)
+        park_rate = park(broker.vhost_amqp_url(VHOST), endpoints, BACKLOG)
+        depths = queue_depths(broker.amqp_url, VHOST, levels)
+        print(f"    published at {park_rate:,.0f} msg/s (confirmed batches of {BATCH:,}); per level: "
+              + ", ".join(f"{name[-2:]}:{depths[name]:,}" for name in levels if depths[name]))  # fmt: skip
+        time.sleep(10)  # let the quorum queues write their snapshots/segments before measuring
+        print_footprint(empty_footprint, footprint(broker), BACKLOG)
+
+        lead = BURST / park_rate * 1.5 + 15  # time to publish the burst, with room
+        results = {DLX_PREFETCH_DEFAULT: measure(broker, endpoints, f"beside {BACKLOG:,} parked", plain, lead)}
+        for prefetch in DLX_PREFETCHES:
+            broker.rabbit_app_env = {DLX_PREFETCH_SETTING: prefetch}
+            broker.write_config()
+            restarted = time.monotonic()
+            broker.restart(timeout=1800)
+            while sum(queue_depths(broker.amqp_url, VHOST, levels).values()) < BACKLOG:
+                time.sleep(1)
+            print(f"\nrestarted with {DLX_PREFETCH_SETTING} = {prefetch}: {time.monotonic() - restarted:.0f} s "
+                  f"until the node answered with all {BACKLOG:,} parked messages recovered")  # fmt: skip
+            label = f"beside {BACKLOG:,} parked, {DLX_PREFETCH_SETTING} = {prefetch}"
+            results[prefetch] = measure(broker, endpoints, label, plain, lead)
+
+        print(f"\n=== summary ({load()})")
+        print(f"    (a) empty graph p99 {empty.p99:.1f} ms (p50 {empty.p50:.1f}, max {empty.max:.1f})")
+        for prefetch, (stream, figures) in results.items():
+            print(
+                f"    prefetch {prefetch:5}: (a) p50 {stream.p50:6.1f} p99 {stream.p99:6.1f} max {stream.max:7.1f} ms "
+                f"= {stream.p99 / empty.p99:4.2f}x empty p99 (targets <= 100 ms, <= 2x)   (c) {figures.rate:8,.0f} "
+                f"msg/s = {figures.rate / plain:4.2f}x plain {plain:,.0f} (target >= 0.5)"
+            )
+
+
+if __name__ == "__main__":
+    main()
