@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,16 @@ from nsb_delays.brokers.local import (
 )
 from nsb_delays.pipeline.spark import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
 
-__all__ = ["MARIADB_JDBC_JAR", "POSTGRES_JDBC_JAR", "ChrootRabbitMq", "LocalMariaDb", "LocalPostgres"]
+__all__ = [
+    "MARIADB_JDBC_JAR",
+    "POSTGRES_JDBC_JAR",
+    "ChrootRabbitMq",
+    "LocalMariaDb",
+    "LocalPostgres",
+    "broker_processes",
+    "host_mounts_under",
+    "wait_gone",
+]
 
 PROJECT = Path(__file__).resolve().parent.parent
 # `make setup` (as root) builds it: debootstrap --variant=minbase --include=rabbitmq-server trixie.
@@ -86,6 +96,49 @@ class ChrootRabbitMq(LocalRabbitMq):
 
     def epmd_command(self) -> list[str]:
         return ["chroot", str(self.root), "/usr/bin/epmd", "-port", str(self.epmd_port), "-address", HOST]
+
+
+# --- what a test checks after stopping a broker: its processes gone, its mounts never visible ---
+
+
+def session_members(session_id: int) -> list[int]:
+    """PIDs of the live processes in session ``session_id`` (each broker and epmd starts its own)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def broker_processes(broker: LocalRabbitMq) -> list[int]:
+    return [pid for process in (broker.server, broker.epmd) if process for pid in session_members(process.pid)]
+
+
+def host_mounts_under(root: Path) -> list[str]:
+    """What ``mount | grep <root>`` shows in the host's (this process's) mount namespace."""
+    output = subprocess.run(["mount"], capture_output=True, text=True, check=True).stdout
+    return [line for line in output.splitlines() if str(root) in line]
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and session_of(pid) is not None]
+        time.sleep(0.1)
+    return alive
+
+
+def session_of(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[3])
 
 
 POSTGRES_BIN = Path(os.environ.get("NSB_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))

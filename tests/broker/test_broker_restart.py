@@ -21,6 +21,11 @@ from nsb_delays.infra.stack_topology import receiving_queues
 DELAYS = (3, 6, 9, 13)
 # Arrival may precede sent+delay by at most the broker's millisecond timestamp rounding.
 CLOCK_GRANULARITY_SECONDS = 0.005
+# A message that expired while the broker was down is dead-lettered on recovery; if the next level's
+# queue is not up yet, the dead-letter worker retries only after dead_letter_worker_publisher_confirm_timeout
+# (180,000 ms by default; rabbit_fifo_dlx_worker:redeliver_messages/1). Seen on 4.0.5 under load: 4 of 16
+# messages held in level 02 for 180 s. Late, not lost: the wait covers that retry.
+DEAD_LETTER_RETRY_SECONDS = 180
 
 
 def test_restart_with_messages_in_delay_queues_loses_none(
@@ -41,9 +46,9 @@ def test_restart_with_messages_in_delay_queues_loses_none(
     restarted_at = time.monotonic()
 
     with ArrivalCollector(rabbitmq.amqp_url, config.vhost, destinations) as collector:
-        assert collector.wait_for([s.message_id for s in sends], timeout=max(DELAYS) + 60), (
-            f"lost {len(sends) - len(collector.by_id())} of {len(sends)} messages over the restart"
-        )
+        assert collector.wait_for(
+            [s.message_id for s in sends], timeout=max(DELAYS) + DEAD_LETTER_RETRY_SECONDS + 60
+        ), f"lost {len(sends) - len(collector.by_id())} of {len(sends)} messages over the restart"
     arrivals = collector.by_id()
     for send in sends:  # at-least-once dead-lettering may duplicate, never misroute or deliver early
         assert {a.queue for a in arrivals[send.message_id]} == {send.destination}

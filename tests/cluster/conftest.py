@@ -15,6 +15,7 @@ import pytest
 from nsb_delays.brokers.cluster import RabbitMqCluster
 from nsb_delays.brokers.local import ServiceUnavailable
 from tests.conftest import BROKERS, unavailable, vhost_factory
+from tests.services import broker_processes, host_mounts_under, wait_gone
 
 # Lines of figures the tests add (through the ``cluster_report`` fixture) for the end-of-run summary.
 REPORT_KEY = pytest.StashKey[list[str]]()
@@ -34,7 +35,13 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[RabbitMqCluster]:
             pytest.fail(f"the rabbitmq-{request.param} cluster reports versions {versions}", pytrace=False)
         yield formed
     finally:
+        # Nodes the tests restarted have new processes: collect them all just before the stop.
+        processes = [pid for node in formed.nodes for pid in broker_processes(node)]
         formed.__exit__(None, None, None)
+    left = wait_gone(processes)
+    assert not left, f"cluster processes still running after the stop: {left}"
+    root = getattr(formed.first, "root", None)
+    assert root is None or host_mounts_under(root) == [], "a node's mounts are visible on the host"
 
 
 @pytest.fixture
