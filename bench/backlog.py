@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -81,19 +83,27 @@ def nservicebus_message(index: int, destination: str, delay: int) -> RabbitMqMes
     return rabbitmq_message(str(index), destination, BODY, headers, delay)
 
 
-def park(amqp_url: str, endpoints: list[str], count: int) -> float:
-    """Publish ``count`` long-delayed messages; returns the publish rate (messages/s, confirmed)."""
-    spread = random.Random(3)
+def park_share(amqp_url: str, endpoints: list[str], first: int, stop: int) -> None:
+    """Publish messages ``first`` .. ``stop`` − 1 of the backlog (one process, one connection)."""
+    spread = random.Random(first)
     low, high = math.log(SHORTEST_PARKED), math.log(LONGEST_PARKED)
-    started = time.monotonic()
     with ConfirmPublisher(amqp_url) as publisher:
-        for first in range(0, count, BATCH):
+        for start in range(first, stop, BATCH):
             publisher.publish(
                 [
                     nservicebus_message(i, endpoints[i % len(endpoints)], int(math.exp(spread.uniform(low, high))))
-                    for i in range(first, min(count, first + BATCH))
+                    for i in range(start, min(stop, start + BATCH))
                 ]
             )
+
+
+def park(amqp_url: str, endpoints: list[str], count: int) -> float:
+    """Publish ``count`` long-delayed messages from one process per core; returns messages/s (confirmed)."""
+    workers = os.cpu_count() or 2
+    shares = [(amqp_url, endpoints, count * w // workers, count * (w + 1) // workers) for w in range(workers)]
+    started = time.monotonic()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.starmap(park_share, shares)
     return count / (time.monotonic() - started)
 
 
@@ -171,9 +181,13 @@ class Burst:
     levels: dict[int, int]  # first level -> messages
 
     @property
+    def drain_seconds(self) -> float:
+        """From the first message's due time until the last one arrived."""
+        return self.last_arrival - self.due_from
+
+    @property
     def rate(self) -> float:
-        """Messages per second from the due second until the last arrival."""
-        return self.count / (self.last_arrival - self.due_from)
+        return self.count / self.drain_seconds
 
 
 def burst(broker: LocalRabbitMq, endpoints: list[str], count: int, lead_seconds: float) -> Burst:
@@ -202,20 +216,58 @@ def burst(broker: LocalRabbitMq, endpoints: list[str], count: int, lead_seconds:
     return Burst(count, due_from, due_to, max(a.arrived_at for a in collector.arrivals), dict(levels))
 
 
-def measure(
-    broker: LocalRabbitMq, endpoints: list[str], label: str, plain: float, lead: float
-) -> tuple[Lateness, Burst]:
+def streams_side_by_side(broker: LocalRabbitMq, twin: LocalRabbitMq, endpoints: list[str]) -> tuple[Lateness, Lateness]:
+    """The same stream on both brokers at the same time (same schedule, same machine load): (broker, twin)."""
+    results: dict[str, Lateness] = {}
+
+    def run(name: str, node: LocalRabbitMq) -> None:
+        results[name] = stream_lateness(node.amqp_url, VHOST, endpoints)
+
+    threads = [threading.Thread(target=run, args=(name, node)) for name, node in (("broker", broker), ("twin", twin))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results["broker"], results["twin"]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One configuration's figures: (a) beside the backlog and on the empty twin, (c) plain and burst."""
+
+    label: str
+    beside: Lateness
+    empty: Lateness
+    plain: float
+    burst: Burst
+
+
+def measure(broker: LocalRabbitMq, twin: LocalRabbitMq, endpoints: list[str], label: str, lead: float) -> Round:
     print(f"\n--- {label} ({load()})", flush=True)
-    stream = stream_lateness(broker.amqp_url, VHOST, endpoints)
-    print(f"(a) lateness: {stream.summary()}", flush=True)
+    beside, empty = streams_side_by_side(broker, twin, endpoints)
+    print(f"(a) lateness beside the backlog: {beside.summary()}", flush=True)
+    print(f"    same stream, empty twin:     {empty.summary()}   p99 ratio {beside.p99 / empty.p99:.2f}", flush=True)
+    plain = plain_rate(broker, endpoints, BURST)
+    print(f"(c) plain publish->consume of {BURST:,}: {plain:,.0f} msg/s ({load()})", flush=True)
     figures = burst(broker, endpoints, BURST, lead)
     print(
-        f"(c) burst of {figures.count:,} due within {figures.due_to - figures.due_from:.1f} s (first levels "
-        f"{sorted(figures.levels)}): last arrived {figures.last_arrival - figures.due_from:.1f} s after the first "
-        f"was due -> {figures.rate:,.0f} msg/s = {figures.rate / plain:.2f}x plain (target >= 0.5)",
+        f"    burst of {figures.count:,} due within {figures.due_to - figures.due_from:.1f} s (first levels "
+        f"{sorted(figures.levels)}): last arrived {figures.drain_seconds:.1f} s after the first "
+        f"was due -> {figures.rate:,.0f} msg/s = {figures.rate / plain:.2f}x plain (target >= 0.5) ({load()})",
         flush=True,
     )
-    return stream, figures
+    return Round(label, beside, empty, plain, figures)
+
+
+def restart_with(node: LocalRabbitMq, settings: dict[str, int], parked: int, levels: list[str]) -> float:
+    """Restart ``node`` with ``settings`` in advanced.config; seconds until all ``parked`` messages are back."""
+    node.rabbit_app_env = settings
+    node.write_config()
+    restarted = time.monotonic()
+    node.restart(timeout=1800)
+    while sum(queue_depths(node.amqp_url, VHOST, levels).values()) < parked:
+        time.sleep(1)
+    return time.monotonic() - restarted
 
 
 def main() -> None:
@@ -228,53 +280,53 @@ def main() -> None:
         from tests.services import ChrootRabbitMq
 
         broker_type = ChrootRabbitMq
-    with broker_type() as broker:
-        api = ManagementApi(broker.management_url, broker.username, broker.password)
-        api.create_vhost(VHOST)
-        api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
+    with broker_type() as broker, broker_type() as twin:
+        for node in (broker, twin):
+            api = ManagementApi(node.management_url, node.username, node.password)
+            api.create_vhost(VHOST)
+            api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
         levels = [queue.name for queue in rmq.delay_levels("v2").queues]
         print(
-            f"RabbitMQ {api.overview()['rabbitmq_version']}, v2 graph + {len(endpoints)} endpoints (quorum), "
-            f"backlog {BACKLOG:,}, burst {BURST:,}, stream {RATE_PER_SECOND:g}/s x {STEADY_SECONDS:g} s "
-            f"(delays {LATENESS_DELAYS.start}-{LATENESS_DELAYS.stop - 1} s); {load()}",
+            f"RabbitMQ {broker.version()}, v2 graph + {len(endpoints)} endpoints (quorum), backlog {BACKLOG:,}, "
+            f"burst {BURST:,}, stream {RATE_PER_SECOND:g}/s x {STEADY_SECONDS:g} s (delays "
+            f"{LATENESS_DELAYS.start}-{LATENESS_DELAYS.stop - 1} s) on the backlog's broker and, at the same time, "
+            f"on a twin broker whose graph stays empty; {load()}",
             flush=True,
         )
         empty_footprint = footprint(broker)
-        print(f"\n--- empty graph ({load()})", flush=True)
-        empty = stream_lateness(broker.amqp_url, VHOST, endpoints)
-        print(f"(a) lateness: {empty.summary()}", flush=True)
-        plain = plain_rate(broker, endpoints, BURST)
-        print(f"(c) plain publish->consume of {BURST:,}: {plain:,.0f} msg/s", flush=True)
+        print(f"\n--- both graphs empty: the two streams side by side ({load()})", flush=True)
+        calibration = streams_side_by_side(broker, twin, endpoints)
+        print(f"    broker: {calibration[0].summary()}\n    twin:   {calibration[1].summary()}", flush=True)
 
         print(f"\n--- parking {BACKLOG:,} messages ({load()})", flush=True)
         park_rate = park(broker.vhost_amqp_url(VHOST), endpoints, BACKLOG)
         depths = queue_depths(broker.amqp_url, VHOST, levels)
-        print(f"    published at {park_rate:,.0f} msg/s (confirmed batches of {BATCH:,}); per level: "
-              + ", ".join(f"{name[-2:]}:{depths[name]:,}" for name in levels if depths[name]))  # fmt: skip
-        time.sleep(10)  # let the quorum queues write their snapshots/segments before measuring
+        per_level = ", ".join(f"{name[-2:]}:{depths[name]:,}" for name in levels if depths[name])
+        print(f"    published at {park_rate:,.0f} msg/s (confirmed batches of {BATCH:,}, {os.cpu_count()} processes)")
+        print(f"    per level: {per_level}", flush=True)
+        time.sleep(10)  # let the quorum queues write their segments before measuring
         print_footprint(empty_footprint, footprint(broker), BACKLOG)
 
-        lead = BURST / park_rate * 1.5 + 15  # time to publish the burst, with room
-        results = {DLX_PREFETCH_DEFAULT: measure(broker, endpoints, f"beside {BACKLOG:,} parked", plain, lead)}
+        lead = BURST / park_rate * 2 + 15  # time to publish the burst (one process), with room
+        rounds = [measure(broker, twin, endpoints, f"beside {BACKLOG:,} parked, defaults", lead)]
         for prefetch in DLX_PREFETCHES:
-            broker.rabbit_app_env = {DLX_PREFETCH_SETTING: prefetch}
-            broker.write_config()
-            restarted = time.monotonic()
-            broker.restart(timeout=1800)
-            while sum(queue_depths(broker.amqp_url, VHOST, levels).values()) < BACKLOG:
-                time.sleep(1)
-            print(f"\nrestarted with {DLX_PREFETCH_SETTING} = {prefetch}: {time.monotonic() - restarted:.0f} s "
-                  f"until the node answered with all {BACKLOG:,} parked messages recovered")  # fmt: skip
+            settings = {DLX_PREFETCH_SETTING: prefetch}
+            took = restart_with(broker, settings, BACKLOG, levels)
+            restart_with(twin, settings, 0, levels)
+            print(f"\nrestarted with {DLX_PREFETCH_SETTING} = {prefetch}: {took:.0f} s until the node answered "
+                  f"with all {BACKLOG:,} parked messages recovered")  # fmt: skip
             label = f"beside {BACKLOG:,} parked, {DLX_PREFETCH_SETTING} = {prefetch}"
-            results[prefetch] = measure(broker, endpoints, label, plain, lead)
+            rounds.append(measure(broker, twin, endpoints, label, lead))
 
         print(f"\n=== summary ({load()})")
-        print(f"    (a) empty graph p99 {empty.p99:.1f} ms (p50 {empty.p50:.1f}, max {empty.max:.1f})")
-        for prefetch, (stream, figures) in results.items():
+        for figures in rounds:
+            beside, empty, burst_figures = figures.beside, figures.empty, figures.burst
             print(
-                f"    prefetch {prefetch:5}: (a) p50 {stream.p50:6.1f} p99 {stream.p99:6.1f} max {stream.max:7.1f} ms "
-                f"= {stream.p99 / empty.p99:4.2f}x empty p99 (targets <= 100 ms, <= 2x)   (c) {figures.rate:8,.0f} "
-                f"msg/s = {figures.rate / plain:4.2f}x plain {plain:,.0f} (target >= 0.5)"
+                f"    {figures.label}\n"
+                f"      (a) p50 {beside.p50:5.1f} p99 {beside.p99:6.1f} max {beside.max:6.1f} ms vs empty twin p99 "
+                f"{empty.p99:6.1f}: {beside.p99 / empty.p99:4.2f}x (targets p99 <= 100 ms, <= 2x)\n"
+                f"      (c) {burst_figures.rate:7,.0f} msg/s, last {burst_figures.drain_seconds:5.1f} s after due, "
+                f"vs plain {figures.plain:7,.0f}: {burst_figures.rate / figures.plain:4.2f}x (target >= 0.5)"
             )
 
 

@@ -200,8 +200,10 @@ class DelayedPublisher:
 class ArrivalCollector:
     """A thread consuming ``queues`` and recording every arrival, ours or not.
 
-    Each message is acknowledged after it is recorded. With several URLs (cluster nodes) a lost
-    connection is replaced by one to the next node and consuming resumes (``reconnects`` counts them).
+    Messages are acknowledged after they are recorded (one ``multiple`` ack per read from the socket),
+    so a lost connection loses none: what was not acknowledged is delivered again (``redelivered``).
+    With several URLs (cluster nodes) a lost connection is replaced by one to the next node and
+    consuming resumes (``reconnects`` counts them).
     """
 
     amqp_url: AmqpUrls
@@ -215,6 +217,9 @@ class ArrivalCollector:
     _ready: threading.Event = field(default_factory=threading.Event)
     _error: BaseException | None = None
     _thread: threading.Thread | None = None
+    _channel: Any = None
+    _recorded_tag: int = 0
+    _acked_tag: int = 0
 
     def start(self) -> ArrivalCollector:
         self.queues = list(self.queues)
@@ -232,7 +237,14 @@ class ArrivalCollector:
         channel.basic_qos(prefetch_count=self.prefetch)
         for queue in self.queues:
             channel.basic_consume(queue, self._on_message(queue))
+        self._channel, self._recorded_tag, self._acked_tag = channel, 0, 0  # delivery tags are per channel
         return connection
+
+    def _ack_recorded(self) -> None:
+        """One ``basic.ack multiple`` for everything recorded since the last one (not a frame per message)."""
+        if self._recorded_tag > self._acked_tag:
+            self._channel.basic_ack(self._recorded_tag, multiple=True)
+            self._acked_tag = self._recorded_tag
 
     def _run(self) -> None:
         try:
@@ -246,6 +258,7 @@ class ArrivalCollector:
             while not self._stop.is_set():
                 try:
                     connection.process_data_events(time_limit=0.02)
+                    self._ack_recorded()
                 except CONNECTION_LOST:
                     with contextlib.suppress(pika.exceptions.AMQPError, OSError):
                         connection.close()
@@ -259,14 +272,14 @@ class ArrivalCollector:
                     connection.close()
 
     def _on_message(self, queue: str) -> Any:
-        def record(channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+        def record(_channel: Any, method: Any, properties: Any, _body: bytes) -> None:
             arrived = time.monotonic()
             with self._condition:
                 self.arrivals.append(
                     Arrival(properties.message_id, queue, method.routing_key, arrived, bool(method.redelivered))
                 )
                 self._condition.notify_all()
-            channel.basic_ack(method.delivery_tag)
+            self._recorded_tag = method.delivery_tag
 
         return record
 
