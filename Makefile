@@ -2,23 +2,27 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java
+DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
+DIAGRAM := docs/dev-stack-graph.png
 # RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (tests/services.py
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
 
-.PHONY: setup system-packages rabbitmq4-root demo test unit lint bench clean
+.PHONY: setup system-packages rabbitmq4-root demo test unit lint bench diagram clean
 
-setup: system-packages rabbitmq4-root $(STAMP)
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
-# Java for Spark).
+# Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
 system-packages:
 	@missing=""; \
 	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "apt-get install:$$missing"; \
@@ -57,6 +61,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
+# /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
+$(NODE_STAMP): package.json package-lock.json
+	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 demo: setup
 	$(VENV)/bin/nsb-delays demo --stack dev
 
@@ -65,7 +75,14 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not broker and not spark and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not broker and not spark and not packaging and not cluster" $(PYTEST_ARGS)
+
+# The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
+# Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.
+diagram: setup
+	$(VENV)/bin/nsb-delays render --stack dev --format mermaid -o $(DIAGRAM:.png=.mmd)
+	$(MMDC) -w 1300 -i $(DIAGRAM:.png=.mmd) -o $(DIAGRAM)
+	rm $(DIAGRAM:.png=.mmd)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -75,4 +92,4 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

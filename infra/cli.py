@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     ".commands.migrate",
     ".commands.verify",
     ".commands.demo",
+    ".commands.pulumi_plugin",
 )
 
 

@@ -37,6 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         if TESTS / "cluster" in path.parents:
             item.add_marker(pytest.mark.cluster)
+        if TESTS / "packaging" in path.parents:
+            item.add_marker(pytest.mark.packaging)
 
 
 def unavailable(reason: str) -> None:

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from nsb_delays.components.model import msmq, sqs
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import StackConfig
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
@@ -76,31 +77,40 @@ def _mermaid_label(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
+MERMAID_GROUPS = {
+    "levels": "delay levels: a 1 bit waits 2^N s in level N's queue",
+    "other": "not on a delayed message's path",
+}
+"""Subgraph titles. The delay levels are one box; exchanges and queues no delivery binding reaches (error,
+audit, legacy timeout queues) another, beside it; the delivery exchange and the endpoints stay below."""
+
+
 def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
-    """Nodes (exchanges rounded, queues as boxes) and edges: bindings, dead-lettering, delivery."""
+    """Nodes (exchanges rounded, queues as boxes) in groups, and edges: bindings, dead-lettering, delivery."""
     config = stack.rabbitmq
     assert config is not None
     topology = rabbitmq_topology(config)
     ids: dict[tuple[str, str], str] = {}
     nodes: list[dict[str, str]] = []
 
-    def node(kind: str, name: str, label: str) -> str:
+    def node(kind: str, name: str, label: str, role: str) -> str:
         if (kind, name) not in ids:
             ids[(kind, name)] = f"{kind[0]}{len(ids)}"
-            nodes.append({"id": ids[(kind, name)], "kind": kind, "label": _mermaid_label(label)})
+            nodes.append({"id": ids[(kind, name)], "kind": kind, "label": _mermaid_label(label), "role": role})
         return ids[(kind, name)]
 
     for exchange in topology.exchanges:
-        node("exchange", exchange.name, f"{exchange.name} ({exchange.type})")
+        node("exchange", exchange.name, f"{exchange.name} ({exchange.type})", exchange.role)
     edges: list[dict[str, str]] = []
     for queue in topology.queues:
         if queue.holds_delayed_messages:
             ttl_ms = int(queue.arguments["x-message-ttl"])
             label = f"{queue.name}<br/>TTL {ttl_ms // 1000} s"
             target = ids[("exchange", str(queue.arguments["x-dead-letter-exchange"]))]
-            edges.append({"from": node("queue", queue.name, label), "to": target, "label": "expired", "style": "dead"})
+            source = node("queue", queue.name, label, queue.role)
+            edges.append({"from": source, "to": target, "label": "expired", "style": "dead"})
         elif any(b.destination == queue.name for b in topology.bindings):
-            node("queue", queue.name, queue.name)
+            node("queue", queue.name, queue.name, queue.role)
     for binding in topology.bindings:
         source = ids[("exchange", binding.source)]
         target = ids[(binding.destination_type, binding.destination)]
@@ -111,10 +121,30 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
         else:
             label = binding.routing_key
         edges.append({"from": source, "to": target, "label": _mermaid_label(label), "style": binding.role})
+    delivered = _reachable({ids[("exchange", rmq.delivery_exchange_name(config.generation))]}, edges)
+    for entry in nodes:
+        entry["group"] = "levels" if entry.pop("role") == "delay-level" else "" if entry["id"] in delivered else "other"
     return {
         "stack_name": stack_name,
         "vhost": config.vhost,
         "generation": config.generation,
-        "nodes": nodes,
+        "groups": [
+            {"id": group, "title": title, "nodes": [n for n in nodes if n["group"] == group]}
+            for group, title in MERMAID_GROUPS.items()
+            if any(n["group"] == group for n in nodes)
+        ],
+        "nodes": [n for n in nodes if not n["group"]],
         "edges": edges,
     }
+
+
+def _reachable(start: set[str], edges: list[dict[str, str]]) -> set[str]:
+    """Node ids reachable from ``start`` along the edges."""
+    seen, frontier = set(start), list(start)
+    while frontier:
+        current = frontier.pop()
+        for edge in edges:
+            if edge["from"] == current and edge["to"] not in seen:
+                seen.add(edge["to"])
+                frontier.append(edge["to"])
+    return seen

@@ -142,7 +142,7 @@ def test_mssql_names_with_brackets_and_quotes_are_escaped() -> None:
 def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -> None:
     stack = dev_in_vhost("/", "v2", topology)
     text = render(stack, "mermaid", "dev")
-    assert text.splitlines()[2] == "flowchart TD"
+    assert text.startswith("---\ntitle: ") and "flowchart TD" in text.splitlines()  # after the front matter
     exchanges = {name: node for node, name in re.findall(r'^\s+(\w+)\(\["([^"]+) \(\w+\)"\]\)$', text, re.M)}
     queue_labels = dict(re.findall(r'^\s+(\w+)\["([^"]+)"\]$', text, re.M))
     queues = {label.split("<br/>")[0]: node for node, label in queue_labels.items()}
@@ -162,6 +162,26 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
             assert (exchanges[queue], "", queues[queue]) in edges
         else:
             assert (delivery, rmq.endpoint_binding_key(queue), queues[queue]) in edges
+
+
+@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+def test_mermaid_groups_the_levels_and_what_no_delayed_message_reaches(topology: str) -> None:
+    """One subgraph holds the 28 level exchanges and queues; another, beside it, what no delivery binding
+    reaches (error, audit and legacy timeout queues with their exchanges); the delivery path is outside both."""
+    text = render(dev_in_vhost("/", "v2", topology), "mermaid", "dev")
+    groups = dict(re.findall(r"^  subgraph (\w+)\[\"[^\"]*\"\]\n(.*?)^  end$", text, re.M | re.S))
+    names = {
+        group: re.findall(r'^\s+\w+[\(\[]+"([^"<]+?)(?: \(\w+\))?(?:<br/>[^"]*)?"[\)\]]+$', body, re.M)
+        for group, body in groups.items()
+    }
+    levels = {rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT)}
+    assert sorted(names["levels"]) == sorted([*levels, *levels]), "each level's exchange and queue"
+    legacy = {"Billing.Timeouts", "Billing.TimeoutsDispatcher"}
+    if topology == "conventional":  # fanout exchange -> queue; nothing routes delayed messages there
+        assert sorted(names["other"]) == sorted(2 * ["error", "audit", *legacy])
+    else:  # direct: unbound queues are not drawn at all
+        assert "other" not in names
+    assert rmq.delivery_exchange_name("v2") not in {name for group in names.values() for name in group}
 
 
 def test_render_command_writes_a_file_and_names_a_missing_section(tmp_path) -> None:

@@ -13,15 +13,18 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 FOLDERS = {folder: namespaced for namespaced, folder in PACKAGE_DIRS.items()}
+USER_PROJECT = PROJECT / "tests" / "packaging" / "user_project"  # a user's own components/, pipeline/, …
 PYTHON_FILES = sorted(
     path
     for path in PROJECT.rglob("*.py")
-    if not {".venv", ".cache", "build", "dist", ".git"} & set(path.relative_to(PROJECT).parts)
+    if not {".venv", ".cache", "build", "dist", ".git", "node_modules"} & set(path.relative_to(PROJECT).parts)
+    and USER_PROJECT not in path.parents
 )
 
 
@@ -75,3 +78,9 @@ def test_imports_are_namespaced(path: Path) -> None:
     and break, or import a user's own package, once installed."""
     assert bare_imports(path) == []
     assert parent_relative_imports(path) == []
+
+
+def test_the_policy_pack_version_is_the_package_version() -> None:
+    """``PulumiPolicy.yaml`` names the pack's version once more; it must not drift from the package's."""
+    manifest = yaml.safe_load((PROJECT / "policies" / "PulumiPolicy.yaml").read_text())
+    assert manifest["version"] == PYPROJECT["project"]["version"]

@@ -1,0 +1,110 @@
+"""``nsb-delays pulumi-plugin provider|policy-pack DIR``: a Pulumi plugin directory for an installed package.
+
+In the repository, ``components/`` and ``policies/`` are the plugin directories themselves
+(``components/PulumiPlugin.yaml`` runs in the checkout's ``../.venv``; ``policies/requirements.txt``
+installs the checkout with ``-e ..``). Inside site-packages neither works: Pulumi resolves a relative
+``virtualenv`` against the plugin directory and would create it inside site-packages. So an installed
+package writes a small directory of its own, the shape Pulumi expects of a source-based plugin:
+
+- ``PulumiPlugin.yaml`` / ``PulumiPolicy.yaml``: the packaged manifest with ``virtualenv: venv``;
+- ``requirements.txt``: this package (``nsb-delays==<installed version>``, or ``--requirement`` such as a
+  wheel's path);
+- ``__main__.py``: runs ``nsb_delays.components`` (the provider host) or ``nsb_delays.policies`` (the pack).
+
+What Pulumi then does with it (pulumi/pulumi, read for this): ``pulumi package add DIR`` /
+``pulumi preview --policy-pack DIR`` install it as a plugin (``packageworkspace.Workspace.InstallPluginAt``,
+``sdk/python/cmd/pulumi-language-python/main.go`` ``InstallDependencies`` with ``IsPlugin``): the pip
+toolchain (``sdk/python/toolchain/pip.go`` ``InstallDependencies``) creates ``DIR/venv`` with
+``python -m venv`` and runs ``pip install -r requirements.txt`` in DIR; ``RunPlugin`` then starts
+``DIR/venv/bin/python DIR`` (a provider) or ``python -m pulumi.policy … DIR`` (a pack, which
+``runpy.run_path``s DIR), i.e. our ``__main__.py``. ``parseOptions`` defaults a plugin's ``virtualenv``
+to ``venv`` anyway: Pulumi does not run plugins in the ambient Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+import yaml
+
+DISTRIBUTION = "nsb-delays"
+PLUGIN_VIRTUALENV = "venv"
+
+
+@dataclass(frozen=True)
+class PluginKind:
+    package: str  # the sub-package whose __main__ the plugin runs and whose manifest it ships
+    manifest: str
+    use: str  # what to run next, for the message after writing
+
+
+KINDS = {
+    "provider": PluginKind(
+        "nsb_delays.components", "PulumiPlugin.yaml", "pulumi package add {directory}  (in your Pulumi project)"
+    ),
+    "policy-pack": PluginKind("nsb_delays.policies", "PulumiPolicy.yaml", "pulumi preview --policy-pack {directory}"),
+}
+
+
+class CannotWrite(click.ClickException):
+    """The directory cannot be written (permissions, a file in the way): bad input, exit 2."""
+
+    exit_code = 2
+
+
+MAIN = '''"""Runs {package} from the installed {distribution} package (written by `nsb-delays pulumi-plugin`)."""
+
+import runpy
+
+runpy.run_module("{package}", run_name="__main__", alter_sys=True)
+'''
+
+
+def plugin_files(kind: PluginKind, requirement: str) -> dict[str, str]:
+    """File name -> text of the plugin directory: our packaged manifest with its own ``venv``."""
+    manifest = yaml.safe_load(resources.files(kind.package).joinpath(kind.manifest).read_text())
+    manifest["runtime"].setdefault("options", {})["virtualenv"] = PLUGIN_VIRTUALENV
+    if "version" in manifest:  # a policy pack's version: the installed package's
+        manifest["version"] = version(DISTRIBUTION)
+    return {
+        kind.manifest: yaml.safe_dump(manifest, sort_keys=False, width=1000),
+        "requirements.txt": f"{requirement}\n",
+        "__main__.py": MAIN.format(package=kind.package, distribution=DISTRIBUTION),
+    }
+
+
+def register(cli: click.Group) -> None:
+    @cli.command(name="pulumi-plugin")
+    @click.argument("kind", type=click.Choice(list(KINDS)))
+    @click.argument("directory", type=click.Path(path_type=Path))
+    @click.option(
+        "--requirement",
+        metavar="SPEC",
+        help=f"What the plugin's virtualenv installs (default: {DISTRIBUTION}==<this version>; e.g. a wheel's path).",
+    )
+    def pulumi_plugin(kind: str, directory: Path, requirement: str | None) -> None:
+        """Write a Pulumi plugin directory (the component PROVIDER for other languages, or the POLICY-PACK)
+        that runs this installed package in a virtualenv of its own."""
+        requirement = f"{DISTRIBUTION}=={version(DISTRIBUTION)}" if requirement is None else requirement.strip()
+        if not requirement or "\n" in requirement:
+            raise click.BadParameter(
+                "give one requirement (a name with version, or a wheel's path)", param_hint="--requirement"
+            )
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise click.BadParameter(
+                f"{directory} exists and is not an empty directory; give a new one (nothing was written)",
+                param_hint="DIRECTORY",
+            )
+        files = plugin_files(KINDS[kind], requirement)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                (directory / name).write_text(text)
+        except OSError as error:
+            raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None
+        click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")
+        click.echo(f"next: {KINDS[kind].use.format(directory=directory)}")

@@ -1,0 +1,194 @@
+"""The packaging tier: the wheel and sdist as a user gets them, installed (not editable) into fresh
+virtualenvs, used from a scratch "user project" with its own ``components/``, ``pipeline/``, ``infra/``
+and ``policies/`` packages; and the tools our users run over what we render (cfn-lint, mermaid-cli).
+
+Everything here is built once per session: one wheel + sdist, one virtualenv with the ``[spark]``
+extra (the user project's), one base install (no extra) made the way Pulumi makes a plugin's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import unavailable
+
+PROJECT = Path(__file__).resolve().parents[2]
+STACKS = PROJECT / "tests" / "stacks"
+DEV_STACK = PROJECT / "Pulumi.dev.yaml"
+USER_PROJECT = Path(__file__).parent / "user_project"  # a user's project: its imports are not ours
+# Output of the build backend, the install and the CLI: no environment of the developer's leaks in.
+LEAKY_VARIABLES = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "PYTHONHOME", "PYSPARK_PYTHON")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in LEAKY_VARIABLES}
+    return {**env, **extra}
+
+
+def run(
+    command: Sequence[str | Path],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command; with ``check``, fail the test with its output when it exits non-zero."""
+    result = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=dict(env) if env is not None else clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {result.returncode}\n"
+            f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}",
+            pytrace=False,
+        )
+    return result
+
+
+@dataclass(frozen=True)
+class Built:
+    wheel: Path
+    sdist: Path
+    wheel_from_sdist: Path
+    build_output: dict[str, str]  # what the build backend printed, per build
+
+
+@dataclass(frozen=True)
+class Venv:
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return self.path / "bin" / name
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(PATH=f"{self.path / 'bin'}:{os.environ.get('PATH', '')}", **extra)
+
+
+def source_files() -> list[str]:
+    """The files a fresh clone has (tracked, plus new files not ignored): what the build may see."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=PROJECT,
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.fail(f"the packaging tests copy the checkout's files with git ls-files: {error}", pytrace=False)
+    return [name for name in listed.decode().split("\0") if name and (PROJECT / name).is_file()]
+
+
+def build(source: Path, outdir: Path, kind: str) -> tuple[Path, str]:
+    """``python -m build --<kind>`` (PyPA build, isolated environment); returns the artifact and the output."""
+    result = run([sys.executable, "-m", "build", f"--{kind}", "--outdir", outdir, source], cwd=source)
+    suffix = ".whl" if kind == "wheel" else ".tar.gz"
+    (artifact,) = outdir.glob(f"*{suffix}")
+    return artifact, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The sdist and the wheel from a copy of the checkout, and a second wheel built from the sdist."""
+    root = tmp_path_factory.mktemp("build")
+    source = root / "source"
+    for name in source_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT / name, source / name)
+    sdist, sdist_output = build(source, root / "sdist", "sdist")
+    wheel, wheel_output = build(source, root / "wheel", "wheel")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(root / "unpacked", filter="data")
+    (unpacked,) = (root / "unpacked").iterdir()
+    wheel_from_sdist, from_sdist_output = build(unpacked, root / "wheel-from-sdist", "wheel")
+    return Built(
+        wheel,
+        sdist,
+        wheel_from_sdist,
+        {"sdist": sdist_output, "wheel": wheel_output, "wheel from the sdist": from_sdist_output},
+    )
+
+
+PIP_INSTALL = ("-q", "--no-compile")
+"""Byte-compiling every installed module (pulumi-aws alone is thousands) is half of an install's time; what is
+installed is the same, and the modules a test imports are compiled on first import."""
+
+
+def make_venv(path: Path) -> Venv:
+    """A fresh virtualenv without system site-packages (``python -m venv``'s default)."""
+    run([sys.executable, "-m", "venv", path], cwd=path.parent)
+    return Venv(path)
+
+
+@pytest.fixture(scope="session")
+def spark_venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """The wheel with the ``[spark]`` extra only (not dev): what a user installs to run the pipeline."""
+    environment = make_venv(tmp_path_factory.mktemp("spark-venv") / "venv")
+    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, f"{built.wheel}[spark]"], cwd=built.wheel.parent)
+    return environment
+
+
+@pytest.fixture(scope="session")
+def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch copy of ``user_project/`` (packages named like ours, a program) with two stack files."""
+    project = tmp_path_factory.mktemp("user") / "project"
+    shutil.copytree(USER_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(DEV_STACK, project / "Pulumi.dev.yaml")
+    shutil.copy(STACKS / "every-option.yaml", project / "Pulumi.every-option.yaml")
+    return project
+
+
+def in_user_project(environment: Venv, project: Path, **extra: str) -> dict[str, str]:
+    """The user project's packages first on sys.path for every process (CLI, Spark driver and workers)."""
+    return environment.env(PYTHONPATH=str(project), **extra)
+
+
+@pytest.fixture(scope="session")
+def provider_plugin(spark_venv: Venv, built: Built, user_project: Path, tmp_path_factory) -> tuple[Path, Venv]:
+    """The provider plugin directory ``nsb-delays pulumi-plugin provider`` writes, installed as Pulumi's pip
+    toolchain installs a plugin (``sdk/python/toolchain/pip.go`` ``InstallDependencies``): ``python -m venv
+    DIR/venv``, then ``pip install -r requirements.txt`` in DIR. Its requirement is the wheel, no extra: this
+    is also the tier's base install."""
+    directory = tmp_path_factory.mktemp("plugins") / "nsb-delays-provider"
+    run(
+        [spark_venv.bin("nsb-delays"), "pulumi-plugin", "provider", directory, "--requirement", built.wheel],
+        cwd=user_project,
+        env=in_user_project(spark_venv, user_project),
+    )
+    environment = make_venv(directory / "venv")
+    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, "-r", "requirements.txt"], cwd=directory)
+    return directory, environment
+
+
+@pytest.fixture(scope="session")
+def base_venv(provider_plugin: tuple[Path, Venv]) -> Venv:
+    return provider_plugin[1]
+
+
+def mermaid_cli() -> Path:
+    """node_modules/.bin/mmdc (``make setup`` runs ``npm ci``): missing fails under CI, skips elsewhere."""
+    mmdc = PROJECT / "node_modules" / ".bin" / "mmdc"
+    if not mmdc.exists():
+        unavailable("mermaid-cli is not installed: run `make setup` (npm ci)")
+    if not Path("/usr/bin/chromium").exists():
+        unavailable("/usr/bin/chromium is missing: run `make setup` as root (apt-get install chromium)")
+    return mmdc
