@@ -121,7 +121,9 @@ def throughput(broker: LocalRabbitMq, endpoint: str) -> None:
 def main() -> None:
     stack = load_stack("dev")
     assert stack.rabbitmq is not None
-    stack = replace(stack, rabbitmq=replace(stack.rabbitmq, vhost=VHOST), sqs=None)
+    # Debian's RabbitMQ 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here
+    rabbitmq = replace(stack.rabbitmq, vhost=VHOST, delivery_limit_policies=False)
+    stack = replace(stack, rabbitmq=rabbitmq, sqs=None)
     with LocalRabbitMq() as broker:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
         api.create_vhost(VHOST)

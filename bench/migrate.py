@@ -200,7 +200,9 @@ def cli(*arguments: str) -> tuple[float, str]:
 
 def bench_run(rows: int) -> None:
     with LocalPostgres() as postgres, LocalRabbitMq() as broker:
-        config = parse_stack_config({"rabbitmq": {"endpoints": ENDPOINTS, "protectDelayQueues": False}})
+        # deliveryLimitPolicies off: Debian's RabbitMQ 3.10 refuses their apply-to 'quorum_queues'
+        rabbitmq = {"endpoints": ENDPOINTS, "protectDelayQueues": False, "deliveryLimitPolicies": False}
+        config = parse_stack_config({"rabbitmq": rabbitmq})
         RabbitMqApplier(broker.management_url).apply(record_stack(config))
         table = sql_persistence_layout(SOURCE_ENDPOINT, "postgresql").table
         began = time.perf_counter()

@@ -2,26 +2,29 @@
 
 pulumi-rabbitmq (a bridge of terraform-provider-rabbitmq) declares through the management HTTP API:
 ``PUT /api/exchanges``, ``PUT /api/queues`` (``arguments_json`` decoded to JSON types, the string
-``arguments`` map sent as strings) and ``POST /api/bindings``. pulumi-aws creates an SQS queue with
-``CreateQueue`` and its attributes. Since no Pulumi CLI or plugin runs here, this is how the
-program's output is proven against a real RabbitMQ and an SQS emulator.
+``arguments`` map sent as strings), ``POST /api/bindings`` and ``PUT /api/policies``. pulumi-aws
+creates an SQS queue with ``CreateQueue`` and its attributes. Since no Pulumi CLI or plugin runs here,
+this is how the program's output is proven against a real RabbitMQ and an SQS emulator.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.components.resource_types import RABBITMQ_BINDING as BINDING
 from nsb_delays.components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
+from nsb_delays.components.resource_types import RABBITMQ_POLICY as POLICY
 from nsb_delays.components.resource_types import RABBITMQ_QUEUE as QUEUE
 from nsb_delays.components.resource_types import SQS_QUEUE
 from nsb_delays.infra.recording import RecordedResource
 
 from .management import ManagementApi, ManagementError, path_segment
 
-_ORDER = {EXCHANGE: 0, QUEUE: 1, BINDING: 2}
+_ORDER = {EXCHANGE: 0, QUEUE: 1, BINDING: 2, POLICY: 3}
+GO_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")  # what strconv.ParseInt(s, 10, 64) accepts (no spaces, no "_")
 
 
 class ApplyError(RuntimeError):
@@ -35,6 +38,25 @@ def _ints(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _ints(v) for k, v in value.items()}
     return value
+
+
+def policy_body(policy: dict[str, Any]) -> dict[str, Any]:
+    """A ``Policy`` resource's ``policy`` block as terraform-provider-rabbitmq's ``putPolicy`` sends it.
+
+    ``rabbitmq/resource_policy.go`` ``putPolicy``: a definition value that parses as an int64 is sent
+    as that integer, any other string as it is (``ha-params`` of ``ha-mode: nodes`` as a list, which
+    we never declare).
+    """
+    definition: dict[str, Any] = {}
+    for key, value in (policy.get("definition") or {}).items():
+        is_int64 = isinstance(value, str) and GO_DECIMAL_INT.fullmatch(value) and -(2**63) <= int(value) < 2**63
+        definition[key] = int(value) if is_int64 else _ints(value)
+    return {
+        "pattern": policy["pattern"],
+        "priority": int(policy.get("priority") or 0),
+        "apply-to": policy["applyTo"],
+        "definition": definition,
+    }
 
 
 @dataclass
@@ -57,7 +79,7 @@ class RabbitMqApplier:
             raise ApplyError(f"{what}: {error}") from None
 
     def apply(self, resources: Iterable[RecordedResource]) -> int:
-        """Declare every RabbitMQ resource (exchanges, then queues, then bindings); returns how many."""
+        """Declare every RabbitMQ resource (exchanges, queues, bindings, then policies); returns how many."""
         count = 0
         for resource in sorted((r for r in resources if r.type in _ORDER), key=lambda r: _ORDER[r.type]):
             self.apply_one(resource)
@@ -100,6 +122,13 @@ class RabbitMqApplier:
                 f"bindings/{vhost}/e/{path_segment(inputs['source'])}/{kind}/{path_segment(inputs['destination'])}",
                 {"routing_key": inputs.get("routingKey", ""), "arguments": dict(inputs.get("arguments") or {})},
                 f"binding {inputs['source']!r} -> {inputs['destination']!r} ({inputs.get('routingKey', '')!r})",
+            )
+        elif resource.type == POLICY:
+            self._call(
+                "PUT",
+                f"policies/{vhost}/{path_segment(inputs['name'])}",
+                policy_body(inputs["policy"]),
+                f"policy {inputs['name']!r}",
             )
         else:
             raise ValueError(f"not a RabbitMQ resource: {resource.type}")

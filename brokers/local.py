@@ -57,18 +57,38 @@ def wait_until(check: Any, what: str, timeout: float, log: Path | None = None) -
     raise ServiceUnavailable(f"{what} did not become ready within {timeout:.0f} s\n{tail}")
 
 
-def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
-    """SIGTERM the process group we started (the Erlang VM stops gracefully on it), then SIGKILL."""
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+def _group_alive(group: int) -> bool:
     try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a member we may not signal still exists
+        return True
+    return True
+
+
+def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
+    """SIGTERM the process group we started (the Erlang VM stops gracefully on it), then SIGKILL; return once
+    every member is gone, not just the leader (a helper that outlives it would keep a chroot broker's
+    private mounts, and so its state folder, busy)."""
+    if process is None:
+        return
+    group = process.pid  # started with start_new_session: the group is the one our child leads
+    if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
+            os.killpg(group, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+            process.wait(10)
+    deadline = time.monotonic() + 10
+    while _group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(group):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
 
 @dataclass
@@ -241,11 +261,18 @@ class LocalRabbitMq:
         self.server = None
 
     def kill_broker(self) -> None:
-        """SIGKILL the broker's whole process group: a crash, no clean shutdown (epmd and state stay)."""
-        if self.server is not None and self.server.poll() is None:
+        """SIGKILL the broker's whole process group: a crash, no clean shutdown (epmd and state stay).
+
+        Returns once every member is gone (a chroot broker's mounts, and so its state folder, are
+        released only then)."""
+        if self.server is not None:
+            group = self.server.pid
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.server.pid, signal.SIGKILL)
+                os.killpg(group, signal.SIGKILL)
             self.server.wait(30)
+            deadline = time.monotonic() + 10
+            while _group_alive(group) and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.server = None
 
     def restart(self, timeout: float = 90) -> None:

@@ -1,20 +1,50 @@
 """A small client for the RabbitMQ management HTTP API: what verify, demo, bench and the tests read and write.
 
 Only the calls this project needs: overview and feature flags (broker requirements), the exchanges,
-queues and bindings of a vhost, definitions export/import, and vhost creation for isolated runs.
+queues, bindings and (operator) policies of a vhost, definitions export/import, and vhost creation for
+isolated runs.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
 
 class ManagementError(RuntimeError):
     """The management API refused or failed a call; the message names the call and the broker's answer."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, None when the API could not be reached at all
+
+
+_OS_REASON = re.compile(r"\[Errno -?\d+\][^'\")]*|\[SSL: [^\]]+\][^'\")]*|Read timed out|Connect(?:ion)? timed out")
+
+
+def request_failure_reason(error: requests.RequestException) -> str:
+    """``[Errno 111] Connection refused`` out of requests' long ``HTTPConnectionPool(…): Max retries …`` text."""
+    text = str(error)
+    found = _OS_REASON.findall(text)
+    return found[-1].strip() if found else (text.splitlines() or [type(error).__name__])[0]
+
+
+def http_failure_reason(response: requests.Response) -> str:
+    """``401 Unauthorized: Login failed``: the status and the API's own ``reason`` (or the start of the body)."""
+    reason = response.text[:300].strip()
+    try:
+        body = response.json()
+        if isinstance(body, dict):
+            reason = str(body.get("reason") or body.get("error") or reason)
+    except ValueError:
+        pass
+    return (
+        f"{response.status_code} {response.reason}: {reason}" if reason else f"{response.status_code} {response.reason}"
+    )
 
 
 def path_segment(value: str) -> str:
@@ -46,10 +76,27 @@ class ManagementApi:
                 method, address, json=body, timeout=self.timeout, verify=self.verify_tls, cert=self.client_cert
             )
         except requests.RequestException as error:
-            raise ManagementError(f"{method} {address}: {error}") from None
+            raise ManagementError(
+                f"cannot reach the RabbitMQ management API at {self.address} as {self.username!r}: "
+                f"{request_failure_reason(error)}"
+            ) from None
         if response.status_code >= 400:
-            raise ManagementError(f"{method} {address}: HTTP {response.status_code} {response.text[:500]}")
+            raise ManagementError(
+                f"RabbitMQ management API at {self.address} answered {method} /api/{path} for user "
+                f"{self.username!r} with {http_failure_reason(response)}",
+                response.status_code,
+            )
         return response.json() if response.content else None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the management URL (the whole URL if it has no host)."""
+        parsed = urlsplit(self.url)
+        try:
+            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        except ValueError:
+            return self.url
+        return f"{parsed.hostname}:{port}" if parsed.hostname else self.url
 
     def overview(self) -> dict[str, Any]:
         return dict(self.request("GET", "overview"))
@@ -66,6 +113,13 @@ class ManagementApi:
 
     def bindings(self, vhost: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"bindings/{path_segment(vhost)}"))
+
+    def policies(self, vhost: str) -> list[dict[str, Any]]:
+        """``GET /api/policies/<vhost>``: name, pattern, apply-to, priority, definition of each policy."""
+        return list(self.request("GET", f"policies/{path_segment(vhost)}"))
+
+    def operator_policies(self, vhost: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"operator-policies/{path_segment(vhost)}"))
 
     def vhost_exists(self, vhost: str) -> bool:
         return any(v["name"] == vhost for v in self.request("GET", "vhosts"))

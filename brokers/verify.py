@@ -4,20 +4,27 @@ RabbitMQ: broker version and feature flags (v2), then every exchange, queue and 
 stack's ``Topology`` with exactly the expected type, durability and arguments (argument types
 included: a string TTL is drift). Bindings out of our delay-level exchanges that the model does not
 know are drift too; delivery bindings of endpoints outside this stack are not (installers add them).
-SQS: each input and ``-delay.fifo`` queue's attributes, as NServiceBus checks them at start-up.
+Quorum receiving queues: NServiceBus's delivery-limit policy (when the stack declares it) and any
+delivery limit NServiceBus.RabbitMQ 10+ would refuse to start on, from wherever it comes.
+SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares.
+
+``preflight_rabbitmq`` is the check before a change: broker requirements and every existing policy
+that would make an endpoint refuse to start, read from the policy lists (the queues may not exist yet).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
-from nsb_delays.infra.config import RabbitMqConfig, SqsConfig
+from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
 from .management import ManagementApi
@@ -25,10 +32,10 @@ from .management import ManagementApi
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
 QUEUE_TYPE_ARGUMENT = "x-queue-type"
-# RabbitMQ 3.13.7+/4.0 write the default queue type into the arguments of a queue declared without one
-# (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected into optional queue
-# arguments and returned as part of definitions and the HTTP API"); redeclaring it without the
-# argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
+# RabbitMQ 4.0 (and 3.13 with the backport) writes the default queue type into the arguments of a
+# queue declared without one (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected
+# into optional queue arguments and returned as part of definitions and the HTTP API"); redeclaring it
+# without the argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
 # default queue type is quorum turns the same declaration into a quorum queue, which is drift.
 IMPLICIT_QUEUE_TYPE = "classic"
 
@@ -40,6 +47,7 @@ class Drift:
     field: str
     expected: str
     actual: str
+    fix: str = dataclasses.field(default="", compare=False)  # what to do about it, when it is not obvious
 
 
 def shown(value: Any) -> str:
@@ -55,20 +63,186 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part or 0) for part in match.groups())
 
 
-def requirement_drifts(version: str, feature_flags: dict[str, str], generation: str) -> list[Drift]:
-    """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering)."""
-    if generation != "v2":
-        return []
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
+
+
+def requirement_drifts(
+    version: str, feature_flags: dict[str, str], generation: str, delivery_limit_policies: bool = False
+) -> list[Drift]:
+    """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering),
+    as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
     drifts = []
-    minimum = ".".join(map(str, rmq.MINIMUM_BROKER_VERSION))
-    if parse_version(version) < rmq.MINIMUM_BROKER_VERSION:
-        drifts.append(Drift("different", "broker", "version", f">= {minimum}", version))
-    for flag in rmq.REQUIRED_FEATURE_FLAGS:
-        state = feature_flags.get(flag)
-        if state is None:
-            drifts.append(Drift("missing", "broker", f"feature flag {flag}", "enabled", ABSENT))
-        elif state != "enabled":
-            drifts.append(Drift("different", "broker", f"feature flag {flag}", "enabled", state))
+    if generation == "v2":
+        if parse_version(version) < rmq.MINIMUM_BROKER_VERSION:
+            minimum = _dotted(rmq.MINIMUM_BROKER_VERSION)
+            fix = f"upgrade RabbitMQ to {minimum} or later (NServiceBus.RabbitMQ refuses older brokers)"
+            drifts.append(Drift("different", "broker", "version", f">= {minimum}", version, fix))
+        for flag in rmq.REQUIRED_FEATURE_FLAGS:
+            state = feature_flags.get(flag)
+            fix = f"{rmq.FEATURE_FLAG_FIX.format(flag=flag)} (NServiceBus.RabbitMQ refuses to start without it)"
+            if state is None:
+                drifts.append(Drift("missing", "broker", f"feature flag {flag}", "enabled", ABSENT, fix))
+            elif state != "enabled":
+                drifts.append(Drift("different", "broker", f"feature flag {flag}", "enabled", state, fix))
+    minimum = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    if delivery_limit_policies and parse_version(version) < minimum:
+        fix = (
+            f"set {POLICIES_SWITCH}: false for a broker older than {_dotted(minimum)} (it has no default delivery "
+            "limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
+        )
+        field = f"version ({POLICIES_SWITCH})"
+        drifts.append(Drift("different", "broker", field, f">= {_dotted(minimum)}", version, fix))
+    return drifts
+
+
+def _receiving_quorum_queues(topology: rmq.Topology) -> list[rmq.QueueSpec]:
+    """The queues NServiceBus's message pumps validate (BrokerVerifier.ValidateDeliveryLimit skips classic ones)."""
+    return [
+        queue
+        for queue in topology.queues
+        if queue.role in rmq.RECEIVING_ROLES and queue.arguments.get(QUEUE_TYPE_ARGUMENT) == "quorum"
+    ]
+
+
+def broker_policies(policies: Iterable[dict[str, Any]], operator: bool = False) -> list[rmq.BrokerPolicy]:
+    """``GET /api/policies/<vhost>`` (or ``operator-policies``) entries as the model's ``BrokerPolicy``."""
+    return [
+        rmq.BrokerPolicy(
+            str(p["name"]),
+            str(p.get("pattern", "")),
+            str(p.get("apply-to", "all")),
+            int(p.get("priority") or 0),
+            dict(p.get("definition") or {}),
+            operator,
+        )
+        for p in policies
+    ]
+
+
+def _expected_policy_body(spec: rmq.PolicySpec) -> dict[str, Any]:
+    return {
+        "pattern": spec.pattern,
+        "apply-to": spec.apply_to,
+        "priority": spec.priority,
+        "definition": dict(spec.definition),
+    }
+
+
+def _same(want: Any, got: Any) -> bool:
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want.keys() == got.keys() and all(_same(want[k], got[k]) for k in want)
+    return want == got and type(want) is type(got)
+
+
+def _limit_source(queue: dict[str, Any]) -> str:
+    """Where a live queue's delivery limit comes from, as the management API tells it."""
+    sources = []
+    argument = (queue.get("arguments") or {}).get(rmq.DELIVERY_LIMIT_ARGUMENT)
+    if argument is not None:
+        sources.append(f"argument {rmq.DELIVERY_LIMIT_ARGUMENT}={argument}")
+    from_policy = (queue.get("effective_policy_definition") or {}).get(rmq.DELIVERY_LIMIT_POLICY_KEY)
+    if from_policy is not None:
+        owners = [f"policy {queue['policy']!r}"] if queue.get("policy") else []
+        owners += [f"operator policy {queue['operator_policy']!r}"] if queue.get("operator_policy") else []
+        sources.append(f"{' / '.join(owners) or 'a policy'}: {rmq.DELIVERY_LIMIT_POLICY_KEY}={from_policy}")
+    return "; ".join(sources) or "broker default, no policy"
+
+
+def delivery_limit_drifts(
+    topology: rmq.Topology,
+    broker_version: tuple[int, ...],
+    policies: Iterable[dict[str, Any]],
+    queues: Iterable[dict[str, Any]],
+) -> list[Drift]:
+    """NServiceBus's delivery-limit policies (those ``topology`` declares) and each quorum receiving queue's limit.
+
+    A declared policy must exist exactly (pattern, apply-to, priority, definition) and be the one the
+    queue has applied; on RabbitMQ 4.x the queue's ``delivery_limit`` must then be 100000. Whether
+    the stack declares the policies or not, a limit NServiceBus would refuse to start on is drift.
+    """
+    drifts: list[Drift] = []
+    live_policies = {p["name"]: p for p in policies}
+    missing: set[str] = set()
+    for spec in topology.policies:
+        subject = f"policy {spec.name}"
+        wanted = _expected_policy_body(spec)
+        live = live_policies.get(spec.name)
+        if live is None:
+            missing.add(spec.queue)
+            fix = "apply the stack again (pulumi up), or import the rendered definitions"
+            drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
+            continue
+        for field, value in wanted.items():
+            if not _same(value, live.get(field)):
+                drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
+    own = {spec.queue: spec.name for spec in topology.policies}
+    live_queues = {q["name"]: q for q in queues}
+    unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
+    for queue in _receiving_quorum_queues(topology):
+        live = live_queues.get(queue.name)
+        if live is None or "effective_policy_definition" not in live:
+            continue  # missing queues are topology drift; no statistics yet: nothing to judge
+        subject = f"queue {queue.name}"
+        refusal = rmq.nservicebus_delivery_limit_refusal(
+            queue.name,
+            broker_version=broker_version,
+            queue_type=live.get("type"),
+            arguments=live.get("arguments") or {},
+            effective_policy_definition=live.get("effective_policy_definition"),
+            applied_policy=live.get("policy"),
+            operator_policy=live.get("operator_policy"),
+            delivery_limit=live.get("delivery_limit"),
+        )
+        limit = rmq.effective_delivery_limit(
+            live.get("arguments") or {}, live.get("effective_policy_definition"), live.get("delivery_limit")
+        )
+        expected = f"{unlimited} from {own[queue.name]}" if queue.name in own else f"none, or {unlimited}"
+        if refusal:
+            drifts.append(
+                Drift("different", subject, "delivery limit", expected, f"{limit} ({_limit_source(live)})", refusal)
+            )
+        elif queue.name in own and queue.name not in missing:
+            if live.get("policy") != own[queue.name]:
+                fix = f"make {own[queue.name]} the policy applied to {queue.name!r}: no other policy may outrank it"
+                drifts.append(
+                    Drift("different", subject, "policy", shown(own[queue.name]), shown(live.get("policy")), fix)
+                )
+            elif "delivery_limit" in live and live["delivery_limit"] != unlimited:
+                drifts.append(
+                    Drift("different", subject, "delivery_limit", str(unlimited), shown(live["delivery_limit"]))
+                )
+    return drifts
+
+
+def preflight_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
+    """What must be fixed before provisioning ``config`` into this broker: broker requirements, and every policy
+    or existing queue argument that would make an endpoint refuse to start (nothing is changed)."""
+    topology = rabbitmq_topology(config)
+    version = str(api.overview().get("rabbitmq_version", "0"))
+    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.policies))
+    if not api.vhost_exists(config.vhost):
+        return drifts
+    broker_version = parse_version(version)
+    policies = broker_policies(api.policies(config.vhost)) + broker_policies(api.operator_policies(config.vhost), True)
+    live_queues = {q["name"]: q for q in api.queues(config.vhost)}
+    for queue in _receiving_quorum_queues(topology):
+        for conflict in rmq.delivery_limit_conflicts(queue.name, policies, broker_version):
+            if conflict.refused:
+                subject = f"{conflict.kind} {conflict.policy} over queue {queue.name}"
+                fix = f"{conflict.fix}: NServiceBus.RabbitMQ 10+ refuses to start on {queue.name!r} otherwise"
+                drifts.append(Drift("different", subject, conflict.field, conflict.expected, conflict.actual, fix))
+        argument = (live_queues.get(queue.name, {}).get("arguments") or {}).get(rmq.DELIVERY_LIMIT_ARGUMENT)
+        if argument is not None and argument != rmq.UNLIMITED_DELIVERY_LIMIT:
+            fix = (
+                f"delete and re-create {queue.name!r} without it (arguments cannot change on a live queue); "
+                "NServiceBus.RabbitMQ 10+ refuses to start on a non-default delivery limit"
+            )
+            field = f"arguments.{rmq.DELIVERY_LIMIT_ARGUMENT}"
+            drifts.append(Drift("unexpected", f"queue {queue.name}", field, ABSENT, shown(argument), fix))
     return drifts
 
 
@@ -155,23 +329,43 @@ def topology_drifts(
     return drifts
 
 
+# NServiceBus waits up to 20 x 3 s for a queue's policy details (BrokerVerifier.GetQueueDetails); a new
+# queue has none until the broker's next statistics round.
+QUEUE_DETAILS_TIMEOUT_SECONDS = 30.0
+
+
+def queues_with_policy_details(
+    api: ManagementApi, vhost: str, names: Iterable[str], timeout: float = QUEUE_DETAILS_TIMEOUT_SECONDS
+) -> list[dict[str, Any]]:
+    """The vhost's queues, waiting (bounded) until each of ``names`` that exists shows its effective policy."""
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        queues = api.queues(vhost)
+        pending = [q for q in queues if q["name"] in wanted and "effective_policy_definition" not in q]
+        if not pending or time.monotonic() >= deadline:
+            return queues
+        time.sleep(0.5)
+
+
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section."""
-    overview = api.overview()
-    drifts = requirement_drifts(str(overview.get("rabbitmq_version", "0")), api.feature_flags(), config.generation)
+    topology = rabbitmq_topology(config)
+    version = str(api.overview().get("rabbitmq_version", "0"))
+    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.policies))
     if not api.vhost_exists(config.vhost):
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
-    return drifts + topology_drifts(
-        rabbitmq_topology(config),
-        config.generation,
-        api.exchanges(config.vhost),
-        api.queues(config.vhost),
-        api.bindings(config.vhost),
+    queues = queues_with_policy_details(api, config.vhost, [q.name for q in _receiving_quorum_queues(topology)])
+    drifts += topology_drifts(
+        topology, config.generation, api.exchanges(config.vhost), queues, api.bindings(config.vhost)
     )
+    return drifts + delivery_limit_drifts(topology, parse_version(version), api.policies(config.vhost), queues)
 
 
 def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:
-    """One queue's attributes vs the model; the delay queue as ``DelayedMessagesPump`` checks it."""
+    """One queue's attributes vs the model. On the delay queue ``DelayedMessagesPump`` checks DelaySeconds,
+    retention and no RedrivePolicy; ContentBasedDeduplication is drift from what NServiceBus creates, not a
+    reason it refuses to start (``sqs.CONTENT_DEDUPLICATION_NOTE``)."""
     subject = f"SQS queue {spec.name}"
     drifts = []
     for name, value in spec.attributes().items():
@@ -189,7 +383,9 @@ def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list
             drifts.append(Drift("unexpected", subject, "RedrivePolicy", ABSENT, attributes["RedrivePolicy"]))
         if attributes.get("ContentBasedDeduplication", "false") != "false":
             value = attributes["ContentBasedDeduplication"]
-            drifts.append(Drift("unexpected", subject, "ContentBasedDeduplication", ABSENT, value))
+            drifts.append(
+                Drift("unexpected", subject, "ContentBasedDeduplication", ABSENT, value, sqs.CONTENT_DEDUPLICATION_NOTE)
+            )
     return drifts
 
 

@@ -42,6 +42,8 @@ class RabbitMqEndpointArgs(TypedDict):
     """Instance discriminators: each adds a queue "<endpoint>-<discriminator>"."""
     legacy_timeout_manager: NotRequired[bool]
     """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
+    delivery_limit_policies: NotRequired[bool]
+    """NServiceBus's "nsb.<queue>.delivery-limit" policy per quorum receiving queue (default true; RabbitMQ 4.0+)."""
     adopt_existing: NotRequired[bool]
     """Import the endpoint's existing queues, exchange and bindings instead of creating them."""
 

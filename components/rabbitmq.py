@@ -25,8 +25,19 @@ def arguments_json(arguments: Mapping[str, model.ArgumentValue]) -> str:
 
 
 def import_id(name: str, vhost: str) -> str:
-    """The ``pulumi import`` id of an exchange or queue: ``name@vhost`` (``nsb.v2.delay-level-27@/``)."""
+    """The ``pulumi import`` id of an exchange, queue or policy: ``name@vhost`` (``nsb.v2.delay-level-27@/``)."""
     return f"{name}@{vhost}"
+
+
+def policy_definition(definition: Mapping[str, int]) -> dict[str, str]:
+    """A policy definition as pulumi-rabbitmq takes it: a map of strings.
+
+    terraform-provider-rabbitmq ``rabbitmq/resource_policy.go``: ``putPolicy`` sends a value that
+    parses as an int64 as that integer, so ``"100000"`` reaches the broker as 100000; ``ReadPolicy``
+    reads a number back with ``strconv.FormatFloat(v, 'f', -1, 64)``, i.e. ``"100000"`` again, so
+    import and refresh see no difference.
+    """
+    return {key: str(value) for key, value in definition.items()}
 
 
 def binding_properties_key(routing_key: str) -> str:
@@ -52,6 +63,7 @@ class _Declared:
         self.exchanges: dict[str, rabbitmq.Exchange] = {}
         self.queues: dict[str, rabbitmq.Queue] = {}
         self.bindings: list[rabbitmq.Binding] = []
+        self.policies: dict[str, rabbitmq.Policy] = {}
 
 
 def declare_topology(
@@ -64,7 +76,7 @@ def declare_topology(
     existing_exchanges: Mapping[str, rabbitmq.Exchange] | None = None,
     adopt_existing: bool = False,
 ) -> _Declared:
-    """Declare every exchange, queue and binding of ``topology`` as children of ``component``.
+    """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
     Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
     creates them in order and deletes them first. With ``adopt_existing`` every object is imported
@@ -125,6 +137,24 @@ def declare_topology(
                 ),
             )
         )
+    for policy in topology.policies:
+        queue_resource = declared.queues.get(policy.queue)
+        declared.policies[policy.name] = rabbitmq.Policy(
+            f"{name}-{policy.name}",
+            name=policy.name,
+            vhost=vhost,
+            policy=rabbitmq.PolicyPolicyArgs(
+                pattern=policy.pattern,
+                priority=policy.priority,
+                apply_to=policy.apply_to,
+                definition=policy_definition(policy.definition),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=component,
+                depends_on=[queue_resource] if queue_resource else [],
+                import_=adopt(import_id(policy.name, vhost)),
+            ),
+        )
     return declared
 
 
@@ -174,8 +204,10 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     """What ``rabbitmq-transport endpoint create`` makes when installers are off.
 
     The endpoint queue (and instance queues), for conventional topology the fanout exchange of the
-    same name bound to it, the ``#.<endpoint>`` delivery binding for each receiving queue, and with
-    ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues.
+    same name bound to it, the ``#.<endpoint>`` delivery binding for each receiving queue, with
+    ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues, and for quorum
+    receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (RabbitMQ 4.0+; turn off
+    with ``delivery_limit_policies=False`` for older brokers or when policies are managed elsewhere).
     """
 
     queue_name: pulumi.Output[str]
@@ -193,6 +225,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         vhost: str = "/",
         instance_discriminators: Sequence[str] = (),
         legacy_timeout_manager: bool = False,
+        delivery_limit_policies: bool = True,
         delivery_exchange: rabbitmq.Exchange | None = None,
         adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
@@ -208,6 +241,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             queue_type=queue_type,
             instance_discriminators=instance_discriminators,
             legacy_timeout_manager=legacy_timeout_manager,
+            delivery_limit_policies=delivery_limit_policies,
         )
         delivery_exchange_name = model.delivery_exchange_name(generation)
         existing = {delivery_exchange_name: delivery_exchange} if delivery_exchange else {}

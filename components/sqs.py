@@ -1,8 +1,8 @@
 """Pulumi ComponentResource for an SQS endpoint: its input queue and ``<queue>-delay.fifo`` queue.
 
 Names and attributes come from ``components.model.sqs``. The delay queue has no redrive policy and no
-content-based deduplication: NServiceBus refuses to start with a redrive policy and supplies its own
-deduplication ids.
+content-based deduplication, as NServiceBus creates it: the transport refuses to start with a redrive
+policy; content-based deduplication it ignores (its explicit deduplication ids override it).
 """
 
 from __future__ import annotations

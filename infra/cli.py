@@ -6,6 +6,8 @@ import importlib
 
 import click
 
+from .errors import Group
+
 COMMAND_MODULES = (
     ".commands.explain",
     ".commands.render",
@@ -17,10 +19,18 @@ COMMAND_MODULES = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    name="nsb-delays",
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 @click.version_option(package_name="nsb-delays")
 def cli() -> None:
-    """Native delayed-delivery infrastructure for NServiceBus-style endpoints (RabbitMQ, SQS)."""
+    """Native delayed-delivery infrastructure for NServiceBus-style endpoints (RabbitMQ, SQS).
+
+    Exit codes: 0 success, 1 drift / violations / a stopped run, 2 bad input or an unreachable service
+    (nothing changed), 130 interrupted.
+    """
 
 
 for module in COMMAND_MODULES:

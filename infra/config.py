@@ -2,11 +2,15 @@
 
 The whole config is checked before any resource is declared; every problem is collected and
 reported at once, each naming the key and the rule it broke. Both the Pulumi program (through
-``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``) parse config here.
+``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``) parse config here; the CLI finds the
+stack file (``stack_file``) and reads it strictly (a duplicate key or a YAML error names file, line and
+column).
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,7 +24,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+DELIVERY_LIMIT_POLICIES_KEY = "deliveryLimitPolicies"
 
 
 class ConfigError(ValueError):
@@ -32,6 +36,17 @@ class ConfigError(ValueError):
             f"invalid {NAMESPACE} stack config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n"
             + "\n".join(f"  - {p}" for p in problems)
         )
+
+
+class StackFileError(ConfigError):
+    """The stack file cannot be found or read as YAML (a name that finds no file, a syntax error, a duplicate key)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        if len(problems) > 1:
+            self.args = (f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems),)
+        else:
+            self.args = tuple(problems)
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,7 @@ class RabbitMqConfig:
     queue_type: str = "quorum"
     protect_delay_queues: bool = True
     adopt_existing: bool = False
+    delivery_limit_policies: bool = True
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
     endpoints: tuple[RabbitMqEndpointConfig, ...] = ()
@@ -97,6 +113,7 @@ _RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | 
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
     "protectDelayQueues": ("protect_delay_queues", bool, None),
     "adoptExisting": ("adopt_existing", bool, None),
+    DELIVERY_LIMIT_POLICIES_KEY: ("delivery_limit_policies", bool, None),
     "errorQueue": ("error_queue", str, None),
     "auditQueue": ("audit_queue", str, None),
 }
@@ -187,20 +204,34 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     return config
 
 
+def _name_problems(name: str, *, destination: bool) -> list[str]:
+    """A queue's problems: as an object name (reserved, provider ids, length), and as a delayed-message
+    destination when it receives delayed messages (wildcards, whitespace, 199 bytes); each reason once."""
+    problems = rmq.rabbitmq_address_problems(name) if destination else []
+    if not destination and any(ch.isspace() for ch in name):
+        problems.append("contains whitespace")
+    return problems + [p for p in rmq.object_name_problems(name) if p not in problems]
+
+
 def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    if not config.vhost:
-        problems.append(f"{path}.vhost: is empty")
+    for problem in rmq.vhost_problems(config.vhost):
+        problems.append(f"{path}.vhost: {config.vhost!r} {problem}")
     queues: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
         for queue in endpoint.receiving_queues():
-            for problem in rmq.rabbitmq_address_problems(queue):
+            for problem in _name_problems(queue, destination=True):
                 problems.append(f"{path}.endpoints[{i}]: queue {queue!r} {problem}")
         queues += endpoint.receiving_queues()
         if endpoint.legacy_timeout_manager:
-            queues += rmq.legacy_timeout_queue_names(endpoint.name)
+            legacy = rmq.legacy_timeout_queue_names(endpoint.name)
+            for queue in legacy if endpoint.name else ():
+                for problem in rmq.object_name_problems(queue):
+                    if problem not in rmq.object_name_problems(endpoint.name):  # said once, for the endpoint
+                        problems.append(f"{path}.endpoints[{i}]: legacy queue {queue!r} {problem}")
+            queues += legacy
     for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
-        if not name or any(ch.isspace() for ch in name):
-            problems.append(f"{path}.{key}: {name!r} is empty or contains whitespace")
+        for problem in _name_problems(name, destination=False):
+            problems.append(f"{path}.{key}: {name!r} {problem}")
     queues += [config.error_queue, config.audit_queue]
     for name, count in Counter(queues).items():
         if count > 1:
@@ -262,8 +293,15 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
         if count > 1:
             problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
-    if not values.get("schema", msmq.DEFAULT_SCHEMA).strip():
+    schema = values.get("schema", msmq.DEFAULT_SCHEMA)
+    if not schema.strip():
         problems.append(f"{path}.schema: is empty")
+    for i, name in enumerate(endpoints):
+        if isinstance(name, str) and name.strip() and schema.strip():
+            try:
+                msmq.delayed_store_table(name, schema)
+            except ValueError as error:
+                problems.append(f"{path}.endpoints[{i}]: {error}")
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
@@ -282,20 +320,121 @@ def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     return StackConfig(rabbitmq, sqs_config, msmq, raw)
 
 
-def stack_file(stack: str, project_dir: Path = PROJECT_DIR) -> Path:
-    return project_dir / f"Pulumi.{stack}.yaml"
+# --- the stack file -----------------------------------------------------------------------------------
+
+PROJECT_FILE = "Pulumi.yaml"
+# The keys of a Pulumi stack file (pulumi/pulumi pkg/workspace/project.go ``ProjectStack``: secretsprovider,
+# encryptedkey, encryptionsalt, config; ``environment`` for Pulumi ESC): anything else is a typo that would
+# otherwise leave the config silently empty.
+STACK_FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
 
 
-def read_stack_yaml(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
-    """The ``config:`` mapping of ``Pulumi.<stack>.yaml`` (a path to a YAML file also works)."""
-    path = Path(stack) if stack.endswith((".yaml", ".yml")) else stack_file(stack, project_dir)
-    if not path.is_file():
-        raise ConfigError([f"stack file {path} does not exist (stack {stack!r})"])
-    document = yaml.safe_load(path.read_text()) or {}
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {seen[key].line + 1})", key_node.start_mark
+                )
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text -> data; a syntax error or a duplicate key is a ConfigError with file, line, column and reason."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
+        reason = " ".join(part for part in (error.context, error.problem) if part)
+        raise StackFileError([f"{where}: {reason}"]) from None
+    except yaml.YAMLError as error:
+        raise StackFileError([f"{source}: {error}"]) from None
+
+
+def find_project_dir(start: Path | None = None) -> Path | None:
+    """The directory of the Pulumi project: the current directory or its nearest parent with ``Pulumi.yaml``."""
+    here = (start or Path.cwd()).resolve()
+    return next((directory for directory in (here, *here.parents) if (directory / PROJECT_FILE).is_file()), None)
+
+
+def is_stack_path(stack: str) -> bool:
+    """``--stack`` is a path when it has a directory part or a YAML ending; otherwise it is a stack name."""
+    return "/" in stack or os.sep in stack or stack.endswith((".yaml", ".yml"))
+
+
+def stack_file(stack: str, cwd: Path | None = None) -> Path:
+    """The stack file of ``--stack``: a path as given, or for a name ``Pulumi.<name>.yaml`` in the current
+    directory, then in the project directory (nearest ``Pulumi.yaml`` up from it). Raises ConfigError
+    naming every place it looked."""
+    if not stack.strip():
+        raise StackFileError(["--stack is empty: give a stack name (reads Pulumi.<name>.yaml) or a stack file path"])
+    if is_stack_path(stack):
+        path = Path(stack).expanduser()
+        if path.is_dir():
+            raise StackFileError([f"stack file {path} is a directory; give a stack YAML file or a stack name"])
+        if not path.is_file():
+            raise StackFileError([f"stack file {path} does not exist"])
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    places = [here]
+    project = find_project_dir(here)
+    if project is not None and project != here:
+        places.append(project)
+    for directory in places:
+        candidate = directory / f"Pulumi.{stack}.yaml"
+        if candidate.is_file():
+            return candidate
+    known = sorted({p.name[len("Pulumi.") : -len(".yaml")] for d in places for p in d.glob("Pulumi.*.yaml")})
+    looked = " and ".join(str(d) for d in places)
+    project_note = "" if project is not None else f" (no {PROJECT_FILE} in it or any parent)"
+    stacks_note = f"; stacks there: {', '.join(known)}" if known else ""
+    raise StackFileError([f"no stack {stack!r}: Pulumi.{stack}.yaml is not in {looked}{project_note}{stacks_note}"])
+
+
+def read_stack_yaml(stack: str) -> dict[str, Any]:
+    """The ``config:`` mapping of the stack file ``--stack`` names (see ``stack_file``)."""
+    path = stack_file(stack)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise StackFileError([f"cannot read stack file {path}: {error}"]) from None
+    document = parse_yaml(text, str(path))
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise StackFileError([f"{path}: a stack file is a mapping with a 'config:' key, got {type(document).__name__}"])
+    problems = [
+        f"{path}: unknown top-level key {key!r} (a stack file has: {', '.join(STACK_FILE_KEYS)})"
+        for key in document
+        if key not in STACK_FILE_KEYS
+    ]
     config = document.get("config") or {}
     if not isinstance(config, Mapping):
-        raise ConfigError([f"{path}: 'config' must be a mapping"])
+        problems.append(f"{path}: 'config' must be a mapping of 'namespace:key' to values, got {type(config).__name__}")
+        config = {}
+    problems += _misspelt_keys(config, path)
+    if problems:
+        raise StackFileError(problems)
     return dict(config)
+
+
+def _misspelt_keys(config: Mapping[Any, Any], path: Path) -> list[str]:
+    """Keys that look like ours but are not (``nsb-delay:rabbitmq``, ``nsb-delays.sqs``): silently ignored else."""
+    ours = [f"{NAMESPACE}:{section}" for section in SECTIONS]
+    problems = []
+    for key in config:
+        if not isinstance(key, str):
+            problems.append(f"{path}: config key {key!r} is not a 'namespace:key' string")
+        elif not key.startswith(f"{NAMESPACE}:") and (close := difflib.get_close_matches(key, ours, n=1, cutoff=0.85)):
+            problems.append(f"{path}: config key {key!r} is not one of ours; did you mean {close[0]!r}?")
+    return problems
 
 
 def namespace_values(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,5 +443,6 @@ def namespace_values(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key[len(prefix) :]: value for key, value in config.items() if key.startswith(prefix)}
 
 
-def load_stack(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:
-    return parse_stack_config(namespace_values(read_stack_yaml(stack, project_dir)))
+def load_stack(stack: str) -> StackConfig:
+    """The validated config of ``--stack`` (a name or a path); ConfigError lists every problem."""
+    return parse_stack_config(namespace_values(read_stack_yaml(stack)))

@@ -47,6 +47,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
             vhost=config.vhost,
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
+            delivery_limit_policies=config.delivery_limit_policies,
             delivery_exchange=infrastructure.delivery_exchange_resource,
             adopt_existing=config.adopt_existing,
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),

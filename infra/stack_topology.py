@@ -32,6 +32,7 @@ def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
             queue_type=endpoint.queue_type,
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
+            delivery_limit_policies=config.delivery_limit_policies,
         )
         for endpoint in config.endpoints
     ]

@@ -9,25 +9,44 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
+from click.core import ParameterSource
 
+from nsb_delays.brokers.management import ManagementError
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.errors import (
+    CommandError,
+    Group,
+    Interrupted,
+    RunStopped,
+    exception_log,
+    new_log_path,
+)
 
+from . import preflight
 from .dispatch import TARGETS
 from .faults import Fault
 from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
-from .ledger import DEFAULT_BATCH_SIZE, LedgerError, status_name
-from .ledger_sql import DatabaseUnreachable
+from .ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
+from .ledger_sql import DatabaseUnreachable, DbConnection
 from .messages import SQS_S3_BUCKET_OPTION
-from .migration import DEFAULT_CUTOFF, RunOptions, TargetSettings
+from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_location, export_path_of
 from .rabbitmq_target import DestinationsRefused, DispatchError
 from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
 from .sqs_target import SqsSettings
 
 DEFAULT_REPORT_DIR = "migration-preview"
+JDBC_ONLY = ("source_kind", "dialect", "schema", "table")
+EXPORT_ONLY = ("source_format", "ledger_jdbc_url", "abort_output")
+RABBITMQ_ONLY = ("rabbitmq_url", "rabbitmq_management_url", "generation")
+SQS_ONLY = ("sqs_endpoint_url", "sqs_prefix", "sqs_s3_bucket", "sqs_s3_key_prefix")
+SECRET_OPTIONS = ("jdbc_password",)
 CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
 
 
@@ -85,22 +104,105 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return functools.reduce(lambda f, option: option(f), reversed(options), command)
 
 
-def jdbc_source(values: dict[str, Any]) -> JdbcSource:
+def option_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def given(name: str) -> bool:
+    """The user typed this option (a default or an environment variable does not count)."""
+    context = click.get_current_context()
+    return context.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
+def _misplaced(values: dict[str, Any], names: tuple[str, ...], only: str) -> list[str]:
+    flags = [option_flag(name) for name in names if name in values and given(name)]
+    return [f"{', '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} only {only}"] if flags else []
+
+
+def _jdbc_source(values: dict[str, Any], problems: list[str]) -> JdbcSource | None:
     url = values["source_jdbc"]
     try:
-        dialect = values["dialect"] or dialect_of_jdbc_url(url)
+        url_dialect = dialect_of_jdbc_url(url)
+        dialect = values["dialect"] or url_dialect
+        if dialect != url_dialect:
+            problems.append(f"--dialect {dialect} does not match --source-jdbc, a {url_dialect} URL")
+            return None
         layout = jdbc_layout(
             values["source_kind"], dialect, values["endpoint"] or "", schema=values["schema"], table=values["table"]
         )
-    except LayoutError as error:
-        raise click.BadParameter(str(error), param_hint="--source-jdbc/--endpoint") from None
+        conninfo_from_jdbc(url, values["jdbc_user"], values["jdbc_password"])
+    except (LayoutError, LedgerError) as error:
+        problems.append(f"--source-jdbc/--endpoint: {error}")
+        return None
     return JdbcSource(url, layout, values["jdbc_user"], values["jdbc_password"])
+
+
+def jdbc_source(values: dict[str, Any]) -> JdbcSource:
+    problems: list[str] = []
+    source = _jdbc_source(values, problems)
+    if source is None:
+        raise CommandError(problems)
+    return source
+
+
+def source_option_problems(values: dict[str, Any], command: str) -> list[str]:
+    """Exactly one source, and only the options that belong to it."""
+    jdbc, path = values["source_jdbc"], values["source_path"]
+    if not jdbc and not path:
+        return ["give a source: --source-jdbc URL (the legacy timeout table) or --source-path PATH (an export)"]
+    if jdbc and path:
+        return ["give one source: --source-jdbc or --source-path, not both"]
+    if jdbc:
+        return _misplaced(values, EXPORT_ONLY, "to an export (--source-path)")
+    problems = _misplaced(values, JDBC_ONLY, "to a table (--source-jdbc)")
+    ledger = values.get("ledger_jdbc_url")
+    if command in ("run", "abort"):
+        if not ledger:
+            problems.append(
+                f"{command} from an export (--source-path) needs --ledger-jdbc-url: a PostgreSQL database "
+                "(jdbc:postgresql://…) that keeps the run's ledger and migration table"
+            )
+        elif not ledger.startswith("jdbc:postgresql://"):
+            problems.append(f"--ledger-jdbc-url {ledger!r}: the ledger of an export run is kept in PostgreSQL "
+                            "(jdbc:postgresql://host:port/database)")  # fmt: skip
+    return problems
+
+
+def target_option_problems(values: dict[str, Any]) -> list[str]:
+    """The target's own options, and a RabbitMQ URL pair that can be used."""
+    if values["target"] == "sqs":
+        problems = _misplaced(values, RABBITMQ_ONLY, "to --target rabbitmq")
+        if values.get("sqs_s3_key_prefix") and not values.get("sqs_s3_bucket"):
+            problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
+        return problems
+    problems = _misplaced(values, SQS_ONLY, "to --target sqs")
+    amqp, management = values.get("rabbitmq_url"), values.get("rabbitmq_management_url")
+    if not amqp:
+        problems.append(
+            "--target rabbitmq needs --rabbitmq-url (or NSB_RABBITMQ_URL): amqp://user:pass@host:5672/vhost"
+        )
+    elif urlsplit(amqp).scheme not in ("amqp", "amqps"):
+        problems.append(f"--rabbitmq-url {_hide(amqp)!r} is not an amqp:// or amqps:// URL")
+    if not management:
+        problems.append(
+            "--target rabbitmq needs --rabbitmq-management-url (or NSB_RABBITMQ_MANAGEMENT_URL): http://host:15672, "
+            "to check that the delay infrastructure and every destination exist before anything moves"
+        )
+    elif urlsplit(management).scheme not in ("http", "https") or not urlsplit(management).hostname:
+        problems.append(f"--rabbitmq-management-url {management!r} is not an http:// or https:// URL")
+    return problems
+
+
+def _hide(url: str) -> str:
+    """A URL with its password replaced by ``***`` (amqp://user:***@host, jdbc:…?password=***)."""
+    url = re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
+    return re.sub(r"(password=)[^;&]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def target_settings(values: dict[str, Any]) -> TargetSettings:
     amqp = values.get("rabbitmq_url")
     vhost, auth = "/", ("guest", "guest")
-    if amqp:
+    if amqp and values["target"] == "rabbitmq":
         import pika
 
         parameters = pika.URLParameters(amqp)
@@ -133,36 +235,148 @@ def _ledger_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, JdbcSource]:
-    """The export and, for ``run``/``abort``, the ledger database its rows are staged in."""
+    """The export (identified by its content) and the ledger database its rows are staged in."""
     from .migration import export_ledger_source
 
     export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
-    url = values["ledger_jdbc_url"]
-    if not url:
-        raise click.UsageError(
-            f"{command} from an export (--source-path) needs --ledger-jdbc-url: a PostgreSQL database "
-            "(jdbc:postgresql://…) that keeps the run's ledger and migration table"
-        )
     try:
-        return export, export_ledger_source(export, url, values["jdbc_user"], values["jdbc_password"])
+        return export, export_ledger_source(export, values["ledger_jdbc_url"], values["jdbc_user"],
+                                            values["jdbc_password"])  # fmt: skip
     except LedgerError as error:
-        raise click.BadParameter(str(error), param_hint="--ledger-jdbc-url") from None
+        raise CommandError(f"--ledger-jdbc-url: {error}") from None
 
 
-def task_failure(error: Exception) -> str:
+def task_failure(error: BaseException) -> str:
     """The Python exception line inside a Spark job failure (which wraps it in a JVM stack trace)."""
     lines = [line.strip() for line in str(error).splitlines()]
     causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Fault): ", line)]
     return causes[-1] if causes else (lines[0] if lines else type(error).__name__)
 
 
-def _fail(error: Exception) -> None:
-    raise click.ClickException(str(error)) from error
+def _connection(source: JdbcSource) -> DbConnection:
+    return conninfo_from_jdbc(source.url, source.user, source.password)
 
 
-@click.group()
+def environment_problems(
+    command: str, source: JdbcSource | None, export: ExportSource | None, target: TargetSettings | None
+) -> list[str]:
+    """What the command will reach, reached now: databases, drivers, the export's files, the target."""
+    problems: list[str] = []
+    if source is not None:
+        connection = _connection(source)
+        problems += preflight.ledger_driver_problems(connection.dialect)
+        if not problems:
+            where = preflight.database_where(connection)
+            if export is None:
+                problems += preflight.source_table_problems(connection, source.layout, where=where)
+            else:
+                problems += _ledger_database_problems(connection, export, command, where)
+        if command != "abort" or export is not None:  # a table's abort runs without Spark
+            problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect)
+    if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
+        problems += preflight.export_path_problems(export)
+    if target is not None and target.kind == "rabbitmq" and target.amqp_url and target.management_url:
+        problems += preflight.rabbitmq_problems(target.amqp_url, target.management_url, target.management_auth)
+    elif target is not None and target.kind == "sqs":
+        problems += preflight.sqs_problems(target.sqs)
+    return problems
+
+
+def _ledger_database_problems(connection: DbConnection, export: ExportSource, command: str, where: str) -> list[str]:
+    """The ledger database of an export must be reachable; a run of the same export path with other
+    content must not be in progress (its rows would be dispatched twice, or never)."""
+    from .migration import export_layout
+
+    try:
+        with connection.connect():
+            pass
+    except DatabaseUnreachable as error:
+        return [f"--ledger-jdbc-url: {error}"]
+    if command != "run" or not export.content_fingerprint:
+        return []
+    ledger = Ledger(connection, export_layout(export))
+    path = export_location(export.path)
+    for run in ledger.runs_in_progress():
+        identity = run.parameters.get("export") or {}
+        if export_path_of(run) == path and identity.get("fingerprint") != export.content_fingerprint:
+            return [
+                f"export {export.path} changed since run {run.run_id} hid its timeouts (in {where}); finish that "
+                "run with the file as it was, or `migrate abort` it first (it writes the undispatched rows out)"
+            ]
+    return []
+
+
+def refuse(problems: list[str]) -> None:
+    if problems:
+        raise CommandError(problems, footer="nothing was changed")
+
+
+def command_line(context: click.Context, command: str, names: tuple[str, ...] | None = None, **more: str) -> str:
+    """``nsb-delays migrate <command>`` with the options the user gave (passwords masked), for the advice."""
+    words = ["nsb-delays", "migrate", command]
+    for parameter in context.command.params:
+        name = parameter.name or ""
+        if names is not None and name not in names:
+            continue
+        if context.get_parameter_source(name) != ParameterSource.COMMANDLINE or name in more:
+            continue
+        value = context.params.get(name)
+        flag = option_flag(name)
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            text = "***" if name in SECRET_OPTIONS else _hide(str(value))
+            words += [flag, text]
+    for name, value in more.items():
+        words += [option_flag(name), value]
+    return shlex.join(words)
+
+
+ABORT_OPTIONS = ("source_jdbc", "source_path", "source_format", "source_kind", "dialect", "endpoint", "schema",
+                 "table", "jdbc_user", "jdbc_password", "master", "ledger_jdbc_url")  # fmt: skip
+
+
+def where_the_run_stands(tracker: RunTracker, *, look_up: bool = False) -> str | None:
+    """``run <id>: 1,200 hidden, 300 dispatched, 0 quarantined, 900 pending``; None when this command neither
+    resumed nor started a run. ``look_up``: also a run the ledger holds that the command had not noted yet
+    (an interrupt right after the hiding transaction committed)."""
+    ledger, run = tracker.ledger, tracker.run
+    if ledger is None or (run is None and not look_up):
+        return None
+    try:
+        run = run or ledger.active_run()
+        if run is None:
+            return None
+        progress = ledger.progress(run)
+    except Exception:  # the database is what failed: say what is known
+        return f"run {run.run_id}" if run is not None else None
+    pending = progress.total - progress.settled
+    return (
+        f"run {run.run_id}: {progress.total:,} hidden, {progress.dispatched:,} dispatched, "
+        f"{progress.quarantined:,} quarantined, {pending:,} pending"
+    )
+
+
+def how_to_go_on(context: click.Context, run_id: str) -> str:
+    return (
+        f"resume:  {command_line(context, 'run')}\n"
+        f"restore: {command_line(context, 'abort', ABORT_OPTIONS, run_id=run_id)}"
+    )
+
+
+@click.group(cls=Group)
 def migrate() -> None:
-    """Move stored timeouts (timeout manager / delayed stores) into native RabbitMQ or SQS delays."""
+    """Move stored timeouts (timeout manager / delayed stores) into native RabbitMQ or SQS delays.
+
+    Every command checks what it needs first and refuses (exit 2, nothing changed) with every problem
+    it found; 1: a run that started and stopped; 130: interrupted.
+    """
+
+
+def _spark_failure(error: BaseException, log: Path, what: str) -> CommandError:
+    """A Spark/JVM failure: one line here, the whole trace in the log file."""
+    exception_log(error, path=log)
+    return CommandError(f"{what}: {task_failure(error)} (Spark's detail: {log})")
 
 
 @migrate.command()
@@ -177,22 +391,34 @@ def preview(**values: Any) -> None:
     from .sources import read_export, read_jdbc, validated
     from .spark import spark_session
 
+    problems = source_option_problems(values, "preview") + preflight.master_problems(values["master"])
+    problems += preflight.writable_directory_problems("--report-dir", values["report_dir"])
+    if values["sqs_s3_key_prefix"] and not values["sqs_s3_bucket"]:
+        problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
+    source = _jdbc_source(values, problems) if values["source_jdbc"] and not problems else None
+    export = None
+    if values["source_path"] and not problems:
+        export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
+    refuse(problems)
+    refuse(environment_problems("preview", source, export, None))
     target = target_settings(values)
-    spark = spark_session(values["master"])
+    log = new_log_path("migrate-preview")
     try:
-        if values["source_path"]:
-            export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
-            frame, name, headers_format = read_export(spark, export), values["source_path"], "json"
-        elif values["source_jdbc"]:
-            source = jdbc_source(values)
+        spark = spark_session(values["master"], log_path=log)
+        if export is not None:
+            frame, name, headers_format = read_export(spark, export), export.path, "json"
+        else:
+            assert source is not None
             partitions = values["partitions"] or spark.sparkContext.defaultParallelism
             frame, name = read_jdbc(spark, source, partitions), source.layout.table
             headers_format = source.layout.headers_format
-        else:
-            raise click.UsageError("give --source-jdbc or --source-path")
         report = build_preview(validated(frame, headers_format), source=name, target=target, cutoff=values["cutoff"])
     except (SourceError, LayoutError) as error:
-        _fail(error)
+        raise CommandError(str(error)) from None
+    except KeyboardInterrupt:
+        raise Interrupted("preview interrupted; it changes nothing") from None
+    except Exception as error:
+        raise _spark_failure(error, log, "preview could not read the source") from None
     print_summary(report)
     html = write_html(report, values["report_dir"])
     click.echo(f"report: {html}")
@@ -207,41 +433,59 @@ def preview(**values: Any) -> None:
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @_ledger_option
 @click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
-def run(**values: Any) -> None:
+@click.pass_context
+def run(context: click.Context, **values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
     from .migration import run_migration
     from .spark import BackgroundSession
 
-    export = None
-    if values["source_path"]:
-        export, source = export_source(values, "run")
-    elif values["source_jdbc"]:
-        source = jdbc_source(values)
-    else:
-        raise click.UsageError("give --source-jdbc (the legacy table) or --source-path with --ledger-jdbc-url")
+    problems = source_option_problems(values, "run") + target_option_problems(values)
+    problems += preflight.master_problems(values["master"])
+    if values["quarantine_path"]:
+        problems += preflight.writable_file_problems("--quarantine", values["quarantine_path"])
+    fault = None
+    try:
+        fault = Fault.parse(values["fault"])
+    except ValueError as error:
+        problems.append(f"--fault: {error}")
+    source = export = None
+    if not problems:
+        if values["source_path"]:
+            export, source = export_source(values, "run")
+        else:
+            source = _jdbc_source(values, problems)
+    refuse(problems)
+    assert source is not None
+    target = target_settings(values)
+    refuse(environment_problems("run", source, export, target))
     options = RunOptions(
         source=source,
         export=export,
-        target=target_settings(values),
+        target=target,
         cutoff=values["cutoff"] or DEFAULT_CUTOFF,
         batch_size=values["batch_size"],
         partitions=values["partitions"],
         quarantine_path=values["quarantine_path"],
-        fault=Fault.parse(values["fault"]),
+        fault=fault,
         show_progress=values["progress"],
     )
+    log = new_log_path("migrate-run")
+    tracker = RunTracker()
     try:
-        result = run_migration(BackgroundSession(values["master"]), options)
-    except DatabaseUnreachable as error:
-        _fail(DatabaseUnreachable(f"{error}. Every confirmed batch is recorded in the ledger: rerun the same command"))
-    except (LedgerError, DestinationsRefused, DispatchError, LayoutError, SourceError, ValueError) as error:
-        _fail(error)
+        result = run_migration(BackgroundSession(values["master"], log_path=log), options, tracker)
+    except KeyboardInterrupt:
+        raise _interrupted(context, tracker) from None
+    except preflight.PreflightRefused as error:
+        refuse(error.problems)
+        raise
+    except (DestinationsRefused, LayoutError, SourceError, ValueError) as error:
+        raise _stopped(context, tracker, str(error)) from None
+    except (LedgerError, DatabaseUnreachable, DispatchError, ManagementError) as error:
+        raise _stopped(context, tracker, str(error)) from None
     except Exception as error:  # a Spark task failed (broker or database gone, injected fault, ...)
-        raise click.ClickException(
-            f"the run stopped: {task_failure(error)}. Every confirmed batch is recorded in the ledger: rerun the "
-            "same command to resume, or `migrate abort` to give the rest back to the legacy timeout manager"
-        ) from error
+        exception_log(error, path=log)
+        raise _stopped(context, tracker, f"{task_failure(error)} (Spark's detail: {log})") from None
     verb = "resumed" if result.resumed else "started"
     click.echo(
         f"run {result.run_id} ({verb}): {result.dispatched:,} of {result.total:,} dispatched "
@@ -261,6 +505,26 @@ def run(**values: Any) -> None:
         click.echo(f"{result.left_without_due_time:,} timeouts have no due time and {stay}")
 
 
+def _stopped(context: click.Context, tracker: RunTracker, reason: str) -> CommandError:
+    """Before a run exists nothing moved: exit 2 with the reason. After: exit 1, where it stands, how to go on."""
+    stands = where_the_run_stands(tracker)
+    if stands is None:
+        return CommandError(reason if "nothing was" in reason else f"{reason}; nothing was changed")
+    run_id = stands.split(":")[0].removeprefix("run ")
+    return RunStopped(
+        f"the run stopped: {reason}\n{stands}; every confirmed batch is recorded in the ledger.\n"
+        f"{how_to_go_on(context, run_id)}"
+    )
+
+
+def _interrupted(context: click.Context, tracker: RunTracker) -> Interrupted:
+    stands = where_the_run_stands(tracker, look_up=True)
+    if stands is None:
+        return Interrupted("interrupted before any timeout was hidden; nothing was changed")
+    run_id = stands.split(":")[0].removeprefix("run ")
+    return Interrupted(f"interrupted. {stands}.\n{how_to_go_on(context, run_id)}")
+
+
 @migrate.command()
 @_source_options
 @click.option("--run-id", help="The run to abort (default: the run in progress for the table or export).")
@@ -276,28 +540,43 @@ def abort(**values: Any) -> None:
     from .migration import abort_export, abort_migration
     from .spark import spark_session
 
-    if values["source_path"]:
-        export, source = export_source(values, "abort")
+    problems = source_option_problems(values, "abort") + preflight.master_problems(values["master"])
+    output = values["abort_output"]
+    if output and values["source_path"]:
+        problems += preflight.writable_directory_problems("--abort-output", output)
+        if Path(output).resolve() == Path(values["source_path"]).resolve():
+            problems.append(f"--abort-output {output}: is the export itself; give another path")
+    source = export = None
+    if not problems:
+        if values["source_path"]:
+            export, source = export_source(values, "abort")
+        else:
+            source = _jdbc_source(values, problems)
+    refuse(problems)
+    assert source is not None
+    refuse(environment_problems("abort", source, export, None))
+    if export is not None:
+        log = new_log_path("migrate-abort")
         try:
-            done = abort_export(
-                spark_session(values["master"]), source, export, values["abort_output"], values["run_id"]
-            )
+            done = abort_export(spark_session(values["master"], log_path=log), source, export, output, values["run_id"])
         except LedgerError as error:
-            _fail(error)
+            raise CommandError(str(error)) from None
+        except KeyboardInterrupt:
+            raise Interrupted("abort interrupted; its database work is one transaction: rerun it") from None
+        except Exception as error:
+            raise _spark_failure(error, log, "abort could not write the undispatched rows") from None
         click.echo(
             f"run {done.run.run_id} aborted (was {status_name(done.run.status)}): {done.written:,} undispatched "
             f"timeouts (pending and quarantined) written as {done.format} to {done.output} (a Spark output "
             f"directory); nothing was restored to a table (the source is an export); the staging table "
-            f"{source.layout.table} was dropped; the migration table keeps the dispatched rows"
+            f"{done.staging_table} was dropped; the migration table keeps the dispatched rows"
         )
         return
-    if not values["source_jdbc"]:
-        raise click.UsageError("abort needs --source-jdbc (the database the run hid the timeouts in) or --source-path")
     try:
-        run_state, restored = abort_migration(jdbc_source(values), values["run_id"])
+        run_state, restored = abort_migration(source, values["run_id"])
     except (LedgerError, DatabaseUnreachable) as error:
-        _fail(error)
+        raise CommandError(str(error)) from None
     click.echo(
         f"run {run_state.run_id} aborted (was {status_name(run_state.status)}): {restored:,} timeouts restored "
-        f"to {jdbc_source(values).layout.table}"
+        f"to {source.layout.table}"
     )

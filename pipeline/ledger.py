@@ -133,10 +133,15 @@ class Ledger:
     def _this_source(self, **more: Any) -> dict[str, Any]:
         return {"source": self.layout.table, "endpoint": self.layout.endpoint_filter, **more}
 
+    def has_state_table(self, connection: Db) -> bool:
+        """Whether the run state table exists (reading the state never creates it: a refused run leaves nothing)."""
+        return bool(connection.scalar(self.sql.state_table_exists(), self._state_table_names()))
+
     def active_run(self) -> Run | None:
         """The run of this source table (and endpoint, for a shared table) that neither completed nor aborted."""
         with self.connect() as connection:
-            self.ensure_state_table(connection)
+            if not self.has_state_table(connection):
+                return None
             return self._active_run(connection)
 
     def _active_run(self, connection: Db) -> Run | None:
@@ -146,14 +151,25 @@ class Ledger:
     def runs(self) -> list[Run]:
         """Every run of this source table (and endpoint), oldest first, whatever its status."""
         with self.connect() as connection:
-            self.ensure_state_table(connection)
+            if not self.has_state_table(connection):
+                return []
             rows = connection.execute(self.sql.runs(), self._this_source()).fetchall()
+        return [self._run(row) for row in rows]
+
+    def runs_in_progress(self) -> list[Run]:
+        """Every run in progress in this database, whatever its source (an export changed under its run)."""
+        with self.connect() as connection:
+            if not self.has_state_table(connection):
+                return []
+            rows = connection.execute(
+                self.sql.run_select(self.sql._('"Status" = %(status)s')), {"status": STORAGE_PREPARED}
+            ).fetchall()
         return [self._run(row) for row in rows]
 
     def run(self, run_id: str) -> Run:
         with self.connect() as connection:
-            self.ensure_state_table(connection)
-            row = connection.execute(self.sql.run(), {"run_id": run_id}).fetchone()
+            exists = self.has_state_table(connection)
+            row = connection.execute(self.sql.run(), {"run_id": run_id}).fetchone() if exists else None
         if row is None:
             raise LedgerError(f"no migration run {run_id!r} in {self._name(STATE_TABLE)}")
         return self._run(row)

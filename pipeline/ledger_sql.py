@@ -451,6 +451,10 @@ class LedgerSql:
         (``table``: quoted and qualified; ``schema``, ``name``: plain). None: ``if not exists`` works."""
         return None
 
+    def state_table_exists(self) -> str:
+        """Like ``table_exists``, for every dialect: reading the run state must never create its table."""
+        return self.table_exists() or "select to_regclass(%(table)s) is not null"
+
     def create_state_table(self) -> str:
         nn0 = self.not_null_default(0)
         exists = "if not exists " if self.table_exists() is None else ""
@@ -675,6 +679,7 @@ class LedgerSql:
         batches = table + "_batches"
         statements: dict[str, str | None] = {
             "table_exists": self.table_exists(),
+            "state_table_exists": self.state_table_exists(),
             "create_state_table": self.create_state_table(),
             "active_run": self.active_run(),
             "runs": self.runs(),
@@ -825,6 +830,12 @@ class MySql(LedgerSql):
             f"create table {self.name(table)} like {self.source}",
             self._(f'alter table {self.name(table)} add column "BatchNumber" int not null, add column "Reason" text'),
         ]
+
+    def state_table_exists(self) -> str:
+        return (
+            "select count(*) from information_schema.tables "
+            "where table_schema = coalesce(%(schema)s, database()) and table_name = %(name)s"
+        )
 
     def try_lock(self) -> str:
         return "select get_lock(%(name)s, 0)"

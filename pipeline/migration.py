@@ -12,6 +12,7 @@ undispatched rows back out as an export.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -49,8 +50,10 @@ from .sources import (
     JdbcSource,
     SourceError,
     canonical,
+    inspect_export,
     read_export,
     read_jdbc_query,
+    spark_path,
     validated,
 )
 from .spark import SessionSource, resolve
@@ -58,7 +61,9 @@ from .sqs_target import SqsSettings, check_bucket, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
+INTERRUPT_GRACE_SECONDS = 10  # after Ctrl-C: how long in-flight batches may take to be confirmed and marked
 EXPORT_TABLE_PREFIX = "TimeoutData_export_"  # an export's rows staged in the ledger database
+EXPORT_PATH_KEY = "exportPath"  # in a run's parameters: where the export was (not part of its identity)
 JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
@@ -102,8 +107,11 @@ class RunOptions:
     export: ExportSource | None = None  # the source is this export, staged in ``source`` (the ledger database)
 
     def parameters(self) -> dict[str, Any]:
-        """What must be identical for a rerun to resume (TMT refuses to resume with other parameters)."""
-        export = {"export": _export_identity(self.export)} if self.export is not None else {}
+        """What must be identical for a rerun to resume (TMT refuses to resume with other parameters);
+        an export is identified by its content, and its path is kept only to find a run again."""
+        export = {}
+        if self.export is not None:
+            export = {"export": _export_identity(self.export), EXPORT_PATH_KEY: export_location(self.export.path)}
         return {
             **export,
             "source": self.source.layout.table,
@@ -115,6 +123,16 @@ class RunOptions:
             "cutoff": self.cutoff.isoformat(),
             "batchSize": self.batch_size,
         }
+
+
+@dataclass
+class RunTracker:
+    """Where a run stands, for the report of an interrupted or stopped run: its ledger, the run once it
+    exists (resumed or hidden), and the Spark session once dispatch began (to cancel its jobs)."""
+
+    ledger: Ledger | None = None
+    run: Run | None = None
+    spark: SparkSession | None = None
 
 
 @dataclass(frozen=True)
@@ -134,11 +152,28 @@ class RunResult:
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
-    return {"path": str(Path(export.path).resolve()), "format": export.format, "endpoint": export.endpoint}
+    """The export's content (fingerprint of its files), format and endpoint: what a run of it is."""
+    return {"fingerprint": export.content_fingerprint, "format": export.format, "endpoint": export.endpoint}
+
+
+def same_run_parameters(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal but for where the export lies (a moved file is the same export)."""
+    return {k: v for k, v in a.items() if k != EXPORT_PATH_KEY} == {k: v for k, v in b.items() if k != EXPORT_PATH_KEY}
+
+
+def export_location(path: str) -> str:
+    """Where an export is, as recorded with its run: a local path resolved, a URI as given."""
+    return str(Path(path).resolve()) if "://" not in path else path
+
+
+def export_path_of(run: Run) -> str | None:
+    """The export path a run of an export recorded (older runs kept it in their identity)."""
+    path = run.parameters.get(EXPORT_PATH_KEY) or (run.parameters.get("export") or {}).get("path")
+    return str(path) if path else None
 
 
 def export_layout(export: ExportSource) -> TimeoutLayout:
-    """The staging table of ``export`` in the ledger database (one per export path, format and endpoint)."""
+    """The staging table of ``export`` in the ledger database (one per export content, format and endpoint)."""
     key = hashlib.sha256(json.dumps(_export_identity(export), sort_keys=True).encode()).hexdigest()[:16]
     columns = {name: f'"{field}"' for name, field in EXPORT_COLUMNS.items()}
     table = qualified("public", EXPORT_TABLE_PREFIX + key, "postgresql")
@@ -179,7 +214,7 @@ def _earlier_export_run(ledger: Ledger, export: ExportSource, parameters: dict[s
     """The completed run of this export with these parameters (a rerun is a no-op); refuse after any other run."""
     earlier = ledger.runs()
     for run in earlier:
-        if run.status == COMPLETED and run.parameters == parameters:
+        if run.status == COMPLETED and same_run_parameters(run.parameters, parameters):
             return run
     if earlier:
         last = earlier[-1]
@@ -240,8 +275,18 @@ def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run
     )
 
 
-def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: int, show: bool) -> Any:
-    """Run the Spark action in a thread; the driver polls the ledger for rows settled / total."""
+def _with_progress(
+    job: Callable[[], Any],
+    poll: Callable[[], Progress],
+    total: int,
+    show: bool,
+    cancel: Callable[[], None] = lambda: None,
+) -> Any:
+    """Run the Spark action in a thread; the driver polls the ledger for rows settled / total.
+
+    On Ctrl-C (or SIGTERM) the Spark jobs are cancelled and the tasks get a moment to finish the batch
+    they are confirming, so the report that follows counts what the ledger really holds.
+    """
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -252,6 +297,18 @@ def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: 
 
     thread = threading.Thread(target=target, name="migration-dispatch", daemon=True)
     thread.start()
+    try:
+        _follow(thread, poll, total, show)
+    except KeyboardInterrupt:
+        cancel()
+        thread.join(INTERRUPT_GRACE_SECONDS)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _follow(thread: threading.Thread, poll: Callable[[], Progress], total: int, show: bool) -> None:
     if show:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -264,21 +321,33 @@ def _with_progress(job: Callable[[], Any], poll: Callable[[], Progress], total: 
                 bar.update(task, completed=poll().settled)
             bar.update(task, completed=poll().settled)
     else:
-        thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+        while thread.is_alive():
+            thread.join(PROGRESS_INTERVAL_SECONDS)
 
 
-def run_migration(spark: SessionSource, options: RunOptions) -> RunResult:
+def run_migration(spark: SessionSource, options: RunOptions, tracker: RunTracker | None = None) -> RunResult:
     """Resume or start the run of ``options.source``, holding the run lock (``abort`` refuses meanwhile)."""
     source = options.source
+    tracker = tracker or RunTracker()
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    tracker.ledger = ledger
     with ledger.run_lock(ledger.active_run(), purpose="run"):
-        return _run_migration(spark, options, ledger)
+        return _run_migration(spark, options, ledger, tracker)
 
 
-def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger) -> RunResult:
+def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime | None, now: datetime) -> None:
+    """Before staging: the export's rows must be readable and usable, and its destinations must exist."""
+    from .preflight import PreflightRefused, export_summary_problems
+
+    assert options.export is not None
+    summary = inspect_export(spark, options.export, options.cutoff, latest_due)
+    problems = export_summary_problems(options.export, summary)
+    if problems:
+        raise PreflightRefused(problems)
+    check_target(options, summary.destinations, now)
+
+
+def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tracker: RunTracker) -> RunResult:
     """``spark`` may still be starting (``BackgroundSession``): a table source needs it only to dispatch."""
     started = time.monotonic()
     source = options.source
@@ -286,25 +355,40 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger) ->
     parameters = options.parameters()
     now = from_micros(now_micros())
     run = ledger.active_run()
+    latest_due = _latest_due(options.target, now)
     if run is None and options.export is not None:
         run = _earlier_export_run(ledger, options.export, parameters)
         if run is None:
-            stage_export(resolve(spark), options.export, source)
+            _check_export(resolve(spark), options, latest_due, now)
+            try:
+                stage_export(resolve(spark), options.export, source)
+            except BaseException:  # interrupted or failed while staging: no half-written copy stays behind
+                with contextlib.suppress(Exception):
+                    ledger.drop_source_table()
+                raise
     resumed = run is not None
-    latest_due = _latest_due(options.target, now)
     if run is not None:
-        if run.parameters != parameters:
+        if not same_run_parameters(run.parameters, parameters):
             raise LedgerError(
                 f"migration run {run.run_id} of {source.layout.table} is in progress with other parameters "
                 f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
             )
     else:
-        candidates = ledger.destinations(options.cutoff, latest_due)
-        check_target(options, candidates, now)
-        run = ledger.hide(
-            parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
-        )
+        if options.export is None:  # an export's destinations were checked before it was staged
+            check_target(options, ledger.destinations(options.cutoff, latest_due), now)
+        try:
+            run = ledger.hide(
+                parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
+            )
+        except BaseException:
+            if options.export is not None:  # nothing was hidden: the staged copy goes too (unless a run has it)
+                with contextlib.suppress(Exception):
+                    if ledger.active_run() is None:
+                        ledger.drop_source_table()
+            raise
+        tracker.run = run
         fault("after-hide")
+    tracker.run = run
     prepared = time.monotonic()
     pending_destinations = ledger.pending_destinations(run)
     refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
@@ -321,13 +405,15 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger) ->
         batch_rows=ledger.pending_batch_rows(run),
     )
     before = ledger.progress(run)
-    frame = _pending_frame(resolve(spark), options, ledger, run)
+    session = tracker.spark = resolve(spark)
+    frame = _pending_frame(session, options, ledger, run)
     if frame is not None:
         _with_progress(
             lambda: frame.mapInArrow(partial(dispatch_arrow, settings), RESULT_SCHEMA).collect(),
             lambda: ledger.progress(run),
             run.total_rows,
             options.show_progress,
+            cancel=session.sparkContext.cancelAllJobs,
         )
     dispatched = time.monotonic()
     fault("after-last-batch")
@@ -374,6 +460,7 @@ class ExportAbort:
     written: int
     output: str
     format: str
+    staging_table: str = ""
 
 
 def default_abort_output(export: ExportSource, run_id: str) -> str:
@@ -391,8 +478,16 @@ def abort_export(
     """
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     run = ledger.run(run_id) if run_id else ledger.active_run()
+    if run is None:  # the file changed (or is gone) since its run hid the rows: find the run by its path
+        run = next((r for r in ledger.runs_in_progress() if export_path_of(r) == export_location(export.path)), None)
     if run is None:
         raise LedgerError(f"no migration of export {export.path!r} is in progress: nothing to abort")
+    staged = run.parameters.get("source")
+    if isinstance(staged, str) and staged != source.layout.table:  # the run's own staging table
+        layout = source.layout
+        ledger = Ledger(ledger.conninfo, TimeoutLayout(layout.kind, layout.dialect, staged, layout.columns,
+                                                       layout.headers_format, layout.endpoint_filter))  # fmt: skip
+        source = JdbcSource(source.url, ledger.layout, source.user, source.password)
     if run.status != STORAGE_PREPARED:
         raise LedgerError(f"migration run {run.run_id} is {status_name(run.status)}: only a run in progress aborts")
     target = output or default_abort_output(export, run.run_id)
@@ -403,9 +498,9 @@ def abort_export(
         written = rows.count()
         writer = rows.coalesce(1).write.mode("overwrite")
         if export.format == "parquet":
-            writer.parquet(target)
+            writer.parquet(spark_path(target))
         else:  # Time to the microsecond (Spark's default JSON format stops at milliseconds)
-            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(target)
+            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(spark_path(target))
     finally:
         rows.unpersist()
     aborted, moved = ledger.abort(run)
@@ -415,4 +510,4 @@ def abort_export(
             f"run {run.run_id} aborted, but {moved:,} rows were undispatched and {written:,} written to {target!r}: "
             "a run was still dispatching; the migration table keeps the rows it dispatched"
         )
-    return ExportAbort(aborted, written, target, export.format)
+    return ExportAbort(aborted, written, target, export.format, source.layout.table)

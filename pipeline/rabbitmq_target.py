@@ -8,15 +8,15 @@ frames of a batch are written to the socket in a few large writes, not one ``sen
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import pika
-import requests
 from pika.adapters.select_connection import SelectConnection
 
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 
 from .messages import RabbitMqMessage
@@ -33,8 +33,40 @@ class DestinationsRefused(RuntimeError):
     """Destinations that do not exist or are not bound to the delivery exchange: the endpoint is refused."""
 
 
-def _segment(value: str) -> str:
-    return quote(value, safe="")
+def amqp_failure_reason(error: BaseException | str) -> str:
+    """The innermost reason in pika's nested connection errors (refused socket, failed login, unknown vhost):
+    ``[Errno 111] Connection refused``, ``ACCESS_REFUSED - Login was refused … (403)``."""
+    current: Any = error
+    for _ in range(6):
+        failures = getattr(current, "exceptions", None)
+        if failures:
+            current = failures[-1]
+            continue
+        inner = getattr(current, "exception", None)  # pika's connector errors wrap the socket's error
+        if isinstance(inner, BaseException):
+            current = inner
+            continue
+        args = getattr(current, "args", ())
+        if isinstance(current, OSError):
+            return f"[Errno {current.errno}] {current.strerror}" if current.errno else str(current)
+        if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
+            return f"{args[1]} ({args[0]})"
+        if args and isinstance(args[0], BaseException):
+            current = args[0]
+            continue
+        break
+    text = str(current).strip()
+    closed = re.search(r"\((\d+)\) '([^']*)'", text)  # ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - …'
+    if closed:
+        return f"{closed[2]} ({closed[1]})"
+    return text or type(current).__name__
+
+
+def amqp_address(parameters: pika.URLParameters) -> str:
+    """``127.0.0.1:5672 vhost '/' as 'guest'``: where an AMQP URL connects, without its password."""
+    return (
+        f"{parameters.host}:{parameters.port} vhost {parameters.virtual_host!r} as {parameters.credentials.username!r}"
+    )
 
 
 def check_destinations(
@@ -49,13 +81,9 @@ def check_destinations(
 
     Like the Timeout Migration Tool's RabbitMQ target, this runs before anything is hidden or sent.
     """
-    api = management_url.rstrip("/") + "/api"
-    session = requests.Session()
-    session.auth = auth
+    api = ManagementApi(management_url, *auth)
     delivery = rmq.delivery_exchange_name(generation)
-    response = session.get(f"{api}/exchanges/{_segment(vhost)}", timeout=30)
-    response.raise_for_status()
-    existing = {exchange["name"] for exchange in response.json()}
+    existing = {exchange["name"] for exchange in api.exchanges(vhost)}
     required = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)] + [delivery]
     missing = [name for name in required if name not in existing]
     if missing:
@@ -63,11 +91,9 @@ def check_destinations(
             f"the {generation} delay infrastructure is missing on vhost {vhost!r}: {', '.join(missing)} "
             "(declare it first, e.g. with `pulumi up` of this project)"
         )
-    response = session.get(f"{api}/exchanges/{_segment(vhost)}/{_segment(delivery)}/bindings/source", timeout=30)
-    response.raise_for_status()
     bound = {
         binding["destination"]
-        for binding in response.json()
+        for binding in api.request("GET", f"exchanges/{path_segment(vhost)}/{path_segment(delivery)}/bindings/source")
         if binding["routing_key"] == rmq.endpoint_binding_key(binding["destination"])
     }
     unbound = sorted(set(destinations) - bound)
@@ -133,10 +159,14 @@ class ConfirmPublisher:
         self._unconfirmed: dict[int, str] = {}
         self._nacked: list[str] = []
         self._returned: list[tuple[str, str]] = []
+        parameters = pika.URLParameters(amqp_url)
+        where = amqp_address(parameters)
         self._connection = _GatheringConnection(
-            pika.URLParameters(amqp_url),
+            parameters,
             on_open_callback=self._opened,
-            on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect: {error}"),
+            on_open_error_callback=lambda _connection, error: self._fail(
+                f"cannot connect to {where}: {amqp_failure_reason(error)}"
+            ),
             on_close_callback=lambda _connection, reason: self._fail(f"connection closed: {reason}"),
         )
         self._connection.ioloop.activate_poller()  # we drive the loop ourselves (poll + process_timeouts)

@@ -8,8 +8,12 @@ Canonical columns: ``id string, destination string, state binary, due timestamp,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import hashlib
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,6 +29,8 @@ BAD_HEADERS = "headers are not a JSON object of strings"
 EXPORT_FORMATS = ("parquet", "json")
 JDBC_FETCH_SIZE = 10_000
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+CORRUPT_RECORD = "_corrupt_record"
+EXPORT_IDENTITY_VERSION = 2  # 1: path + format + endpoint (a changed file looked like a finished run)
 
 
 class SourceError(ValueError):
@@ -50,6 +56,49 @@ class JdbcSource:
         return options
 
 
+def is_local_path(path: str) -> bool:
+    """A path on this machine (``exports/t.parquet``, ``file:/…``), not a URI Spark reads elsewhere (``s3a://…``)."""
+    return "://" not in path or path.startswith("file:")
+
+
+def local_path(path: str) -> Path:
+    return Path(path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:"))
+
+
+def export_files(path: str) -> list[Path]:
+    """The data files of an export: the file, or every file under the directory except those Spark skips
+    (names starting with ``_`` or ``.``, like ``_SUCCESS`` and checksum files)."""
+    root = local_path(path)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(
+        file
+        for file in root.rglob("*")
+        if file.is_file() and not any(part.startswith(("_", ".")) for part in file.relative_to(root).parts)
+    )
+
+
+def export_fingerprint(path: str) -> str:
+    """SHA-256 over each data file's relative name, size and content: the export's identity for the ledger.
+
+    A run of an export is found again by content, not by path: a file fixed or replaced at the same path
+    is a different export (never mistaken for a finished one), and a moved file is the same export.
+    """
+    digest = hashlib.sha256(f"nsb-delays export v{EXPORT_IDENTITY_VERSION}\n".encode())
+    if not is_local_path(path):  # a remote export (s3a://, hdfs://) is known by its URI only
+        digest.update(f"uri\0{path}".encode())
+        return digest.hexdigest()
+    root = local_path(path)
+    for file in export_files(path):
+        name = file.name if root.is_file() else str(file.relative_to(root))
+        digest.update(f"{name}\0{file.stat().st_size}\0".encode())
+        with file.open("rb") as content:
+            digest.update(hashlib.file_digest(content, "sha256").digest())
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class ExportSource:
     """Exported timeout documents (e.g. RavenDB ``TimeoutData``) as Parquet or JSON lines."""
@@ -57,6 +106,15 @@ class ExportSource:
     path: str
     format: str = "parquet"
     endpoint: str | None = None  # keep only documents whose OwningTimeoutManager is this endpoint
+    fingerprint: str = ""  # the files' content (``export_fingerprint``); computed on first use when not given
+
+    @functools.cached_property
+    def content_fingerprint(self) -> str:
+        """The identity of a run of this export: ``fingerprint``, or the files' fingerprint ("" if there are none)."""
+        if self.fingerprint:
+            return self.fingerprint
+        exists = not is_local_path(self.path) or local_path(self.path).exists()
+        return export_fingerprint(self.path) if exists else ""
 
     def __post_init__(self) -> None:
         if self.format not in EXPORT_FORMATS:
@@ -104,14 +162,26 @@ def _timestamp_bound(value: datetime | None) -> str | None:
     return value.strftime(TIMESTAMP_FORMAT)
 
 
-def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
-    """Exported documents with RavenDB's field names; JSON objects (``Headers``) are kept as JSON text."""
+def spark_path(path: str) -> str:
+    """A local path made absolute (the JVM resolves relative paths against its own working directory)."""
+    return path if "://" in path or path.startswith("file:") else str(Path(path).absolute())
+
+
+def _raw_export(spark: SparkSession, source: ExportSource, *, corrupt_column: bool = False) -> DataFrame:
+    path = spark_path(source.path)
     if source.format == "json":
         # Every field as text: JSON objects (Headers) stay JSON, State stays base64, Time an ISO string.
-        schema = T.StructType([T.StructField(name, T.StringType()) for name in EXPORT_COLUMNS.values()])
-        frame = spark.read.schema(schema).json(source.path)
-    else:
-        frame = spark.read.parquet(source.path)
+        fields = [T.StructField(name, T.StringType()) for name in EXPORT_COLUMNS.values()]
+        if corrupt_column:  # a line that is not a JSON object lands here (Spark's PERMISSIVE mode)
+            fields.append(T.StructField(CORRUPT_RECORD, T.StringType()))
+        reader = spark.read.schema(T.StructType(fields)).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+        return reader.json(path)
+    return spark.read.parquet(path)
+
+
+def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
+    """Exported documents with RavenDB's field names; JSON objects (``Headers``) are kept as JSON text."""
+    frame = _raw_export(spark, source)
     present = {canonical_name: name for canonical_name, name in EXPORT_COLUMNS.items() if name in frame.columns}
     result = canonical(frame, present)
     if source.endpoint is not None:
@@ -125,12 +195,16 @@ def read_export(spark: SparkSession, source: ExportSource) -> DataFrame:
 
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:
-    """State is bytes; text exports carry it base64-encoded (as RavenDB serialises byte[])."""
-    return F.unbase64(column) if isinstance(data_type, T.StringType) else column.cast("binary")
+    """State is bytes; text exports carry it base64-encoded (as RavenDB serialises byte[]).
+
+    ``try_`` functions: Spark 4 runs in ANSI mode, where ``unbase64``/``to_timestamp`` of a bad value fail
+    the whole job; a bad value must be null instead, so the row is reported (or the export refused).
+    """
+    return F.try_to_binary(column, F.lit("base64")) if isinstance(data_type, T.StringType) else column.cast("binary")
 
 
 def _as_timestamp(column: Column, data_type: T.DataType) -> Column:
-    return F.to_timestamp(column) if isinstance(data_type, T.StringType) else column.cast("timestamp")
+    return F.try_to_timestamp(column) if isinstance(data_type, T.StringType) else column.cast("timestamp")
 
 
 def _as_json_text(column: Column, data_type: T.DataType) -> Column:
@@ -180,3 +254,97 @@ def validated(frame: DataFrame, headers_format: str = "json") -> DataFrame:
         .when(F.col("header_map").isNull(), F.lit(BAD_HEADERS))
     )
     return frame.withColumn("problem", problem)
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What one Spark pass over an export found (``inspect_export``), for the preflight to judge."""
+
+    rows: int
+    corrupt: int  # lines that are not JSON objects
+    first_corrupt_file: str | None
+    usable: dict[str, int]  # id/destination/due -> rows of the endpoint where it is set (due: and parses)
+    endpoint_rows: int | None  # rows of --endpoint (None: no endpoint filter)
+    first_unparsed_time: str | None
+    endpoints: list[str]  # the most frequent endpoints, when --endpoint matched none
+    undecodable_state: int = 0  # rows whose State text is not base64 (their body would be lost)
+    first_undecodable_id: str | None = None
+    destinations: dict[str, datetime] = field(default_factory=dict)  # a run's destinations -> latest due
+
+
+def _timestamp_literal(value: datetime) -> Column:
+    """A timestamp parsed in the session's time zone (UTC), not converted from this process's local zone."""
+    return F.lit(value.strftime(TIMESTAMP_FORMAT)).cast("timestamp")
+
+
+def inspect_export(
+    spark: SparkSession, source: ExportSource, cutoff: datetime | None = None, latest_due: datetime | None = None
+) -> ExportSummary:
+    """One pass over the export, grouped by destination: rows, lines that are not JSON, rows of the endpoint,
+    how many of those have an id, a destination and a due time that parses, States that are not base64, and
+    the destinations a run would take with their latest due time (an export of garbage must not pass as
+    "0 timeouts", and every destination is checked before anything is staged)."""
+    raw = _raw_export(spark, source, corrupt_column=source.format == "json")
+
+    def text_of(field: str) -> Column:
+        return F.col(field).cast("string") if field in raw.columns else F.lit(None).cast("string")
+
+    raw = (
+        raw.withColumn("_file", F.input_file_name())
+        .withColumn("_time_text", text_of(EXPORT_COLUMNS["due"]))
+        .withColumn("_state_text", text_of(EXPORT_COLUMNS["state"]))
+    )
+    present = {canonical_name: name for canonical_name, name in EXPORT_COLUMNS.items() if name in raw.columns}
+    corrupt = CORRUPT_RECORD in raw.columns
+    frame = canonical(
+        raw, present, keep=("_file", "_time_text", "_state_text", *((CORRUPT_RECORD,) if corrupt else ()))
+    )
+    undecodable = F.col("_state_text").isNotNull() & F.col("state").isNull()
+    bad = F.col(CORRUPT_RECORD).isNotNull() if corrupt else F.lit(False)
+    mine = (F.col("endpoint") == F.lit(source.endpoint)) if source.endpoint is not None else F.lit(True)
+    mine = mine & ~bad
+    selected = mine & (F.trim(F.col("destination")) != "")
+    if cutoff is not None:
+        selected = selected & (F.col("due") >= _timestamp_literal(cutoff))
+    if latest_due is not None:
+        selected = selected & (F.col("due") <= _timestamp_literal(latest_due))
+    groups = (
+        frame.withColumn("destination_set", F.col("destination"))
+        .groupBy("destination")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(bad, 1)).alias("corrupt"),
+            F.first(F.when(bad, F.col("_file")), ignorenulls=True).alias("first_corrupt_file"),
+            F.count(F.when(mine, 1)).alias("endpoint_rows"),
+            *(F.count(F.when(mine, F.col(name))).alias(name) for name in ("id", "destination_set", "due")),
+            F.first(F.when(mine & F.col("due").isNull(), F.col("_time_text")), ignorenulls=True).alias("bad_time"),
+            F.count(F.when(mine & undecodable, 1)).alias("undecodable"),
+            F.first(F.when(mine & undecodable, F.col("id")), ignorenulls=True).alias("undecodable_id"),
+            F.max(F.when(selected, F.col("due"))).alias("latest"),
+        )
+        .collect()
+    )
+
+    def total(name: str) -> int:
+        return sum(int(group[name]) for group in groups)
+
+    def first(name: str) -> Any:
+        return next((group[name] for group in groups if group[name] is not None), None)
+
+    endpoint_rows = total("endpoint_rows")
+    endpoints: list[str] = []
+    if source.endpoint is not None and not endpoint_rows and total("rows") > total("corrupt"):
+        counted = frame.where(~bad).groupBy("endpoint").count().orderBy(F.desc("count")).limit(10).collect()
+        endpoints = [str(item["endpoint"]) for item in counted]
+    return ExportSummary(
+        rows=total("rows"),
+        corrupt=total("corrupt"),
+        first_corrupt_file=first("first_corrupt_file"),
+        usable={"id": total("id"), "destination": total("destination_set"), "due": total("due")},
+        endpoint_rows=endpoint_rows if source.endpoint is not None else None,
+        first_unparsed_time=first("bad_time"),
+        endpoints=endpoints,
+        undecodable_state=total("undecodable"),
+        first_undecodable_id=first("undecodable_id"),
+        destinations={str(g["destination"]): g["latest"] for g in groups if g["latest"] is not None},
+    )

@@ -134,9 +134,18 @@ def parse_pack_config(raw: Any, source: str = "(inline)") -> PackConfig:
     return PackConfig(all_level, levels, properties)
 
 
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json`` keeps the last of two equal keys; a policy config that says a rule twice is refused instead."""
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate key(s) {', '.join(map(repr, duplicates))} in one object")
+    return dict(pairs)
+
+
 def load_pack_config(path: str | Path) -> PackConfig:
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(Path(path).read_text(), object_pairs_hook=_refuse_duplicate_keys)
     except (OSError, ValueError) as error:
         raise PolicyConfigError(str(path), [f"cannot read JSON: {error}"]) from None
     return parse_pack_config(raw, str(path))

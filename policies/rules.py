@@ -322,23 +322,36 @@ def validate_sqs_delay_queue_settings(args: ResourceValidationArgs, report: Repo
             "NServiceBus subtracts that much per cycle, so any other value delivers every long delay early or "
             f"late, including messages already waiting. Set delaySeconds={sqs.DELAY_QUEUE_DELAY_SECONDS}.",
         )
-    deduplication = value_at(args.props, "contentBasedDeduplication")
-    if deduplication is not UNKNOWN and deduplication:
-        report(
-            f"SQS queue {name!r}: contentBasedDeduplication is on; NServiceBus sets the message id as "
-            "deduplication id itself, and content-based deduplication drops distinct delayed messages with "
-            "equal bodies. Remove contentBasedDeduplication.",
-        )
 
 
 sqs_delay_queue_settings = ResourceValidationPolicy(
     name="sqs-delay-queue-settings",
     description=(
-        f"A '-delay.fifo' queue must be FIFO with delaySeconds exactly {sqs.DELAY_QUEUE_DELAY_SECONDS} and no "
-        "content-based deduplication. Fix: declare it with SqsEndpoint."
+        f"A '-delay.fifo' queue must be FIFO with delaySeconds exactly {sqs.DELAY_QUEUE_DELAY_SECONDS}. "
+        "Fix: declare it with SqsEndpoint."
     ),
     validate=validate_sqs_delay_queue_settings,
     enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_sqs_delay_queue_deduplication(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = _sqs_delay_queue_name(args)
+    deduplication = value_at(args.props, "contentBasedDeduplication") if name else None
+    if deduplication is not UNKNOWN and deduplication:
+        report(f"SQS queue {name!r}: contentBasedDeduplication is on; {sqs.CONTENT_DEDUPLICATION_NOTE}.")
+
+
+sqs_delay_queue_deduplication = ResourceValidationPolicy(
+    name="sqs-delay-queue-deduplication",
+    description=(
+        "A '-delay.fifo' queue is declared as NServiceBus creates it, without content-based deduplication. "
+        "Advisory: NServiceBus's explicit deduplication ids override it, so it does not stop or break the "
+        "endpoint. Fix: remove contentBasedDeduplication."
+    ),
+    validate=validate_sqs_delay_queue_deduplication,
+    enforcement_level=EnforcementLevel.ADVISORY,
 )
 
 RETENTION_SCHEMA = PolicyConfigSchema(
@@ -672,6 +685,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_binding_keys,
     endpoint_delivery_binding,
     sqs_delay_queue_settings,
+    sqs_delay_queue_deduplication,
     sqs_delay_queue_retention,
     sqs_delay_queue_no_redrive,
     sqs_delay_queue_name,

@@ -1,5 +1,6 @@
 """Stack rules: invariants no single resource shows - a complete level chain, bindings that lead somewhere,
-names declared once, endpoints retired in a safe order.
+names declared once, endpoints retired in a safe order, endpoint queues whose delivery limit only
+NServiceBus's own policy sets.
 
 The expected graph is ``components.model.rabbitmq.delay_levels``; a rule reports each missing or
 dangling object once, against the resource that refers to it when there is one.
@@ -8,7 +9,7 @@ dangling object once, against the resource that refers to it when there is one.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pulumi_policy import (
@@ -474,12 +475,79 @@ endpoint_retirement_order = StackValidationPolicy(
 )
 
 
+# --- delivery limits of endpoint queues (RabbitMQ 4.x) ------------------------------------------------------
+
+
+def _broker_policy(resource: PolicyResource) -> rmq.BrokerPolicy | None:
+    """A declared Policy/OperatorPolicy as the model's ``BrokerPolicy`` (None while a field is unknown)."""
+    name = value_at(resource.props, "name")
+    policy = value_at(resource.props, "policy")
+    if not isinstance(name, str) or not isinstance(policy, Mapping):
+        return None
+    pattern, apply_to = policy.get("pattern"), policy.get("applyTo") or "all"
+    priority, definition = policy.get("priority") or 0, policy.get("definition") or {}
+    if not isinstance(pattern, str) or not isinstance(apply_to, str) or not isinstance(definition, Mapping):
+        return None
+    operator = resource.resource_type == RABBITMQ_OPERATOR_POLICY
+    return rmq.BrokerPolicy(name, pattern, apply_to, int(priority), dict(definition), operator)
+
+
+@tolerate_unknowns
+def validate_endpoint_delivery_limits(args: StackValidationArgs, report: ReportViolation) -> None:
+    policies: dict[tuple[str, str], list[tuple[rmq.BrokerPolicy, PolicyResource]]] = defaultdict(list)
+    for resource in args.resources:
+        if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
+            declared = _broker_policy(resource)
+            if declared is not None:
+                policies[_broker(resource)].append((declared, resource))
+    for name, queue in sorted(_endpoint_queues(args.resources).items()):
+        arguments = declared_arguments(queue.props)
+        if arguments is UNKNOWN or arguments.values.get("x-queue-type") != "quorum":
+            continue  # NServiceBus checks quorum receive queues only
+        limit = arguments.values.get(rmq.DELIVERY_LIMIT_ARGUMENT)
+        if limit is not None:
+            report(
+                f"endpoint queue {name!r} declares {rmq.DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
+                f"refuses to start on a delivery limit from a queue argument. Remove the argument (the "
+                f"{rmq.delivery_limit_policy_name(name)!r} policy sets {rmq.UNLIMITED_DELIVERY_LIMIT}).",
+                queue.urn,
+            )
+        here = policies.get(_broker(queue), [])
+        by_name = {policy.name: resource for policy, resource in here}
+        for conflict in rmq.delivery_limit_conflicts(name, [policy for policy, _ in here]):
+            consequence = (
+                f"NServiceBus.RabbitMQ 10+ refuses to start on {name!r} (RabbitMQ 4.x)"
+                if conflict.refused
+                else f"NServiceBus accepts exactly {rmq.UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
+                f"{conflict.policy!r}, not on {rmq.delivery_limit_policy_name(name)!r}"
+            )
+            report(
+                f"{conflict.kind} {conflict.policy!r} reaches endpoint queue {name!r}: {conflict.field} is "
+                f"{conflict.actual}, expected {conflict.expected}. {consequence}. Fix: {conflict.fix}.",
+                by_name[conflict.policy].urn,
+            )
+
+
+endpoint_queue_delivery_limit = StackValidationPolicy(
+    name="endpoint-queue-delivery-limit",
+    description=(
+        "A quorum endpoint queue's delivery limit comes only from NServiceBus's own policy "
+        f"nsb.<queue>.delivery-limit ({rmq.UNLIMITED_DELIVERY_LIMIT}): no x-delivery-limit argument, no other "
+        "policy or operator policy with a delivery-limit over it, no other policy that outranks or ties it. "
+        "Fix: remove the limit or exclude the endpoint queues from the policy's pattern."
+    ),
+    validate=validate_endpoint_delivery_limits,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
 STACK_POLICIES: list[StackValidationPolicy] = [
     delay_level_chain_complete,
     endpoint_destinations_exist,
     sqs_delay_queue_pairs,
     unique_physical_names,
     endpoint_retirement_order,
+    endpoint_queue_delivery_limit,
 ]
 
 

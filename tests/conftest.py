@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The broker versions the broker tier proves, by the test id suffix (`rabbitmq-3.10`, `rabbitmq-4.0`).
 BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
+# Commands under test write their Spark/JVM logs here, not into the user's ~/.local/state.
+os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-test-logs-"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,6 +49,17 @@ def unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required test service unavailable under CI=true: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def require_installed(kind: type[LocalRabbitMq]) -> None:
+    """Skip locally / fail under CI when a ``kind`` broker cannot start here (nothing is started, nothing left)."""
+    broker = kind()
+    try:
+        broker.check_installed()
+    except ServiceUnavailable as error:
+        unavailable(str(error))
+    finally:
+        broker.state_dir.rmdir()  # the empty folder the constructor made
 
 
 def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> Iterator[Any]:

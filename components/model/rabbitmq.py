@@ -8,6 +8,7 @@ NServiceBus.Transport.RabbitMQ ``DelayInfrastructure.cs`` and the routing topolo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,6 +25,7 @@ MAX_DESTINATION_BYTES = MAX_ROUTING_KEY_BYTES - ROUTING_KEY_PREFIX_LENGTH  # 199
 DELAY_HEADER = "NServiceBus.Transport.RabbitMQ.DelayInSeconds"
 MINIMUM_BROKER_VERSION = (3, 10, 0)
 REQUIRED_FEATURE_FLAGS = ("quorum_queue", "stream_queue")
+FEATURE_FLAG_FIX = "rabbitmqctl enable_feature_flag {flag}"
 
 GenerationName = Literal["v1", "v2"]
 RoutingTopology = Literal["conventional", "direct"]
@@ -191,15 +193,33 @@ class BindingSpec:
 
 
 @dataclass(frozen=True)
+class PolicySpec:
+    """A broker policy (``PUT /api/policies/<vhost>/<name>``): the one kind we declare is a delivery limit."""
+
+    name: str
+    queue: str  # the one queue its pattern matches
+    pattern: str
+    apply_to: Literal["quorum_queues"]
+    priority: int
+    definition: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class Topology:
-    """A set of exchanges, queues and bindings; ``+`` joins two sets."""
+    """A set of exchanges, queues, bindings and policies; ``+`` joins two sets."""
 
     exchanges: tuple[ExchangeSpec, ...] = ()
     queues: tuple[QueueSpec, ...] = ()
     bindings: tuple[BindingSpec, ...] = ()
+    policies: tuple[PolicySpec, ...] = ()
 
     def __add__(self, other: Topology) -> Topology:
-        return Topology(self.exchanges + other.exchanges, self.queues + other.queues, self.bindings + other.bindings)
+        return Topology(
+            self.exchanges + other.exchanges,
+            self.queues + other.queues,
+            self.bindings + other.bindings,
+            self.policies + other.policies,
+        )
 
     @staticmethod
     def join(parts: Iterable[Topology]) -> Topology:
@@ -267,6 +287,260 @@ def delivery_binding(address: str, routing_topology: str, generation: str = DEFA
     )
 
 
+# --- delivery-limit policies (RabbitMQ 4.x) --------------------------------------------------------------
+#
+# RabbitMQ 4.0 gives quorum queues a default delivery limit of 20: a message redelivered that often
+# is dropped or dead-lettered, behind NServiceBus's own recoverability. NServiceBus.RabbitMQ 10+
+# checks each receive queue when its message pump initializes (MessagePump.Initialize ->
+# BrokerVerifier.ValidateDeliveryLimit, src/NServiceBus.Transport.RabbitMQ/Administration/
+# BrokerVerifier.cs): the pump's receive address, i.e. the main input queue and the
+# instance-specific queue. On 4.x it wants the policy below (SetDeliveryLimitViaPolicy) and refuses
+# to start when a limit comes from anything else (ShouldOverrideDeliveryLimit).
+
+UNLIMITED_DELIVERY_LIMIT = 100_000  # Queue.BigValueInsteadOfActuallyUnlimited (ManagementApi/Models/Queue.cs)
+DELIVERY_LIMIT_POLICY_KEY = "delivery-limit"
+DELIVERY_LIMIT_ARGUMENT = "x-delivery-limit"
+DELIVERY_LIMIT_POLICY_PREFIX = "nsb."
+DELIVERY_LIMIT_POLICY_SUFFIX = ".delivery-limit"
+DELIVERY_LIMIT_POLICY_APPLY_TO: Literal["quorum_queues"] = "quorum_queues"  # PolicyTarget.QuorumQueues
+DELIVERY_LIMIT_POLICY_PRIORITY = 0
+# BrokerVerifier.BrokerVersion4: below it the transport never creates the policy (and RabbitMQ 3.10
+# refuses apply-to 'quorum_queues' outright).
+DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
+RECEIVING_ROLES: tuple[Role, ...] = ("endpoint", "instance")
+
+# System.Text.RegularExpressions.RegexParser.Escape (dotnet/runtime, RegexParser.cs): these characters
+# are escaped with a backslash; tab, newline, carriage return and form feed become \t \n \r \f. Nothing
+# else is: unlike Python's re.escape, '-', ']', '}', '&', '~', '@' and non-ASCII characters stay as they are.
+_DOTNET_REGEX_METACHARACTERS = frozenset("\t\n\f\r #$()*+.?[\\^{|")
+_DOTNET_REGEX_CONTROL_ESCAPES = {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}
+
+
+def dotnet_regex_escape(text: str) -> str:
+    """``Regex.Escape(text)`` as .NET computes it (the policy pattern must be NServiceBus's, byte for byte)."""
+    return "".join(
+        "\\" + _DOTNET_REGEX_CONTROL_ESCAPES.get(ch, ch) if ch in _DOTNET_REGEX_METACHARACTERS else ch for ch in text
+    )
+
+
+def delivery_limit_policy_name(queue: str) -> str:
+    """``nsb.<queue>.delivery-limit`` (BrokerVerifier.SetDeliveryLimitViaPolicy)."""
+    return f"{DELIVERY_LIMIT_POLICY_PREFIX}{queue}{DELIVERY_LIMIT_POLICY_SUFFIX}"
+
+
+def is_delivery_limit_policy_name(name: str | None) -> bool:
+    """BrokerVerifier.IsTransportPolicy: any ``nsb.*.delivery-limit`` name counts as the transport's own."""
+    return (
+        name is not None
+        and name.startswith(DELIVERY_LIMIT_POLICY_PREFIX)
+        and name.endswith(DELIVERY_LIMIT_POLICY_SUFFIX)
+    )
+
+
+def delivery_limit_policy(queue: str) -> PolicySpec:
+    """The policy NServiceBus creates for one quorum receive queue: ``^<Regex.Escape(queue)>$``, priority 0."""
+    return PolicySpec(
+        name=delivery_limit_policy_name(queue),
+        queue=queue,
+        pattern=f"^{dotnet_regex_escape(queue)}$",
+        apply_to=DELIVERY_LIMIT_POLICY_APPLY_TO,
+        priority=DELIVERY_LIMIT_POLICY_PRIORITY,
+        definition={DELIVERY_LIMIT_POLICY_KEY: UNLIMITED_DELIVERY_LIMIT},
+    )
+
+
+def _limit(value: object) -> int | None:
+    """A delivery limit as the management API shows it (DeliveryLimitConverter: 'unlimited' is -1)."""
+    if isinstance(value, str) and value.lower() == "unlimited":
+        return -1
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def effective_delivery_limit(
+    arguments: Mapping[str, object], effective_policy_definition: Mapping[str, object] | None, delivery_limit: object
+) -> int:
+    """Queue.GetDeliveryLimit: RabbitMQ 4.x reports ``delivery_limit``; on 3.x it is the lowest of the
+    ``x-delivery-limit`` argument and the effective policy's ``delivery-limit`` (negative counts as 0), and
+    100000 ("unlimited") when neither is set. ``unlimited`` reads as -1."""
+    reported = _limit(delivery_limit)
+    if reported is not None:
+        return reported
+    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
+    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
+    set_limits = [v for v in (policy_limit, argument_limit) if v is not None]
+    return max(0, min(set_limits)) if set_limits else UNLIMITED_DELIVERY_LIMIT
+
+
+def nservicebus_delivery_limit_refusal(
+    queue: str,
+    *,
+    broker_version: tuple[int, ...],
+    queue_type: str | None,
+    arguments: Mapping[str, object],
+    effective_policy_definition: Mapping[str, object] | None,
+    applied_policy: str | None,
+    operator_policy: str | None = None,
+    delivery_limit: object = None,
+) -> str | None:
+    """Why NServiceBus.RabbitMQ 10+ would refuse to start on this queue, or None when it would start.
+
+    BrokerVerifier.ShouldOverrideDeliveryLimit and Queue.GetDeliveryLimit: classic queues are not
+    checked; the limit is the broker's ``delivery_limit`` (4.x) or else the lowest of argument and
+    effective policy (3.x, negative counts as 0, none means unlimited). 100000 passes, whatever set
+    it. Otherwise an argument or (operator) policy limit is refused; with no limit set, 4.x needs
+    the transport's policy, which cannot be applied while another policy is (one policy per queue).
+    ``None`` also when the endpoint would create its own policy (it needs policymaker rights for that).
+    """
+    if queue_type != "quorum":
+        return None
+    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
+    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
+    limit = effective_delivery_limit(arguments, effective_policy_definition, delivery_limit)
+    if limit == UNLIMITED_DELIVERY_LIMIT:
+        return None
+    recreate_own_policy = limit == -1 and is_delivery_limit_policy_name(applied_policy)
+    if not recreate_own_policy and (argument_limit is not None or policy_limit is not None):
+        sources = [f"argument {DELIVERY_LIMIT_ARGUMENT}={argument_limit}"] if argument_limit is not None else []
+        if policy_limit is not None:
+            owners = [f"policy {applied_policy!r}"] if applied_policy else []
+            owners += [f"operator policy {operator_policy!r}"] if operator_policy else []
+            sources.append(f"{DELIVERY_LIMIT_POLICY_KEY}={policy_limit} from {' / '.join(owners) or 'a policy'}")
+        return (
+            f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
+            "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
+            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} may set one, "
+            f"{UNLIMITED_DELIVERY_LIMIT})"
+        )
+    # SetDeliveryLimitViaPolicy: the transport would now create its policy.
+    version = ".".join(map(str, broker_version))
+    if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        return (
+            f"queue {queue!r} needs NServiceBus's delivery-limit policy re-created, which the transport refuses "
+            f"below RabbitMQ 4.0 (broker {version})"
+        )
+    if applied_policy and not is_delivery_limit_policy_name(applied_policy):
+        return (
+            f"queue {queue!r} has policy {applied_policy!r} applied, so {delivery_limit_policy_name(queue)!r} cannot "
+            f"be, and RabbitMQ {version}'s default delivery limit {limit} stays; NServiceBus.RabbitMQ 10+ refuses to "
+            f"start. Exclude {queue!r} from {applied_policy!r}'s pattern, or lower its priority below "
+            f"{DELIVERY_LIMIT_POLICY_PRIORITY}"
+        )
+    return None
+
+
+# Policy targets that reach a quorum queue ('queues' and 'all' reach every queue type).
+POLICY_TARGETS_REACHING_QUORUM_QUEUES = ("all", "queues", DELIVERY_LIMIT_POLICY_APPLY_TO)
+
+
+@dataclass(frozen=True)
+class BrokerPolicy:
+    """A policy or operator policy as declared or listed: enough to tell which queues it reaches."""
+
+    name: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: Mapping[str, object]
+    operator: bool = False
+
+    def reaches(self, quorum_queue: str) -> bool | None:
+        """RabbitMQ applies a policy whose pattern matches anywhere in the name (``re:run``, unanchored).
+
+        None when Python cannot compile the pattern (a PCRE feature it lacks): reach unknown.
+        """
+        if self.apply_to not in POLICY_TARGETS_REACHING_QUORUM_QUEUES:
+            return False
+        try:
+            return re.search(self.pattern, quorum_queue) is not None
+        except re.error:
+            return None
+
+
+@dataclass(frozen=True)
+class DeliveryLimitConflict:
+    """A policy that makes a quorum receive queue's delivery limit come from anywhere but NServiceBus's policy."""
+
+    queue: str
+    policy: str
+    operator: bool
+    field: str
+    expected: str
+    actual: str
+    refused: bool  # NServiceBus.RabbitMQ 10+ refuses to start on the queue because of it
+    fix: str
+
+    @property
+    def kind(self) -> str:
+        return "operator policy" if self.operator else "policy"
+
+
+def _describe_policy(pattern: str, apply_to: str, priority: int, definition: Mapping[str, object]) -> str:
+    return f"pattern {pattern!r}, apply-to {apply_to}, priority {priority}, definition {dict(definition)}"
+
+
+def _as_limit(value: object) -> object:
+    """A definition value as the broker stores it: the provider's ``"100000"`` string is the integer."""
+    return int(value) if isinstance(value, str) and value.lstrip("+-").isdigit() else value
+
+
+def delivery_limit_conflicts(
+    queue: str, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...] | None = None
+) -> list[DeliveryLimitConflict]:
+    """Every policy over quorum receive queue ``queue`` that is not NServiceBus's own, as it matters to the endpoint.
+
+    Refused (BrokerVerifier.ShouldOverrideDeliveryLimit/SetDeliveryLimitViaPolicy): a delivery limit
+    other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``
+    None counts as 4.x) any user policy that ties or outranks ``nsb.<queue>.delivery-limit`` (priority
+    >= 0), because a queue has one policy and the transport's cannot be applied. Flagged but not
+    refused: a limit of exactly 100000 that does not come from NServiceBus's policy. A policy named
+    ``nsb.<queue>.delivery-limit`` with another pattern, target, priority or definition is flagged
+    (and refused when its limit is not 100000).
+    """
+    own = delivery_limit_policy(queue)
+    on_4x = broker_version is None or broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    remove_limit = f"remove '{DELIVERY_LIMIT_POLICY_KEY}' from it or exclude {queue!r} from its pattern"
+    conflicts = []
+    for policy in policies:
+        if not policy.reaches(queue):
+            continue
+        limit = _as_limit(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
+        limit_refused = limit is not None and limit != UNLIMITED_DELIVERY_LIMIT
+        if policy.name == own.name and not policy.operator:
+            declared = (
+                policy.pattern,
+                policy.apply_to,
+                policy.priority,
+                {k: _as_limit(v) for k, v in policy.definition.items()},
+            )
+            wanted = (own.pattern, own.apply_to, own.priority, dict(own.definition))
+            if declared != wanted:
+                conflicts.append(
+                    DeliveryLimitConflict(
+                        queue, policy.name, False, "definition",
+                        _describe_policy(own.pattern, own.apply_to, own.priority, own.definition),
+                        _describe_policy(policy.pattern, policy.apply_to, policy.priority, policy.definition),
+                        limit_refused, "declare it exactly as NServiceBus does (RabbitMqEndpoint)",
+                    )
+                )  # fmt: skip
+            continue
+        if limit is not None:
+            conflicts.append(
+                DeliveryLimitConflict(
+                    queue, policy.name, policy.operator, DELIVERY_LIMIT_POLICY_KEY,
+                    f"only from {own.name} ({UNLIMITED_DELIVERY_LIMIT})", str(limit), limit_refused, remove_limit,
+                )
+            )  # fmt: skip
+        elif not policy.operator and on_4x and policy.priority >= own.priority:
+            conflicts.append(
+                DeliveryLimitConflict(
+                    queue, policy.name, False, "priority",
+                    f"< {own.priority} (below {own.name})", str(policy.priority), True,
+                    f"exclude {queue!r} from its pattern or give it a priority below {own.priority}",
+                )
+            )  # fmt: skip
+    return conflicts
+
+
 def instance_queue_name(endpoint: str, discriminator: str) -> str:
     return f"{endpoint}-{discriminator}"
 
@@ -284,8 +558,13 @@ def endpoint_topology(
     queue_type: str = "quorum",
     instance_discriminators: Sequence[str] = (),
     legacy_timeout_manager: bool = False,
+    delivery_limit_policies: bool = True,
 ) -> Topology:
-    """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings."""
+    """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings.
+
+    With ``delivery_limit_policies`` each quorum receiving queue also gets the delivery-limit policy
+    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x.
+    """
     receiving = [(endpoint, "endpoint")] + [
         (instance_queue_name(endpoint, d), "instance") for d in instance_discriminators
     ]
@@ -293,6 +572,8 @@ def endpoint_topology(
     parts.append(
         Topology(bindings=tuple(delivery_binding(name, routing_topology, generation) for name, _ in receiving))
     )
+    if delivery_limit_policies and endpoint_queue_arguments(queue_type).get("x-queue-type") == "quorum":
+        parts.append(Topology(policies=tuple(delivery_limit_policy(name) for name, _ in receiving)))
     if legacy_timeout_manager:
         parts += [
             _owned_queue(name, "legacy-timeouts", routing_topology, queue_type)
@@ -401,6 +682,82 @@ def delay_path(delay_seconds: int, destination: str, generation: str = DEFAULT_G
 
 
 # --- names that can work -------------------------------------------------------------------------------
+
+MAX_NAME_BYTES = 255  # queue and exchange names are AMQP short strings (rabbitmq-website docs/queues.md "Queue Names")
+RESERVED_NAME_PREFIX = "amq."
+PROVIDER_ID_SEPARATOR = "@"
+BINDING_ID_SEPARATOR = "/"
+
+
+def delay_infrastructure_names() -> frozenset[str]:
+    """Every exchange and queue name of the delay infrastructure, both generations (they may live side by side)."""
+    return frozenset(
+        name
+        for generation in GENERATIONS
+        for name in (
+            delivery_exchange_name(generation),
+            *(delay_level_name(level, generation) for level in range(LEVEL_COUNT)),
+        )
+    )
+
+
+def object_name_problems(name: str) -> list[str]:
+    """Why ``name`` cannot name a queue or exchange this project declares (empty list when it can).
+
+    - ``amq.``: reserved by the broker. A declare is refused with ACCESS_REFUSED
+      (rabbitmq-server ``rabbit_channel:check_name/2``) and a definitions import skips the object with
+      only a log warning (``rabbit_definitions:add_queue_int/3``, ``add_exchange_int/3``).
+    - a delay-infrastructure name of either generation: an endpoint's queue (and, in the conventional
+      topology, its fanout exchange) would collide with the level's quorum queue / topic exchange.
+    - ``@``: the Pulumi provider (terraform-provider-rabbitmq) gives queues, exchanges and policies the
+      id ``name@vhost`` and reads it back with ``strings.Split(id, "@")``, wanting exactly two parts
+      (``rabbitmq/util.go`` ``parseId``): the object is created, then cannot be read, imported or deleted.
+    - ``/``: its binding id is ``vhost/source/destination/type/properties_key`` with only the vhost
+      percent-encoded; ``ReadBinding`` (``rabbitmq/resource_binding.go``) splits on ``/`` and takes the parts
+      by position, so a ``/`` in a source or destination shifts them and the binding is never found again.
+      (``%`` is safe: the vhost's ``%`` is encoded, names are kept verbatim in the id, and the provider's
+      client path-escapes names in API URLs.)
+    - more than 255 bytes: a name is an AMQP short string.
+    """
+    if not name:
+        return ["is empty"]
+    problems = []
+    if name.startswith(RESERVED_NAME_PREFIX):
+        problems.append(
+            f"starts with {RESERVED_NAME_PREFIX!r}, which RabbitMQ reserves for itself: a declare is refused "
+            "(ACCESS_REFUSED) and a definitions import silently skips it"
+        )
+    if name in delay_infrastructure_names():
+        problems.append(
+            "is a name of the delay infrastructure itself (nsb.v2.delay-level-NN / nsb.v2.delay-delivery, "
+            "v1: nsb.delay-level-NN / nsb.delay-delivery)"
+        )
+    if PROVIDER_ID_SEPARATOR in name:
+        problems.append(
+            f"contains {PROVIDER_ID_SEPARATOR!r}: the Pulumi provider's id is 'name@vhost', split on every '@', "
+            "so the object could not be read back, imported or deleted"
+        )
+    if BINDING_ID_SEPARATOR in name:
+        problems.append(
+            f"contains {BINDING_ID_SEPARATOR!r}: the Pulumi provider's binding id "
+            "'vhost/source/destination/type/key' is split on '/', so its bindings could not be read back"
+        )
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        problems.append(f"is {size} bytes; RabbitMQ queue and exchange names are at most {MAX_NAME_BYTES} bytes")
+    return problems
+
+
+def vhost_problems(vhost: str) -> list[str]:
+    """Why ``vhost`` cannot hold what the provider declares: empty, or an ``@`` in the ``name@vhost`` ids."""
+    if not vhost:
+        return ["is empty"]
+    if PROVIDER_ID_SEPARATOR in vhost:
+        return [
+            f"contains {PROVIDER_ID_SEPARATOR!r}: the Pulumi provider's ids are 'name@vhost', split on every '@', "
+            "so nothing declared in it could be read back"
+        ]
+    return []
 
 
 def rabbitmq_address_problems(address: str) -> list[str]:

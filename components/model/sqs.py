@@ -28,6 +28,18 @@ S3_BODY_KEY_ATTRIBUTE = "S3BodyKey"  # TransportHeaders.S3BodyKey: the attribute
 FIFO_PRICE_PER_REQUEST_USD = 0.50 / 1_000_000
 AWS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 AWS_FIFO_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+# ContentBasedDeduplication on a delay queue: NServiceBus neither creates it (QueueCreator.cs sets only
+# FifoQueue and DelaySeconds) nor checks it (DelayedMessagesPump.CheckDelayedDeliveryQueueAttributes:
+# DelaySeconds, MessageRetentionPeriod, RedrivePolicy). Every send to the queue carries an explicit
+# MessageDeduplicationId (MessageDispatcher.ApplyUnicastOperationMapping: the message id; each cycle
+# re-sends with the received id, DelayedMessagesPump), and "if the queue has ContentBasedDeduplication
+# set, your MessageDeduplicationId overrides the generated one" (SQS API reference, SendMessage).
+CONTENT_DEDUPLICATION_NOTE = (
+    "harmless to NServiceBus: it sets an explicit MessageDeduplicationId on every send to the delay queue, which "
+    "overrides content-based deduplication, and does not check this attribute; but it is not what NServiceBus "
+    "creates, and a sender without a deduplication id would have equal bodies within 5 minutes dropped. Turn it "
+    "off to match the declared queue"
+)
 # Tags the SqsEndpoint component puts on its queues (role: "input" or "delay"), read by the policy pack.
 ENDPOINT_TAG = "nsb-delays/endpoint"
 ROLE_TAG = "nsb-delays/role"
@@ -65,7 +77,18 @@ def sqs_queue_name(address: str, prefix: str = "") -> str:
 
 
 def input_queue_name(endpoint: str, prefix: str = "") -> str:
-    return sqs_queue_name(endpoint, prefix)
+    """The endpoint's input queue: a standard queue, so its name cannot end in ``.fifo``.
+
+    ``QueueCreator.CreateQueueIfNecessary`` creates it without ``FifoQueue``, and SQS's CreateQueue allows
+    a ``.fifo`` ending only on FIFO queues (a standard queue's name is letters, digits, ``-`` and ``_``).
+    """
+    name = sqs_queue_name(endpoint, prefix)
+    if name.endswith(FIFO_SUFFIX):
+        raise QueueNameError(
+            f"queue name {name!r} ends in {FIFO_SUFFIX!r}, which SQS allows only on FIFO queues; "
+            "an endpoint's input queue is a standard queue"
+        )
+    return name
 
 
 def delay_queue_name(endpoint: str, prefix: str = "") -> str:
@@ -96,7 +119,8 @@ class SqsQueueSpec:
     sqs_managed_sse_enabled: bool = True
 
     def attributes(self) -> dict[str, str]:
-        """CreateQueue attributes as the SQS API takes them (strings); no ContentBasedDeduplication, no redrive."""
+        """CreateQueue attributes as the SQS API takes them (strings); no ContentBasedDeduplication, no redrive
+        (what QueueCreator creates)."""
         attributes = {
             "MessageRetentionPeriod": str(self.message_retention_seconds),
             "DelaySeconds": str(self.delay_seconds),

@@ -20,7 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from nsb_delays.components.model import sqs as sqs_model
-from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
+from nsb_delays.infra.errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 from nsb_delays.infra.recording import PROJECT, record_stack
 from nsb_delays.policies.offline import (
     PackConfig,
@@ -38,16 +39,18 @@ from nsb_delays.policies.stack_rules import (
     sqs_delay_queue_pairs,
 )
 
+from .render import STACK_HELP
+
 TEMPLATE_DIR = Path(__file__).parent
 MARKDOWN_TEMPLATE = "check.md.j2"
 FORMATS = ("text", "markdown", "json")
-EXIT_VIOLATIONS = 1
-EXIT_UNREADABLE = 2
+EXIT_VIOLATIONS = EXIT_FAILED
+EXIT_UNREADABLE = EXIT_BAD_INPUT
 
 
 def stack_name(stack: str) -> str:
     """``dev`` for ``dev`` and for ``path/Pulumi.dev.yaml``: the name that goes into urns."""
-    if stack.endswith((".yaml", ".yml")):
+    if is_stack_path(stack):
         return Path(stack).stem.removeprefix("Pulumi.")
     return stack
 
@@ -152,7 +155,7 @@ def as_json(context: dict[str, Any]) -> str:
 
 def register(cli: click.Group) -> None:
     @cli.command()
-    @click.option("--stack", required=True, help="Stack name (reads Pulumi.<stack>.yaml) or a stack YAML file path.")
+    @click.option("--stack", required=True, help=STACK_HELP)
     @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True)
     @click.option(
         "--policy-config",
@@ -161,6 +164,7 @@ def register(cli: click.Group) -> None:
     )
     @click.option(
         "--baseline",
+        metavar="STACK",
         help="The deployed version of the stack file (e.g. `git show main:Pulumi.dev.yaml > base.yaml`); endpoints "
         "it binds and the checked stack does not get the retirement advice.",
     )
@@ -170,8 +174,7 @@ def register(cli: click.Group) -> None:
             pack_config = load_pack_config(policy_config) if policy_config else PackConfig()
             violations, resource_count = check_stack(stack, pack_config, baseline)
         except (ConfigError, PolicyConfigError) as error:
-            click.echo(f"nsb-delays check: {error}", err=True)
-            raise SystemExit(EXIT_UNREADABLE) from None
+            raise CommandError(str(error), exit_code=EXIT_UNREADABLE) from None
         context = report_context(stack, violations, resource_count)
         if output_format == "markdown":
             click.echo(render_markdown(context), nl=False)

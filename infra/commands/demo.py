@@ -1,41 +1,85 @@
 """``nsb-delays demo --stack dev``: the whole job on a private RabbitMQ and moto, in well under a minute.
 
-Starts both servers on loopback, provisions the stack the way a team without Pulumi would
-(definitions import, CloudFormation), verifies it, sends delayed messages to every endpoint through
-both transports and prints requested vs measured delay. Everything it started is stopped on the way
-out, also on errors, Ctrl-C and SIGTERM.
+Starts both servers on loopback (or uses a RabbitMQ given with ``--rabbitmq-url`` and
+``--rabbitmq-management-url``), checks the broker before changing it, provisions the stack the way a
+team without Pulumi would (definitions import, CloudFormation), verifies it, sends delayed messages
+to every endpoint through both transports and prints requested vs measured delay. Everything it
+started is stopped on the way out, also on errors, Ctrl-C and SIGTERM; a given broker is left running.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
+import pika
+import pika.exceptions
 from rich.console import Console
 from rich.table import Table
 
-from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
-from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.brokers.verify import verify_rabbitmq, verify_sqs
+from nsb_delays.brokers.management import ManagementApi, ManagementError
+from nsb_delays.brokers.verify import POLICIES_SWITCH, parse_version, preflight_rabbitmq, verify_rabbitmq, verify_sqs
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.config import ConfigError, StackConfig, load_stack
+from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from nsb_delays.infra.render import render
-from nsb_delays.infra.stack_topology import sqs_queue_specs
+from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.pipeline.rabbitmq_target import amqp_address, amqp_failure_reason
 
-from .verify import drift_table
+from .verify import print_drifts
 
 DEFAULT_DELAYS = (0, 1, 2, 5)
 CLOUDFORMATION_STACK = "nsb-delays-demo"
 SQS_POLL_SECONDS = 0.05
+
+
+class DemoRefused(CommandError):
+    """Bad input or a broker the demo must not provision: exit 2, nothing changed."""
+
+
+@dataclass(frozen=True)
+class ExistingRabbitMq:
+    """A running RabbitMQ given on the command line; the demo provisions into it and leaves it running."""
+
+    management_url: str
+    amqp_url: str  # without a vhost: the stack names the vhost
+    username: str
+    password: str
+
+
+def existing_rabbitmq(amqp_url: str | None, management_url: str | None) -> ExistingRabbitMq | None:
+    """``--rabbitmq-url amqp://user:pass@host:port`` and ``--rabbitmq-management-url http://host:port``, checked."""
+    if amqp_url is None and management_url is None:
+        return None
+    if amqp_url is None or management_url is None:
+        missing = "--rabbitmq-url" if amqp_url is None else "--rabbitmq-management-url"
+        raise DemoRefused(f"{missing} is missing: --rabbitmq-url and --rabbitmq-management-url go together")
+    amqp = urlsplit(amqp_url)
+    if amqp.scheme not in ("amqp", "amqps") or not amqp.hostname:
+        raise DemoRefused(f"--rabbitmq-url {amqp_url!r} is not an AMQP URL: expected amqp://user:password@host:port")
+    if amqp.path not in ("", "/"):
+        raise DemoRefused(
+            f"--rabbitmq-url {amqp_url!r} names vhost {amqp.path[1:]!r}: leave it out, the demo provisions the "
+            "stack's vhost (nsb-delays:rabbitmq.vhost)"
+        )
+    management = urlsplit(management_url)
+    if management.scheme not in ("http", "https") or not management.hostname:
+        raise DemoRefused(
+            f"--rabbitmq-management-url {management_url!r} is not an http(s) URL: expected http://host:15672"
+        )
+    username, password = amqp.username or "guest", amqp.password or "guest"
+    return ExistingRabbitMq(management_url.rstrip("/"), amqp_url.rstrip("/"), username, password)
 
 
 @dataclass(frozen=True)
@@ -46,28 +90,21 @@ class Measured:
     measured: float | None  # None: did not arrive in time
 
 
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the servers' context managers still stop them."""
-
-    def interrupt(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+RabbitMqBroker = LocalRabbitMq | ExistingRabbitMq
 
 
 @contextmanager
 def private_servers(
-    rabbitmq: bool, moto: bool, console: Console
-) -> Iterator[tuple[LocalRabbitMq | None, LocalMoto | None]]:
+    rabbitmq: bool, moto: bool, console: Console, existing: ExistingRabbitMq | None = None
+) -> Iterator[tuple[RabbitMqBroker | None, LocalMoto | None]]:
     """Start the servers with their clean-up registered *before* start, so an interrupt mid-start cleans up too."""
     with ExitStack() as cleanup:
-        broker = sqs = None
-        if rabbitmq:
+        broker: RabbitMqBroker | None = None
+        sqs = None
+        if rabbitmq and existing:
+            broker = existing
+            console.print(f"RabbitMQ {existing.management_url} (given; the demo leaves it running)")
+        elif rabbitmq:
             broker = LocalRabbitMq()
             cleanup.callback(broker.__exit__, None, None, None)  # stops server and epmd, removes the state
             console.print(
@@ -83,12 +120,57 @@ def private_servers(
         yield broker, sqs
 
 
-def provision_rabbitmq(broker: LocalRabbitMq, stack: StackConfig, stack_name: str) -> ManagementApi:
+def management_api(broker: RabbitMqBroker) -> ManagementApi:
+    return ManagementApi(broker.management_url, broker.username, broker.password)
+
+
+def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> StackConfig:
+    """The stack as this broker can take it: below RabbitMQ 4.0 without NServiceBus's delivery-limit policies
+    (3.10 refuses their apply-to 'quorum_queues'; no default limit there, so NServiceBus needs none)."""
+    config = stack.rabbitmq
+    assert config is not None
+    try:
+        version = str(api.overview().get("rabbitmq_version", "0"))
+    except ManagementError as error:
+        raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
+    if rabbitmq_topology(config).policies and parse_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        console.print(
+            f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
+            f"({POLICIES_SWITCH}: false; that is what a stack for this broker needs)"
+        )
+        return replace(stack, rabbitmq=replace(config, delivery_limit_policies=False))
+    return stack
+
+
+def check_amqp(amqp_url: str, vhost: str) -> None:
+    """Connect once before anything is changed, so a wrong AMQP port or password is refused up front."""
+    try:
+        pika.BlockingConnection(connection_parameters(amqp_url, vhost)).close()
+    except pika.exceptions.AMQPError as error:
+        where = amqp_address(connection_parameters(amqp_url, vhost))  # without the password
+        raise DemoRefused(
+            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {where}: {amqp_failure_reason(error)}"
+        ) from None
+
+
+def provision_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, stack_name: str, console: Console) -> ManagementApi:
+    """Check the broker, then import the stack's definitions; a refusal changes nothing."""
     assert stack.rabbitmq is not None
-    api = ManagementApi(broker.management_url, broker.username, broker.password)
-    if not api.vhost_exists(stack.rabbitmq.vhost):
-        api.create_vhost(stack.rabbitmq.vhost)
-    api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
+    api = management_api(broker)
+    try:
+        check_amqp(broker.amqp_url, stack.rabbitmq.vhost if api.vhost_exists(stack.rabbitmq.vhost) else "/")
+        problems = preflight_rabbitmq(api, stack.rabbitmq)
+        if problems:
+            print_drifts(console, problems)
+            raise DemoRefused(
+                f"RabbitMQ {broker.management_url} cannot take stack {stack_name!r} as it is "
+                f"({len(problems)} problem(s) above); nothing was changed"
+            )
+        if not api.vhost_exists(stack.rabbitmq.vhost):
+            api.create_vhost(stack.rabbitmq.vhost)
+        api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
+    except ManagementError as error:
+        raise DemoRefused(f"RabbitMQ: {error}") from None
     return api
 
 
@@ -99,11 +181,11 @@ def provision_sqs(moto: LocalMoto, stack: StackConfig, stack_name: str) -> Any:
     )
     status = cloudformation.describe_stacks(StackName=CLOUDFORMATION_STACK)["Stacks"][0]["StackStatus"]
     if status != "CREATE_COMPLETE":
-        raise click.ClickException(f"CloudFormation stack {CLOUDFORMATION_STACK} ended in {status}")
+        raise CommandError(f"CloudFormation stack {CLOUDFORMATION_STACK} ended in {status}", exit_code=1)
     return moto.client("sqs")
 
 
-def send_rabbitmq(broker: LocalRabbitMq, stack: StackConfig, delays: Sequence[int]) -> list[Measured]:
+def send_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, delays: Sequence[int]) -> list[Measured]:
     """Each endpoint gets each delay through the delay graph; arrivals are timed by a consumer thread."""
     config = stack.rabbitmq
     assert config is not None
@@ -165,14 +247,25 @@ def results_table(results: list[Measured]) -> Table:
     return table
 
 
-def run_demo(stack_name: str, delays: Sequence[int], console: Console) -> list[Measured]:
+def run_demo(
+    stack_name: str, delays: Sequence[int], console: Console, existing: ExistingRabbitMq | None = None
+) -> list[Measured]:
     stack = load_stack(stack_name)
     if stack.rabbitmq is None and stack.sqs is None:
-        raise click.ClickException(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs")
+        raise DemoRefused(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs: nothing to demo")
+    if existing and stack.rabbitmq is None:
+        raise DemoRefused(f"--rabbitmq-url given, but stack {stack_name!r} has no nsb-delays:rabbitmq section")
+    if existing:  # before anything starts: a given broker that cannot be reached ends the demo here
+        stack = for_broker(stack, management_api(existing), console)
     started = time.monotonic()
     results: list[Measured] = []
-    with sigterm_as_interrupt(), private_servers(bool(stack.rabbitmq), bool(stack.sqs), console) as (broker, moto):
-        api = provision_rabbitmq(broker, stack, stack_name) if broker else None
+    servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)
+    with sigterm_as_interrupt(), servers as (broker, moto):
+        api = None
+        if broker:
+            if not existing:
+                stack = for_broker(stack, management_api(broker), console)
+            api = provision_rabbitmq(broker, stack, stack_name, console)
         sqs = provision_sqs(moto, stack, stack_name) if moto else None
         drifts = (verify_rabbitmq(api, stack.rabbitmq) if api and stack.rabbitmq else []) + (
             verify_sqs(sqs, stack.sqs) if sqs and stack.sqs else []
@@ -181,7 +274,7 @@ def run_demo(stack_name: str, delays: Sequence[int], console: Console) -> list[M
             f"provisioned stack {stack_name!r}: definitions import + CloudFormation; verify: {len(drifts)} drift(s)"
         )
         if drifts:
-            console.print(drift_table(drifts))
+            print_drifts(console, drifts)
         if broker:
             results += send_rabbitmq(broker, stack, delays)
         if sqs:
@@ -203,19 +296,30 @@ def _delays(value: str) -> tuple[int, ...]:
 
 def register(cli: click.Group) -> None:
     @cli.command(name="demo")
-    @click.option("--stack", default="dev", show_default=True, help="Stack to provision into the private servers.")
-    @click.option("--delays", default=",".join(map(str, DEFAULT_DELAYS)), show_default=True,
-                  help="Comma-separated delays in seconds sent to every endpoint.")  # fmt: skip
-    def demo(stack: str, delays: str) -> None:
+    @click.option("--stack", default="dev", show_default=True, help="Stack (name or YAML path) to provision.")
+    @click.option(
+        "--delays",
+        default=",".join(map(str, DEFAULT_DELAYS)),
+        show_default=True,
+        help="Comma-separated delays in seconds sent to every endpoint.",
+    )
+    @click.option(
+        "--rabbitmq-url",
+        help="Use this running RabbitMQ instead of starting one: amqp://user:password@host:port "
+        "(no vhost; with --rabbitmq-management-url).",
+    )
+    @click.option("--rabbitmq-management-url", help="Its management API, http://host:15672 (with --rabbitmq-url).")
+    def demo(stack: str, delays: str, rabbitmq_url: str | None, rabbitmq_management_url: str | None) -> None:
         """Start a private RabbitMQ and moto, provision STACK, send delayed messages, show measured delays, stop."""
         console = Console(width=140)
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request log lines
         try:
-            results = run_demo(stack, _delays(delays), console)
+            existing = existing_rabbitmq(rabbitmq_url, rabbitmq_management_url)
+            results = run_demo(stack, _delays(delays), console, existing)
         except (ConfigError, ServiceUnavailable) as error:
-            raise click.ClickException(str(error)) from None
+            raise DemoRefused(str(error)) from None
         except KeyboardInterrupt:
             console.print("interrupted; the private servers were stopped")
-            raise SystemExit(130) from None
+            raise SystemExit(EXIT_INTERRUPTED) from None
         if any(r.measured is None for r in results):
-            raise click.ClickException("some delayed messages did not arrive (see the table)")
+            raise CommandError("some delayed messages did not arrive (see the table)", exit_code=1)

@@ -58,7 +58,8 @@ def _segment(path: model.DelayPath, hop: model.Hop) -> str:
 
 
 def register(cli: click.Group) -> None:
-    @cli.command()
+    # ``explain -7 Sales``: a negative delay is an argument to refuse with its rule, not an unknown option.
+    @cli.command(context_settings={"ignore_unknown_options": True})
     @click.argument("delay", metavar="DELAY")
     @click.argument("destination")
     @click.option(

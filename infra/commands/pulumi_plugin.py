@@ -31,6 +31,8 @@ from pathlib import Path
 import click
 import yaml
 
+from nsb_delays.infra.errors import CommandError
+
 DISTRIBUTION = "nsb-delays"
 PLUGIN_VIRTUALENV = "venv"
 
@@ -50,10 +52,8 @@ KINDS = {
 }
 
 
-class CannotWrite(click.ClickException):
+class CannotWrite(CommandError):
     """The directory cannot be written (permissions, a file in the way): bad input, exit 2."""
-
-    exit_code = 2
 
 
 MAIN = '''"""Runs {package} from the installed {distribution} package (written by `nsb-delays pulumi-plugin`)."""

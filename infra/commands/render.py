@@ -2,33 +2,54 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from nsb_delays.infra.config import ConfigError, load_stack
+from nsb_delays.infra.errors import CommandError
 from nsb_delays.infra.render import FORMATS, RenderError, render
+
+STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
+
+
+def output_problem(output: Path) -> str | None:
+    """Why ``-o`` cannot be written (checked before rendering, so a refusal writes nothing)."""
+    if output.is_dir():
+        return f"-o {output}: is a directory; give a file path"
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.is_dir():
+        return f"-o {output}: directory {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        return f"-o {output}: not writable"
+    return None
 
 
 def register(cli: click.Group) -> None:
     formats_help = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
 
     @cli.command(name="render", help=f"Render a stack as a file. Formats — {formats_help}.")
-    @click.option("--stack", required=True, help="Stack name (reads Pulumi.<stack>.yaml) or a path to a stack YAML.")
+    @click.option("--stack", required=True, help=STACK_HELP)
     @click.option("--format", "format_name", type=click.Choice(list(FORMATS)), required=True)
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, writable=True, path_type=Path),
-        help="Write here (default: stdout).",
-    )
+    @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
     def render_command(stack: str, format_name: str, output: Path | None) -> None:
+        problem = output_problem(output) if output is not None else None
         try:
-            text = render(load_stack(stack), format_name, stack)
-        except (ConfigError, RenderError) as error:
-            raise click.ClickException(str(error)) from None
+            config = load_stack(stack)
+        except ConfigError as error:
+            raise CommandError([str(error), *([problem] if problem else [])]) from None
+        if problem:
+            raise CommandError(problem)
+        try:
+            text = render(config, format_name, stack)
+        except RenderError as error:
+            raise CommandError(str(error)) from None
         if output is None:
             click.echo(text, nl=False)
-        else:
+            return
+        try:
             output.write_text(text)
-            click.echo(f"wrote {format_name} for stack {stack!r} to {output}", err=True)
+        except OSError as error:
+            raise CommandError(f"-o {output}: {error.strerror or error}") from None
+        click.echo(f"wrote {format_name} for stack {stack!r} to {output}", err=True)

@@ -20,14 +20,15 @@ from rich.table import Table
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.errors import EXIT_FAILED, EXIT_OK, CommandError
 
-NO_DRIFT_EXIT, DRIFT_EXIT = 0, 1
+from .render import STACK_HELP
+
+NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
 
 
-class CannotVerify(click.ClickException):
-    """The check itself could not run (bad config, broker unreachable, credentials missing)."""
-
-    exit_code = 2
+class CannotVerify(CommandError):
+    """The check itself could not run (bad config, broker unreachable, credentials missing): exit 2."""
 
 
 def provider_setting(raw: Mapping[str, Any], key: str, flag: str) -> Any:
@@ -46,6 +47,17 @@ def drift_table(drifts: list[Drift]) -> Table:
             f"[{styles[drift.kind]}]{drift.kind}[/]", drift.subject, drift.field, drift.expected, drift.actual
         )
     return table
+
+
+def fix_lines(drifts: list[Drift]) -> list[str]:
+    """One line per drift that says what to do about it (``Drift.fix``), under the table."""
+    return [f"{drift.subject} {drift.field}".strip() + f": {drift.fix}" for drift in drifts if drift.fix]
+
+
+def print_drifts(console: Console, drifts: list[Drift]) -> None:
+    console.print(drift_table(drifts))
+    for line in fix_lines(drifts):
+        console.print(f"  fix {line}", highlight=False)
 
 
 def sqs_client(endpoint_url: str | None, region: str | None) -> Any:
@@ -73,7 +85,7 @@ def run_checks(stack: StackConfig, api: ManagementApi | None, sqs: Any | None) -
 
 def register(cli: click.Group) -> None:
     @cli.command(name="verify")
-    @click.option("--stack", required=True, help="Stack name (reads Pulumi.<stack>.yaml) or a path to a stack YAML.")
+    @click.option("--stack", required=True, help=STACK_HELP)
     @click.option("--management-url", envvar="RABBITMQ_ENDPOINT", help="Default: stack rabbitmq:endpoint.")
     @click.option("--username", envvar="RABBITMQ_USERNAME", help="Default: stack rabbitmq:username.")
     @click.option("--password", envvar="RABBITMQ_PASSWORD", help="Default: stack rabbitmq:password.")
@@ -167,6 +179,6 @@ def register(cli: click.Group) -> None:
         for line in checked:
             console.print(line)
         if drifts:
-            console.print(drift_table(drifts))
+            print_drifts(console, drifts)
             raise SystemExit(DRIFT_EXIT)
         console.print("no drift")

@@ -6,12 +6,22 @@ the vhost (and everything in it) is deleted when the fixture that made it ends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
 from tests.conftest import vhost_factory
+
+
+@pytest.fixture(scope="session")
+def delivery_limit_policies(broker_version: tuple[int, ...]) -> bool:
+    """Version-specific: stacks declare NServiceBus's delivery-limit policies on RabbitMQ 4.0+ and turn them off
+    (``deliveryLimitPolicies: false``) for 3.10, which refuses their apply-to 'quorum_queues' and has no default
+    delivery limit (``test_delivery_limit.py`` shows both)."""
+    return broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 
 
 @pytest.fixture
@@ -25,3 +35,26 @@ def new_vhost(management: ManagementApi) -> Iterator[Callable[[str], str]]:
 def module_vhost(management: ManagementApi) -> Iterator[Callable[[str], str]]:
     with vhost_factory(management) as make:
         yield make
+
+
+def applied_policy(queue: dict) -> str | None:
+    """A listed queue's applied policy; 4.0 leaves ``policy`` out when none applies."""
+    return queue.get("policy") if "effective_policy_definition" in queue else "(no statistics yet)"
+
+
+def settled_queues(
+    management: ManagementApi, vhost: str, applied: dict[str, str | None], timeout: float = 60
+) -> dict[str, dict]:
+    """The vhost's queues once the management API reports ``applied[queue]`` as each queue's policy.
+
+    A queue's ``policy``, ``effective_policy_definition`` and ``delivery_limit`` are statistics: the API shows
+    a policy change 5-10 s after it happened (measured on 3.10 and 4.0), so a test waits for them to settle.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        queues = {q["name"]: q for q in management.queues(vhost)}
+        reported = {name: applied_policy(queues.get(name, {})) for name in applied}
+        if reported == applied or time.monotonic() > deadline:
+            assert reported == applied, f"applied policies never settled in vhost {vhost!r}"
+            return queues
+        time.sleep(0.5)

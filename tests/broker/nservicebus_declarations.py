@@ -6,12 +6,15 @@ Deliberately NOT built from ``components.model``: this transcribes what the tran
 that a test comparing it with the program's resources can catch a model that drifted from NServiceBus.
 NServiceBus sends the TTL as an AMQP integer (Int64) and every other argument as a string; pika
 encodes a Python int as an AMQP integer and a str as a long string, the same type classes.
+``validate_delivery_limit`` transcribes what NServiceBus 10+ checks (and creates) when an endpoint starts.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),
@@ -69,3 +72,54 @@ def declare_endpoint(
             channel.exchange_bind(queue, delivery, f"#.{queue}")
         else:
             channel.queue_bind(queue, delivery, f"#.{queue}")
+
+
+# --- BrokerVerifier.ValidateDeliveryLimit (NServiceBus.RabbitMQ 10+, Administration/BrokerVerifier.cs) ----------
+
+UNLIMITED = 100_000  # Queue.BigValueInsteadOfActuallyUnlimited
+
+
+def _dotnet_escape(name: str) -> str:
+    """Regex.Escape: backslash before \\ * + ? | { [ ( ) ^ $ . # and space; \\t \\n \\f \\r as letter escapes."""
+    letters = {"\t": "t", "\n": "n", "\f": "f", "\r": "r"}
+    return "".join("\\" + letters.get(c, c) if c in "\\*+?|{[()^$.# \t\n\f\r" else c for c in name)
+
+
+def _limit(value: Any) -> int | None:
+    return -1 if isinstance(value, str) and value.lower() == "unlimited" else value
+
+
+def validate_delivery_limit(api: Any, vhost: str, queue_name: str, broker_version: tuple[int, ...]) -> str:
+    """What the message pump's ``ValidateDeliveryLimit`` does at endpoint start, against ``api`` (ManagementApi).
+
+    Returns "ok", "created policy" (it created ``nsb.<queue>.delivery-limit``) or raises ``RuntimeError`` with
+    the transport's refusal. Waits for the queue's effective policy definition like ``GetQueueDetails``.
+    """
+    path = f"queues/{quote(vhost, safe='')}/{quote(queue_name, safe='')}"
+    for _ in range(60):
+        queue = api.request("GET", path)
+        if queue.get("effective_policy_definition") is not None:
+            break
+        time.sleep(0.5)
+    if queue.get("type") != "quorum":
+        return "ok"
+    argument = _limit((queue.get("arguments") or {}).get("x-delivery-limit"))
+    from_policy = _limit((queue.get("effective_policy_definition") or {}).get("delivery-limit"))
+    limit = _limit(queue.get("delivery_limit"))  # GetDeliveryLimit: 4.x reports it, 3.x: lowest of the two
+    if limit is None:
+        known = [v for v in (from_policy, argument) if v is not None]
+        limit = max(0, min(known)) if known else UNLIMITED
+    applied = queue.get("policy")
+    transport_policy = bool(applied) and applied.startswith("nsb.") and applied.endswith(".delivery-limit")
+    if limit == UNLIMITED:
+        return "ok"
+    if not (limit == -1 and transport_policy) and (argument is not None or from_policy is not None):
+        raise RuntimeError(f"The delivery limit for '{queue_name}' is set to the non-default value of '{limit}'.")
+    if broker_version < (4, 0, 0):
+        raise RuntimeError("Cannot create unlimited delivery limit policies in RabbitMQ versions prior to 4.0.")
+    if applied and not transport_policy:
+        raise RuntimeError(f"'{queue_name}' queue because it already has a '{applied}' policy applied.")
+    body = {"pattern": f"^{_dotnet_escape(queue_name)}$", "apply-to": "quorum_queues", "priority": 0,
+            "definition": {"delivery-limit": UNLIMITED}}  # fmt: skip
+    api.request("PUT", f"policies/{quote(vhost, safe='')}/{quote(f'nsb.{queue_name}.delivery-limit', safe='')}", body)
+    return "created policy"

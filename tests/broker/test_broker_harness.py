@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.local import ServiceUnavailable
-from tests.conftest import unavailable
+from tests.conftest import require_installed
 from tests.services import ChrootRabbitMq, broker_processes, host_mounts_under, wait_gone
 
 
@@ -25,10 +24,7 @@ def namespace_mount_points(pid: int) -> set[str]:
 
 @pytest.fixture
 def chroot_broker_available() -> None:
-    try:
-        ChrootRabbitMq().check_installed()
-    except ServiceUnavailable as error:
-        unavailable(str(error))
+    require_installed(ChrootRabbitMq)
 
 
 @pytest.mark.usefixtures("chroot_broker_available")
@@ -52,6 +48,8 @@ def test_two_brokers_share_the_root_and_neither_stop_nor_kill_leaves_a_mount_or_
             process.wait(10)
         assert wait_gone(killed) == []
         assert first.version().startswith("4.0.")  # the other broker on the same root is untouched
+        second.__exit__(None, None, None)
+        assert not second.state_dir.exists()
 
         stopped = broker_processes(first)
         assert len(stopped) > 2  # rabbitmq-server's shell, beam.smp and its helpers, epmd

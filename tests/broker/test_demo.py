@@ -1,5 +1,6 @@
 """``nsb-delays demo`` end to end in a child process: it provisions, measures, and stops what it started,
-also when interrupted with Ctrl-C."""
+also when interrupted with Ctrl-C; with ``--rabbitmq-url`` it does the same on a running broker of either
+version, and refuses bad URLs and brokers it must not change (exit 2, nothing changed)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,21 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
-from nsb_delays.infra.config import load_stack
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.cli import cli
+from nsb_delays.infra.config import load_stack, read_stack_yaml
+from tests.broker.conftest import settled_queues
+from tests.conftest import require_installed
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -50,8 +60,9 @@ def assert_stopped(output: str) -> None:
 
 
 @pytest.fixture
-def servers_available(rabbitmq: LocalRabbitMq, moto_server: LocalMoto) -> None:
-    """The demo starts its own servers; the session ones only gate it (skip locally / fail under CI if absent)."""
+def servers_available(moto_server: LocalMoto) -> None:
+    """The demo starts its own Debian RabbitMQ and moto; this only gates it (skip locally / fail under CI if absent)."""
+    require_installed(LocalRabbitMq)
 
 
 @pytest.mark.usefixtures("servers_available")
@@ -59,6 +70,7 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
     result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verify: 0 drift(s)" in result.stdout
+    assert "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in result.stdout
     stack = load_stack("dev")
     rows = re.findall(r"│ (RabbitMQ v2|SQS)\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
     expected_rows = 3 * (len(stack.rabbitmq.endpoints) + len(stack.sqs.endpoints))
@@ -106,3 +118,134 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
     assert process.returncode == 130, output
     assert "interrupted; the private servers were stopped" in output
     assert_stopped(output)
+
+
+# --- a running broker: --rabbitmq-url / --rabbitmq-management-url --------------------------------------------
+
+
+def given_broker(rabbitmq: LocalRabbitMq, amqp_port: int | None = None) -> list[str]:
+    amqp = f"amqp://{rabbitmq.username}:{rabbitmq.password}@127.0.0.1:{amqp_port or rabbitmq.amqp_port}"
+    return ["--rabbitmq-url", amqp, "--rabbitmq-management-url", rabbitmq.management_url]
+
+
+def dev_stack_file(tmp_path: Path, vhost: str) -> Path:
+    raw = read_stack_yaml("dev")
+    raw["nsb-delays:rabbitmq"]["vhost"] = vhost
+    path = tmp_path / "Pulumi.demo.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    return path
+
+
+def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    moto_server: LocalMoto,
+    new_vhost,
+    delivery_limit_policies: bool,
+    tmp_path: Path,
+) -> None:
+    vhost = new_vhost("demo")
+    command = [*DEMO[:-2], "--stack", str(dev_stack_file(tmp_path, vhost)), "--delays", "0,2", *given_broker(rabbitmq)]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"RabbitMQ {rabbitmq.management_url} (given; the demo leaves it running)" in result.stdout
+    assert "verify: 0 drift(s)" in result.stdout
+    rows = re.findall(r"│ RabbitMQ v2\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
+    assert len(rows) == 2 * 3 and all(float(measured) >= int(asked) - 0.005 for _, asked, measured in rows)
+    notice = "is older than 4.0: provisioning without the delivery-limit policies" in result.stdout
+    assert notice == (not delivery_limit_policies)  # version-specific: 3.10 gets the stack without policies
+    applied = {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in ("Sales", "Shipping")}
+    queues = settled_queues(management, vhost, applied)  # the broker still runs, the stack stays provisioned
+    if delivery_limit_policies:
+        assert queues["Sales"]["delivery_limit"] == rmq.UNLIMITED_DELIVERY_LIMIT
+
+
+def run_demo_cli(*arguments: str) -> Any:
+    return CliRunner().invoke(cli, ["demo", *arguments])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672"], "--rabbitmq-management-url is missing"),
+        (["--rabbitmq-management-url", "http://127.0.0.1:15672"], "--rabbitmq-url is missing"),
+        (["--rabbitmq-url", "http://127.0.0.1:5672", "--rabbitmq-management-url", "http://127.0.0.1:15672"],
+         "--rabbitmq-url 'http://127.0.0.1:5672' is not an AMQP URL"),
+        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672/orders", "--rabbitmq-management-url", "http://127.0.0.1:1"],
+         "names vhost 'orders': leave it out"),
+        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672", "--rabbitmq-management-url", "ftp://127.0.0.1"],
+         "--rabbitmq-management-url 'ftp://127.0.0.1' is not an http(s) URL"),
+        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:9", "--rabbitmq-management-url", "http://127.0.0.1:9"],
+         "cannot reach the RabbitMQ management API at 127.0.0.1:9 as 'g': [Errno 111] Connection refused"),
+    ],
+)  # fmt: skip
+def test_bad_broker_options_are_refused_before_anything_starts(arguments: list[str], message: str) -> None:
+    result = run_demo_cli(*arguments)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "moto" not in result.output and "Traceback" not in result.output
+
+
+def test_a_wrong_amqp_port_is_refused_before_the_broker_is_changed(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, tmp_path: Path
+) -> None:
+    vhost = f"demo-refused-{uuid.uuid4().hex[:6]}"
+    result = run_demo_cli("--stack", str(dev_stack_file(tmp_path, vhost)), *given_broker(rabbitmq, amqp_port=9))
+    assert result.exit_code == 2, result.output
+    assert (
+        "cannot reach RabbitMQ (AMQP, --rabbitmq-url) at 127.0.0.1:9 vhost '/' as 'guest': [Errno 111]" in result.output
+    )
+    assert not management.vhost_exists(vhost)
+
+
+def test_a_policy_that_would_stop_an_endpoint_is_refused_and_nothing_is_imported(
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    broker_version: tuple[int, ...],
+    tmp_path: Path,
+) -> None:
+    """A team's policy over the endpoint queues: a delivery limit (refused on every version) and, on 4.x only,
+    a higher priority that would hide NServiceBus's own policy."""
+    vhost = new_vhost("demo-policy")
+    retries = {"pattern": "^Sales$", "apply-to": "queues", "priority": 5, "definition": {"delivery-limit": 5}}
+    management.request("PUT", f"policies/{vhost}/team-retries", retries)
+    mirrored = {"pattern": "^Ship", "apply-to": "all", "priority": 1, "definition": {"max-length": 1000}}
+    management.request("PUT", f"policies/{vhost}/team-limits", mirrored)
+    before = management.definitions(vhost)
+    result = run_demo_cli("--stack", str(dev_stack_file(tmp_path, vhost)), *given_broker(rabbitmq))
+    assert result.exit_code == 2, result.output
+    assert "policy team-retries over queue Sales" in result.output  # the object
+    assert (
+        "only from nsb.Sales.delivery-limit (100000)" in result.output and "│ 5 " in result.output
+    )  # expected, actual
+    assert "fix policy team-retries over queue Sales delivery-limit: remove 'delivery-limit' from it" in result.output
+    hidden = "policy team-limits over queue Shipping" in result.output
+    assert hidden == (broker_version >= (4, 0, 0))  # version-specific: below 4.0 NServiceBus needs no policy
+    assert "nothing was changed" in result.output and "Traceback" not in result.output
+    assert management.definitions(vhost) == before
+
+
+def test_a_broker_without_stream_queue_is_refused(
+    rabbitmq: LocalRabbitMq, broker_version: tuple[int, ...], tmp_path: Path
+) -> None:
+    """Version-specific: 3.10 can start without the stream_queue flag (RABBITMQ_FEATURE_FLAGS on first boot) and
+    the demo refuses it, as NServiceBus does; on 4.0 stream_queue is a required flag that is always enabled."""
+    if broker_version >= (4, 0, 0):
+        flags = {f["name"]: f for f in ManagementApi(rabbitmq.management_url).request("GET", "feature-flags")}
+        assert (flags["stream_queue"]["state"], flags["stream_queue"]["stability"]) == ("enabled", "required")
+        return
+    with WithoutStreams() as old:
+        result = run_demo_cli("--stack", str(dev_stack_file(tmp_path, "/")), *given_broker(old))
+        assert result.exit_code == 2, result.output
+        assert "feature flag stream_queue" in result.output and "disabled" in result.output
+        assert "fix broker feature flag stream_queue: rabbitmqctl enable_feature_flag stream_queue" in result.output
+        assert [q for q in ManagementApi(old.management_url).queues("/")] == []  # nothing imported
+
+
+class WithoutStreams(LocalRabbitMq):
+    """Debian's 3.10 booted with every feature flag but stream_queue (RABBITMQ_FEATURE_FLAGS, read on first boot)."""
+
+    def _env(self) -> dict[str, str]:
+        flags = "quorum_queue,implicit_default_bindings,virtual_host_metadata,maintenance_mode_status,user_limits"
+        return {**super()._env(), "RABBITMQ_FEATURE_FLAGS": flags}

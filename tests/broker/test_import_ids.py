@@ -12,7 +12,9 @@ from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 
 
-def test_binding_properties_keys_match_the_management_api(rabbitmq: LocalRabbitMq) -> None:
+def test_binding_properties_keys_match_the_management_api(
+    rabbitmq: LocalRabbitMq, delivery_limit_policies: bool
+) -> None:
     vhost = "import-ids"
     api = rabbitmq.api()
     base = f"{rabbitmq.management_url}/api"
@@ -20,7 +22,9 @@ def test_binding_properties_keys_match_the_management_api(rabbitmq: LocalRabbitM
     assert api.put(
         f"{base}/permissions/{vhost}/{rabbitmq.username}", json={"configure": ".*", "write": ".*", "read": ".*"}
     ).ok
-    config = parse_stack_config({"rabbitmq": {"vhost": vhost, "endpoints": ["Sales", "a.b"]}})
+    config = parse_stack_config(
+        {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales", "a.b"], "deliveryLimitPolicies": delivery_limit_policies}}
+    )
     RabbitMqApplier(rabbitmq.management_url).apply(record_stack(config))
     reported = api.get(f"{base}/bindings/{quote(vhost, safe='')}").json()
     ours = [b for b in reported if b["source"]]  # skip the default exchange's implicit bindings

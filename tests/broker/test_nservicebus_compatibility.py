@@ -23,18 +23,20 @@ from nsb_delays.infra.config import StackConfig, load_stack
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
+from tests.broker.conftest import settled_queues
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
 
 
-def endpoint_only_stack(vhost: str, generation: str, topology: str) -> StackConfig:
+def endpoint_only_stack(
+    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False
+) -> StackConfig:
     """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
-    return StackConfig(
-        rabbitmq=replace(dev, vhost=vhost, generation=generation, routing_topology=topology, endpoints=endpoints)
-    )
+    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology, "endpoints": endpoints}
+    return StackConfig(rabbitmq=replace(dev, **changes, delivery_limit_policies=delivery_limit_policies))
 
 
 def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options) -> None:
@@ -57,15 +59,40 @@ def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **option
 
 
 def without_statistics(definitions: dict) -> dict:
-    return {key: sorted(map(repr, definitions[key])) for key in ("exchanges", "queues", "bindings")}
+    return {key: sorted(map(repr, definitions[key])) for key in ("exchanges", "queues", "bindings", "policies")}
+
+
+def start_endpoints(management: ManagementApi, stack: StackConfig, broker_version: tuple[int, ...]) -> set[str]:
+    """Each receiving queue's message pump as it initializes (``ValidateDeliveryLimit``): what each one did."""
+    config = stack.rabbitmq
+    assert config is not None
+    return {nsb.validate_delivery_limit(management, config.vhost, q, broker_version) for q in receiving_queues(config)}
+
+
+def own_policies(stack: StackConfig, delivery_limit_policies: bool) -> dict[str, str | None]:
+    """Version-specific: the policy each receiving queue has applied once the endpoints ran (none below 4.0)."""
+    assert stack.rabbitmq is not None
+    queues = receiving_queues(stack.rabbitmq)
+    return {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in queues}
 
 
 @pytest.mark.parametrize(("generation", "topology"), CASES)
 def test_program_adopts_what_nservicebus_declared(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    broker_version: tuple[int, ...],
+    delivery_limit_policies: bool,
+    generation: str,
+    topology: str,
 ) -> None:
-    stack = endpoint_only_stack(new_vhost("nsb-first"), generation, topology)
+    """NServiceBus declares the graph; on 4.0 its endpoints, started with policymaker rights, add their
+    delivery-limit policies (3.10 has no default limit: they create none). The program adopts all of it."""
+    stack = endpoint_only_stack(new_vhost("nsb-first"), generation, topology, delivery_limit_policies)
     declare_as_nservicebus(rabbitmq, stack)
+    started = start_endpoints(management, stack, broker_version)
+    assert started == ({"created policy"} if delivery_limit_policies else {"ok"})
+    settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     assert verify_rabbitmq(management, stack.rabbitmq) == []  # the verifier accepts what NServiceBus made
     before = management.definitions(stack.rabbitmq.vhost)
     RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
@@ -74,12 +101,22 @@ def test_program_adopts_what_nservicebus_declared(
 
 @pytest.mark.parametrize(("generation", "topology"), CASES)
 def test_nservicebus_adopts_what_the_program_declared(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    broker_version: tuple[int, ...],
+    delivery_limit_policies: bool,
+    generation: str,
+    topology: str,
 ) -> None:
-    stack = endpoint_only_stack(new_vhost("program-first"), generation, topology)
+    """The program declares everything, policies included on 4.0; NServiceBus's endpoints then declare and
+    validate without a difference and without creating anything."""
+    stack = endpoint_only_stack(new_vhost("program-first"), generation, topology, delivery_limit_policies)
     RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     before = management.definitions(stack.rabbitmq.vhost)
     declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
+    assert start_endpoints(management, stack, broker_version) == {"ok"}
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
     # and the adopted graph delivers a message NServiceBus-style
     queue = receiving_queues(stack.rabbitmq)[0]

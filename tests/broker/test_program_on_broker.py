@@ -44,19 +44,22 @@ class Case:
     depths_after: dict[str, int]
 
 
-def case_config(vhost: str, generation: str, topology: str) -> StackConfig:
+def case_config(vhost: str, generation: str, topology: str, delivery_limit_policies: bool) -> StackConfig:
     dev = load_stack("dev")
     assert dev.rabbitmq is not None
-    return StackConfig(rabbitmq=replace(dev.rabbitmq, vhost=vhost, generation=generation, routing_topology=topology))
+    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology}
+    return StackConfig(rabbitmq=replace(dev.rabbitmq, **changes, delivery_limit_policies=delivery_limit_policies))
 
 
 @pytest.fixture(scope="module")
-def cases(rabbitmq: LocalRabbitMq, management: ManagementApi, module_vhost) -> dict[tuple[str, str], Case]:
+def cases(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, module_vhost, delivery_limit_policies: bool
+) -> dict[tuple[str, str], Case]:
     applier = RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     prepared = {}
     for generation, topology in CASES:
         vhost = module_vhost(f"program-{generation}-{topology}")
-        stack = case_config(vhost, generation, topology)
+        stack = case_config(vhost, generation, topology, delivery_limit_policies)
         resources = record_stack(stack)
         applied = applier.apply(resources)
         assert stack.rabbitmq is not None

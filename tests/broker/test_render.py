@@ -30,10 +30,13 @@ DELAYS = (0, 1, 2, 3)
 CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
 
 
-def dev_in_vhost(vhost: str, generation: str = "v2", topology: str = "conventional") -> StackConfig:
+def dev_in_vhost(
+    vhost: str, generation: str = "v2", topology: str = "conventional", delivery_limit_policies: bool = True
+) -> StackConfig:
     dev = load_stack("dev")
     assert dev.rabbitmq is not None
-    return replace(dev, rabbitmq=replace(dev.rabbitmq, vhost=vhost, generation=generation, routing_topology=topology))
+    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology}
+    return replace(dev, rabbitmq=replace(dev.rabbitmq, **changes, delivery_limit_policies=delivery_limit_policies))
 
 
 def shape(definitions: dict) -> dict:
@@ -47,14 +50,19 @@ def shape(definitions: dict) -> dict:
 
 @pytest.mark.parametrize(("generation", "topology"), [(g, t) for g in rmq.GENERATIONS for t in rmq.ROUTING_TOPOLOGIES])
 def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_messages(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, generation: str, topology: str
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    delivery_limit_policies: bool,
+    generation: str,
+    topology: str,
 ) -> None:
-    imported = dev_in_vhost(new_vhost("definitions"), generation, topology)
+    imported = dev_in_vhost(new_vhost("definitions"), generation, topology, delivery_limit_policies)
     document = json.loads(render(imported, "rabbitmq-definitions", "dev"))
     assert {q["arguments"].get("x-message-ttl") for q in document["queues"]} >= {1000, 134_217_728_000}
     management.import_definitions(document)
 
-    applied = dev_in_vhost(new_vhost("applied"), generation, topology)
+    applied = dev_in_vhost(new_vhost("applied"), generation, topology, delivery_limit_policies)
     RabbitMqApplier(rabbitmq.management_url).apply(record_stack(applied))
     assert shape(management.definitions(imported.rabbitmq.vhost)) == shape(
         management.definitions(applied.rabbitmq.vhost)

@@ -37,11 +37,14 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
 
 
-def provisioned_stack(tmp_path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, vhost: str, prefix: str) -> Path:
+def provisioned_stack(
+    tmp_path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, vhost: str, prefix: str, delivery_limit_policies: bool
+) -> Path:
     """A copy of the dev stack file pointing at the test broker, applied to ``vhost`` and moto."""
     raw = read_stack_yaml("dev")
     raw["rabbitmq:endpoint"] = rabbitmq.management_url
     raw["nsb-delays:rabbitmq"]["vhost"] = vhost
+    raw["nsb-delays:rabbitmq"]["deliveryLimitPolicies"] = delivery_limit_policies
     raw["nsb-delays:sqs"]["queueNamePrefix"] = prefix
     path = tmp_path / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump({"config": raw}))
@@ -63,9 +66,15 @@ def run_verify(path: Path, rabbitmq: LocalRabbitMq, moto: LocalMoto, *options: s
 
 
 def test_a_provisioned_stack_has_no_drift(
-    tmp_path: Path, rabbitmq: LocalRabbitMq, moto_server: LocalMoto, new_vhost, aws_test_credentials
+    tmp_path: Path,
+    rabbitmq: LocalRabbitMq,
+    moto_server: LocalMoto,
+    new_vhost,
+    delivery_limit_policies: bool,
+    aws_test_credentials,
 ) -> None:
-    path = provisioned_stack(tmp_path, rabbitmq, moto_server, new_vhost("verify-ok"), "verify-ok-")
+    vhost = new_vhost("verify-ok")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-ok-", delivery_limit_policies)
     result = run_verify(path, rabbitmq, moto_server)
     assert result.exit_code == 0, result.output
     assert "no drift" in result.output and "0 drift(s)" in result.output
@@ -77,10 +86,11 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     management: ManagementApi,
     moto_server: LocalMoto,
     new_vhost,
+    delivery_limit_policies: bool,
     aws_test_credentials,
 ) -> None:
     vhost = new_vhost("verify-broken")
-    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-", delivery_limit_policies)
     stack = load_stack(str(path))
     # 1. level 3 queue re-declared with a wrong TTL (9 s instead of 8 s)
     level3 = rmq.delay_level_name(3)
@@ -164,15 +174,33 @@ def test_broker_requirements_for_v2() -> None:
         parse_version("latest")
 
 
-def test_delay_queue_retention_may_exceed_four_days_but_content_deduplication_may_not_be_on() -> None:
+def test_delay_queue_retention_may_exceed_four_days_and_content_deduplication_is_drift_with_its_reason() -> None:
     (_, spec) = sqs.endpoint_queues("Sales")
     attributes = spec.attributes() | {"MessageRetentionPeriod": str(sqs.MAX_MESSAGE_RETENTION_SECONDS)}
     assert sqs_queue_drifts(spec, attributes) == []
     short = attributes | {"MessageRetentionPeriod": "60", "ContentBasedDeduplication": "true"}
-    assert [(d.kind, d.field) for d in sqs_queue_drifts(spec, short)] == [
+    drifts = sqs_queue_drifts(spec, short)
+    assert [(d.kind, d.field) for d in drifts] == [
         ("different", "MessageRetentionPeriod"),
         ("unexpected", "ContentBasedDeduplication"),
     ]
+    assert drifts[1].fix == sqs.CONTENT_DEDUPLICATION_NOTE and drifts[1].fix.startswith("harmless to NServiceBus")
+
+
+def test_content_based_deduplication_does_not_drop_nservicebus_delayed_messages(moto_server: LocalMoto) -> None:
+    """Two delayed messages with equal bodies, sent as NServiceBus sends them (explicit deduplication id = message
+    id, SendMessage: "your MessageDeduplicationId overrides the generated one"), both arrive."""
+    client = moto_server.client("sqs")
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = client.create_queue(QueueName="content-dedup-delay.fifo", Attributes=attributes)["QueueUrl"]
+    for message_id in ("first", "second"):
+        client.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId=message_id,
+                            MessageDeduplicationId=message_id)  # fmt: skip
+    for group in ("third", "fourth"):  # a sender without ids: the second equal body is a duplicate
+        client.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId=group)
+    received = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    ids = {m["Attributes"]["MessageDeduplicationId"] for m in received}
+    assert len(received) == 3 and {"first", "second"} <= ids
 
 
 def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> None:

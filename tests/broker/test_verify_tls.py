@@ -75,8 +75,10 @@ def https_management(rabbitmq: LocalRabbitMq) -> tuple[str, Path]:
     return f"https://{HOST}:{port}", ca
 
 
-def tls_stack(vhost: str) -> StackConfig:
-    return parse_stack_config({"rabbitmq": {"vhost": vhost, "endpoints": ["Sales"]}})
+def tls_stack(vhost: str, delivery_limit_policies: bool) -> StackConfig:
+    return parse_stack_config(
+        {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales"], "deliveryLimitPolicies": delivery_limit_policies}}
+    )
 
 
 def verify(stack_file: Path, url: str, *options: str):
@@ -87,13 +89,20 @@ def verify(stack_file: Path, url: str, *options: str):
 
 
 def test_verify_over_https_trusts_only_the_given_ca(
-    https_management: tuple[str, Path], rabbitmq: LocalRabbitMq, new_vhost, tmp_path: Path
+    https_management: tuple[str, Path],
+    rabbitmq: LocalRabbitMq,
+    new_vhost,
+    delivery_limit_policies: bool,
+    tmp_path: Path,
 ) -> None:
     url, ca = https_management
     vhost = new_vhost("tls")
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(tls_stack(vhost)))
+    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(tls_stack(vhost, delivery_limit_policies)))
     stack_file = tmp_path / "Pulumi.tls.yaml"
-    stack_file.write_text(f"config:\n  nsb-delays:rabbitmq:\n    vhost: {vhost}\n    endpoints: [Sales]\n")
+    stack_file.write_text(
+        f"config:\n  nsb-delays:rabbitmq:\n    vhost: {vhost}\n    endpoints: [Sales]\n"
+        f"    deliveryLimitPolicies: {str(delivery_limit_policies).lower()}\n"
+    )
 
     trusted = verify(stack_file, url, "--ca-cert", str(ca))
     assert trusted.exit_code == 0, trusted.output

@@ -26,7 +26,7 @@ from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
-from tests.conftest import serve, vhost_factory
+from tests.conftest import serve, unavailable, vhost_factory
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
@@ -47,7 +47,7 @@ def management(rabbitmq: LocalRabbitMq) -> ManagementApi:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     if not POSTGRES_JDBC_JAR.exists():
-        pytest.skip(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
+        unavailable(f"PostgreSQL JDBC driver missing at {POSTGRES_JDBC_JAR}")
     from nsb_delays.pipeline.spark import spark_session
 
     session = spark_session("local[2]")
@@ -205,16 +205,17 @@ class BrokerVhost:
 def broker_vhost(rabbitmq: LocalRabbitMq, management: ManagementApi) -> Iterator[Callable[..., BrokerVhost]]:
     """``broker_vhost(["Sales", ...], generation="v2")``: a fresh vhost with the program's topology applied."""
     with vhost_factory(management) as new_vhost:
+        yield lambda endpoints, generation="v2": provision_vhost(rabbitmq, new_vhost("migrate"), endpoints, generation)
 
-        def make(endpoints: list[str], generation: str = "v2") -> BrokerVhost:
-            vhost = new_vhost("migrate")
-            config = parse_stack_config(
-                {"rabbitmq": {"vhost": vhost, "generation": generation, "endpoints": endpoints}}
-            )
-            RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
-            return BrokerVhost(rabbitmq, vhost)
 
-        yield make
+def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], generation: str = "v2") -> BrokerVhost:
+    """The program's topology for ``endpoints`` applied to ``vhost`` (made by ``vhost_factory``).
+
+    Debian's 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here."""
+    rabbitmq_config = {"vhost": vhost, "generation": generation, "endpoints": endpoints, "deliveryLimitPolicies": False}
+    config = parse_stack_config({"rabbitmq": rabbitmq_config})
+    RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+    return BrokerVhost(rabbitmq, vhost)
 
 
 def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

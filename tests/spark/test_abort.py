@@ -77,7 +77,9 @@ def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgre
     )  # fmt: skip
     assert result.exit_code == 1
     assert "the run stopped: nsb_delays.pipeline.faults.InjectedFault: injected fault at after-publish" in result.output
-    assert "rerun the same command to resume" in result.output
+    assert "60 hidden, 20 dispatched, 0 quarantined, 40 pending" in result.output
+    assert "resume:  nsb-delays migrate run --source-jdbc" in result.output
+    assert "restore: nsb-delays migrate abort --source-jdbc" in result.output
     result = CliRunner().invoke(migrate, ["abort", *common])
     assert result.exit_code == 0, result.output
     restored = len(rows) - 2 * 10  # two batches were confirmed and marked before the third stopped

@@ -197,16 +197,16 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(
     absent = CliRunner().invoke(
         migrate, ["run", "--source-path", str(tmp_path / "absent.parquet"), *ledger, *target, "--no-progress"]
     )
-    assert absent.exit_code == 1 and f"cannot read export {str(tmp_path / 'absent.parquet')!r} as parquet" in (
-        absent.output
-    )
+    assert absent.exit_code == 2 and f"export {tmp_path / 'absent.parquet'}: does not exist" in absent.output
     mysql = CliRunner().invoke(migrate, ["run", *common, "--ledger-jdbc-url", "jdbc:mysql://db/app", *target])
-    assert mysql.exit_code == 2 and "'jdbc:mysql://db/app' is not a jdbc:postgresql:// URL" in mysql.output
+    assert mysql.exit_code == 2 and "'jdbc:mysql://db/app': the ledger of an export run is kept in PostgreSQL" in (
+        mysql.output
+    )
     stopped = CliRunner().invoke(
         migrate, ["run", *common, *ledger, *target, "--batch-size", "40", "--partitions", "1", "--no-progress",
                   "--fault", "after-publish:4:raise"],
     )  # fmt: skip
-    assert stopped.exit_code == 1 and "rerun the same command to resume" in stopped.output
+    assert stopped.exit_code == 1 and "resume:  nsb-delays migrate run --source-path" in stopped.output
     (run_id, table), *_ = ledger_rows(
         postgres.dsn, f'select "MigrationRunId", "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
         (source.layout.table,),
@@ -238,4 +238,4 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(
     with psycopg.connect(postgres.dsn) as connection:
         assert connection.execute("select to_regclass(%s)", (source.layout.table,)).fetchone() == (None,)
     again = CliRunner().invoke(migrate, ["abort", *common, *ledger])
-    assert again.exit_code == 1 and "nothing to abort" in again.output
+    assert again.exit_code == 2 and "nothing to abort" in again.output

@@ -30,6 +30,7 @@ from nsb_delays.pipeline.ledger import (
 )
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
 from nsb_delays.pipeline.sources import JdbcSource
+from tests.conftest import unavailable
 from tests.services import MARIADB_JDBC_JAR, LocalMariaDb
 from tests.spark.conftest import SQL_PERSISTENCE_VERSION, StoredTimeout, timeout, utc_now
 
@@ -87,7 +88,7 @@ def insert_mysql_timeouts(mariadb: LocalMariaDb, table: str, rows: list[StoredTi
 def mysql_timeout_table(spark, mariadb: LocalMariaDb) -> Callable[[str, list[StoredTimeout]], JdbcSource]:
     """``mysql_timeout_table("Sales", rows)`` -> a JdbcSource (jdbc:mariadb:) for a fresh `Sales_TimeoutData`."""
     if not MARIADB_JDBC_JAR.exists():
-        pytest.skip(f"MariaDB JDBC driver missing at {MARIADB_JDBC_JAR}")
+        unavailable(f"MariaDB JDBC driver missing at {MARIADB_JDBC_JAR}")
 
     def make(endpoint: str, rows: list[StoredTimeout]) -> JdbcSource:
         table = create_mysql_sql_persistence_table(mariadb, endpoint)
@@ -207,7 +208,7 @@ def test_nhibernate_timeout_entity_in_mysql_migrates_only_the_endpoint_and_abort
 ) -> None:
     """NHibernate's shared ``TimeoutEntity``: a run takes only its endpoint's rows, abort puts them back."""
     if not MARIADB_JDBC_JAR.exists():
-        pytest.skip(f"MariaDB JDBC driver missing at {MARIADB_JDBC_JAR}")
+        unavailable(f"MariaDB JDBC driver missing at {MARIADB_JDBC_JAR}")
     broker = broker_vhost(["Sales", "Billing"])
     now = utc_now()
     rows = [(timeout("Billing", -1, i, now=now), "Sales" if i % 2 else "Billing") for i in range(60)]

@@ -43,6 +43,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "vhost",
         "instanceDiscriminators",
         "legacyTimeoutManager",
+        "deliveryLimitPolicies",
         "adoptExisting",
     }
     assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"

@@ -147,7 +147,7 @@ def test_the_dev_stack_file_is_valid() -> None:
 
 
 def test_a_missing_stack_file_names_the_path() -> None:
-    with pytest.raises(ConfigError, match=r"Pulumi\.nope\.yaml does not exist"):
+    with pytest.raises(ConfigError, match=r"no stack 'nope': Pulumi\.nope\.yaml is not in .*; stacks there: dev"):
         load_stack("nope")
 
 

@@ -35,7 +35,13 @@ from pulumi_policy.proxy import (
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
-from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
+from nsb_delays.components.resource_types import (
+    RABBITMQ_BINDING,
+    RABBITMQ_EXCHANGE,
+    RABBITMQ_POLICY,
+    RABBITMQ_QUEUE,
+    SQS_QUEUE,
+)
 from nsb_delays.infra.config import load_stack, read_stack_yaml
 from nsb_delays.infra.recording import PROJECT, RecordedResource, record, record_stack
 from nsb_delays.policies import rules
@@ -121,12 +127,12 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 19
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 21
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
     advisory = [p.name for p in POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
-    assert advisory == ["endpoint-retirement-order"]
+    assert advisory == ["sqs-delay-queue-deduplication", "endpoint-retirement-order"]
 
 
 def test_the_program_tags_sqs_queues_with_the_model_tag_keys() -> None:
@@ -319,15 +325,19 @@ def test_a_901_second_fifo_delay_is_reported() -> None:
     assert "delaySeconds is 901.0, expected exactly 900" in violations[0].message
 
 
-def test_a_delay_queue_that_is_not_fifo_or_deduplicates_by_content_is_reported() -> None:
+def test_a_delay_queue_that_is_not_fifo_is_reported() -> None:
     target = delay_fifo("Billing")
+    violations = run(changed(dev_recorded(), target, lambda inputs: inputs.pop("fifoQueue")))
+    assert reported(violations) == [("sqs-delay-queue-settings", target.urn)]
 
-    def break_fifo(inputs: dict[str, Any]) -> None:
-        del inputs["fifoQueue"]
-        inputs["contentBasedDeduplication"] = True
 
-    violations = run(changed(dev_recorded(), target, break_fifo))
-    assert reported(violations) == [("sqs-delay-queue-settings", target.urn)] * 2
+def test_content_based_deduplication_is_advice_not_a_refusal() -> None:
+    """NServiceBus neither creates nor checks it, and its explicit deduplication ids override it (advisory)."""
+    target = delay_fifo("Billing")
+    violations = run(changed(dev_recorded(), target, lambda inputs: inputs.update(contentBasedDeduplication=True)))
+    assert reported(violations) == [("sqs-delay-queue-deduplication", target.urn)]
+    assert not violations[0].mandatory
+    assert "harmless to NServiceBus: it sets an explicit MessageDeduplicationId" in violations[0].message
 
 
 def test_a_redrive_policy_on_the_delay_queue_is_reported() -> None:
@@ -473,7 +483,7 @@ def test_every_delay_breaking_key_in_a_catch_all_operator_policy_is_reported(key
         (r"^(?!nsb\.(v2\.)?delay-level-).*", {"message-ttl": 60000}, "queues"),  # the suggested exclusion
         (r"nsb.v2.delay-level-.*", {"message-ttl": 60000}, "exchanges"),
         (r"nsb.v2.delay-level-.*", {"message-ttl": 60000}, "classic_queues"),  # v2 levels are quorum
-        (r".*", {"delivery-limit": 5}, "queues"),
+        (r"^(?!nsb\.(v2\.)?delay-level-).*", {"delivery-limit": 5}, "queues"),  # no endpoint queue in this run
     ],
 )
 def test_broker_policies_that_leave_delay_queues_alone_pass(
@@ -641,3 +651,62 @@ def test_derived_exemptions_join_the_users_own() -> None:
     }
     with pytest.raises(PolicyConfigError, match="minRetentionSeconds"):
         PackConfig().with_defaults("sqs-delay-queue-retention", {"minRetentionSeconds": 1})
+
+
+# --- delivery limits over endpoint queues (RabbitMQ 4.x, NServiceBus.RabbitMQ 10+) ---------------------------
+
+
+def delivery_limit_violations(recorded: Iterable[RecordedResource]) -> list[Violation]:
+    return [v for v in run(recorded) if v.policy == "endpoint-queue-delivery-limit"]
+
+
+def test_a_catch_all_delivery_limit_policy_is_reported_for_every_quorum_endpoint_queue() -> None:
+    """Not harmless: NServiceBus 10+ refuses to start on a queue whose delivery limit is not its own policy's."""
+    policy = broker_policy(".*", {"delivery-limit": "5"}, apply_to="queues")
+    violations = delivery_limit_violations([*dev_recorded(), *policy])
+    receiving = ["Billing", "Billing-blue", "Sales", "Shipping"]
+    assert [(v.urn, v.mandatory) for v in violations] == [(policy[0].urn, True)] * len(receiving)
+    for queue, violation in zip(receiving, violations, strict=True):
+        assert violation.message.startswith(f"policy 'ttl' reaches endpoint queue {queue!r}: delivery-limit is 5")
+        assert f"refuses to start on {queue!r}" in violation.message
+
+
+def test_an_operator_policy_limit_and_an_outranking_policy_are_reported_but_a_lower_one_is_not() -> None:
+    operator = broker_policy("^Sales$", {"delivery-limit": "100"}, apply_to="all", operator=True)
+    outranking = record(
+        lambda: rabbitmq.Policy(
+            "ha", name="ha", vhost="/",
+            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=1, apply_to="queues", definition={"max-length": "9"}),
+        )
+    )  # fmt: skip
+    lower = record(
+        lambda: rabbitmq.Policy(
+            "low", name="low", vhost="/",
+            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=-1, apply_to="queues", definition={"max-length": "9"}),
+        )
+    )  # fmt: skip
+    violations = delivery_limit_violations([*dev_recorded(), *operator, *outranking, *lower])
+    assert [v.urn for v in violations] == [operator[0].urn, outranking[0].urn]
+    assert "operator policy 'limits' reaches endpoint queue 'Sales': delivery-limit is 100" in violations[0].message
+    assert "policy 'ha' reaches endpoint queue 'Shipping': priority is 1, expected < 0" in violations[1].message
+
+
+def test_a_delivery_limit_argument_on_an_endpoint_queue_is_reported() -> None:
+    sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+    violations = delivery_limit_violations(changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 5)))
+    assert [v.urn for v in violations] == [sales.urn]
+    assert "declares x-delivery-limit=5" in violations[0].message
+
+
+def test_the_programs_own_policies_pass_and_a_changed_one_is_reported() -> None:
+    assert delivery_limit_violations(dev_recorded()) == []
+    own = find(dev_recorded(), RABBITMQ_POLICY, rmq.delivery_limit_policy_name("Sales"))
+    weakened = changed(
+        dev_recorded(), own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "20"})
+    )
+    (violation,) = delivery_limit_violations(weakened)
+    assert violation.urn == own.urn and violation.mandatory
+    assert (
+        "definition is pattern '^Sales$', apply-to quorum_queues, priority 0, definition {'delivery-limit': '20'}"
+        in (violation.message)
+    )

@@ -1,0 +1,175 @@
+"""NServiceBus 10+'s delivery-limit policy per quorum receive queue, and when the endpoint refuses to start.
+
+Worked example: RabbitMQ 4.0 gives the quorum queue ``Sales`` a delivery limit of 20; NServiceBus wants
+``nsb.Sales.delivery-limit`` (pattern ``^Sales$``, apply-to ``quorum_queues``, priority 0,
+``{"delivery-limit": 100000}``) and refuses to start when a limit comes from anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from nsb_delays.brokers.apply import policy_body
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.rabbitmq import RabbitMqEndpoint
+from nsb_delays.components.resource_types import RABBITMQ_POLICY
+from nsb_delays.infra.config import ConfigError, parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.render import render
+from tests.unit.helpers import declared, of_type
+
+V4, V3 = (4, 0, 5), (3, 13, 7)
+
+
+@pytest.mark.parametrize(
+    ("queue", "escaped"),
+    [
+        ("Sales", "Sales"),
+        ("team.orders", r"team\.orders"),  # '.' escaped, as re.escape does too
+        ("Billing-blue", "Billing-blue"),  # re.escape would write Billing\-blue
+        ("my queue", r"my\ queue"),
+        ("#hash", r"\#hash"),
+        ("a]b}c", "a]b}c"),  # ']' and '}' are not metacharacters for .NET: left alone
+        ("x~y&z@v", "x~y&z@v"),  # re.escape escapes '~' and '&'; .NET does not
+        ("tab\tnew\nline\rfeed\f", r"tab\tnew\nline\rfeed\f"),  # control characters become letter escapes
+        (r"a\b|c(d)[e]{f}^$*+?", r"a\\b\|c\(d\)\[e]\{f}\^\$\*\+\?"),
+        ("Ürün", "Ürün"),
+    ],
+)
+def test_the_pattern_escapes_the_queue_name_as_dotnet_regex_escape_does(queue: str, escaped: str) -> None:
+    assert rmq.dotnet_regex_escape(queue) == escaped
+    pattern = rmq.delivery_limit_policy(queue).pattern
+    assert pattern == f"^{escaped}$"
+    assert re.fullmatch(pattern, queue) and not re.search(pattern, queue + "x")  # matches that queue only
+
+
+def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
+    assert rmq.delivery_limit_policy("Sales") == rmq.PolicySpec(
+        name="nsb.Sales.delivery-limit",
+        queue="Sales",
+        pattern="^Sales$",
+        apply_to="quorum_queues",
+        priority=0,
+        definition={"delivery-limit": 100_000},
+    )
+    assert rmq.is_delivery_limit_policy_name("nsb.anything.delivery-limit")
+    assert not rmq.is_delivery_limit_policy_name("team.Sales.delivery-limit")
+
+
+def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not() -> None:
+    topology = rmq.endpoint_topology("Billing", instance_discriminators=["blue"], legacy_timeout_manager=True)
+    assert [p.name for p in topology.policies] == ["nsb.Billing.delivery-limit", "nsb.Billing-blue.delivery-limit"]
+    assert rmq.endpoint_topology("Billing", queue_type="classic").policies == ()
+    assert rmq.endpoint_topology("Billing", delivery_limit_policies=False).policies == ()
+    assert rmq.shared_queues().policies == ()  # error and audit are not an endpoint's receive queues
+
+
+def test_the_component_declares_the_policy_with_string_definition_values() -> None:
+    (policy,) = of_type(declared(lambda: RabbitMqEndpoint("ep", endpoint="Sales")), RABBITMQ_POLICY)
+    assert policy.inputs["name"] == "nsb.Sales.delivery-limit" and policy.inputs["vhost"] == "/"
+    assert policy.inputs["policy"] == {
+        "pattern": "^Sales$",
+        "applyTo": "quorum_queues",
+        "priority": 0,
+        "definition": {"delivery-limit": "100000"},  # pulumi-rabbitmq's definition is a map of strings
+    }
+    # ... which the provider's putPolicy sends as the integer the broker and NServiceBus expect
+    assert policy_body(policy.inputs["policy"])["definition"] == {"delivery-limit": 100_000}
+
+
+def test_put_policy_converts_only_what_strconv_parseint_accepts() -> None:
+    body = policy_body(
+        {
+            "pattern": ".",
+            "applyTo": "all",
+            "priority": 1.0,
+            "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
+        }
+    )
+    assert body == {
+        "pattern": ".",
+        "apply-to": "all",
+        "priority": 1,
+        "definition": {"a": 7, "b": "1_000", "c": " 5", "d": "x"},
+    }
+
+
+def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() -> None:
+    on = record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True}}))
+    assert [(r.physical_name, r.import_id) for r in of_type(on, RABBITMQ_POLICY)] == [
+        ("nsb.Sales.delivery-limit", "nsb.Sales.delivery-limit@/")
+    ]
+    off = record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False}}))
+    assert of_type(off, RABBITMQ_POLICY) == []
+    with pytest.raises(ConfigError, match=r"nsb-delays:rabbitmq.deliveryLimitPolicies: expected bool, got str"):
+        parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": "no"}})
+
+
+def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() -> None:
+    stack = parse_stack_config({"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"]}})
+    document = json.loads(render(stack, "rabbitmq-definitions", "t"))
+    assert document["policies"] == [
+        {"vhost": "orders", "name": "nsb.Sales.delivery-limit", "pattern": "^Sales$", "apply-to": "quorum_queues",
+         "definition": {"delivery-limit": 100000}, "priority": 0},
+        {"vhost": "orders", "name": "nsb.team.orders.delivery-limit", "pattern": r"^team\.orders$",
+         "apply-to": "quorum_queues", "definition": {"delivery-limit": 100000}, "priority": 0},
+    ]  # fmt: skip
+    off = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False}})
+    assert json.loads(render(off, "rabbitmq-definitions", "t"))["policies"] == []
+
+
+def refusal(**live: object) -> str | None:
+    queue = {"queue_type": "quorum", "arguments": {"x-queue-type": "quorum"}, "effective_policy_definition": {}}
+    queue |= {"applied_policy": None, "broker_version": V4} | live
+    return rmq.nservicebus_delivery_limit_refusal("Sales", **queue)  # type: ignore[arg-type]
+
+
+def test_what_nservicebus_accepts_at_start() -> None:
+    own = {"applied_policy": "nsb.Sales.delivery-limit", "effective_policy_definition": {"delivery-limit": 100000}}
+    assert refusal(**own, delivery_limit=100000) is None
+    assert refusal(delivery_limit=20) is None  # no limit set anywhere: the endpoint would create its policy
+    assert refusal(applied_policy="team", effective_policy_definition={"delivery-limit": 100000}) is None  # 100000
+    assert refusal(queue_type="classic", arguments={"x-delivery-limit": 5}) is None  # classic queues are not checked
+    assert refusal(broker_version=V3) is None  # 3.x without a limit: GetDeliveryLimit says 100000
+
+
+def test_what_nservicebus_refuses_at_start() -> None:
+    argument = refusal(arguments={"x-queue-type": "quorum", "x-delivery-limit": 5}, delivery_limit=5)
+    assert argument and argument.startswith("queue 'Sales' has delivery limit 5 from argument x-delivery-limit=5")
+    foreign = refusal(applied_policy="team", effective_policy_definition={"delivery-limit": 5}, delivery_limit=5)
+    assert foreign and "delivery-limit=5 from policy 'team'" in foreign
+    operator = refusal(
+        applied_policy="nsb.Sales.delivery-limit",
+        operator_policy="ops",
+        effective_policy_definition={"delivery-limit": 7},
+        delivery_limit=7,
+    )
+    assert operator and "from policy 'nsb.Sales.delivery-limit' / operator policy 'ops'" in operator
+    hidden = refusal(applied_policy="team", effective_policy_definition={"max-length": 9}, delivery_limit=20)
+    assert hidden and "has policy 'team' applied, so 'nsb.Sales.delivery-limit' cannot be" in hidden
+    assert refusal(broker_version=V3, effective_policy_definition={"delivery-limit": 5}, applied_policy="team")
+
+
+def conflicts(*policies: rmq.BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:
+    return [(c.policy, c.field, c.refused) for c in rmq.delivery_limit_conflicts("Sales", policies, version)]
+
+
+def test_policy_conflicts_as_nservicebus_sees_them_on_each_broker_version() -> None:
+    own = rmq.BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "quorum_queues", 0, {"delivery-limit": "100000"})
+    limit = rmq.BrokerPolicy("team", ".*", "queues", -5, {"delivery-limit": 5})
+    hundred_k = rmq.BrokerPolicy("same", "^Sal", "all", -1, {"delivery-limit": 100000})
+    outranking = rmq.BrokerPolicy("ha", "Sales", "queues", 0, {"max-length": 9})
+    elsewhere = rmq.BrokerPolicy("other", "^Billing$", "queues", 9, {"delivery-limit": 5})
+    classic_only = rmq.BrokerPolicy("cq", ".*", "classic_queues", 9, {"delivery-limit": 5})
+    assert conflicts(own, elsewhere, classic_only) == []
+    assert conflicts(own, limit, hundred_k, outranking) == [
+        ("team", "delivery-limit", True),
+        ("same", "delivery-limit", False),  # NServiceBus accepts exactly 100000, the pack still flags it
+        ("ha", "priority", True),
+    ]
+    assert conflicts(outranking, version=V3) == []  # below 4.0 NServiceBus never needs its own policy applied
+    wrong_own = rmq.BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "queues", 0, {"delivery-limit": "100000"})
+    assert conflicts(wrong_own) == [("nsb.Sales.delivery-limit", "definition", False)]
