@@ -45,7 +45,7 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.config import PROJECT_DIR, RabbitMqConfig, StackConfig, load_stack
+from nsb_delays.infra.config import RabbitMqConfig, StackConfig, load_stack, stack_file
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
 
@@ -73,9 +73,9 @@ def dev_config(vhost: str) -> RabbitMqConfig:
     return replace(dev, vhost=vhost, generation="v2")
 
 
-def stack_file(folder: Path, vhost: str) -> Path:
+def dev_stack_in_vhost(folder: Path, vhost: str) -> Path:
     """The dev stack's YAML with another vhost: what an operator would render and verify."""
-    document = yaml.safe_load((PROJECT_DIR / "Pulumi.dev.yaml").read_text())
+    document = yaml.safe_load(stack_file("dev").read_text())
     document["config"]["nsb-delays:rabbitmq"]["vhost"] = vhost
     path = folder / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -98,7 +98,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
     rendered_vhost = cluster_vhost("rendered")
     rendered_file = tmp_path / "definitions.json"
     rendered = CliRunner().invoke(
-        cli, ["render", "--stack", str(stack_file(tmp_path, rendered_vhost)), "--format", "rabbitmq-definitions",
+        cli, ["render", "--stack", str(dev_stack_in_vhost(tmp_path, rendered_vhost)), "--format", "rabbitmq-definitions",
               "-o", str(rendered_file)],
     )  # fmt: skip
     assert rendered.exit_code == 0, rendered.output
@@ -113,7 +113,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
             assert queue.online == everyone and queue.leader in everyone
 
         verified = CliRunner().invoke(
-            cli, ["verify", "--stack", str(stack_file(tmp_path, vhost)), "--management-url", third.management_url,
+            cli, ["verify", "--stack", str(dev_stack_in_vhost(tmp_path, vhost)), "--management-url", third.management_url,
                   "--username", "guest", "--password", "guest", "--skip-sqs"],
         )  # fmt: skip
         assert verified.exit_code == 0, verified.output
