@@ -29,7 +29,7 @@ Figures are printed with the machine's load average (the machine is shared), nev
 ``NSB_BENCH_RABBITMQ=4.0`` runs the tests' Debian 13 RabbitMQ 4.0 chroot instead of Debian 12's 3.10.
 A quick run (about 5 minutes): ``NSB_BENCH_BACKLOG=20000 NSB_BENCH_BURST=5000 NSB_BENCH_SECONDS=5
 NSB_BENCH_DLX_PREFETCH=512 python -m bench backlog``; the full run takes about 40 minutes
-(``NSB_BENCH_DLX_PREFETCH=2048``: 35 minutes at load 4–14 on 2 cores).
+(``NSB_BENCH_DLX_PREFETCH=2048``: 24 minutes at load 4–14 on 2 cores).
 """
 
 from __future__ import annotations

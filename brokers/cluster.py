@@ -53,10 +53,14 @@ class RabbitMqCluster:
     size: int = 3
     epmd_port: int = field(default_factory=free_port)
     cookie: str = field(default_factory=lambda: secrets.token_hex(20).upper())
+    # ``rabbit`` application settings for every node (advanced.config), e.g. the dead-letter worker's.
+    rabbit_app_env: dict[str, int] = field(default_factory=dict)
     nodes: list[LocalRabbitMq] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.nodes = [self.node_type(epmd_port=self.epmd_port) for _ in range(self.size)]
+        self.nodes = [
+            self.node_type(epmd_port=self.epmd_port, rabbit_app_env=dict(self.rabbit_app_env)) for _ in range(self.size)
+        ]
 
     @property
     def first(self) -> LocalRabbitMq:
