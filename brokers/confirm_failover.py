@@ -6,13 +6,15 @@ cannot know which of the batch's messages the lost node confirmed before it went
 opens a publisher on the next node and publishes the whole batch again, with the same message ids,
 and records those ids in ``republished``. So no confirmed message is lost, and a message that may
 now exist twice is one the caller is told about (the migration's guarantee after a crash is the
-same: the batch in flight is sent again with the same ids). A refusal (a nack, an unroutable
-message) is not a lost node: it is raised at once, without republishing.
+same: the batch in flight is sent again with the same ids); a batch with nacks (a quorum queue
+without a leader for a moment) is sent again the same way. An unroutable message is not a lost node:
+it is raised at once, without republishing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +24,9 @@ import pika.exceptions
 from nsb_delays.pipeline.rabbitmq_target import ConfirmPublisher, DispatchError
 
 FAILOVER_SECONDS = 60.0  # how long the nodes are tried in turn before the batch fails
-REFUSAL_PREFIX = "broker nacked"  # ConfirmPublisher.publish's text for nacked or returned messages
+# ConfirmPublisher.publish's text when messages came back unroutable: no node would route them. Nacks
+# alone are sent again like a lost connection's batch: a quorum queue nacks while it has no leader.
+UNROUTABLE = re.compile(r"broker nacked \d+ and returned [1-9]")
 # What a publisher on a node that went away raises (pika's own errors when the channel is gone mid-publish).
 CONNECTION_LOST = (DispatchError, pika.exceptions.AMQPError, OSError)
 
@@ -72,7 +76,7 @@ class FailoverConfirmPublisher:
                 self._publisher.publish(messages)
                 return
             except CONNECTION_LOST as error:
-                if isinstance(error, DispatchError) and str(error).startswith(REFUSAL_PREFIX):
+                if isinstance(error, DispatchError) and UNROUTABLE.search(str(error)):
                     raise
             with contextlib.suppress(Exception):
                 self._publisher.close()

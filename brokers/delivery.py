@@ -9,7 +9,8 @@ Both take one AMQP URL or several (the nodes of a cluster) and carry on from the
 goes away. The publisher waits for each message's confirm before it returns, so when a connection is
 lost at most the message being sent is unconfirmed: it is published again, with the same message id,
 through the next node, and the send says so (``attempts`` > 1), because the lost node may have taken
-it before the connection went: a copy the caller knows about, never an unknown one. The collector
+it before the connection went: a copy the caller knows about, never an unknown one. A nacked message
+(a quorum queue without a leader for a moment) is published again the same way. The collector
 acknowledges each message after recording it; a message whose ack was lost with the connection is
 delivered again with ``redelivered`` set.
 """
@@ -142,12 +143,19 @@ class DelayedPublisher:
     ) -> tuple[float, int]:
         """Publish until one node confirms; returns (time of the confirmed attempt, attempts)."""
         attempts = 0
+        deadline = time.monotonic() + FAILOVER_SECONDS
         while True:
             attempts += 1
             sent_at = time.monotonic()
             try:
                 self.channel.basic_publish(exchange, key, body, properties, mandatory=True)
                 return sent_at, attempts
+            except pika.exceptions.NackError:
+                # Not taken: a quorum queue nacks while it has no leader (3.10.8 did during a rolling
+                # restart). Published again, same id, once the election had a moment.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
             except CONNECTION_LOST:
                 with contextlib.suppress(pika.exceptions.AMQPError, OSError):
                     self.connection.close()

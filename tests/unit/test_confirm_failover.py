@@ -71,6 +71,13 @@ def test_a_refusal_is_raised_at_once_and_nothing_is_sent_again() -> None:
     assert nodes["amqp://node1"].published == []  # type: ignore[union-attr]
 
 
+def test_a_nacked_batch_is_sent_again_and_reported() -> None:
+    nodes = cluster("broker nacked 2 and returned 0 of 2 messages (unroutable: …) ", None)
+    with FailoverConfirmPublisher(list(nodes), opener(nodes)) as publisher:
+        publisher.publish([Message("a"), Message("b")])
+    assert publisher.republished == ["a", "b"] and nodes["amqp://node1"].published == ["a", "b"]  # type: ignore[union-attr]
+
+
 def test_an_unreachable_first_node_is_skipped_and_no_node_at_all_is_an_error_naming_each() -> None:
     nodes: dict[str, Node | None] = {"amqp://node0": None, "amqp://node1": Node("amqp://node1")}
     FailoverConfirmPublisher(list(nodes), opener(nodes)).publish([Message("a")])
