@@ -71,11 +71,14 @@ demo: setup
 	$(VENV)/bin/nsb-delays demo --stack dev
 
 # pytest's exit code 5 (no test collected) fails this target like any other failure.
+# pytest-xdist: TEST_WORKERS processes; each tier + broker version is one group (tests/conftest.py), so
+# the tiers, which mostly wait on brokers and timers, overlap on the 2 cores instead of queueing.
+TEST_WORKERS ?= 4
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not broker and not spark and not packaging and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "not broker and not spark and not packaging and not cluster" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
 # Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.

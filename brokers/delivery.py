@@ -141,12 +141,15 @@ class DelayedPublisher:
     def _publish_confirmed(
         self, exchange: str, key: str, body: bytes, properties: pika.BasicProperties
     ) -> tuple[float, int]:
-        """Publish until one node confirms; returns (time of the confirmed attempt, attempts)."""
+        """Publish until one node confirms; returns (time of the first attempt, attempts).
+
+        The first attempt's time: an earlier copy may have been taken by the node that went away, and
+        its delay runs from then."""
         attempts = 0
-        deadline = time.monotonic() + FAILOVER_SECONDS
+        sent_at = time.monotonic()
+        deadline = sent_at + FAILOVER_SECONDS
         while True:
             attempts += 1
-            sent_at = time.monotonic()
             try:
                 self.channel.basic_publish(exchange, key, body, properties, mandatory=True)
                 return sent_at, attempts

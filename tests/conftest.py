@@ -31,17 +31,33 @@ BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootR
 os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-test-logs-"))
 
 
+# Tiers whose tests share session servers: under pytest-xdist (`make test` runs `--dist loadgroup`) each
+# tier + broker version is one group, so one worker starts those servers once while the other tiers run
+# beside it (the tiers mostly wait on brokers and timers). Tiers listed in SPLIT_BY_MODULE pay a second
+# server start to spread their modules over the workers.
+# The cluster tier is one group for both versions (its fixture is parametrized by "cluster", not
+# "rabbitmq"): its two three-node clusters run one after the other, never six nodes at once on 2 cores.
+TIERS = ("broker", "spark", "packaging", "cluster")
+SPLIT_BY_MODULE = ("spark",)
+
+
+def xdist_group(item: pytest.Item, tier: str) -> str:
+    group = tier
+    if tier in SPLIT_BY_MODULE:
+        group += f"-{Path(str(item.fspath)).stem}"
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "rabbitmq" in callspec.params:
+        group += f"-rabbitmq-{callspec.params['rabbitmq']}"
+    return group
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
-        if TESTS / "broker" in path.parents:
-            item.add_marker(pytest.mark.broker)
-        if TESTS / "spark" in path.parents:
-            item.add_marker(pytest.mark.spark)
-        if TESTS / "cluster" in path.parents:
-            item.add_marker(pytest.mark.cluster)
-        if TESTS / "packaging" in path.parents:
-            item.add_marker(pytest.mark.packaging)
+        for tier in TIERS:
+            if TESTS / tier in path.parents:
+                item.add_marker(getattr(pytest.mark, tier))
+                item.add_marker(pytest.mark.xdist_group(xdist_group(item, tier)))
 
 
 def unavailable(reason: str) -> None:

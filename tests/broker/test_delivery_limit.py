@@ -81,7 +81,9 @@ def test_the_nservicebus_policy_on_each_broker_version(
         assert policies[r"nsb.team.orders.delivery-limit"]["pattern"] == r"^team\.orders$"
         assert verify_rabbitmq(management, stack.rabbitmq) == []
         return
-    with pytest.raises(ApplyError, match=r"policy 'nsb\.\S+\.delivery-limit'.*apply-to 'quorum_queues' unrecognised"):
+    with pytest.raises(
+        ApplyError, match=r"(?s)policy 'nsb\.\S+\.delivery-limit'.*apply-to 'quorum_queues' unrecognised"
+    ):
         applier.apply(record_stack(stack))
     (requirement,) = [d for d in verify_rabbitmq(management, stack.rabbitmq) if d.subject == "broker"]
     reported = rabbitmq.version()
