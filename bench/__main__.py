@@ -9,6 +9,7 @@ BENCHMARKS = {
     "program": "bench.program",
     "broker": "bench.broker",
     "migrate": "bench.migrate",
+    "delays": "bench.delays",
     "backlog": "bench.backlog",
 }
 

@@ -45,14 +45,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nsb_delays.brokers.confirms import ConfirmPublisher
 from nsb_delays.brokers.delivery import ArrivalCollector, queue_depths
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.messages import RabbitMqMessage, outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import render
-from nsb_delays.pipeline.messages import RabbitMqMessage, rabbitmq_message
-from nsb_delays.pipeline.rabbitmq_target import ConfirmPublisher
 
 from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
 
@@ -99,7 +99,9 @@ def park_share(amqp_url: str, endpoints: list[str], first: int, stop: int) -> No
         for start in range(first, stop, BATCH):
             publisher.publish(
                 [
-                    nservicebus_message(i, endpoints[i % len(endpoints)], int(math.exp(spread.uniform(low, high))))
+                    outgoing(
+                        nservicebus_message(i, endpoints[i % len(endpoints)], int(math.exp(spread.uniform(low, high))))
+                    )
                     for i in range(start, min(stop, start + BATCH))
                 ]
             )
@@ -175,7 +177,7 @@ def plain_rate(broker: LocalRabbitMq, endpoints: list[str], count: int, round_nu
             for first in range(0, count, BATCH):
                 publisher.publish(
                     [
-                        replace(m, exchange="", routing_key=m.routing_key.rsplit(".", 1)[-1])
+                        outgoing(replace(m, exchange="", routing_key=m.routing_key.rsplit(".", 1)[-1]))
                         for m in messages[first : first + BATCH]
                     ]
                 )
@@ -236,7 +238,7 @@ def burst(broker: LocalRabbitMq, endpoints: list[str], count: int, lead_seconds:
                     nservicebus_message(base + i, endpoints[i % len(endpoints)], delay)
                     for i in range(first, min(count, first + BURST_BATCH))
                 ]
-                publisher.publish(batch)
+                publisher.publish([outgoing(message) for message in batch])
                 ids.update(message.message_id for message in batch)
                 due_from, due_to = min(due_from, sent + delay), max(due_to, time.monotonic() + delay)
                 levels[rmq.first_level(delay)] += len(batch)

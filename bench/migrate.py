@@ -29,16 +29,15 @@ import psycopg
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.ledger import STATE_TABLE
-from nsb_delays.pipeline.messages import rabbitmq_message
-from nsb_delays.pipeline.rabbitmq_target import basic_properties
 from tests.services import LocalPostgres
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
@@ -203,7 +202,7 @@ def bench_run(rows: int) -> None:
         # deliveryLimitPolicies off: Debian's RabbitMQ 3.10 refuses their apply-to 'quorum_queues'
         rabbitmq = {"endpoints": ENDPOINTS, "protectDelayQueues": False, "deliveryLimitPolicies": False}
         config = parse_stack_config({"rabbitmq": rabbitmq})
-        RabbitMqApplier(broker.management_url).apply(record_stack(config))
+        PulumiEngineEmulation.connect(broker.management_url).up(record_stack(config))
         table = sql_persistence_layout(SOURCE_ENDPOINT, "postgresql").table
         began = time.perf_counter()
         fill_timeouts(postgres.dsn, table, rows)

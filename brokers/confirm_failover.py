@@ -21,7 +21,7 @@ from typing import Any
 
 import pika.exceptions
 
-from nsb_delays.pipeline.rabbitmq_target import ConfirmPublisher, DispatchError
+from .confirms import ConfirmPublisher, DispatchError
 
 FAILOVER_SECONDS = 60.0  # how long the nodes are tried in turn before the batch fails
 # ConfirmPublisher.publish's text when messages came back unroutable: no node would route them. Nacks

@@ -68,7 +68,8 @@ class ManagementApi:
         self.session = requests.Session()
         self.session.auth = (self.username, self.password)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def send(self, method: str, path: str, body: Any = None) -> requests.Response:
+        """One call; the response (headers included) when the status is below 400, else ``ManagementError``."""
         address = f"{self.url.rstrip('/')}/api/{path}"
         try:
             # TLS settings per request: requests lets REQUESTS_CA_BUNDLE override a session's ``verify``.
@@ -86,6 +87,10 @@ class ManagementApi:
                 f"{self.username!r} with {http_failure_reason(response)}",
                 response.status_code,
             )
+        return response
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        response = self.send(method, path, body)
         return response.json() if response.content else None
 
     @property

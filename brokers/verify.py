@@ -31,13 +31,13 @@ from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
-QUEUE_TYPE_ARGUMENT = "x-queue-type"
+QUEUE_TYPE_ARGUMENT = rmq.QUEUE_TYPE_ARGUMENT
 # RabbitMQ 4.0 (and 3.13 with the backport) writes the default queue type into the arguments of a
 # queue declared without one (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected
 # into optional queue arguments and returned as part of definitions and the HTTP API"); redeclaring it
 # without the argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
 # default queue type is quorum turns the same declaration into a quorum queue, which is drift.
-IMPLICIT_QUEUE_TYPE = "classic"
+IMPLICIT_QUEUE_TYPE = rmq.DEFAULT_QUEUE_TYPE
 
 
 @dataclass(frozen=True, order=True)
@@ -172,14 +172,14 @@ def delivery_limit_drifts(
         wanted = _expected_policy_body(spec)
         live = live_policies.get(spec.name)
         if live is None:
-            missing.add(spec.queue)
+            missing.add(spec.target)
             fix = "apply the stack again (pulumi up), or import the rendered definitions"
             drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
             continue
         for field, value in wanted.items():
             if not _same(value, live.get(field)):
                 drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
-    own = {spec.queue: spec.name for spec in topology.policies}
+    own = {spec.target: spec.name for spec in topology.delivery_limit_policies}
     live_queues = {q["name"]: q for q in queues}
     unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
     for queue in _receiving_quorum_queues(topology):
@@ -223,7 +223,7 @@ def preflight_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift
     or existing queue argument that would make an endpoint refuse to start (nothing is changed)."""
     topology = rabbitmq_topology(config)
     version = str(api.overview().get("rabbitmq_version", "0"))
-    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.policies))
+    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return drifts
     broker_version = parse_version(version)
@@ -348,17 +348,35 @@ def queues_with_policy_details(
         time.sleep(0.5)
 
 
+def alternate_exchange_drifts(topology: rmq.Topology, exchanges: Iterable[dict[str, Any]]) -> list[Drift]:
+    """Each exchange with a parking policy must have that policy applied (another may outrank it): else a
+    delayed message its destination cannot take stalls its level again (Particular/NServiceBus.RabbitMQ#1407)."""
+    live = {exchange["name"]: exchange for exchange in exchanges}
+    drifts = []
+    for spec in topology.alternate_exchange_policies:
+        exchange = live.get(spec.target)
+        if exchange is None or exchange.get("policy") == spec.name:
+            continue  # a missing exchange is topology drift
+        fix = f"make {spec.name} the policy applied to exchange {spec.target!r}: no other policy may outrank it"
+        drifts.append(
+            Drift(
+                "different", f"exchange {spec.target}", "policy", shown(spec.name), shown(exchange.get("policy")), fix
+            )
+        )
+    return drifts
+
+
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section."""
     topology = rabbitmq_topology(config)
     version = str(api.overview().get("rabbitmq_version", "0"))
-    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.policies))
+    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
     queues = queues_with_policy_details(api, config.vhost, [q.name for q in _receiving_quorum_queues(topology)])
-    drifts += topology_drifts(
-        topology, config.generation, api.exchanges(config.vhost), queues, api.bindings(config.vhost)
-    )
+    exchanges = api.exchanges(config.vhost)
+    drifts += topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost))
+    drifts += alternate_exchange_drifts(topology, exchanges)
     return drifts + delivery_limit_drifts(topology, parse_version(version), api.policies(config.vhost), queues)
 
 

@@ -7,7 +7,7 @@ the ``(name, args, opts)`` signature the provider host calls; resource type toke
 resources exist, so they must be known when the component is constructed.
 """
 
-from typing import NotRequired, Optional, TypedDict
+from typing import Any, NotRequired, Optional, TypedDict, get_type_hints
 
 import pulumi
 
@@ -23,6 +23,8 @@ class RabbitMqDelayInfrastructureArgs(TypedDict):
     """Virtual host (default "/")."""
     protect_delay_queues: NotRequired[bool]
     """Protect and retain the 28 level queues, which hold delayed messages (default true)."""
+    park_unroutable: NotRequired[bool]
+    """The parking exchange and queue as the delivery exchange's alternate exchange, by policy (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them."""
 
@@ -44,6 +46,8 @@ class RabbitMqEndpointArgs(TypedDict):
     """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
     delivery_limit_policies: NotRequired[bool]
     """NServiceBus's "nsb.<queue>.delivery-limit" policy per quorum receiving queue (default true; RabbitMQ 4.0+)."""
+    park_unroutable: NotRequired[bool]
+    """Conventional topology: the parking exchange as each receiving queue's exchange's alternate (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the endpoint's existing queues, exchange and bindings instead of creating them."""
 
@@ -59,6 +63,21 @@ class SqsEndpointArgs(TypedDict):
     """Input queue retention (default 345600); the delay queue keeps at least 345600."""
     encrypted: NotRequired[bool]
     """SQS-managed server-side encryption (default true)."""
+
+
+def python_arguments(args_type: type, args: Any) -> dict[str, Any]:
+    """The inputs as the Python component takes them: whole numbers for ``int`` inputs.
+
+    Inputs from other languages travel as a protobuf ``Struct``, whose numbers are all doubles, and
+    the provider host hands them on as floats (``86400.0``); the model refuses a float retention.
+    """
+    integers = {key for key, hint in get_type_hints(args_type).items() if hint is int}
+    converted = dict(args)
+    for key in integers & set(converted):
+        value = converted[key]
+        if isinstance(value, float) and value.is_integer():
+            converted[key] = int(value)
+    return converted
 
 
 class RabbitMqDelayInfrastructure(rabbitmq.RabbitMqDelayInfrastructure):
@@ -94,7 +113,7 @@ class SqsEndpoint(sqs.SqsEndpoint):
     delay_queue_arn: Optional[pulumi.Output[str]]  # noqa: UP045
 
     def __init__(self, name: str, args: SqsEndpointArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, opts=opts, **args)
+        super().__init__(name, opts=opts, **python_arguments(SqsEndpointArgs, args))
 
 
 COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint]

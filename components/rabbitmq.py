@@ -1,8 +1,12 @@
 """Pulumi ComponentResources that declare the model's RabbitMQ topology through pulumi-rabbitmq.
 
-Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Queue
-arguments go through ``arguments_json`` because the provider's ``arguments`` map sends every value
-as a string, and RabbitMQ refuses a string ``x-message-ttl``.
+Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Each queue's
+arguments go in the field a provider read gives them back in (``model.queue_arguments_field``):
+``arguments_json`` when a value is not a string (the ``arguments`` map sends every value as a string,
+and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
+so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
+type is always explicit (``model.provider_queue_arguments``): RabbitMQ 4.x (and 3.13 with the
+backport) writes the default into a queue's arguments.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def import_id(name: str, vhost: str) -> str:
     return f"{name}@{vhost}"
 
 
-def policy_definition(definition: Mapping[str, int]) -> dict[str, str]:
+def policy_definition(definition: Mapping[str, int | str]) -> dict[str, str]:
     """A policy definition as pulumi-rabbitmq takes it: a map of strings.
 
     terraform-provider-rabbitmq ``rabbitmq/resource_policy.go``: ``putPolicy`` sends a value that
@@ -56,6 +60,23 @@ def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
     return f"{escaped_vhost}/{binding.source}/{binding.destination}/{binding.destination_type}/{key}"
 
 
+def queue_settings(queue: model.QueueSpec) -> rabbitmq.QueueSettingsArgs:
+    """Durability plus ``model.provider_queue_arguments`` in the field ``model.queue_arguments_field`` picks."""
+    arguments = model.provider_queue_arguments(queue.arguments)
+    field = model.queue_arguments_field(arguments)
+    if field == "arguments_json":
+        return rabbitmq.QueueSettingsArgs(
+            durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(arguments)
+        )
+    if field == "arguments":
+        return rabbitmq.QueueSettingsArgs(
+            durable=queue.durable,
+            auto_delete=queue.auto_delete,
+            arguments={key: str(value) for key, value in arguments.items()},
+        )
+    return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
+
+
 class _Declared:
     """The resources one component declared for a model ``Topology``, keyed by physical name."""
 
@@ -78,15 +99,23 @@ def declare_topology(
 ) -> _Declared:
     """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
-    Bindings depend on the exchanges/queues they join (declared here or passed in), so the engine
-    creates them in order and deletes them first. With ``adopt_existing`` every object is imported
-    (``import_``) instead of created: ``pulumi up`` then takes over what NServiceBus installers
-    declared, and fails rather than replace anything whose properties differ.
+    A binding takes its source and destination from the ``name`` outputs of the exchanges/queues it
+    joins (declared here or passed in), so the engine records them as *property* dependencies: it
+    creates the binding after its ends, deletes it first, and when an end is replaced (deleted and
+    re-declared, which drops its bindings on the broker) replaces the binding with it. A plain
+    ``depends_on`` would not do that (pulumi/pulumi ``pkg/resource/deploy/step_generator.go``,
+    ``calculateDependentReplacements`` only follows property dependencies). With ``adopt_existing``
+    every object is imported (``import_``) instead of created: ``pulumi up`` then takes over what
+    NServiceBus installers declared, and fails rather than replace anything whose properties differ;
+    the parking objects, which only this project declares, are created.
     """
     declared = _Declared()
 
-    def adopt(physical_id: str) -> str | None:
-        return physical_id if adopt_existing else None
+    def adopt(
+        spec: model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec, physical_id: str
+    ) -> str | None:
+        """Import what NServiceBus declared; what only we declare (parking) is created, even when adopting."""
+        return physical_id if adopt_existing and spec.nservicebus_declares else None
 
     for exchange in topology.exchanges:
         declared.exchanges[exchange.name] = rabbitmq.Exchange(
@@ -96,49 +125,46 @@ def declare_topology(
             settings=rabbitmq.ExchangeSettingsArgs(
                 type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
             ),
-            opts=pulumi.ResourceOptions(parent=component, import_=adopt(import_id(exchange.name, vhost))),
+            opts=pulumi.ResourceOptions(parent=component, import_=adopt(exchange, import_id(exchange.name, vhost))),
         )
     for queue in topology.queues:
-        settings = rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
-        if queue.arguments:
-            settings = rabbitmq.QueueSettingsArgs(
-                durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(queue.arguments)
-            )
-        guard = queue.holds_delayed_messages and protect_delay_queues
+        guard = queue.keeps_messages and protect_delay_queues
         declared.queues[queue.name] = rabbitmq.Queue(
             f"{name}-{queue.name}",
             name=queue.name,
             vhost=vhost,
-            settings=settings,
+            settings=queue_settings(queue),
             opts=pulumi.ResourceOptions(
-                parent=component, protect=guard, retain_on_delete=guard, import_=adopt(import_id(queue.name, vhost))
+                parent=component,
+                protect=guard,
+                retain_on_delete=guard,
+                import_=adopt(queue, import_id(queue.name, vhost)),
             ),
         )
-    known: dict[str, pulumi.Resource] = {**(existing_exchanges or {}), **declared.exchanges}
+    known_exchanges: dict[str, rabbitmq.Exchange] = {**(existing_exchanges or {}), **declared.exchanges}
     for binding in topology.bindings:
-        ends = [known.get(binding.source)]
-        ends.append(
+        source = known_exchanges.get(binding.source)
+        destination: rabbitmq.Exchange | rabbitmq.Queue | None = (
             declared.queues.get(binding.destination)
             if binding.destination_type == "queue"
-            else known.get(binding.destination)
+            else known_exchanges.get(binding.destination)
         )
         declared.bindings.append(
             rabbitmq.Binding(
                 f"{name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
-                source=binding.source,
-                destination=binding.destination,
+                source=source.name if source else binding.source,
+                destination=destination.name if destination else binding.destination,
                 destination_type=binding.destination_type,
                 routing_key=binding.routing_key,
                 vhost=vhost,
                 opts=pulumi.ResourceOptions(
-                    parent=component,
-                    depends_on=[end for end in ends if end],
-                    import_=adopt(binding_import_id(binding, vhost)),
+                    parent=component, import_=adopt(binding, binding_import_id(binding, vhost))
                 ),
             )
         )
     for policy in topology.policies:
-        queue_resource = declared.queues.get(policy.queue)
+        target_resource = declared.queues.get(policy.target) or known_exchanges.get(policy.target)
+        alternate = known_exchanges.get(str(policy.definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY, "")))
         declared.policies[policy.name] = rabbitmq.Policy(
             f"{name}-{policy.name}",
             name=policy.name,
@@ -151,19 +177,21 @@ def declare_topology(
             ),
             opts=pulumi.ResourceOptions(
                 parent=component,
-                depends_on=[queue_resource] if queue_resource else [],
-                import_=adopt(import_id(policy.name, vhost)),
+                depends_on=[resource for resource in (target_resource, alternate) if resource],
+                import_=adopt(policy, import_id(policy.name, vhost)),
             ),
         )
     return declared
 
 
 class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
-    """The 28 delay levels, the delivery exchange and their bindings, exactly as NServiceBus declares them.
+    """The 28 delay levels, the delivery exchange and their bindings, exactly as NServiceBus declares them,
+    and (``park_unroutable``, default) the parking exchange and queue with the policy that makes the
+    parking exchange the delivery exchange's alternate exchange (Particular/NServiceBus.RabbitMQ#1407).
 
-    Level queues hold delayed messages for up to 4.25 years and any change to them replaces
-    (deletes) them, so they are protected and retained on delete unless
-    ``protect_delay_queues=False``.
+    Level queues hold delayed messages for up to 4.25 years, the parking queue what could not be
+    delivered, and any change to them replaces (deletes) them, so they are protected and retained on
+    delete unless ``protect_delay_queues=False``.
     """
 
     delivery_exchange: pulumi.Output[str]
@@ -177,11 +205,14 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         generation: str = model.DEFAULT_GENERATION,
         vhost: str = "/",
         protect_delay_queues: bool = True,
+        park_unroutable: bool = True,
         adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
         topology = model.delay_levels(generation)
+        if park_unroutable:
+            topology = topology + model.parking_topology(generation)
         self.resources = declare_topology(
             self,
             name,
@@ -192,8 +223,9 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         )
         delivery = model.delivery_exchange_name(generation)
         self.delivery_exchange_resource = self.resources.exchanges[delivery]
+        self.parking_exchange_resource = self.resources.exchanges.get(model.parking_name(generation))
         self.delivery_exchange = self.delivery_exchange_resource.name
-        self.level_names = pulumi.Output.from_input([queue.name for queue in topology.queues])
+        self.level_names = pulumi.Output.from_input([q.name for q in topology.queues if q.holds_delayed_messages])
         self.generation = pulumi.Output.from_input(generation)
         self.register_outputs(
             {"deliveryExchange": self.delivery_exchange, "levelNames": self.level_names, "generation": self.generation}
@@ -208,6 +240,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues, and for quorum
     receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (RabbitMQ 4.0+; turn off
     with ``delivery_limit_policies=False`` for older brokers or when policies are managed elsewhere).
+    In the conventional topology with ``park_unroutable`` (default) each receiving queue's exchange gets
+    the parking exchange as alternate exchange by policy: a delayed message routed to the exchange of a
+    deleted queue is parked instead of stalling its level.
     """
 
     queue_name: pulumi.Output[str]
@@ -226,7 +261,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         instance_discriminators: Sequence[str] = (),
         legacy_timeout_manager: bool = False,
         delivery_limit_policies: bool = True,
+        park_unroutable: bool = True,
         delivery_exchange: rabbitmq.Exchange | None = None,
+        parking_exchange: rabbitmq.Exchange | None = None,
         adopt_existing: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -242,9 +279,16 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             instance_discriminators=instance_discriminators,
             legacy_timeout_manager=legacy_timeout_manager,
             delivery_limit_policies=delivery_limit_policies,
+            park_unroutable=park_unroutable,
         )
-        delivery_exchange_name = model.delivery_exchange_name(generation)
-        existing = {delivery_exchange_name: delivery_exchange} if delivery_exchange else {}
+        existing = {
+            name: resource
+            for name, resource in (
+                (model.delivery_exchange_name(generation), delivery_exchange),
+                (model.parking_name(generation), parking_exchange),
+            )
+            if resource is not None
+        }
         self.resources = declare_topology(
             self, name, topology, vhost=vhost, existing_exchanges=existing, adopt_existing=adopt_existing
         )

@@ -15,6 +15,8 @@ COMMAND_MODULES = (
     ".commands.migrate",
     ".commands.verify",
     ".commands.demo",
+    ".commands.delays",
+    ".commands.status",
     ".commands.pulumi_plugin",
 )
 

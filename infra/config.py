@@ -67,6 +67,7 @@ class RabbitMqConfig:
     routing_topology: str = "conventional"
     queue_type: str = "quorum"
     protect_delay_queues: bool = True
+    park_unroutable: bool = True  # the parking exchange as the delivery (and endpoint) exchanges' alternate (#1407)
     adopt_existing: bool = False
     delivery_limit_policies: bool = True
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
@@ -112,6 +113,7 @@ _RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | 
     "routingTopology": ("routing_topology", str, rmq.ROUTING_TOPOLOGIES),
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
     "protectDelayQueues": ("protect_delay_queues", bool, None),
+    "parkUnroutable": ("park_unroutable", bool, None),
     "adoptExisting": ("adopt_existing", bool, None),
     DELIVERY_LIMIT_POLICIES_KEY: ("delivery_limit_policies", bool, None),
     "errorQueue": ("error_queue", str, None),

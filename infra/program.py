@@ -26,6 +26,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
         generation=config.generation,
         vhost=config.vhost,
         protect_delay_queues=config.protect_delay_queues,
+        park_unroutable=config.park_unroutable,
         adopt_existing=config.adopt_existing,
     )
     RabbitMqSharedQueues(
@@ -48,6 +49,8 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
             delivery_limit_policies=config.delivery_limit_policies,
+            park_unroutable=config.park_unroutable,
+            parking_exchange=infrastructure.parking_exchange_resource,
             delivery_exchange=infrastructure.delivery_exchange_resource,
             adopt_existing=config.adopt_existing,
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),

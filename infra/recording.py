@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -36,6 +36,8 @@ class RecordedResource:
     retain_on_delete: bool
     provider: str | None
     import_id: str | None = None  # set when the program adopts an existing object (``import_``)
+    dependencies: tuple[str, ...] = ()  # URNs this resource waits for
+    property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input -> URNs it came from
 
     @property
     def physical_name(self) -> str | None:
@@ -46,7 +48,8 @@ class RecordedResource:
         return dict(self.inputs.get("settings") or {})
 
     def queue_arguments(self) -> dict[str, Any]:
-        """Queue arguments as the provider sends them: ``argumentsJson`` decoded, else the string map."""
+        """Queue arguments as the provider sends them: ``argumentsJson`` decoded (ints stay ints), else the
+        string map ``arguments`` (endpoint queues, whose arguments are all strings), else none."""
         settings = self.settings()
         if settings.get("argumentsJson"):
             return dict(json.loads(settings["argumentsJson"]))
@@ -97,6 +100,10 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete),
                     provider=request.provider or None,
                     import_id=request.importId or None,
+                    dependencies=tuple(request.dependencies),
+                    property_dependencies={
+                        key: tuple(value.urns) for key, value in request.propertyDependencies.items() if value.urns
+                    },
                 )
             )
         return response

@@ -14,9 +14,13 @@ from .config import RabbitMqConfig, SqsConfig
 
 
 def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
-    """The delay levels, the shared error/audit queues and every configured endpoint's objects."""
+    """The delay levels (and parking), the shared error/audit queues and every configured endpoint's objects.
+
+    In the order the program declares them: exchanges and queues before the policies that name them.
+    """
     parts = [
         rmq.delay_levels(config.generation),
+        *([rmq.parking_topology(config.generation)] if config.park_unroutable else []),
         rmq.shared_queues(
             routing_topology=config.routing_topology,
             queue_type=config.queue_type,
@@ -33,6 +37,7 @@ def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
             instance_discriminators=endpoint.instance_discriminators,
             legacy_timeout_manager=endpoint.legacy_timeout_manager,
             delivery_limit_policies=config.delivery_limit_policies,
+            park_unroutable=config.park_unroutable,
         )
         for endpoint in config.endpoints
     ]

@@ -3,7 +3,8 @@
 NServiceBus computes a ``DoNotDeliverBefore`` delay as ``Ceiling((At - UtcNow).TotalSeconds)``
 (RabbitMQ and SQS transports alike) and sends a past-due message at once; the Timeout Migration
 Tool does the same when it stages a timeout. Times travel as integer epoch microseconds so no
-time zone can shift them between the database, the JVM and Python.
+time zone can shift them between the database, the JVM and Python. The rule itself lives in the
+model (``components.model.in_flight.remaining_delay``), shared with ``nsb-delays delays migrate``.
 """
 
 from __future__ import annotations
@@ -11,24 +12,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-MICROS_PER_SECOND = 1_000_000
+from nsb_delays.components.model.in_flight import MICROS_PER_SECOND, remaining_delay
+from nsb_delays.components.model.in_flight import epoch_micros as to_micros
 
-
-def remaining_delay(due_micros: int, now_micros: int) -> int:
-    """``ceil(due - now)`` in whole seconds; 0 when the timeout is already due."""
-    return max(0, -((now_micros - due_micros) // MICROS_PER_SECOND))
+__all__ = ["MICROS_PER_SECOND", "from_micros", "now_micros", "remaining_delay", "to_micros"]
 
 
 def now_micros() -> int:
     return time.time_ns() // 1000
-
-
-def to_micros(moment: datetime) -> int:
-    """Epoch microseconds of ``moment``; a naive datetime is UTC (the stores keep UTC without a zone)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds
 
 
 def from_micros(micros: int) -> datetime:

@@ -13,6 +13,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsb_delays.brokers.confirms import DispatchError
+from nsb_delays.brokers.messages import outgoing, rabbitmq_message, sqs_message
+from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 
@@ -20,9 +23,6 @@ from .delays import now_micros, remaining_delay
 from .faults import Fault, FaultInjector
 from .layouts import TimeoutLayout
 from .ledger import BatchOutcome, DbConnection, Ledger, Run
-from .messages import rabbitmq_message, sqs_message
-from .rabbitmq_target import DispatchError
-from .sqs_target import SqsSettings
 
 TARGETS = ("rabbitmq", "sqs")
 
@@ -47,13 +47,13 @@ class _Sender:
     def __init__(self, settings: DispatchSettings) -> None:
         self.settings = settings
         if settings.target == "rabbitmq":
-            from .rabbitmq_target import ConfirmPublisher
+            from nsb_delays.brokers.confirms import ConfirmPublisher
 
             if not settings.amqp_url:
                 raise ValueError("the RabbitMQ target needs an AMQP URL (--rabbitmq-url)")
             self.publisher: Any = ConfirmPublisher(settings.amqp_url)
         else:
-            from .sqs_target import SqsSender
+            from nsb_delays.brokers.sqs_sender import SqsSender
 
             self.publisher = SqsSender(settings.sqs.client(), settings.sqs.s3_client())
 
@@ -78,7 +78,7 @@ class _Sender:
 
     def send(self, messages: list[Any]) -> None:
         if self.settings.target == "rabbitmq":
-            self.publisher.publish(messages)
+            self.publisher.publish([outgoing(message) for message in messages])
         else:
             self.publisher.send(messages)
 

@@ -18,7 +18,11 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
+from nsb_delays.brokers.confirms import DispatchError
+from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.management import ManagementError
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
+from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.errors import (
     CommandError,
@@ -35,11 +39,8 @@ from .faults import Fault
 from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from .ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
 from .ledger_sql import DatabaseUnreachable, DbConnection
-from .messages import SQS_S3_BUCKET_OPTION
 from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_location, export_path_of
-from .rabbitmq_target import DestinationsRefused, DispatchError
 from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
-from .sqs_target import SqsSettings
 
 DEFAULT_REPORT_DIR = "migration-preview"
 JDBC_ONLY = ("source_kind", "dialect", "schema", "table")

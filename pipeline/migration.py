@@ -27,6 +27,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from nsb_delays.brokers.destinations import check_destinations
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.sqs_sender import SqsSettings, check_bucket, check_queues
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 
@@ -44,7 +47,6 @@ from .ledger import (
     conninfo_from_jdbc,
     status_name,
 )
-from .rabbitmq_target import check_destinations
 from .sources import (
     ExportSource,
     JdbcSource,
@@ -57,7 +59,6 @@ from .sources import (
     validated,
 )
 from .spark import SessionSource, resolve
-from .sqs_target import SqsSettings, check_bucket, check_queues
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
@@ -239,12 +240,12 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
     if target.kind == "rabbitmq":
         if not target.management_url:
             raise ValueError("the RabbitMQ target needs the management URL (--rabbitmq-management-url) to check it")
+        user, password = target.management_auth
         check_destinations(
-            target.management_url,
+            ManagementApi(target.management_url, user, password),
             usable,
             vhost=target.vhost,
             generation=target.generation,
-            auth=target.management_auth,
         )
     else:
         client = target.sqs.client()

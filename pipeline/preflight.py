@@ -356,9 +356,8 @@ def rabbitmq_problems(amqp_url: str, management_url: str, management_auth: tuple
     API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason."""
     import pika
 
+    from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
     from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
-
-    from .rabbitmq_target import amqp_address, amqp_failure_reason
 
     problems = []
     parameters = pika.URLParameters(amqp_url)
@@ -388,7 +387,7 @@ def sqs_problems(settings: Any) -> list[str]:
     """One cheap SQS call (and the large-body bucket, if one is given) with the credentials boto3 finds."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from .sqs_target import check_bucket
+    from nsb_delays.brokers.sqs_sender import check_bucket
 
     client = settings.client()
     where = client.meta.endpoint_url

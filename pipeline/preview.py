@@ -19,12 +19,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from nsb_delays.brokers.messages import sqs_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 
 from . import expressions as X
 from .delays import from_micros, now_micros
-from .messages import sqs_message
 from .migration import TargetSettings
 
 MALFORMED, BEYOND_MAX, PAST_DUE, SCHEDULED = "malformed", "beyond-max", "past-due", "scheduled"

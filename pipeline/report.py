@@ -12,9 +12,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rich.console import Console
 from rich.table import Table
 
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.components.model import sqs
 
-from .messages import SQS_S3_BUCKET_OPTION
 from .preview import CLASSES, PreviewReport
 
 TOP_DESTINATIONS = 20

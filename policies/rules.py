@@ -55,6 +55,7 @@ for _generation in rmq.GENERATIONS:
     for _binding in rmq.delay_levels(_generation).bindings:
         MODEL_BINDINGS_BY_SOURCE.setdefault(_binding.source, []).append(_binding)
 DELIVERY_EXCHANGES = frozenset(rmq.delivery_exchange_name(g) for g in rmq.GENERATIONS)
+PARKING_NAMES = frozenset(rmq.parking_name(g) for g in rmq.GENERATIONS)
 
 # Broker policy keys that break a delay queue, and how (peers-and-user-needs §5.3; laravel #627/#633).
 DELAY_BREAKING_POLICY_KEYS = {
@@ -111,7 +112,7 @@ def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViola
     if declared.error:
         report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
         return
-    _compare_arguments(name, dict(spec.arguments), declared, report)
+    _compare_arguments(name, rmq.provider_queue_arguments(spec.arguments), declared, report)
 
 
 def _compare_arguments(
@@ -125,7 +126,8 @@ def _compare_arguments(
     actual = declared.values
     for key, want in expected.items():
         if key not in actual:
-            report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
+            if not (key == rmq.QUEUE_TYPE_ARGUMENT and want == rmq.DEFAULT_QUEUE_TYPE):  # queue-arguments-as-read
+                report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
         elif not _same_argument(actual[key], want):
             got = actual[key]
             report(
@@ -182,6 +184,46 @@ typed_queue_arguments = ResourceValidationPolicy(
     ),
     validate=validate_typed_queue_arguments,
     enforcement_level=MANDATORY,
+)
+
+
+@tolerate_unknowns
+def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_QUEUE:
+        return
+    declared = declared_arguments(args.props)
+    if declared is UNKNOWN or declared.error:
+        return
+    name = value_at(args.props, "name")
+    if rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
+        report(
+            f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
+            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments "
+            "and the provider reads it back, so every plan sees a difference and replaces the queue (deleting its "
+            "messages). "
+            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.provider_queue_arguments).",
+        )
+    where = rmq.queue_arguments_field(declared.values)
+    if declared.source == "settings.argumentsJson" and where == "arguments":
+        report(
+            f"queue {_quoted(name)}: every argument is a string, yet they are declared in settings.argumentsJson. "
+            "An import (adoptExisting, `pulumi import`) reads all-string arguments back into settings.arguments "
+            "(terraform-provider-rabbitmq ReadQueue), so the import sees a difference and fails. Declare them in "
+            "settings.arguments (RabbitMqEndpoint does).",
+        )
+
+
+queue_arguments_as_read = ResourceValidationPolicy(
+    name="queue-arguments-as-read",
+    description=(
+        "Queue arguments are declared as a provider read gives them back: the queue type explicit (RabbitMQ "
+        "4.x, and 3.13 with the backport, add x-queue-type to a queue declared without it, and every plan "
+        "would replace it), all strings in settings.arguments, any number or boolean in settings.argumentsJson "
+        "(else adopting the queue by import fails). Fix: declare x-queue-type, and all-string arguments in "
+        "settings.arguments."
+    ),
+    validate=validate_queue_arguments_as_read,
+    enforcement_level=EnforcementLevel.ADVISORY,
 )
 
 
@@ -678,9 +720,40 @@ delay_queue_protected = ResourceValidationPolicy(
 )
 
 
+@tolerate_unknowns
+def validate_alternate_exchange_argument(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != RABBITMQ_EXCHANGE:
+        return
+    name = value_at(args.props, "name")
+    arguments = resolved(value_at(args.props, "settings", "arguments"))
+    if not isinstance(arguments, Mapping) or rmq.ALTERNATE_EXCHANGE_ARGUMENT not in arguments:
+        return
+    target = arguments[rmq.ALTERNATE_EXCHANGE_ARGUMENT]
+    if name in MODEL_EXCHANGES or target in PARKING_NAMES:
+        report(
+            f"exchange {_quoted(name)} declares {rmq.ALTERNATE_EXCHANGE_ARGUMENT}={target!r} as an argument. "
+            "NServiceBus declares this exchange without arguments and RabbitMQ refuses a declaration whose "
+            f"{rmq.ALTERNATE_EXCHANGE_ARGUMENT} differs (PRECONDITION_FAILED - inequivalent arg): endpoints stop "
+            "starting. Give the alternate exchange by policy (nsb-delays:rabbitmq.parkUnroutable, "
+            f"policy {rmq.alternate_exchange_policy_name(str(name))!r}) and drop the argument.",
+        )
+
+
+exchange_alternate_by_policy = ResourceValidationPolicy(
+    name="exchange-alternate-by-policy",
+    description=(
+        "A delay-graph or endpoint exchange never carries an alternate-exchange argument: NServiceBus's own "
+        "declaration of it would then fail with PRECONDITION_FAILED. Fix: give it by policy (parkUnroutable)."
+    ),
+    validate=validate_alternate_exchange_argument,
+    enforcement_level=MANDATORY,
+)
+
+
 RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_level_queue_arguments,
     typed_queue_arguments,
+    queue_arguments_as_read,
     delay_exchange_settings,
     delay_binding_keys,
     endpoint_delivery_binding,
@@ -694,4 +767,5 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     rabbitmq_user_password_secret,
     delay_queue_broker_policy,
     delay_queue_protected,
+    exchange_alternate_by_policy,
 ]

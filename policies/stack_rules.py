@@ -8,6 +8,7 @@ dangling object once, against the resource that refers to it when there is one.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,8 +38,10 @@ from .props import (
     UNKNOWN,
     config_value,
     declared_arguments,
+    resolved,
     tolerate_unknowns,
     value_at,
+    whole_number,
 )
 from .rules import DELIVERY_EXCHANGES
 
@@ -410,7 +413,8 @@ def retirement_order(endpoint: str) -> str:
         f"and its {rmq.endpoint_binding_key(endpoint)!r} binding until the longest delay any sender used has "
         "elapsed and no level queue holds a message for it; (3) then remove the binding, then the queue. A delayed "
         "message whose destination is unbound cannot be dead-lettered at-least-once, so it stays at the head of "
-        "its level queue and stalls every delayed message behind it (NServiceBus.RabbitMQ issue 1407)."
+        "its level queue and stalls every delayed message behind it (NServiceBus.RabbitMQ issue 1407); with "
+        "nsb-delays:rabbitmq.parkUnroutable on (the default) it is parked instead: `nsb-delays delays parked`."
     )
 
 
@@ -541,6 +545,95 @@ endpoint_queue_delivery_limit = StackValidationPolicy(
 )
 
 
+# --- parking instead of stalling (NServiceBus.RabbitMQ#1407) ------------------------------------------------
+
+
+def _rabbitmq_policies(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], list[PolicyResource]]:
+    found: dict[tuple[str, str], list[PolicyResource]] = defaultdict(list)
+    for resource in resources:
+        if resource.resource_type == RABBITMQ_POLICY:
+            found[_broker(resource)].append(resource)
+    return found
+
+
+def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> str | object | None:
+    """The alternate exchange the winning policy gives ``exchange`` (RabbitMQ applies the highest-priority
+    policy whose pattern matches and that applies to exchanges); ``UNKNOWN`` while a policy is unknown."""
+    matching = []
+    for resource in policies:
+        block = resolved(value_at(resource.props, "policy"))
+        if block is UNKNOWN:
+            return UNKNOWN
+        if not isinstance(block, Mapping) or (block.get("applyTo") or "all") not in ("exchanges", "all"):
+            continue
+        try:
+            if not re.search(str(block.get("pattern", "")), exchange):
+                continue
+        except re.error:
+            continue
+        matching.append((whole_number(block.get("priority")) or 0, block.get("definition") or {}))
+    if not matching:
+        return None
+    _priority, definition = max(matching, key=lambda entry: entry[0])
+    alternate = definition.get(rmq.ALTERNATE_EXCHANGE_POLICY_KEY)
+    return alternate if isinstance(alternate, str) else None
+
+
+def _parks(broker: _Broker, alternate: str) -> bool:
+    """The alternate exchange is declared and bound to a declared queue."""
+    return alternate in broker.exchanges and any(
+        source == alternate and kind == "queue" and destination in broker.queues
+        for source, kind, destination, _ in broker.bindings
+    )
+
+
+@tolerate_unknowns
+def validate_parking(args: StackValidationArgs, report: ReportViolation) -> None:
+    policies = _rabbitmq_policies(args.resources)
+    for key, broker in _brokers(args.resources).items():
+        if broker.incomplete:
+            continue
+        for generation in _generations_present(broker):
+            delivery = rmq.delivery_exchange_name(generation)
+            if delivery not in broker.exchanges:
+                continue
+            # the delivery exchange, and the endpoint exchanges it routes to (conventional topology)
+            guarded = {delivery: broker.exchanges[delivery]}
+            for (source, kind, destination, routing_key), binding in broker.bindings.items():
+                if source == delivery and kind == "exchange" and routing_key == rmq.endpoint_binding_key(destination):
+                    guarded.setdefault(destination, broker.exchanges.get(destination, binding))
+            for exchange, resource in guarded.items():
+                alternate = alternate_exchange_of(policies.get(key, []), exchange)
+                if alternate is UNKNOWN:
+                    continue
+                if alternate is None:
+                    report(
+                        f"exchange {exchange!r} ({_where(key)}) has no alternate exchange: a delayed message for a "
+                        "destination that no longer receives stays in its level queue and every delayed message "
+                        "behind it waits (NServiceBus.RabbitMQ#1407). Turn on nsb-delays:rabbitmq.parkUnroutable "
+                        f"(the parking exchange {rmq.parking_name(generation)!r} by policy).",
+                        resource.urn,
+                    )
+                elif not _parks(broker, str(alternate)):
+                    report(
+                        f"exchange {exchange!r} ({_where(key)}) has alternate exchange {alternate!r}, which is not "
+                        "declared here or is bound to no queue: unroutable delayed messages would still stall.",
+                        resource.urn,
+                    )
+
+
+delay_graph_parking = StackValidationPolicy(
+    name="delay-graph-parking",
+    description=(
+        "The delivery exchange (and, conventional topology, each endpoint exchange it routes to) has the parking "
+        "exchange as alternate exchange, so a removed endpoint's delayed messages are parked instead of stalling "
+        "their level (NServiceBus.RabbitMQ#1407). Fix: nsb-delays:rabbitmq.parkUnroutable (default on)."
+    ),
+    validate=validate_parking,
+    enforcement_level=EnforcementLevel.ADVISORY,
+)
+
+
 STACK_POLICIES: list[StackValidationPolicy] = [
     delay_level_chain_complete,
     endpoint_destinations_exist,
@@ -548,6 +641,7 @@ STACK_POLICIES: list[StackValidationPolicy] = [
     unique_physical_names,
     endpoint_retirement_order,
     endpoint_queue_delivery_limit,
+    delay_graph_parking,
 ]
 
 

@@ -60,10 +60,11 @@ class Generation:
     level_prefix: str
     delivery_exchange: str
     queue_arguments: Mapping[str, str]  # every argument except TTL and dead-letter exchange
+    unroutable: str  # ours, not NServiceBus's: the parking exchange and queue of this graph (#1407)
 
 
 GENERATION_SPECS: Mapping[GenerationName, Generation] = {
-    "v1": Generation("v1", "nsb.delay-level-", "nsb.delay-delivery", {"x-queue-mode": "lazy"}),
+    "v1": Generation("v1", "nsb.delay-level-", "nsb.delay-delivery", {"x-queue-mode": "lazy"}, "nsb.delay-unroutable"),
     "v2": Generation(
         "v2",
         "nsb.v2.delay-level-",
@@ -73,6 +74,7 @@ GENERATION_SPECS: Mapping[GenerationName, Generation] = {
             "x-dead-letter-strategy": "at-least-once",
             "x-overflow": "reject-publish",
         },
+        "nsb.v2.delay-unroutable",
     ),
 }
 
@@ -101,6 +103,11 @@ def delay_level_name(level: int, generation: str = DEFAULT_GENERATION) -> str:
 
 def delivery_exchange_name(generation: str = DEFAULT_GENERATION) -> str:
     return generation_spec(generation).delivery_exchange
+
+
+def parking_name(generation: str = DEFAULT_GENERATION) -> str:
+    """The parking exchange and queue of a graph (``nsb.v2.delay-unroutable``): see ``parking_topology``."""
+    return generation_spec(generation).unroutable
 
 
 def parse_delay_level_name(name: str) -> tuple[GenerationName, int] | None:
@@ -154,7 +161,15 @@ def endpoint_binding_key(endpoint: str) -> str:
 # --- declared objects ---------------------------------------------------------------------------------
 
 Role = Literal[
-    "delay-level", "delivery", "endpoint", "instance", "legacy-timeouts", "error", "audit", "endpoint-exchange"
+    "delay-level",
+    "delivery",
+    "endpoint",
+    "instance",
+    "legacy-timeouts",
+    "error",
+    "audit",
+    "endpoint-exchange",
+    "parking",
 ]
 
 
@@ -166,6 +181,11 @@ class ExchangeSpec:
     durable: bool = True
     auto_delete: bool = False
     level: int | None = None
+
+    @property
+    def nservicebus_declares(self) -> bool:
+        """Whether NServiceBus (its installers, ``rabbitmq-transport``) declares it: what adoption may import."""
+        return self.role != "parking"
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,15 @@ class QueueSpec:
     def holds_delayed_messages(self) -> bool:
         return self.role == "delay-level"
 
+    @property
+    def nservicebus_declares(self) -> bool:
+        return self.role != "parking"
+
+    @property
+    def keeps_messages(self) -> bool:
+        """Delay levels and the parking queue: replacing them (any change does) would delete their messages."""
+        return self.role in ("delay-level", "parking")
+
 
 @dataclass(frozen=True)
 class BindingSpec:
@@ -188,20 +217,30 @@ class BindingSpec:
     destination: str
     destination_type: Literal["queue", "exchange"]
     routing_key: str
-    role: Literal["level-queue", "level-next", "delivery", "endpoint-delivery", "endpoint-exchange"]
+    role: Literal["level-queue", "level-next", "delivery", "endpoint-delivery", "endpoint-exchange", "parking"]
     level: int | None = None
+
+    @property
+    def nservicebus_declares(self) -> bool:
+        return self.role != "parking"
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A broker policy (``PUT /api/policies/<vhost>/<name>``): the one kind we declare is a delivery limit."""
+    """A broker policy (``PUT /api/policies/<vhost>/<name>``) whose pattern matches exactly one object:
+    NServiceBus's delivery limit on a quorum receive queue, or the parking alternate exchange on an exchange."""
 
     name: str
-    queue: str  # the one queue its pattern matches
+    target: str  # the one queue (apply-to quorum_queues) or exchange (apply-to exchanges) its pattern matches
     pattern: str
-    apply_to: Literal["quorum_queues"]
+    apply_to: Literal["quorum_queues", "exchanges"]
     priority: int
-    definition: Mapping[str, int]
+    definition: Mapping[str, int | str]
+
+    @property
+    def nservicebus_declares(self) -> bool:
+        """NServiceBus 10+ creates delivery-limit policies (4.x, with the rights); never an alternate exchange."""
+        return self.apply_to == "quorum_queues"
 
 
 @dataclass(frozen=True)
@@ -220,6 +259,14 @@ class Topology:
             self.bindings + other.bindings,
             self.policies + other.policies,
         )
+
+    @property
+    def delivery_limit_policies(self) -> tuple[PolicySpec, ...]:
+        return tuple(p for p in self.policies if p.apply_to == "quorum_queues")
+
+    @property
+    def alternate_exchange_policies(self) -> tuple[PolicySpec, ...]:
+        return tuple(p for p in self.policies if p.apply_to == "exchanges")
 
     @staticmethod
     def join(parts: Iterable[Topology]) -> Topology:
@@ -251,6 +298,113 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
         )
     exchanges.append(ExchangeSpec(delivery_exchange_name(generation), "topic", "delivery"))
     return Topology(tuple(exchanges), tuple(queues), tuple(bindings))
+
+
+QUEUE_TYPE_ARGUMENT = "x-queue-type"
+DEFAULT_QUEUE_TYPE = "classic"  # what a queue declared without x-queue-type becomes (node-wide default)
+# Proven here on 4.0.5 (3.10.8 does not); 3.13.x stores it too from the patch release that took the backport.
+QUEUE_TYPE_STORED_FROM = (4, 0, 0)
+
+
+def provider_queue_arguments(arguments: Arguments) -> dict[str, ArgumentValue]:
+    """The arguments the Pulumi program declares for a queue: NServiceBus's, with the queue type explicit.
+
+    Where NServiceBus leaves the type to the broker (v1 level queues, classic endpoint queues),
+    RabbitMQ 4.x (and 3.13.x with the backport) writes ``x-queue-type: classic`` into the queue's
+    arguments (rabbitmq/rabbitmq-server#12109; measured on 4.0.5, while 3.10.8 keeps the arguments
+    as declared).
+    A provider read returns it, so a declaration without it would differ on every plan and replace
+    the queue (a protected level queue: every ``pulumi up`` refused). Declared explicitly it reads
+    back the same on every version. RabbitMQ treats declarations with and without the explicit
+    default as equivalent (measured on 3.10.8 and 4.0.5), so NServiceBus and the program still
+    accept each other's queues; only adopting by import a classic queue NServiceBus declared on an
+    older broker (3.10) differs (its arguments lack the type).
+    """
+    if QUEUE_TYPE_ARGUMENT in arguments:
+        return dict(arguments)
+    return {**arguments, QUEUE_TYPE_ARGUMENT: DEFAULT_QUEUE_TYPE}
+
+
+QueueArgumentsField = Literal["none", "arguments", "arguments_json"]
+
+
+def queue_arguments_field(arguments: Arguments) -> QueueArgumentsField:
+    """Which pulumi-rabbitmq ``QueueSettings`` field carries these arguments so that a read gives them back.
+
+    terraform-provider-rabbitmq v1.10.1 (``rabbitmq/resource_queue.go``, ``ReadQueue`` and
+    ``nonStringInArguments``) reads a queue's arguments into ``arguments_json`` only when the state
+    already holds ``arguments_json`` or some value is not a string; otherwise into the string map
+    ``arguments``. On ``pulumi import`` the state is empty, so an all-string set (an endpoint quorum
+    queue's ``{"x-queue-type": "quorum"}``) comes back as ``arguments``: declaring it as
+    ``arguments_json`` would make the import differ and fail. Any non-string value (a level queue's
+    integer TTL) must go through ``arguments_json`` anyway: the ``arguments`` map sends strings only.
+    No arguments: neither field (a read of ``{}`` is an empty map, which equals an absent one).
+    """
+    if not arguments:
+        return "none"
+    if all(isinstance(value, str) for value in arguments.values()):
+        return "arguments"
+    return "arguments_json"
+
+
+# --- parking instead of stalling (Particular/NServiceBus.RabbitMQ#1407) --------------------------------
+#
+# A delayed message whose destination no binding reaches can never be dead-lettered at least once: the
+# quorum level queue keeps it, and past the dead-letter worker's window (prefetch 32) every message
+# behind it waits. RabbitMQ routes a message an exchange cannot route to that exchange's alternate
+# exchange (rabbit_exchange:route1 -> process_alternate, for the dead-letter worker's routing as for a
+# publish), so the delivery exchange gets one: a topic exchange bound to a durable quorum queue with
+# the key of a delayed message, 28 bit words and anything after (plain sends and events with their
+# empty key still find no queue and are returned, as without it). In the conventional topology the
+# delivery exchange routes to the endpoint's own fanout exchange, which has no queue once the
+# endpoint's queue is deleted: its exchange needs the same alternate exchange (checked on RabbitMQ
+# 3.10.8 and 4.0.5: with the delivery exchange's alone, that case still stalls). The alternate
+# exchange is given by policy, never by argument: NServiceBus declares nsb.v2.delay-delivery without
+# arguments, and RabbitMQ refuses an inequivalent alternate-exchange argument (PRECONDITION_FAILED).
+
+PARKING_BINDING_KEY = "*." * LEVEL_COUNT + "#"  # a delayed routing key: 28 words, then the destination
+# The parking queue is read by `nsb-delays delays parked` (each listing hands every message back):
+# RabbitMQ 4.0's default quorum delivery limit (20) would drop a parked message after 20 listings.
+ALTERNATE_EXCHANGE_POLICY_KEY = "alternate-exchange"
+ALTERNATE_EXCHANGE_ARGUMENT = "alternate-exchange"  # as a declare argument: what NServiceBus's declaration refuses
+ALTERNATE_EXCHANGE_POLICY_APPLY_TO: Literal["exchanges"] = "exchanges"
+ALTERNATE_EXCHANGE_POLICY_PRIORITY = 0
+ALTERNATE_EXCHANGE_POLICY_PREFIX = "nsb-delays."  # ours; NServiceBus's own policies start with "nsb."
+ALTERNATE_EXCHANGE_POLICY_SUFFIX = ".unroutable"
+
+
+def parking_queue_arguments() -> dict[str, ArgumentValue]:
+    """Durable quorum, and a delivery limit so high it never applies (NServiceBus's own "unlimited")."""
+    return {"x-queue-type": "quorum", DELIVERY_LIMIT_ARGUMENT: UNLIMITED_DELIVERY_LIMIT}
+
+
+def alternate_exchange_policy_name(exchange: str) -> str:
+    """``nsb-delays.<exchange>.unroutable``."""
+    return f"{ALTERNATE_EXCHANGE_POLICY_PREFIX}{exchange}{ALTERNATE_EXCHANGE_POLICY_SUFFIX}"
+
+
+def alternate_exchange_policy(exchange: str, generation: str = DEFAULT_GENERATION) -> PolicySpec:
+    """``exchange``'s alternate exchange is the graph's parking exchange: ``^<escaped name>$``, apply-to exchanges."""
+    return PolicySpec(
+        name=alternate_exchange_policy_name(exchange),
+        target=exchange,
+        pattern=f"^{dotnet_regex_escape(exchange)}$",
+        apply_to=ALTERNATE_EXCHANGE_POLICY_APPLY_TO,
+        priority=ALTERNATE_EXCHANGE_POLICY_PRIORITY,
+        definition={ALTERNATE_EXCHANGE_POLICY_KEY: parking_name(generation)},
+    )
+
+
+def parking_topology(generation: str = DEFAULT_GENERATION) -> Topology:
+    """The parking exchange (topic) and its durable quorum queue, bound with ``PARKING_BINDING_KEY``, and
+    the policy that makes it the delivery exchange's alternate exchange."""
+    name = parking_name(generation)
+    return Topology(
+        exchanges=(ExchangeSpec(name, "topic", "parking"),),
+        queues=(QueueSpec(name, "parking", parking_queue_arguments()),),
+        bindings=(BindingSpec(name, name, "queue", PARKING_BINDING_KEY, "parking"),),
+        policies=(alternate_exchange_policy(delivery_exchange_name(generation), generation),),
+    )
 
 
 def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
@@ -341,7 +495,7 @@ def delivery_limit_policy(queue: str) -> PolicySpec:
     """The policy NServiceBus creates for one quorum receive queue: ``^<Regex.Escape(queue)>$``, priority 0."""
     return PolicySpec(
         name=delivery_limit_policy_name(queue),
-        queue=queue,
+        target=queue,
         pattern=f"^{dotnet_regex_escape(queue)}$",
         apply_to=DELIVERY_LIMIT_POLICY_APPLY_TO,
         priority=DELIVERY_LIMIT_POLICY_PRIORITY,
@@ -559,11 +713,14 @@ def endpoint_topology(
     instance_discriminators: Sequence[str] = (),
     legacy_timeout_manager: bool = False,
     delivery_limit_policies: bool = True,
+    park_unroutable: bool = True,
 ) -> Topology:
     """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings.
 
     With ``delivery_limit_policies`` each quorum receiving queue also gets the delivery-limit policy
-    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x.
+    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x. With ``park_unroutable``
+    and the conventional topology, each receiving queue's own exchange gets the parking exchange as its
+    alternate exchange (the delivery exchange routes there even when the queue is gone).
     """
     receiving = [(endpoint, "endpoint")] + [
         (instance_queue_name(endpoint, d), "instance") for d in instance_discriminators
@@ -574,6 +731,8 @@ def endpoint_topology(
     )
     if delivery_limit_policies and endpoint_queue_arguments(queue_type).get("x-queue-type") == "quorum":
         parts.append(Topology(policies=tuple(delivery_limit_policy(name) for name, _ in receiving)))
+    if park_unroutable and routing_topology == "conventional":
+        parts.append(Topology(policies=tuple(alternate_exchange_policy(name, generation) for name, _ in receiving)))
     if legacy_timeout_manager:
         parts += [
             _owned_queue(name, "legacy-timeouts", routing_topology, queue_type)

@@ -25,6 +25,7 @@ import pika.exceptions
 from rich.console import Console
 from rich.table import Table
 
+from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
@@ -35,7 +36,6 @@ from nsb_delays.infra.config import ConfigError, StackConfig, load_stack
 from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from nsb_delays.infra.render import render
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
-from nsb_delays.pipeline.rabbitmq_target import amqp_address, amqp_failure_reason
 
 from .verify import print_drifts
 

@@ -121,6 +121,11 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
         else:
             label = binding.routing_key
         edges.append({"from": source, "to": target, "label": _mermaid_label(label), "style": binding.role})
+    for policy in topology.alternate_exchange_policies:  # parking: where what an exchange cannot route goes
+        alternate = str(policy.definition[rmq.ALTERNATE_EXCHANGE_POLICY_KEY])
+        if ("exchange", policy.target) in ids and ("exchange", alternate) in ids:
+            source, target = ids[("exchange", policy.target)], ids[("exchange", alternate)]
+            edges.append({"from": source, "to": target, "label": "unroutable", "style": "alternate"})
     delivered = _reachable({ids[("exchange", rmq.delivery_exchange_name(config.generation))]}, edges)
     for entry in nodes:
         entry["group"] = "levels" if entry.pop("role") == "delay-level" else "" if entry["id"] in delivered else "other"

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
+
+import pika
+
+from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.stack_topology import receiving_queues
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),
@@ -123,3 +131,37 @@ def validate_delivery_limit(api: Any, vhost: str, queue_name: str, broker_versio
             "definition": {"delivery-limit": UNLIMITED}}  # fmt: skip
     api.request("PUT", f"policies/{quote(vhost, safe='')}/{quote(f'nsb.{queue_name}.delivery-limit', safe='')}", body)
     return "created policy"
+
+
+# --- a stack's topology declared as NServiceBus would (which names: the stack config; how: above) ---------
+
+
+def endpoint_only_stack(
+    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False
+) -> StackConfig:
+    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
+    dev = load_stack("dev").rabbitmq
+    assert dev is not None
+    endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
+    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology, "endpoints": endpoints}
+    return StackConfig(rabbitmq=replace(dev, **changes, delivery_limit_policies=delivery_limit_policies))
+
+
+def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options: Any) -> None:
+    """The stack's delay graph and receiving/error/audit queues, declared over AMQP as NServiceBus does."""
+    config = stack.rabbitmq
+    assert config is not None
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, config.vhost))
+    try:
+        channel = connection.channel()
+        declare_delay_infrastructure(channel, config.generation, **options)
+        declare_endpoint(
+            channel,
+            config.generation,
+            config.routing_topology,
+            receiving_queues(config),
+            (config.error_queue, config.audit_queue),
+        )
+    finally:
+        if connection.is_open:
+            connection.close()

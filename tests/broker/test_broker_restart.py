@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from nsb_delays.brokers.apply import RabbitMqApplier
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
@@ -34,7 +34,7 @@ def test_restart_with_messages_in_delay_queues_loses_none(
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     config = replace(dev, vhost=new_vhost("restart"), generation="v2", delivery_limit_policies=delivery_limit_policies)
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(StackConfig(rabbitmq=config)))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(StackConfig(rabbitmq=config)))
     destinations = receiving_queues(config)
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
         sends = [publisher.send(destination, delay) for delay in DELAYS for destination in destinations]

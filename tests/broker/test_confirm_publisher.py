@@ -1,4 +1,4 @@
-"""The migration's confirm publisher on the real broker: every message confirmed and intact, a batch's
+"""The confirm publisher (migration's sender, ``delays migrate``'s channel) on the real broker: every message confirmed and intact, a batch's
 frames written in a few large writes (not three per message), an unroutable message refused."""
 
 from __future__ import annotations
@@ -8,21 +8,23 @@ import math
 import pika
 import pytest
 
-from nsb_delays.pipeline.messages import RabbitMqMessage
-from nsb_delays.pipeline.rabbitmq_target import FLUSH_EVERY, ConfirmPublisher, DispatchError
+from nsb_delays.brokers.confirms import FLUSH_EVERY, ConfirmPublisher, DispatchError, OutgoingMessage
+from nsb_delays.brokers.messages import RabbitMqMessage, outgoing
 
 
-def message(index: int, queue: str) -> RabbitMqMessage:
-    return RabbitMqMessage(
-        exchange="",
-        routing_key=queue,
-        body=f'{{"order": {index}}}'.encode(),
-        message_id=f"id-{index}",
-        headers={"NServiceBus.MessageId": f"id-{index}", "Index": str(index)},
-        correlation_id=f"corr-{index}",
-        type="Sales.OrderDeadline",
-        content_type="application/json",
-        reply_to=None,
+def message(index: int, queue: str) -> OutgoingMessage:
+    return outgoing(
+        RabbitMqMessage(
+            exchange="",
+            routing_key=queue,
+            body=f'{{"order": {index}}}'.encode(),
+            message_id=f"id-{index}",
+            headers={"NServiceBus.MessageId": f"id-{index}", "Index": str(index)},
+            correlation_id=f"corr-{index}",
+            type="Sales.OrderDeadline",
+            content_type="application/json",
+            reply_to=None,
+        )
     )
 
 
@@ -34,9 +36,9 @@ def test_a_batch_is_confirmed_intact_in_few_writes(rabbitmq, new_vhost) -> None:
     channel.queue_declare("Sales", durable=True)
     count = 700
     with ConfirmPublisher(url) as publisher:
-        before = publisher._connection.writes
+        before = publisher.writes
         publisher.publish([message(index, "Sales") for index in range(count)])
-        writes = publisher._connection.writes - before
+        writes = publisher.writes - before
     # one write per FLUSH_EVERY messages (and the last part), where pika alone makes three per message
     assert writes <= math.ceil(count / FLUSH_EVERY) + 1
     received = []

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from nsb_delays.brokers.apply import ApplyError, RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import ApplyError, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, Drift, verify_rabbitmq
@@ -52,7 +52,7 @@ def test_endpoint_queues_get_nservicebus_unlimited_delivery_limit_on_4_0(
     stack = small_stack(new_vhost(f"limit-{provisioning}"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
     if provisioning == "program":
-        RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+        PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     else:
         management.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "t")))
     queues = settled_queues(management, vhost, own(delivery_limit_policies) | {"error": None, "audit": None})
@@ -71,12 +71,12 @@ def test_endpoint_queues_get_nservicebus_unlimited_delivery_limit_on_4_0(
 def test_the_nservicebus_policy_on_each_broker_version(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, broker_version: tuple[int, ...]
 ) -> None:
-    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so the applier stops at
+    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so the update stops at
     the first policy (after the queues: the provider has no preflight either), and verify names the switch."""
     stack = small_stack(new_vhost("policy-on"), True)
-    applier = RabbitMqApplier(rabbitmq.management_url)
+    engine = PulumiEngineEmulation.connect(rabbitmq.management_url)
     if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
-        applier.apply(record_stack(stack))
+        engine.up(record_stack(stack))
         policies = {p["name"]: p for p in management.policies(stack.rabbitmq.vhost)}
         assert policies[r"nsb.team.orders.delivery-limit"]["pattern"] == r"^team\.orders$"
         assert verify_rabbitmq(management, stack.rabbitmq) == []
@@ -84,7 +84,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     with pytest.raises(
         ApplyError, match=r"(?s)policy 'nsb\.\S+\.delivery-limit'.*apply-to 'quorum_queues' unrecognised"
     ):
-        applier.apply(record_stack(stack))
+        engine.up(record_stack(stack))
     (requirement,) = [d for d in verify_rabbitmq(management, stack.rabbitmq) if d.subject == "broker"]
     reported = rabbitmq.version()
     assert requirement == Drift("different", "broker", f"version ({POLICIES_SWITCH})", ">= 4.0.0", reported)
@@ -107,7 +107,7 @@ def test_verify_reports_a_missing_policy_a_foreign_limit_and_an_argument(
 ) -> None:
     stack = small_stack(new_vhost("limit-drift"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     settled_queues(management, vhost, own(delivery_limit_policies))
     if delivery_limit_policies:  # 4.0: the policy of team.orders deleted
         management.request("DELETE", f"policies/{vhost}/nsb.team.orders.delivery-limit")
@@ -152,7 +152,7 @@ def test_a_delivery_limit_argument_is_drift_and_stops_the_endpoint(
     """Someone re-created Sales with x-delivery-limit 3 (a live queue's arguments cannot change in place)."""
     stack = small_stack(new_vhost("limit-argument"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     management.delete_queue(vhost, "Sales")
     arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3}
     management.request("PUT", f"queues/{vhost}/Sales", {"durable": True, "arguments": arguments})

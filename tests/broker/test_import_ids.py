@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import binding_properties_key
@@ -25,7 +25,7 @@ def test_binding_properties_keys_match_the_management_api(
     config = parse_stack_config(
         {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales", "a.b"], "deliveryLimitPolicies": delivery_limit_policies}}
     )
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(config))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(config))
     reported = api.get(f"{base}/bindings/{quote(vhost, safe='')}").json()
     ours = [b for b in reported if b["source"]]  # skip the default exchange's implicit bindings
     assert len(ours) == 56 + 2 * 2 + 2  # delay graph + (fanout + delivery binding) per endpoint + error/audit

@@ -7,55 +7,23 @@ string-TTL case shows the check bites.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pika
 import pika.exceptions
 import pytest
 
-from nsb_delays.brokers.apply import ApplyError, RabbitMqApplier
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
+from nsb_delays.brokers.engine_emulation import ApplyError, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.config import StackConfig
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
-
-
-def endpoint_only_stack(
-    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False
-) -> StackConfig:
-    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make."""
-    dev = load_stack("dev").rabbitmq
-    assert dev is not None
-    endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
-    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology, "endpoints": endpoints}
-    return StackConfig(rabbitmq=replace(dev, **changes, delivery_limit_policies=delivery_limit_policies))
-
-
-def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options) -> None:
-    config = stack.rabbitmq
-    assert config is not None
-    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, config.vhost))
-    try:
-        channel = connection.channel()
-        nsb.declare_delay_infrastructure(channel, config.generation, **options)
-        nsb.declare_endpoint(
-            channel,
-            config.generation,
-            config.routing_topology,
-            receiving_queues(config),
-            (config.error_queue, config.audit_queue),
-        )
-    finally:
-        if connection.is_open:
-            connection.close()
 
 
 def without_statistics(definitions: dict) -> dict:
@@ -88,14 +56,14 @@ def test_program_adopts_what_nservicebus_declared(
 ) -> None:
     """NServiceBus declares the graph; on 4.0 its endpoints, started with policymaker rights, add their
     delivery-limit policies (3.10 has no default limit: they create none). The program adopts all of it."""
-    stack = endpoint_only_stack(new_vhost("nsb-first"), generation, topology, delivery_limit_policies)
-    declare_as_nservicebus(rabbitmq, stack)
+    stack = nsb.endpoint_only_stack(new_vhost("nsb-first"), generation, topology, delivery_limit_policies)
+    nsb.declare_as_nservicebus(rabbitmq, stack)
     started = start_endpoints(management, stack, broker_version)
     assert started == ({"created policy"} if delivery_limit_policies else {"ok"})
     settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     assert verify_rabbitmq(management, stack.rabbitmq) == []  # the verifier accepts what NServiceBus made
     before = management.definitions(stack.rabbitmq.vhost)
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
 
 
@@ -111,11 +79,11 @@ def test_nservicebus_adopts_what_the_program_declared(
 ) -> None:
     """The program declares everything, policies included on 4.0; NServiceBus's endpoints then declare and
     validate without a difference and without creating anything."""
-    stack = endpoint_only_stack(new_vhost("program-first"), generation, topology, delivery_limit_policies)
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    stack = nsb.endpoint_only_stack(new_vhost("program-first"), generation, topology, delivery_limit_policies)
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     before = management.definitions(stack.rabbitmq.vhost)
-    declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
+    nsb.declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
     assert start_endpoints(management, stack, broker_version) == {"ok"}
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
     # and the adopted graph delivers a message NServiceBus-style
@@ -128,16 +96,17 @@ def test_nservicebus_adopts_what_the_program_declared(
 
 def test_a_declaration_differing_only_in_ttl_type_is_refused(rabbitmq: LocalRabbitMq, new_vhost) -> None:
     """The control: the same graph with a string TTL (what the provider's ``arguments`` map would send)."""
-    stack = endpoint_only_stack(new_vhost("string-ttl"), "v2", "conventional")
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+    stack = nsb.endpoint_only_stack(new_vhost("string-ttl"), "v2", "conventional")
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        declare_as_nservicebus(rabbitmq, stack, ttl_as_string=True)
+        nsb.declare_as_nservicebus(rabbitmq, stack, ttl_as_string=True)
     assert refused.value.reply_code == 406 and "inequivalent arg 'x-message-ttl'" in refused.value.reply_text
 
 
-def test_the_applier_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitMq, new_vhost) -> None:
-    """NServiceBus declared the graph; a program whose TTL differs is refused, not silently adopted."""
-    stack = endpoint_only_stack(new_vhost("conflict"), "v1", "direct")
+def test_the_provider_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitMq, new_vhost) -> None:
+    """NServiceBus declared the graph; creating a queue whose TTL differs is refused by the broker, not
+    silently adopted."""
+    stack = nsb.endpoint_only_stack(new_vhost("conflict"), "v1", "direct")
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, stack.rabbitmq.vhost))
     try:
         channel = connection.channel()
@@ -146,4 +115,4 @@ def test_the_applier_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitM
     finally:
         connection.close()
     with pytest.raises(ApplyError, match="inequivalent arg 'x-message-ttl'"):
-        RabbitMqApplier(rabbitmq.management_url).apply(record_stack(stack))
+        PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.apply import RabbitMqApplier, apply_sqs
 from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.brokers.verify import (
     Drift,
     parse_version,
@@ -49,7 +50,7 @@ def provisioned_stack(
     path = tmp_path / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump({"config": raw}))
     resources = record_stack(load_stack(str(path)))
-    RabbitMqApplier(rabbitmq.management_url).apply(resources)
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(resources)
     apply_sqs(resources, moto.client("sqs"))
     return path
 

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import HOST, LocalRabbitMq, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.cli import cli
@@ -97,7 +97,7 @@ def test_verify_over_https_trusts_only_the_given_ca(
 ) -> None:
     url, ca = https_management
     vhost = new_vhost("tls")
-    RabbitMqApplier(rabbitmq.management_url).apply(record_stack(tls_stack(vhost, delivery_limit_policies)))
+    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(tls_stack(vhost, delivery_limit_policies)))
     stack_file = tmp_path / "Pulumi.tls.yaml"
     stack_file.write_text(
         f"config:\n  nsb-delays:rabbitmq:\n    vhost: {vhost}\n    endpoints: [Sales]\n"

@@ -38,18 +38,18 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.apply import RabbitMqApplier
 from nsb_delays.brokers.cluster import RabbitMqCluster
 from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
 from nsb_delays.brokers.delivery import Arrival, ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq, wait_until
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.messages import outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
-from nsb_delays.pipeline.messages import rabbitmq_message
 from tests.cluster.conftest import DEAD_LETTER_RETRY_MS
 
 CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
@@ -104,7 +104,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
     version = first.version()
 
     applied = dev_config(cluster_vhost("applied"), version)
-    RabbitMqApplier(first.management_url).apply(record_stack(StackConfig(rabbitmq=applied)))
+    PulumiEngineEmulation.connect(first.management_url).up(record_stack(StackConfig(rabbitmq=applied)))
 
     rendered_vhost = cluster_vhost("rendered")
     rendered_file = tmp_path / "definitions.json"
@@ -216,7 +216,7 @@ class MigrationStream(threading.Thread):
                                          {"NServiceBus.MessageId": f"migrated-{batch}-{i}"}, delay)
                         for i in range(MIGRATION_BATCH)
                     ]  # fmt: skip
-                    publisher.publish(messages)
+                    publisher.publish([outgoing(message) for message in messages])
                     again = set(publisher.republished)
                     self.sends += [
                         DelayedSend(m.message_id, self.destinations[i % len(self.destinations)], delay, m.routing_key,
@@ -305,7 +305,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
     version = cluster.first.version()
     config = dev_config(vhost, version)
     cluster.api().create_vhost(vhost)
-    RabbitMqApplier(cluster.first.management_url).apply(record_stack(StackConfig(rabbitmq=config)))
+    PulumiEngineEmulation.connect(cluster.first.management_url).up(record_stack(StackConfig(rabbitmq=config)))
     destinations = receiving_queues(config)
     levels = level_queues()
     urls = cluster.amqp_urls

@@ -17,7 +17,7 @@ import pika
 import psycopg
 import pytest
 
-from nsb_delays.brokers.apply import RabbitMqApplier
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.config import parse_stack_config
@@ -214,7 +214,9 @@ def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], g
     Debian's 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here."""
     rabbitmq_config = {"vhost": vhost, "generation": generation, "endpoints": endpoints, "deliveryLimitPolicies": False}
     config = parse_stack_config({"rabbitmq": rabbitmq_config})
-    RabbitMqApplier(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).apply(record_stack(config))
+    PulumiEngineEmulation.connect(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).up(
+        record_stack(config)
+    )
     return BrokerVhost(rabbitmq, vhost)
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nsb_delays.brokers.messages import sqs_message
+from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.pipeline import preview as P
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.job import migrate
-from nsb_delays.pipeline.messages import sqs_message
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.report import HTML_NAME, PLOTS, write_html
 from nsb_delays.pipeline.sources import (
@@ -33,7 +34,6 @@ from nsb_delays.pipeline.sources import (
     read_jdbc,
     validated,
 )
-from nsb_delays.pipeline.sqs_target import SqsSettings
 from tests.spark.conftest import timeout, utc_now
 
 FIVE_YEARS = 5 * 365 * 86_400  # far future, still within 2^28 - 1 s

@@ -11,11 +11,11 @@ import random
 
 import pytest
 
+from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, DUE_ORDER_HORIZON, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
-from nsb_delays.pipeline.rabbitmq_target import DestinationsRefused
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 
 ENDPOINTS = ["Sales", "Billing", "Shipping"]

@@ -99,10 +99,10 @@ def test_nhibernate_timeout_entity_migrates_only_the_endpoint(spark, postgres, b
 
 def test_a_batch_seen_in_part_is_neither_sent_nor_marked(postgres) -> None:
     """A task sends a batch only when all of its rows arrived; a short batch stays pending, loudly."""
+    from nsb_delays.brokers.confirms import DispatchError
     from nsb_delays.pipeline.dispatch import DispatchSettings, dispatch_partition
     from nsb_delays.pipeline.layouts import sql_persistence_layout
     from nsb_delays.pipeline.ledger import Run
-    from nsb_delays.pipeline.rabbitmq_target import DispatchError
 
     run = Run("r", 1, {}, 1, 3, "TimeoutData_migration_r", "TimeoutData_migration_r_batches")
     settings = DispatchSettings(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +31,8 @@ def queues(resources: list[RecordedResource]) -> dict[str, RecordedResource]:
 
 
 def raw_arguments(resource: RecordedResource) -> dict[str, Any]:
-    """The queue arguments exactly as JSON carries them to the provider (ints stay ints)."""
-    return json.loads(resource.settings()["argumentsJson"])
+    """The queue arguments exactly as the provider sends them (``argumentsJson``: ints stay ints)."""
+    return resource.queue_arguments()
 
 
 def bindings(resources: list[RecordedResource]) -> set[tuple[str, str, str, str]]:

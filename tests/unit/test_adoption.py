@@ -16,7 +16,10 @@ def adopted(**rabbitmq: object) -> list:
 def test_every_rabbitmq_object_is_imported_with_the_provider_id() -> None:
     resources = adopted()
     rabbit = [r for r in resources if r.type in (EXCHANGE, QUEUE, BINDING)]
-    assert rabbit and all(r.import_id for r in rabbit)
+    parking = rmq.parking_name()
+    ours = [r for r in rabbit if parking in (r.inputs.get("name"), r.inputs.get("source"))]
+    assert len(ours) == 3 and not any(r.import_id for r in ours)  # only we declare parking: created, not imported
+    assert all(r.import_id for r in rabbit if r not in ours)
     ids = {(r.type, r.import_id) for r in rabbit}
     assert (QUEUE, "nsb.v2.delay-level-27@/") in ids
     assert (EXCHANGE, "nsb.v2.delay-delivery@/") in ids
@@ -46,3 +49,50 @@ def test_properties_key_encoding_as_rabbitmq_reports_it() -> None:
     assert binding_properties_key("a b/c%d~e_f-g") == "a+b%2Fc%25d%7Ee_f-g"
     spec = rmq.delivery_binding("Sales", "direct")
     assert binding_import_id(spec, "/") == "%2F/nsb.v2.delay-delivery/Sales/queue/%23.Sales"
+
+
+def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
+    """ReadQueue (terraform-provider-rabbitmq) fills ``arguments_json`` only for a non-string value; on
+    import the state is empty, so an all-string endpoint queue comes back in the string map."""
+    assert rmq.queue_arguments_field({"x-queue-type": "quorum"}) == "arguments"
+    assert rmq.queue_arguments_field(rmq.delay_queue_arguments(3)) == "arguments_json"
+    assert rmq.queue_arguments_field({}) == "none"
+    declared = {r.inputs["name"]: r.settings() for r in adopted() if r.type == QUEUE}
+    assert declared["Sales"] == {"durable": True, "autoDelete": False, "arguments": {"x-queue-type": "quorum"}}
+    assert set(declared["nsb.v2.delay-level-03"]) == {"durable", "autoDelete", "argumentsJson"}
+
+
+def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_default() -> None:
+    """RabbitMQ 4.x (and 3.13 with the backport) store ``x-queue-type: classic`` for a queue declared without a type; a provider
+    read returns it, so the program declares it (equivalent to no type for NServiceBus's declarations)."""
+    classic = record_stack(
+        parse_stack_config({"rabbitmq": {"generation": "v1", "queueType": "classic", "endpoints": ["Sales"]}})
+    )
+    declared = {r.inputs["name"]: r for r in classic if r.type == QUEUE}
+    assert declared["Sales"].settings() == {
+        "durable": True,
+        "autoDelete": False,
+        "arguments": {"x-queue-type": "classic"},
+    }
+    level = rmq.delay_level_name(4, "v1")
+    assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
+    assert "x-queue-type" not in rmq.delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
+    assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}) == {"x-queue-type": "quorum"}
+
+
+def test_bindings_take_their_ends_as_property_dependencies() -> None:
+    """So that replacing a queue (which drops its bindings on the broker) replaces its bindings too."""
+    resources = adopted()
+    urn_of = {(r.type, r.inputs.get("name")): r.urn for r in resources if r.type in (EXCHANGE, QUEUE)}
+    level = next(
+        r
+        for r in resources
+        if r.type == BINDING and r.inputs["routingKey"] == rmq.queue_binding_key(3) and "level-03" in r.inputs["source"]
+    )
+    assert level.property_dependencies["source"] == (urn_of[(EXCHANGE, "nsb.v2.delay-level-03")],)
+    assert level.property_dependencies["destination"] == (urn_of[(QUEUE, "nsb.v2.delay-level-03")],)
+    delivery = next(r for r in resources if r.type == BINDING and r.inputs["routingKey"] == "#.Sales")
+    assert delivery.property_dependencies == {
+        "source": (urn_of[(EXCHANGE, "nsb.v2.delay-delivery")],),
+        "destination": (urn_of[(EXCHANGE, "Sales")],),
+    }

@@ -44,6 +44,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "instanceDiscriminators",
         "legacyTimeoutManager",
         "deliveryLimitPolicies",
+        "parkUnroutable",
         "adoptExisting",
     }
     assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"
@@ -85,3 +86,13 @@ def test_sqs_endpoint_through_the_provider(provider: ComponentProvider) -> None:
 def test_missing_required_input_is_reported(provider: ComponentProvider) -> None:
     with pytest.raises(Exception, match="Missing required input 'endpoint'"):
         provider.map_inputs({}, provider._component_defs["RabbitMqEndpoint"])
+
+
+def test_whole_numbers_from_other_languages_arrive_as_floats_and_are_accepted(provider: ComponentProvider) -> None:
+    """A protobuf Struct carries every number as a double: ``86400`` from TypeScript arrives as 86400.0
+    (found by driving the plugin over gRPC, tests/broker/test_component_provider_host.py)."""
+    definition = provider._component_defs["SqsEndpoint"]
+    args = provider.map_inputs({"endpoint": "Sales", "messageRetentionSeconds": 86400.0}, definition)
+    resources = record(lambda: provider._components["SqsEndpoint"]("sales", args))
+    retention = {r.inputs["name"]: r.inputs["messageRetentionSeconds"] for r in of_type(resources, SQS_QUEUE)}
+    assert retention["Sales"] == 86400

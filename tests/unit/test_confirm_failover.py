@@ -13,7 +13,7 @@ from typing import NamedTuple
 import pytest
 
 from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
-from nsb_delays.pipeline.rabbitmq_target import DispatchError
+from nsb_delays.brokers.confirms import DispatchError
 
 
 class Message(NamedTuple):

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from nsb_delays.brokers.apply import policy_body
+from nsb_delays.brokers.provider_emulation import policy_declaration
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
@@ -49,7 +49,7 @@ def test_the_pattern_escapes_the_queue_name_as_dotnet_regex_escape_does(queue: s
 def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
     assert rmq.delivery_limit_policy("Sales") == rmq.PolicySpec(
         name="nsb.Sales.delivery-limit",
-        queue="Sales",
+        target="Sales",
         pattern="^Sales$",
         apply_to="quorum_queues",
         priority=0,
@@ -60,15 +60,22 @@ def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
 
 
 def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not() -> None:
-    topology = rmq.endpoint_topology("Billing", instance_discriminators=["blue"], legacy_timeout_manager=True)
-    assert [p.name for p in topology.policies] == ["nsb.Billing.delivery-limit", "nsb.Billing-blue.delivery-limit"]
-    assert rmq.endpoint_topology("Billing", queue_type="classic").policies == ()
-    assert rmq.endpoint_topology("Billing", delivery_limit_policies=False).policies == ()
+    def limits(**options: object) -> list[str]:
+        topology = rmq.endpoint_topology("Billing", **options)  # type: ignore[arg-type]
+        return [p.name for p in topology.policies if p.apply_to == "quorum_queues"]
+
+    assert limits(instance_discriminators=["blue"], legacy_timeout_manager=True) == [
+        "nsb.Billing.delivery-limit",
+        "nsb.Billing-blue.delivery-limit",
+    ]
+    assert limits(queue_type="classic") == []
+    assert limits(delivery_limit_policies=False) == []
     assert rmq.shared_queues().policies == ()  # error and audit are not an endpoint's receive queues
 
 
 def test_the_component_declares_the_policy_with_string_definition_values() -> None:
-    (policy,) = of_type(declared(lambda: RabbitMqEndpoint("ep", endpoint="Sales")), RABBITMQ_POLICY)
+    build = lambda: RabbitMqEndpoint("ep", endpoint="Sales", park_unroutable=False)  # noqa: E731 (parking: test_parking.py)
+    (policy,) = of_type(declared(build), RABBITMQ_POLICY)
     assert policy.inputs["name"] == "nsb.Sales.delivery-limit" and policy.inputs["vhost"] == "/"
     assert policy.inputs["policy"] == {
         "pattern": "^Sales$",
@@ -77,19 +84,26 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
         "definition": {"delivery-limit": "100000"},  # pulumi-rabbitmq's definition is a map of strings
     }
     # ... which the provider's putPolicy sends as the integer the broker and NServiceBus expect
-    assert policy_body(policy.inputs["policy"])["definition"] == {"delivery-limit": 100_000}
+    assert policy_declaration(policy.inputs)[1]["definition"] == {"delivery-limit": 100_000}
 
 
 def test_put_policy_converts_only_what_strconv_parseint_accepts() -> None:
-    body = policy_body(
+    path, body = policy_declaration(
         {
-            "pattern": ".",
-            "applyTo": "all",
-            "priority": 1.0,
-            "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
+            "name": "p",
+            "vhost": "/",
+            "policy": {
+                "pattern": ".",
+                "applyTo": "all",
+                "priority": 1.0,
+                "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
+            },
         }
     )
+    assert path == "policies/%2F/p"
     assert body == {
+        "vhost": "/",
+        "name": "p",
         "pattern": ".",
         "apply-to": "all",
         "priority": 1,
@@ -98,18 +112,26 @@ def test_put_policy_converts_only_what_strconv_parseint_accepts() -> None:
 
 
 def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() -> None:
-    on = record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True}}))
+    on = record_stack(
+        parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, "parkUnroutable": False}})
+    )
     assert [(r.physical_name, r.import_id) for r in of_type(on, RABBITMQ_POLICY)] == [
         ("nsb.Sales.delivery-limit", "nsb.Sales.delivery-limit@/")
     ]
-    off = record_stack(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False}}))
+    off = record_stack(
+        parse_stack_config(
+            {"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False, "parkUnroutable": False}}
+        )
+    )
     assert of_type(off, RABBITMQ_POLICY) == []
     with pytest.raises(ConfigError, match=r"nsb-delays:rabbitmq.deliveryLimitPolicies: expected bool, got str"):
         parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": "no"}})
 
 
 def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() -> None:
-    stack = parse_stack_config({"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"]}})
+    stack = parse_stack_config(
+        {"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"], "parkUnroutable": False}}
+    )
     document = json.loads(render(stack, "rabbitmq-definitions", "t"))
     assert document["policies"] == [
         {"vhost": "orders", "name": "nsb.Sales.delivery-limit", "pattern": "^Sales$", "apply-to": "quorum_queues",
@@ -117,7 +139,9 @@ def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() ->
         {"vhost": "orders", "name": "nsb.team.orders.delivery-limit", "pattern": r"^team\.orders$",
          "apply-to": "quorum_queues", "definition": {"delivery-limit": 100000}, "priority": 0},
     ]  # fmt: skip
-    off = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False}})
+    off = parse_stack_config(
+        {"rabbitmq": {"endpoints": ["Sales"], "deliveryLimitPolicies": False, "parkUnroutable": False}}
+    )
     assert json.loads(render(off, "rabbitmq-definitions", "t"))["policies"] == []
 
 

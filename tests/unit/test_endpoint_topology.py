@@ -17,6 +17,7 @@ def test_conventional_endpoint_binds_delivery_exchange_to_its_fanout_exchange() 
     assert exchanges(resources) == {"Sales": {"type": "fanout", "durable": True, "autoDelete": False}}
     assert set(queues(resources)) == {"Sales"}
     assert raw_arguments(queues(resources)["Sales"]) == {"x-queue-type": "quorum"}
+    assert queues(resources)["Sales"].settings()["arguments"] == {"x-queue-type": "quorum"}  # all strings: the map
     assert bindings(resources) == {
         ("Sales", "Sales", "queue", ""),
         ("nsb.v2.delay-delivery", "Sales", "exchange", "#.Sales"),
@@ -29,10 +30,11 @@ def test_direct_endpoint_binds_delivery_exchange_to_the_queue() -> None:
     assert bindings(resources) == {("nsb.v2.delay-delivery", "Sales", "queue", "#.Sales")}
 
 
-def test_classic_queue_has_no_arguments_and_v1_binds_to_the_v1_delivery_exchange() -> None:
+def test_classic_queue_declares_only_its_type_and_v1_binds_to_the_v1_delivery_exchange() -> None:
+    """NServiceBus declares no argument; the explicit default type is equivalent and reads back on any broker."""
     resources = endpoint(queue_type="classic", generation="v1", routing_topology="direct")
     sales = queues(resources)["Sales"]
-    assert "argumentsJson" not in sales.settings() and "arguments" not in sales.settings()
+    assert sales.settings()["arguments"] == {"x-queue-type": "classic"} and "argumentsJson" not in sales.settings()
     assert sales.settings()["durable"] is True
     assert bindings(resources) == {("nsb.delay-delivery", "Sales", "queue", "#.Sales")}
 

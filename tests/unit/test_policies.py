@@ -42,7 +42,7 @@ from nsb_delays.components.resource_types import (
     RABBITMQ_QUEUE,
     SQS_QUEUE,
 )
-from nsb_delays.infra.config import load_stack, read_stack_yaml
+from nsb_delays.infra.config import load_stack, parse_stack_config, read_stack_yaml
 from nsb_delays.infra.recording import PROJECT, RecordedResource, record, record_stack
 from nsb_delays.policies import rules
 from nsb_delays.policies.offline import (
@@ -99,10 +99,16 @@ def changed(
 
 
 def set_queue_argument(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set one queue argument, in settings.argumentsJson (an all-string map moves there, as it must for a number)."""
+
     def change(inputs: dict[str, Any]) -> None:
-        arguments = json.loads(inputs["settings"]["argumentsJson"])
+        settings = inputs["settings"]
+        if "argumentsJson" in settings:
+            arguments = json.loads(settings["argumentsJson"])
+        else:
+            arguments = dict(settings.pop("arguments", {}))
         arguments[key] = value
-        inputs["settings"]["argumentsJson"] = json.dumps(arguments)
+        settings["argumentsJson"] = json.dumps(arguments)
 
     return change
 
@@ -127,12 +133,17 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 21
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 24
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
     advisory = [p.name for p in POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
-    assert advisory == ["sqs-delay-queue-deduplication", "endpoint-retirement-order"]
+    assert advisory == [
+        "queue-arguments-as-read",
+        "sqs-delay-queue-deduplication",
+        "endpoint-retirement-order",
+        "delay-graph-parking",
+    ]
 
 
 def test_the_program_tags_sqs_queues_with_the_model_tag_keys() -> None:
@@ -179,7 +190,7 @@ def test_a_numeric_argument_in_the_string_map_of_any_queue_is_reported() -> None
     target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
 
     def max_length(inputs: dict[str, Any]) -> None:
-        inputs["settings"]["arguments"] = {"x-max-length": "5000", "x-queue-mode": "lazy"}
+        inputs["settings"]["arguments"] = {"x-max-length": "5000", "x-queue-mode": "lazy", "x-queue-type": "classic"}
 
     violations = run(changed(dev_recorded(), target, max_length))
     assert reported(violations) == [("queue-arguments-typed", target.urn)]
@@ -651,6 +662,34 @@ def test_derived_exemptions_join_the_users_own() -> None:
     }
     with pytest.raises(PolicyConfigError, match="minRetentionSeconds"):
         PackConfig().with_defaults("sqs-delay-queue-retention", {"minRetentionSeconds": 1})
+
+
+def test_all_string_arguments_in_arguments_json_are_advised_against() -> None:
+    """Such a queue works once created, but adopting it by import fails: the provider reads the string map."""
+    target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+
+    def as_json(inputs: dict[str, Any]) -> None:
+        inputs["settings"]["argumentsJson"] = json.dumps(inputs["settings"].pop("arguments"))
+
+    violations = run(changed(dev_recorded(), target, as_json))
+    assert reported(violations) == [("queue-arguments-as-read", target.urn)]
+    assert "settings.arguments" in violations[0].message and "import" in violations[0].message
+    assert run(dev_recorded()) == []
+
+
+def test_a_queue_without_an_explicit_type_is_advised_against() -> None:
+    """RabbitMQ 4.x (and 3.13 with the backport) add x-queue-type: classic; the provider reads it back and every plan replaces."""
+    resources = record_stack(parse_stack_config({"rabbitmq": {"generation": "v1", "endpoints": ["Sales"]}}))
+    target = find(resources, RABBITMQ_QUEUE, rmq.delay_level_name(3, "v1"))
+
+    def implicit_type(inputs: dict[str, Any]) -> None:
+        arguments = json.loads(inputs["settings"]["argumentsJson"])
+        del arguments["x-queue-type"]
+        inputs["settings"]["argumentsJson"] = json.dumps(arguments)
+
+    violations = run(changed(resources, target, implicit_type))
+    assert reported(violations) == [("queue-arguments-as-read", target.urn)]  # not a wrong NServiceBus argument
+    assert "x-queue-type" in violations[0].message and "replaces the queue" in violations[0].message
 
 
 # --- delivery limits over endpoint queues (RabbitMQ 4.x, NServiceBus.RabbitMQ 10+) ---------------------------

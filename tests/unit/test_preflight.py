@@ -10,8 +10,8 @@ import pika
 import pytest
 from pymysql.constants import FIELD_TYPE
 
+from nsb_delays.brokers.amqp import amqp_failure_reason
 from nsb_delays.pipeline import preflight
-from nsb_delays.pipeline.rabbitmq_target import amqp_failure_reason
 from nsb_delays.pipeline.sources import ExportSource, export_fingerprint
 
 

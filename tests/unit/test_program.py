@@ -8,6 +8,7 @@ from collections import Counter
 import pulumi
 import pytest
 
+from nsb_delays.components.resource_types import RABBITMQ_POLICY
 from nsb_delays.infra.config import ConfigError, load_stack
 from nsb_delays.infra.program import main
 from nsb_delays.infra.recording import record, record_stack
@@ -28,12 +29,15 @@ def run_main_with(config: dict[str, object]) -> list:
 def test_dev_stack_declares_the_graph_three_endpoints_and_six_sqs_queues() -> None:
     resources = record_stack(load_stack("dev"))
     counts = Counter(r.type for r in resources)
-    # 29 delay exchanges + fanout exchanges for Sales, Billing, Billing-blue, Billing.Timeouts,
-    # Billing.TimeoutsDispatcher, Shipping, error, audit
-    assert counts[EXCHANGE] == 29 + 8
-    assert counts[QUEUE] == 28 + 8
-    # graph + fanout->queue + delivery bindings (Sales, Billing, Billing-blue, Shipping)
-    assert counts[BINDING] == 56 + 8 + 4
+    # 29 delay exchanges + the parking exchange + fanout exchanges for Sales, Billing, Billing-blue,
+    # Billing.Timeouts, Billing.TimeoutsDispatcher, Shipping, error, audit
+    assert counts[EXCHANGE] == 29 + 1 + 8
+    assert counts[QUEUE] == 28 + 1 + 8
+    # graph + parking + fanout->queue + delivery bindings (Sales, Billing, Billing-blue, Shipping)
+    assert counts[BINDING] == 56 + 1 + 8 + 4
+    # delivery-limit per quorum receiving queue; the parking exchange as alternate of the delivery exchange
+    # and of each receiving queue's exchange (conventional)
+    assert counts[RABBITMQ_POLICY] == 4 + 1 + 4
     assert counts[SQS_QUEUE] == 6
     assert counts["nsb-delays:index:RabbitMqEndpoint"] == 3 and counts["nsb-delays:index:SqsEndpoint"] == 3
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
+from nsb_delays.brokers.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
 from nsb_delays.components.model import sqs
-from nsb_delays.pipeline.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
 
 MIB = 1024 * 1024
 

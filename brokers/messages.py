@@ -21,8 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pika
+
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+
+from .confirms import OutgoingMessage
 
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
 CORRELATION_ID_HEADER = "NServiceBus.CorrelationId"
@@ -77,6 +81,24 @@ def rabbitmq_message(
         content_type=headers.get(CONTENT_TYPE_HEADER) or DEFAULT_CONTENT_TYPE,
         reply_to=headers.get(REPLY_TO_ADDRESS_HEADER),
     )
+
+
+def basic_properties(message: RabbitMqMessage) -> pika.BasicProperties:
+    """The AMQP properties of a prepared message (the headers carry the rest)."""
+    return pika.BasicProperties(
+        message_id=message.message_id,
+        delivery_mode=message.delivery_mode,
+        headers=message.headers,
+        correlation_id=message.correlation_id,
+        type=message.type,
+        content_type=message.content_type,
+        reply_to=message.reply_to,
+    )
+
+
+def outgoing(message: RabbitMqMessage) -> OutgoingMessage:
+    """What the confirm publisher sends for a prepared message."""
+    return OutgoingMessage(message.exchange, message.routing_key, message.body, basic_properties(message))
 
 
 @dataclass(frozen=True)

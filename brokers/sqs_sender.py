@@ -1,4 +1,5 @@
-"""SQS side of the migration: queue and bucket checks, S3 uploads of large bodies, batched sends.
+"""Sending to SQS (the timeout migration, ``delays transfer --to-sqs``): queue and bucket checks, S3 uploads of
+large bodies, batched sends.
 
 Messages are batched per queue as ``SqsPreparedMessageBatcher`` does (``sqs.size_batches``: at most
 10 entries and ``sqs.MAX_MESSAGE_SIZE`` bytes per SendMessageBatch). The S3 bodies of a batch are
@@ -18,8 +19,9 @@ from typing import Any
 
 from nsb_delays.components.model import sqs
 
+from .confirms import DispatchError
+from .destinations import DestinationsRefused
 from .messages import SQS_S3_BUCKET_OPTION, SqsMessage
-from .rabbitmq_target import DestinationsRefused, DispatchError
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def check_bucket(client: Any, bucket: str) -> None:
         ) from None
 
 
-def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
+def check_queues(client: Any, needed: Iterable[str], nothing_done: str = "nothing was migrated") -> dict[str, str]:
     """URL of each needed queue; refuse (naming them) if any does not exist."""
     urls, missing = {}, []
     for name in sorted(set(needed)):
@@ -75,7 +77,7 @@ def check_queues(client: Any, needed: Iterable[str]) -> dict[str, str]:
         raise DestinationsRefused(
             f"{len(missing)} SQS queue(s) do not exist: {', '.join(missing[:20])}{' …' if len(missing) > 20 else ''} "
             f"(delays over {sqs.MAX_DELAY_SECONDS} s need the destination's '{sqs.DELAY_QUEUE_SUFFIX}' queue; "
-            "nothing was migrated)"
+            f"{nothing_done})"
         )
     return urls
 

@@ -1,0 +1,235 @@
+"""``delays migrate`` benchmark: N in-flight messages v1 -> v2 against NServiceBus's own loop, in the same run.
+
+Two vhosts of one private RabbitMQ 3.10 get the v1 and v2 graphs (as NServiceBus declares them) and
+ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to 30 days out: levels
+11..21, the NServiceBus headers, TimeSent). Then:
+
+- baseline: the NServiceBus tool's loop (``DelayCommandHelpers.TransferQueue``) in pika on one
+  connection: per level the message count, then ``basic.get``, publish on a confirm channel and wait
+  for the confirm, ack, one message at a time (the same model functions compute the new key);
+- ``nsb-delays delays migrate`` as an operator runs it (a CLI subprocess: start-up and the preflight
+  that reads every level once are included), timed end to end; its own "moved … msg/s" line (the move
+  alone) is printed as well.
+
+Prints both rates and the ratio (target >= 10x), and the CPU each costs per message (the broker's
+processes and the client's), which the load of a shared machine does not distort.
+N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``; the broker is
+3.10, or 4.0 with ``NSB_BENCH_RABBITMQ=4.0``. Figures are what
+this run saw on this (shared) machine, never asserted.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pika
+
+from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
+
+ENDPOINTS = [f"Bench{i}" for i in range(10)]
+
+
+def size() -> int:
+    args = [int(a.replace("_", "")) for a in sys.argv[1:] if a.replace("_", "").isdigit()]
+    return args[0] if args else int(os.environ.get("NSB_BENCH_DELAYS_MESSAGES", "100000"))
+
+
+def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters:
+    """Both graphs, the endpoints, and ``count`` messages in v1 as NServiceBus endpoints send them."""
+    ManagementApi(broker.management_url).create_vhost(vhost)
+    parameters = pika.URLParameters(broker.vhost_amqp_url(vhost))
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    for generation in ("v1", "v2"):
+        declare_delay_infrastructure(channel, generation)
+    declare_endpoint(channel, "v2", "conventional", ENDPOINTS)
+    connection.close()
+    sent = datetime.now(UTC) - timedelta(minutes=5)
+    messages = []
+    for index in range(count):
+        delay = 3600 + (index * 7919) % (30 * 86400)
+        message_id = str(uuid.uuid4())
+        headers = {
+            "NServiceBus.MessageId": message_id,
+            "NServiceBus.EnclosedMessageTypes": "Bench.OrderDeadline, Bench, Version=1.0.0.0",
+            "NServiceBus.ContentType": "application/json",
+            "NServiceBus.ConversationId": str(uuid.uuid4()),
+            in_flight.TIME_SENT_HEADER: in_flight.format_time_sent(sent),
+            rmq.DELAY_HEADER: delay,
+        }
+        properties = pika.BasicProperties(
+            message_id=message_id, delivery_mode=2, headers=headers, content_type="application/json"
+        )
+        body = f'{{"orderId": {index}, "note": "deadline"}}'.encode()
+        messages.append(
+            OutgoingMessage(
+                rmq.first_exchange(delay, "v1"), rmq.routing_key(delay, ENDPOINTS[index % 10]), body, properties
+            )
+        )
+    with ConfirmPublisher(parameters) as publisher:
+        for start in range(0, count, 5000):
+            publisher.publish(messages[start : start + 5000])
+    return parameters
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            todo += [int(child) for child in children]
+    return found
+
+
+def broker_cpu_seconds(broker: LocalRabbitMq) -> float:
+    """CPU time (user + system) of the broker's processes so far: what a move costs the broker."""
+    assert broker.server is not None
+    total = 0
+    for pid in descendants(broker.server.pid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the CLI subprocess)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def waiting(parameters: pika.URLParameters, generation: str) -> int:
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        return sum(
+            channel.queue_declare(rmq.delay_level_name(level, generation), passive=True).method.message_count
+            for level in range(rmq.LEVEL_COUNT)
+        )
+    finally:
+        connection.close()
+
+
+def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
+    """``TransferMessages(sourceIsV1: true, channel, channel, …)``: BasicGet, publish + confirm, ack."""
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.confirm_delivery()  # basic_publish now returns when the broker confirmed
+    bound: set[str] = set()
+    moved = 0
+    began = time.perf_counter()
+    for level in range(rmq.MAX_LEVEL, -1, -1):
+        queue = rmq.delay_level_name(level, "v1")
+        count = channel.queue_declare(queue, passive=True).method.message_count
+        for _ in range(count):
+            method, properties, body = channel.basic_get(queue, auto_ack=False)
+            if method is None:
+                break
+            read = in_flight.read_delayed_message(method.routing_key, properties.headers, time.time_ns() // 1000)
+            if isinstance(read, in_flight.Poison):
+                channel.queue_declare(in_flight.MIGRATE_POISON_QUEUE, durable=True)
+                channel.basic_publish("", in_flight.MIGRATE_POISON_QUEUE, body, properties)
+                channel.basic_ack(method.delivery_tag)
+                continue
+            if read.destination not in bound:  # routingTopology.BindToDelayInfrastructure, once per destination
+                channel.exchange_bind(
+                    read.destination, rmq.delivery_exchange_name(), rmq.endpoint_binding_key(read.destination)
+                )
+                bound.add(read.destination)
+            moved_properties = copy.copy(properties)
+            moved_properties.headers = in_flight.republished_headers(properties.headers)
+            channel.basic_publish(read.exchange(), read.routing_key(), body, moved_properties)
+            channel.basic_ack(method.delivery_tag)
+            moved += 1
+    seconds = time.perf_counter() - began
+    connection.close()
+    return moved, seconds
+
+
+def delays_migrate(broker: LocalRabbitMq, vhost: str) -> tuple[float, str]:
+    began = time.perf_counter()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "nsb_delays.infra.cli", "delays", "migrate",
+            "--management-url", broker.management_url, "--username", broker.username, "--password", broker.password,
+            "--amqp-url", broker.amqp_url, "--vhost", vhost, "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    seconds = time.perf_counter() - began
+    if result.returncode:
+        raise SystemExit(f"delays migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    moved_line = next(line for line in result.stdout.splitlines() if line.startswith("moved "))
+    return seconds, moved_line
+
+
+def broker_under_test() -> LocalRabbitMq:
+    """RabbitMQ 3.10 (Debian 12), or 4.0 (the test tier's chroot) with ``NSB_BENCH_RABBITMQ=4.0``."""
+    if os.environ.get("NSB_BENCH_RABBITMQ", "3.10") == "4.0":
+        from tests.services import ChrootRabbitMq
+
+        return ChrootRabbitMq()
+    return LocalRabbitMq()
+
+
+def main() -> None:
+    count = size()
+    with broker_under_test() as broker:
+        version = ManagementApi(broker.management_url).overview()["rabbitmq_version"]
+        began = time.perf_counter()
+        baseline_vhost, ours_vhost = prepare(broker, "baseline", count), prepare(broker, "ours", count)
+        print(
+            f"RabbitMQ {version}: {count:,} delayed messages in v1, twice, in {time.perf_counter() - began:.1f} s",
+            flush=True,
+        )
+
+        broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
+        moved, baseline_seconds = nservicebus_loop(baseline_vhost)
+        baseline_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
+        assert moved == count and waiting(baseline_vhost, "v1") == 0 and waiting(baseline_vhost, "v2") == count
+        broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
+        ours_seconds, moved_line = delays_migrate(broker, "ours")
+        ours_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
+        assert waiting(ours_vhost, "v1") == 0 and waiting(ours_vhost, "v2") == count
+
+        baseline_rate, ours_rate = count / baseline_seconds, count / ours_seconds
+        print(
+            f"NServiceBus loop  {count:>9,} messages  {baseline_seconds:7.1f} s  {baseline_rate:>8,.0f} msg/s  "
+            "(basic.get, publish, confirm, ack)"
+        )
+        print(
+            f"delays migrate    {count:>9,} messages  {ours_seconds:7.1f} s  {ours_rate:>8,.0f} msg/s  "
+            "(CLI end to end: start-up, preflight, move)"
+        )
+        print(f"                  {moved_line}")
+        for label, (broker_seconds, client_seconds) in (
+            ("NServiceBus loop", baseline_cpu),
+            ("delays migrate", ours_cpu),
+        ):
+            print(
+                f"{label:<17} CPU per message: broker {1000 * broker_seconds / count:.2f} ms, "
+                f"client {1000 * client_seconds / count:.2f} ms"
+            )
+        print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,575 @@
+"""Move the messages waiting in one delay graph into another: ``nsb-delays delays migrate|transfer``.
+
+The algorithm is NServiceBus's (``DelayCommandHelpers.TransferMessages`` / ``TransferQueue`` in
+``NServiceBus.Transport.RabbitMQ.CommandLine``): level 27 down to 0, as many messages per level as
+the queue held when the level started, poison to the poison queue, the old graph's ``x-death``
+history stripped, the remaining delay from ``TimeSent + DelayInSeconds`` computed when the message
+is republished, and the source message acked only after the target took it. The rules are the
+model's (``components.model.in_flight``).
+
+What differs, and why:
+
+- **Throughput.** The tool does ``BasicGet``, publish, wait for the confirm, ack: one message per
+  round trip. Here a consumer with a prefetch window feeds a publisher that does not wait: each
+  source message is acked (``multiple`` where the settled ones are contiguous) when the target
+  confirmed it (RabbitMQ publisher confirm) or accepted it (SQS send result). At most the window is
+  unacked at any time, so a kill leaves at most that many messages to be moved twice on the rerun,
+  each with its own message id and due time: duplicates, never losses.
+- **Preflight.** Every level is read once before anything moves (and returned untouched): the
+  destinations are checked on the target (``brokers.destinations`` / the SQS queues), and all that
+  cannot receive are refused together. A message whose destination first appears after that check
+  (an endpoint still sending into the old graph) is checked when met and left in place if it cannot
+  be delivered; the run then ends with "left in place".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pika
+import pika.exceptions
+from pika.adapters.select_connection import IOLoop
+
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+
+from .confirms import CONFIRM_TIMEOUT_SECONDS, ConfirmChannel, DispatchError, GatheringConnection, OutgoingMessage
+from .confirms import spin as spin_loop
+from .management import ManagementApi
+
+DEFAULT_WINDOW = 2000  # unacked source messages at most: the duplicates a kill can leave
+IDLE_SECONDS = 1.0  # a level is done when it delivered nothing for this long (and nothing is in flight)
+PROGRESS_EVERY_SECONDS = 0.2
+TICK_SECONDS = 0.05  # the I/O loop wakes at least this often (pika's poll otherwise waits for its next timer)
+BATCH_WAIT_SECONDS = 0.05  # a target that sends in batches (SQS) sends a part batch after this much quiet
+
+
+class Unsendable(ValueError):
+    """The target cannot take this message (e.g. over the SQS size limit without an S3 bucket): it is poison."""
+
+
+class MoveStopped(RuntimeError):
+    """The move stopped part-way (the target refused a message, a connection broke); ``report`` says how far."""
+
+    def __init__(self, message: str, report: MoveReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class MoveInterrupted(KeyboardInterrupt):
+    """Ctrl-C: in-flight messages were settled and acked before stopping; ``report`` says how far."""
+
+    def __init__(self, report: MoveReport) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
+@dataclass(frozen=True)
+class BrokerSide:
+    """One broker and vhost: the management API (checks) and AMQP parameters (moves), vhost applied."""
+
+    management: ManagementApi
+    amqp: pika.ConnectionParameters
+    vhost: str
+
+    def describe(self) -> str:
+        return f"{self.management.url} vhost {self.vhost!r}"
+
+    def same_as(self, other: BrokerSide) -> bool:
+        return (self.management.url.rstrip("/"), self.vhost) == (other.management.url.rstrip("/"), other.vhost)
+
+
+# --- reading every level before anything moves --------------------------------------------------------
+
+
+@dataclass
+class LevelScan:
+    level: int
+    queue: str
+    messages: int = 0
+    destinations: Counter[str] = field(default_factory=Counter)
+    poison: Counter[str] = field(default_factory=Counter)  # reason -> messages
+    longest_wait: dict[str, int] = field(default_factory=dict)  # destination -> largest remaining delay, s
+    most_returned: int = 0  # highest x-delivery-count seen: how often a quorum queue got a message back
+
+
+@dataclass
+class DelayScan:
+    generation: str
+    levels: list[LevelScan]  # existing level queues, 27 down to 0
+    missing_queues: list[str]
+
+    @property
+    def messages(self) -> int:
+        return sum(level.messages for level in self.levels)
+
+    @property
+    def destinations(self) -> Counter[str]:
+        return sum((level.destinations for level in self.levels), Counter())
+
+    @property
+    def poison(self) -> Counter[str]:
+        return sum((level.poison for level in self.levels), Counter())
+
+    def longest_wait(self) -> dict[str, int]:
+        longest: dict[str, int] = {}
+        for level in self.levels:
+            for destination, seconds in level.longest_wait.items():
+                longest[destination] = max(seconds, longest.get(destination, 0))
+        return longest
+
+
+def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> None:
+    read = in_flight.read_delayed_message(method.routing_key, properties.headers, now)
+    _count(level_scan, read)
+    returned = (properties.headers or {}).get(in_flight.DELIVERY_COUNT_HEADER)
+    if isinstance(returned, int):
+        level_scan.most_returned = max(level_scan.most_returned, returned)
+
+
+def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison) -> None:
+    if isinstance(read, in_flight.Poison):
+        level_scan.poison[read.reason] += 1
+    else:
+        level_scan.destinations[read.destination] += 1
+        previous = level_scan.longest_wait.get(read.destination, 0)
+        level_scan.longest_wait[read.destination] = max(previous, read.remaining_seconds)
+
+
+Visitor = Callable[[LevelScan, Any, Any, bytes], None]
+
+
+def scan_queues(
+    side: BrokerSide, queues: Iterable[tuple[int, str]], visit: Visitor
+) -> tuple[list[LevelScan], list[str]]:
+    """Read every message of each ``(level, queue)`` without taking anything: each one is handed back.
+
+    Messages are consumed unacknowledged (no prefetch limit) and returned when the queue's channel
+    closes; the broker keeps their order and their TTL. Returns the scans of the queues that exist
+    and the names of those that do not.
+    """
+    scans: list[LevelScan] = []
+    missing: list[str] = []
+    connection = pika.BlockingConnection(side.amqp)
+    try:
+        for level, queue in queues:
+            channel = connection.channel()
+            try:
+                count = channel.queue_declare(queue, passive=True).method.message_count
+            except pika.exceptions.ChannelClosedByBroker as error:
+                if error.reply_code != 404:
+                    raise
+                missing.append(queue)
+                continue
+            level_scan = LevelScan(level, queue)
+            if count:
+                channel.basic_qos(prefetch_count=0)
+                for method, properties, body in channel.consume(queue, inactivity_timeout=IDLE_SECONDS):
+                    if method is None:
+                        break
+                    visit(level_scan, method, properties, body)
+                    level_scan.messages += 1
+                    if level_scan.messages >= count:
+                        break
+            channel.close()  # every message read goes back to its queue
+            scans.append(level_scan)
+    finally:
+        if connection.is_open:
+            connection.close()
+    return scans, missing
+
+
+def scan_delays(side: BrokerSide, generation: str, now_micros: Callable[[], int] | None = None) -> DelayScan:
+    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing."""
+    clock = now_micros or (lambda: time.time_ns() // 1000)
+    levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
+    scans, missing = scan_queues(
+        side, levels, lambda scan, method, properties, _body: _read(scan, method, properties, clock())
+    )
+    return DelayScan(generation, scans, missing)
+
+
+# --- where moved messages go --------------------------------------------------------------------------
+
+
+class MoveTarget(Protocol):
+    """A delay graph that takes moved messages: ``send`` now, ``settled(token, outcome)`` later."""
+
+    description: str
+    makes_poison: bool  # can refuse a message the preflight accepted (SQS: too large, no message id)
+
+    def can_receive(self, destination: str, remaining_seconds: int) -> bool: ...
+
+    def send(self, message: Any, properties: Any, body: bytes, due: in_flight.DueMessage, token: int) -> None: ...
+
+    def flush(self, *, force: bool = False) -> None: ...
+
+    @property
+    def unsettled(self) -> int: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class LevelResult:
+    level: int
+    queue: str
+    expected: int  # messages in the queue when the level started
+    moved: int = 0
+    poison: int = 0
+    left: int = 0  # destination cannot receive (met after the preflight): left in the queue
+    destinations: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class MoveReport:
+    source: str
+    target: str
+    levels: list[LevelResult] = field(default_factory=list)
+    seconds: float = 0.0
+    left_destinations: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def moved(self) -> int:
+        return sum(level.moved for level in self.levels)
+
+    @property
+    def poison(self) -> int:
+        return sum(level.poison for level in self.levels)
+
+    @property
+    def left(self) -> int:
+        return sum(level.left for level in self.levels)
+
+
+ProgressCallback = Callable[[LevelResult], None]
+
+
+class DelayMover:
+    """Moves the level queues of ``source_generation`` on ``source`` into ``target``, level 27 down to 0.
+
+    One pika I/O loop drives the source connection (consumer and acks), the poison publisher on the
+    source and, for a RabbitMQ target, the target's confirm channel.
+    """
+
+    def __init__(
+        self,
+        source: BrokerSide,
+        source_generation: str,
+        target_factory: Callable[[IOLoop, Callable[[int, str], None]], MoveTarget],
+        poison_queue: str | None,
+        *,
+        reader: Callable[[str, Any, int], in_flight.DueMessage | in_flight.Poison] = in_flight.read_delayed_message,
+        window: int = DEFAULT_WINDOW,
+        on_progress: ProgressCallback | None = None,
+        timeout: float = CONFIRM_TIMEOUT_SECONDS,
+        now_micros: Callable[[], int] | None = None,
+    ) -> None:
+        self.source = source
+        self.source_generation = source_generation
+        self.poison_queue = poison_queue  # None: unreadable messages stay where they are
+        self.reader = reader
+        self.window = window
+        self.on_progress = on_progress or (lambda _result: None)
+        self.timeout = timeout
+        self.clock = now_micros or (lambda: time.time_ns() // 1000)
+        self.ioloop = IOLoop()
+        self.ioloop.activate_poller()
+        self._tick()
+        self._connection_error: str | None = None
+        self._source_open = False
+        self.poison_channel: Any = None  # set below; _spin runs before they exist
+        self.target: Any = None
+        self.source_connection = GatheringConnection(
+            source.amqp,
+            on_open_callback=lambda _connection: setattr(self, "_source_open", True),
+            on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect to the source: {error}"),
+            on_close_callback=lambda _connection, reason: self._fail(f"source connection closed: {reason}"),
+            custom_ioloop=self.ioloop,
+        )
+        self._spin(lambda: self._source_open, "connecting to the source")
+        self.source_connection.gather()
+        if poison_queue is not None:
+            self.poison_channel = ConfirmChannel(source.amqp, self._settled, ioloop=self.ioloop, timeout=timeout)
+        self.target = target_factory(self.ioloop, self._settled)
+        self._poison_declared = False
+        self.report = MoveReport(source.describe(), self.target.description)
+        self._reset_level(None)
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self._tick_timer = self.ioloop.call_later(TICK_SECONDS, self._tick)
+
+    def _fail(self, message: str) -> None:
+        self._connection_error = self._connection_error or message
+
+    def _errors(self) -> str | None:
+        parts = (self.poison_channel, self.target)
+        return self._connection_error or next((part.error for part in parts if part and part.error), None)
+
+    def _flush(self) -> None:
+        for part in (self.target, self.poison_channel, self.source_connection):
+            if part is not None:
+                part.flush()
+
+    def _spin(self, done: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+        spin_loop(self.ioloop, done, self._errors, what, timeout or self.timeout, self._flush)
+
+    def _reset_level(self, result: LevelResult | None) -> None:
+        self.result = result
+        self.channel: Any = None
+        self.consumer_tag: str | None = None
+        self.cancelled = False
+        self.received = 0
+        self.processed = 0
+        self.expected = 0
+        self.last_processed_tag = 0
+        self.acked_upto = 0
+        self.in_flight: dict[int, str] = {}  # delivery tag -> "move" or "poison", in tag order
+        self.destinations_in_flight: dict[int, str] = {}
+        self.done: list[int] = []
+        self.held: set[int] = set()
+        self.last_delivery = self.last_settled = time.monotonic()
+        self.stop_reason: str | None = None
+
+    def _declare_poison_queue(self) -> None:
+        """Declared durable (a classic queue, as ``QueueDeclareAsync(poisonMessageQueue, true, false, false)``)."""
+        if self._poison_declared:
+            return
+        declared: list[bool] = []
+
+        def opened(channel: Any) -> None:
+            def done(_frame: Any) -> None:
+                declared.append(True)
+                channel.close()
+
+            channel.queue_declare(self.poison_queue, durable=True, callback=done)
+
+        self.source_connection.channel(on_open_callback=opened)
+        self._spin(lambda: bool(declared), f"declaring {self.poison_queue}")
+        self._poison_declared = True
+
+    # --- one delivery --------------------------------------------------------------------------------
+
+    def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self.last_delivery = time.monotonic()
+        self.received += 1
+        if self.cancelled or self.stop_reason or self.processed >= self.expected:
+            return  # beyond the level's count: it goes back when the channel closes
+        tag = method.delivery_tag
+        self.processed += 1
+        self.last_processed_tag = tag
+        read = self.reader(method.routing_key, properties.headers, self.clock())
+        if isinstance(read, in_flight.Poison) and self.poison_queue is None:
+            self._hold(tag, f"({read.reason})")
+            return
+        if isinstance(read, in_flight.Poison):
+            properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
+            self.in_flight[tag] = "poison"
+            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
+            return
+        if not self.target.can_receive(read.destination, read.remaining_seconds):
+            self._hold(tag, read.destination)
+            return
+        self.in_flight[tag] = "move"
+        self.destinations_in_flight[tag] = read.destination
+        try:
+            self.target.send(method, properties, body, read, tag)
+        except Unsendable as error:  # e.g. too large for SQS without an S3 bucket
+            if self.poison_queue is None:
+                self.destinations_in_flight.pop(tag, None)
+                self.in_flight.pop(tag, None)
+                self._hold(tag, f"({error})")
+                return
+            self.in_flight[tag] = "poison"
+            self.destinations_in_flight.pop(tag, None)
+            properties.headers = in_flight.poison_headers(properties.headers, str(error))
+            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
+
+    def _hold(self, tag: int, why: str) -> None:
+        """Leave a message where it is (never acked this run): it goes back when the channel closes."""
+        self.held.add(tag)
+        assert self.result is not None
+        self.result.left += 1
+        self.report.left_destinations[why] += 1
+
+    def _settled(self, tag: int, outcome: str) -> None:
+        self.last_settled = time.monotonic()
+        kind = self.in_flight.pop(tag, None)
+        destination = self.destinations_in_flight.pop(tag, None)
+        if kind is None or self.result is None:
+            return
+        if outcome != "confirmed":
+            self.held.add(tag)
+            what = "the poison queue" if kind == "poison" else self.target.description
+            self.stop_reason = self.stop_reason or (
+                f"{what} {outcome} a message of {self.result.queue} (delivery {tag})"
+                + (f" for {destination!r}" if destination else "")
+            )
+            return
+        self.done.append(tag)
+        if kind == "poison":
+            self.result.poison += 1
+        else:
+            self.result.moved += 1
+            if destination is not None:
+                self.result.destinations[destination] += 1
+
+    def _ack_settled(self) -> None:
+        """Ack every settled message; ``multiple`` up to the first one still in flight when nothing is held."""
+        if not self.done or self.channel is None:
+            return
+        if self.held:
+            for tag in self.done:
+                self.channel.basic_ack(tag)
+            self.done.clear()
+            return
+        upto = next(iter(self.in_flight)) - 1 if self.in_flight else self.last_processed_tag
+        if upto > self.acked_upto:
+            self.channel.basic_ack(upto, multiple=True)
+            self.acked_upto = upto
+            self.done = [tag for tag in self.done if tag > upto]
+
+    # --- one level -----------------------------------------------------------------------------------
+
+    def _open_level(self, queue: str) -> None:
+        opened: list[Any] = []
+        self.source_connection.channel(on_open_callback=opened.append)
+        self._spin(lambda: bool(opened), f"opening a channel for {queue}")
+        channel = opened[0]
+
+        def closed(_channel: Any, reason: Any) -> None:
+            if channel is self.channel:  # not closed by _close_level
+                self._fail(f"channel of {queue} closed: {reason}")
+
+        channel.add_on_close_callback(closed)
+        ready: list[Any] = []
+        channel.basic_qos(prefetch_count=self.window, callback=ready.append)
+        channel.queue_declare(queue, passive=True, callback=ready.append)
+        self._spin(lambda: len(ready) == 2, f"reading {queue}")
+        self.channel = channel
+        self.expected = ready[1].method.message_count
+
+    def _close_level(self) -> None:
+        channel, self.channel = self.channel, None
+        if channel is not None and channel.is_open:
+            closed: list[bool] = []
+            channel.add_on_close_callback(lambda _channel, _reason: closed.append(True))
+            channel.close()  # what was received but not acked (held, beyond the count) goes back
+            self._spin(lambda: bool(closed), "closing the level's channel", timeout=30)
+
+    def _level_done(self) -> bool:
+        if self.in_flight or self.target.unsettled:
+            return False
+        if self.stop_reason or self.processed >= self.expected:
+            return True
+        return time.monotonic() - self.last_delivery > IDLE_SECONDS
+
+    def move_level(self, level_scan: LevelScan) -> LevelResult:
+        queue = level_scan.queue
+        self._reset_level(LevelResult(level_scan.level, queue, 0))
+        assert self.result is not None
+        self._open_level(queue)
+        self.result.expected = self.expected
+        self.on_progress(self.result)
+        if self.expected == 0:
+            self._close_level()
+            return self.result
+        self.last_delivery = time.monotonic()
+        self.consumer_tag = self.channel.basic_consume(queue, self._on_message)
+        last_progress = 0.0
+        try:
+            while not self._level_done():
+                self.target.flush(force=time.monotonic() - self.last_delivery > BATCH_WAIT_SECONDS)
+                self._ack_settled()
+                self._flush()
+                self.ioloop.poll()
+                self.ioloop.process_timeouts()
+                error = self._errors()
+                if error:
+                    self.stop_reason = self.stop_reason or error
+                    raise DispatchError(error)
+                if (self.processed >= self.expected or self.stop_reason) and not self.cancelled:
+                    self.channel.basic_cancel(self.consumer_tag)
+                    self.cancelled = True
+                now = time.monotonic()
+                if self.in_flight and now - max(self.last_settled, self.last_delivery) > self.timeout:
+                    raise DispatchError(f"no confirm for {len(self.in_flight)} message(s) within {self.timeout:.0f} s")
+                if now - last_progress > PROGRESS_EVERY_SECONDS:
+                    self.on_progress(self.result)
+                    last_progress = now
+        except KeyboardInterrupt:
+            self._drain()
+            raise
+        self._ack_settled()
+        self._flush()
+        self._close_level()
+        self.on_progress(self.result)
+        return self.result
+
+    def _drain(self) -> None:
+        """Stop taking messages, let the ones in flight settle, ack them (best effort), close the level."""
+        try:
+            if self.channel is not None and self.channel.is_open and not self.cancelled:
+                self.channel.basic_cancel(self.consumer_tag)
+                self.cancelled = True
+            self.target.flush(force=True)
+            self._spin(lambda: not self.in_flight and not self.target.unsettled, "settling messages in flight", 30)
+            self._ack_settled()
+            self._flush()
+            self._close_level()
+        except (DispatchError, KeyboardInterrupt):
+            pass
+
+    def run(self, scan: DelayScan, target_description: str) -> MoveReport:
+        self.report = MoveReport(self.source.describe(), target_description)
+        started = time.monotonic()
+        try:
+            if self.poison_queue is not None and (sum(scan.poison.values()) or self.target.makes_poison):
+                self._declare_poison_queue()
+            for level_scan in scan.levels:
+                try:
+                    result = self.move_level(level_scan)
+                except DispatchError as error:
+                    self._drain()
+                    assert self.result is not None
+                    self.report.levels.append(self.result)
+                    self.report.seconds = time.monotonic() - started
+                    raise MoveStopped(self.stop_reason or str(error), self.report) from None
+                except KeyboardInterrupt:
+                    if self.result is not None:
+                        self.report.levels.append(self.result)
+                    self.report.seconds = time.monotonic() - started
+                    raise MoveInterrupted(self.report) from None
+                self.report.levels.append(result)
+                if self.stop_reason:
+                    self.report.seconds = time.monotonic() - started
+                    raise MoveStopped(self.stop_reason, self.report)
+        finally:
+            self.close()
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def close(self) -> None:
+        for part in (self.target, self.poison_channel):
+            if part is not None:
+                with contextlib.suppress(Exception):  # closing after a failure: the broker may already be gone
+                    part.close()
+        if self.source_connection.is_open:
+            self.source_connection.flush(keep_gathering=False)
+            self.source_connection.close()
+            deadline = time.monotonic() + 10
+            while not self.source_connection.is_closed and time.monotonic() < deadline:
+                self.ioloop.poll()
+                self.ioloop.process_timeouts()
+        self.ioloop.remove_timeout(self._tick_timer)
+        self.ioloop.deactivate_poller()

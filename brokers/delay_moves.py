@@ -1,0 +1,213 @@
+"""``delays migrate`` (v1 -> v2 on one broker) and ``delays transfer`` (to another broker's v2 graph, or to SQS).
+
+``plan_move`` is the preflight: it changes nothing. It refuses (``MoveRefused``, every problem at
+once) when the source has no level queues of the generation, when the target graph is missing, when
+source and target are the same graph, or when a destination of a waiting message cannot receive on
+the target. ``run_move`` then moves level by level (``brokers.delay_mover``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nsb_delays.components.model import in_flight, sqs
+from nsb_delays.components.model import rabbitmq as rmq
+
+from .delay_mover import DEFAULT_WINDOW, BrokerSide, DelayMover, DelayScan, MoveReport, ProgressCallback, scan_delays
+from .delay_targets import RabbitMqTarget, SqsTarget
+from .destinations import describe, missing_delay_levels, unreachable_destinations
+from .sqs_sender import SqsSettings, check_bucket
+from .verify import parse_version
+
+NOTHING_MOVED = "nothing was moved"
+# RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
+# that is dead-lettered, which for a delay level means on to the next level, early. Every run's preflight
+# hands each message back once, a killed run its window; refuse while a few returns are still left.
+QUORUM_DEFAULT_DELIVERY_LIMIT = 20
+QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE = (4, 0, 0)
+RETURNS_HELD_BACK = 3
+
+
+def _delivery_limit(queue: dict[str, Any], version: tuple[int, ...]) -> int | None:
+    """The level queue's delivery limit as the broker applies it; None when unlimited."""
+    reported = queue.get("delivery_limit")
+    if isinstance(reported, int) and not isinstance(reported, bool):
+        return None if reported < 0 else reported
+    limits = [
+        value
+        for value in (
+            (queue.get("effective_policy_definition") or {}).get("delivery-limit"),
+            (queue.get("arguments") or {}).get("x-delivery-limit"),
+        )
+        if isinstance(value, int) and not isinstance(value, bool)
+    ]
+    if limits:
+        return None if min(limits) < 0 else min(limits)
+    return QUORUM_DEFAULT_DELIVERY_LIMIT if version >= QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE else None
+
+
+def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
+    """v2 levels whose messages came back so often that one more return could dead-letter them early."""
+    if scan.generation != "v2" or not any(level.most_returned for level in scan.levels):
+        return []
+    version = parse_version(str(source.management.overview().get("rabbitmq_version", "0")))
+    queues = {queue["name"]: queue for queue in source.management.queues(source.vhost)}
+    problems = []
+    for level in scan.levels:
+        limit = _delivery_limit(queues.get(level.queue, {}), version)
+        if level.most_returned and limit is not None and level.most_returned + RETURNS_HELD_BACK >= limit:
+            problems.append(
+                f"{level.queue}: messages were handed back {level.most_returned} times (x-delivery-count; every "
+                f"preflight and every killed run hands them back once) and its delivery limit is {limit}: a few more "
+                "and the broker dead-letters them to the next level, early. Give the level queues an unlimited limit "
+                "first, e.g. rabbitmqctl set_policy --apply-to quorum_queues nsb-delays-levels "
+                "'^nsb\\.v2\\.delay-level-\\d\\d$' '{\"delivery-limit\": -1}'"
+            )
+    return problems
+
+
+class MoveRefused(RuntimeError):
+    """The preflight refused the move; ``problems`` lists every reason. Nothing was changed."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class MovePlan:
+    operation: in_flight.Operation
+    source: BrokerSide
+    source_generation: str
+    destination: BrokerSide | SqsSettings
+    target_description: str
+    scan: DelayScan
+    reachable: frozenset[str]
+
+    @property
+    def poison_queue(self) -> str:
+        return in_flight.POISON_QUEUES[self.operation]
+
+
+def _rabbitmq_problems(destination: BrokerSide, scan: DelayScan) -> tuple[list[str], set[str]]:
+    missing = missing_delay_levels(destination.management, destination.vhost, rmq.DEFAULT_GENERATION)
+    if missing:
+        return [
+            f"the v2 delay infrastructure is missing on {destination.describe()}: {', '.join(missing)} "
+            "(declare it first, e.g. `pulumi up` or `nsb-delays render` of the target stack)"
+        ], set()
+    api, vhost = destination.management, destination.vhost
+    counts = scan.destinations
+    unreachable = unreachable_destinations(counts, api.bindings(vhost), [q["name"] for q in api.queues(vhost)])
+    problems = []
+    if unreachable:
+        delivery = rmq.delivery_exchange_name()
+        problems.append(
+            f"{len(unreachable)} destination(s) cannot receive on {destination.describe()} (no queue bound to "
+            f"{delivery!r} with '#.<destination>'): {describe(unreachable, counts)} (create the endpoints first)"
+        )
+    return problems, set(counts) - {problem.destination for problem in unreachable}
+
+
+def _sqs_problems(settings: SqsSettings, scan: DelayScan) -> tuple[list[str], set[str]]:
+    client = settings.client()
+    counts = scan.destinations
+    longest = scan.longest_wait()
+    unusable: dict[str, str] = {}
+    for destination in sorted(counts):
+        try:
+            needed = [sqs.sqs_queue_name(destination, settings.queue_name_prefix)]
+            if longest.get(destination, 0) > sqs.MAX_DELAY_SECONDS:
+                needed.append(sqs.sqs_queue_name(destination + sqs.DELAY_QUEUE_SUFFIX, settings.queue_name_prefix))
+        except sqs.QueueNameError as error:
+            unusable[destination] = str(error)
+            continue
+        missing = []
+        for queue in needed:
+            try:
+                client.get_queue_url(QueueName=queue)
+            except client.exceptions.QueueDoesNotExist:
+                missing.append(queue)
+        if missing:
+            unusable[destination] = f"SQS queue(s) {', '.join(missing)} do not exist"
+    problems = []
+    if unusable:
+        listed = "; ".join(f"{name} ({counts[name]:,} message(s)): {why}" for name, why in list(unusable.items())[:20])
+        more = f"; … and {len(unusable) - 20} more" if len(unusable) > 20 else ""
+        problems.append(
+            f"{len(unusable)} destination(s) cannot receive on {settings.endpoint_url or 'SQS ' + settings.region}: "
+            f"{listed}{more} (delays over {sqs.MAX_DELAY_SECONDS} s need the '{sqs.DELAY_QUEUE_SUFFIX}' queue too)"
+        )
+    if settings.s3_bucket:
+        try:
+            check_bucket(settings.client("s3"), settings.s3_bucket)
+        except RuntimeError as error:
+            problems.append(str(error).replace("nothing was migrated", NOTHING_MOVED))
+    return problems, set(counts) - set(unusable)
+
+
+def plan_move(
+    operation: in_flight.Operation,
+    source: BrokerSide,
+    source_generation: str,
+    destination: BrokerSide | SqsSettings,
+    *,
+    now_micros: Callable[[], int] | None = None,
+) -> MovePlan:
+    """Read the source graph and check the target; ``MoveRefused`` with every problem, nothing changed."""
+    if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == "v2":
+        raise MoveRefused(
+            [f"source and destination are the same v2 graph ({source.describe()}): messages would only go round"]
+        )
+    source.management.overview()  # unreachable or refused credentials: ManagementError before anything else
+    target_description = (
+        f"RabbitMQ {destination.describe()} (v2)"
+        if isinstance(destination, BrokerSide)
+        else f"SQS {destination.endpoint_url or destination.region}"
+    )
+    scan = scan_delays(source, source_generation, now_micros)
+    if not scan.levels:
+        raise MoveRefused(
+            [
+                f"no {source_generation} delay level queues on {source.describe()} "
+                f"({rmq.delay_level_name(rmq.MAX_LEVEL, source_generation)} … -00 do not exist): nothing to move "
+                "(wrong vhost or generation?)"
+            ]
+        )
+    if isinstance(destination, BrokerSide):
+        problems, reachable = _rabbitmq_problems(destination, scan)
+    else:
+        problems, reachable = _sqs_problems(destination, scan)
+    problems += returned_too_often(source, scan)
+    if problems:
+        raise MoveRefused(problems)
+    return MovePlan(operation, source, source_generation, destination, target_description, scan, frozenset(reachable))
+
+
+def run_move(
+    plan: MovePlan,
+    *,
+    window: int = DEFAULT_WINDOW,
+    on_progress: ProgressCallback | None = None,
+    now_micros: Callable[[], int] | None = None,
+) -> MoveReport:
+    """Move every level of the plan; ``MoveStopped`` / ``MoveInterrupted`` carry the report of a partial run."""
+    destination = plan.destination
+
+    def target(ioloop: Any, settled: Callable[[int, str], None]) -> Any:
+        if isinstance(destination, BrokerSide):
+            return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled)
+        return SqsTarget(destination, settled, batch=min(100, window))
+
+    mover = DelayMover(
+        plan.source,
+        plan.source_generation,
+        target,
+        plan.poison_queue,
+        window=window,
+        on_progress=on_progress,
+        now_micros=now_micros,
+    )
+    return mover.run(plan.scan, plan.target_description)

@@ -1,0 +1,181 @@
+"""``nsb-delays status``: what waits in the delay graphs, and what is stuck.
+
+Per delay level (v1 and v2, whichever exist): messages and bytes, and for v2's quorum queues the
+at-least-once dead-letter backlog the management API reports as ``messages_dlx`` /
+``message_bytes_dlx`` (``rabbit_quorum_queue`` statistics keys; seen on 3.10.8 and 4.0.5). That
+backlog is the symptom of Particular/NServiceBus.RabbitMQ#1407: a dead-lettered message no route
+takes stays in the level's internal dead-letter queue, and past the dead-letter worker's window
+(``dead_letter_worker_consumer_prefetch``, 32) every expiring message behind it waits too — unseen,
+as messages in that state cannot be read. Also: the parking queues, the poison queues of
+``delays migrate|transfer``, and per SQS endpoint the ``-delay.fifo`` counts.
+
+Management statistics are sampled (every 5 s by default), so a busy level can show a short backlog
+in one sample; ``recheck_seconds`` takes a second sample and calls a level stuck only if both show one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from nsb_delays.components.model import in_flight, sqs
+from nsb_delays.components.model import rabbitmq as rmq
+
+from .management import ManagementApi
+
+ISSUE_1407 = "Particular/NServiceBus.RabbitMQ#1407"
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    queue: str
+    role: str  # "delay-level", "parking", "poison"
+    generation: str | None
+    level: int | None
+    messages: int
+    bytes: int
+    dead_letter_messages: int | None  # quorum queues: the at-least-once dead-letter backlog; None for classic
+    dead_letter_bytes: int | None
+
+
+@dataclass(frozen=True)
+class SqsDelayQueueStatus:
+    queue: str
+    visible: int  # ApproximateNumberOfMessages
+    in_flight: int  # ApproximateNumberOfMessagesNotVisible
+    delayed: int  # ApproximateNumberOfMessagesDelayed
+
+
+@dataclass
+class DelayStatus:
+    broker: str | None = None
+    queues: list[QueueStatus] = field(default_factory=list)
+    sqs: list[SqsDelayQueueStatus] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def stuck(self) -> bool:
+        return bool(self.warnings)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker,
+            "queues": [asdict(queue) for queue in self.queues],
+            "sqs": [asdict(queue) for queue in self.sqs],
+            "warnings": self.warnings,
+            "stuck": self.stuck,
+        }
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _role(name: str) -> tuple[str, str | None, int | None] | None:
+    parsed = rmq.parse_delay_level_name(name)
+    if parsed is not None:
+        return "delay-level", parsed[0], parsed[1]
+    for generation in rmq.GENERATIONS:
+        if name == rmq.parking_name(generation):
+            return "parking", generation, None
+    if name in in_flight.POISON_QUEUES.values():
+        return "poison", None, None
+    return None
+
+
+def queue_statuses(listing: Iterable[dict[str, Any]]) -> list[QueueStatus]:
+    """The delay-graph queues of a management API queue listing, 27 down to 0, then parking and poison."""
+    found = []
+    for queue in listing:
+        role = _role(queue["name"])
+        if role is None:
+            continue
+        quorum = (queue.get("arguments") or {}).get("x-queue-type") == "quorum" or queue.get("type") == "quorum"
+        found.append(
+            QueueStatus(
+                queue["name"],
+                role[0],
+                role[1],
+                role[2],
+                _count(queue.get("messages")),
+                _count(queue.get("message_bytes")),
+                _count(queue.get("messages_dlx")) if quorum else None,
+                _count(queue.get("message_bytes_dlx")) if quorum else None,
+            )
+        )
+    order = {"delay-level": 0, "parking": 1, "poison": 2}
+    return sorted(found, key=lambda q: (order[q.role], q.generation or "", -(q.level or 0), q.queue))
+
+
+def stuck_levels(first: list[QueueStatus], second: list[QueueStatus] | None) -> list[QueueStatus]:
+    """Levels with a dead-letter backlog (in both samples when there are two)."""
+    backlog = {q.queue: q for q in first if q.role == "delay-level" and q.dead_letter_messages}
+    if second is not None:
+        again = {q.queue for q in second if q.role == "delay-level" and q.dead_letter_messages}
+        backlog = {name: q for name, q in backlog.items() if name in again}
+    return list(backlog.values())
+
+
+def warnings_for(queues: list[QueueStatus], stuck: list[QueueStatus]) -> list[str]:
+    warnings = []
+    for queue in stuck:
+        warnings.append(
+            f"{queue.queue} holds {queue.dead_letter_messages:,} dead-lettered message(s) "
+            f"({queue.dead_letter_bytes:,} bytes) that no binding routes: every message expiring behind them in "
+            f"this level waits too ({ISSUE_1407}). "
+            "A destination was removed while delays were on their way: recreate it (its queue and delivery binding), "
+            "or give the delivery exchange its parking exchange (nsb-delays:rabbitmq.parkUnroutable) so they move "
+            "to the parking queue"
+        )
+    for queue in queues:
+        if queue.role == "parking" and queue.messages:
+            warnings.append(
+                f"{queue.queue} holds {queue.messages:,} parked message(s) whose destination could not receive: "
+                "`nsb-delays delays parked` lists them, `--redeliver` sends them back once it exists again"
+            )
+        if queue.role == "poison" and queue.messages:
+            warnings.append(
+                f"{queue.queue} holds {queue.messages:,} message(s) a delays move set aside "
+                f"(the {in_flight.POISON_REASON_HEADER} header says why)"
+            )
+    return warnings
+
+
+def rabbitmq_status(api: ManagementApi, vhost: str, recheck_seconds: float = 0) -> DelayStatus:
+    first = queue_statuses(api.queues(vhost))
+    second = None
+    if recheck_seconds > 0 and any(q.dead_letter_messages for q in first):
+        time.sleep(recheck_seconds)
+        second = queue_statuses(api.queues(vhost))
+    queues = second or first
+    return DelayStatus(f"{api.url} vhost {vhost!r}", queues, warnings=warnings_for(queues, stuck_levels(first, second)))
+
+
+def sqs_delay_queue_names(client: Any, prefix: str, endpoints: Iterable[str] = ()) -> list[str]:
+    """The ``-delay.fifo`` queues of ``endpoints`` (as the transport names them), or all under ``prefix``."""
+    names = [sqs.delay_queue_name(endpoint, prefix) for endpoint in endpoints]
+    if names:
+        return names
+    listed: list[str] = []
+    for page in client.get_paginator("list_queues").paginate(QueueNamePrefix=prefix):
+        listed += [url.rsplit("/", 1)[-1] for url in page.get("QueueUrls", [])]
+    return sorted(name for name in listed if name.endswith(sqs.DELAY_QUEUE_SUFFIX))
+
+
+def sqs_status(client: Any, queue_names: Iterable[str]) -> list[SqsDelayQueueStatus]:
+    attributes = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    found = []
+    for name in queue_names:
+        try:
+            url = client.get_queue_url(QueueName=name)["QueueUrl"]
+        except client.exceptions.QueueDoesNotExist:
+            continue
+        values = client.get_queue_attributes(QueueUrl=url, AttributeNames=attributes)["Attributes"]
+        found.append(SqsDelayQueueStatus(name, *(int(values.get(attribute, 0)) for attribute in attributes)))
+    return found

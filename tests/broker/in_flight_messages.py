@@ -1,0 +1,213 @@
+"""Delayed messages as NServiceBus endpoints leave them in a delay graph, for the ``delays`` tests.
+
+A message carries what the transport writes (``BasicPropertiesExtensions.Fill``): message id, the
+NServiceBus headers incl. ``NServiceBus.TimeSent`` and the delay header, persistent delivery, type,
+content type, correlation id — plus an ``x-death`` history from the hops it already made. It is put
+straight into the level queue of its original delay, as if it had been sent ``elapsed`` seconds ago.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pika
+
+from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
+
+ENDPOINTS = ("Sales", "Billing", "Shipping.Eu")  # a dotted address: #1608 (destination = key after 56 chars)
+MONOTONIC_OFFSET = time.time() - time.monotonic()  # wall clock -> this process's monotonic clock
+
+
+@dataclass(frozen=True)
+class WaitingMessage:
+    """One delayed message in the old graph: when it is due and what it must look like when it arrives."""
+
+    message_id: str
+    destination: str
+    original_delay: int
+    due_epoch: float
+    body: bytes
+    headers: dict[str, Any]
+    properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def due_monotonic(self) -> float:
+        return self.due_epoch - MONOTONIC_OFFSET
+
+
+@dataclass(frozen=True)
+class PoisonMessage:
+    message_id: str
+    reason_starts: str
+    body: bytes
+
+
+def delayed_message(
+    destination: str, original_delay: int, remaining: float, generation: str, index: int
+) -> tuple[WaitingMessage, OutgoingMessage]:
+    """A message sent ``original_delay - remaining`` seconds ago with ``original_delay``; due in ``remaining``."""
+    now = datetime.now(UTC)
+    sent = now - timedelta(seconds=original_delay - remaining)
+    message_id = str(uuid.uuid4())
+    headers: dict[str, Any] = {
+        "NServiceBus.MessageId": message_id,
+        "NServiceBus.EnclosedMessageTypes": "Shop.OrderDeadline, Shop, Version=1.0.0.0",
+        "NServiceBus.ContentType": "application/json",
+        "NServiceBus.ConversationId": str(uuid.uuid4()),
+        in_flight.TIME_SENT_HEADER: in_flight.format_time_sent(sent),
+        rmq.DELAY_HEADER: original_delay,
+        "Test.Index": str(index),
+    }
+    history = {
+        "x-death": [{"count": 1, "reason": "expired", "queue": "nsb.delay-level-27", "exchange": "nsb.delay-level-27"}],
+        "x-first-death-queue": "nsb.delay-level-27",
+        "x-first-death-reason": "expired",
+        "x-first-death-exchange": "nsb.delay-level-27",
+    }
+    body = f'{{"order": {index}, "note": "deadline"}}'.encode()
+    properties = {
+        "message_id": message_id,
+        "correlation_id": f"corr-{index}",
+        "content_type": "application/json",
+        "type": "Shop.OrderDeadline",
+        "delivery_mode": 2,
+    }
+    key = rmq.routing_key(original_delay, destination)
+    outgoing = OutgoingMessage(
+        rmq.first_exchange(original_delay, generation),
+        key,
+        body,
+        pika.BasicProperties(headers={**headers, **history}, **properties),
+    )
+    due = sent.timestamp() + original_delay
+    return WaitingMessage(message_id, destination, original_delay, due, body, headers, properties), outgoing
+
+
+def poison_messages(generation: str) -> list[tuple[PoisonMessage, OutgoingMessage]]:
+    """One of each kind the NServiceBus tool sets aside (and the ones it would crash on)."""
+    key = rmq.routing_key(3600 * 24, "Sales")
+    exchange = rmq.first_exchange(3600 * 24, generation)
+    sent = in_flight.format_time_sent(datetime.now(UTC))
+    kinds: list[tuple[str, dict[str, Any] | None, str, str]] = [
+        ("no headers", None, exchange, key),
+        (f"no {rmq.DELAY_HEADER}", {in_flight.TIME_SENT_HEADER: sent}, exchange, key),
+        (f"no {in_flight.TIME_SENT_HEADER}", {rmq.DELAY_HEADER: 86400}, exchange, key),
+        (
+            f"{in_flight.TIME_SENT_HEADER} '2024-06-11T10:00:00Z'",
+            {rmq.DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: "2024-06-11T10:00:00Z"},
+            exchange,
+            key,
+        ),
+        (
+            f"{rmq.DELAY_HEADER} '86400' is not an integer",
+            {rmq.DELAY_HEADER: "86400", in_flight.TIME_SENT_HEADER: sent},
+            exchange,
+            key,
+        ),
+        # straight into the level queue through the default exchange: not a delayed-delivery key
+        (
+            "routing key",
+            {rmq.DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: sent},
+            "",
+            rmq.delay_level_name(16, generation),
+        ),
+    ]
+    made = []
+    for index, (reason, headers, target_exchange, routing_key) in enumerate(kinds):
+        message_id = f"poison-{index}-{uuid.uuid4().hex[:6]}"
+        body = f"poison {index}".encode()
+        properties = pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2)
+        made.append(
+            (PoisonMessage(message_id, reason, body), OutgoingMessage(target_exchange, routing_key, body, properties))
+        )
+    return made
+
+
+def spread_over_levels(
+    per_level: int, generation: str, seed: int, lowest_target_level: int = 5
+) -> tuple[list[WaitingMessage], list[OutgoingMessage]]:
+    """``per_level`` messages for every target level ``lowest_target_level``..27: remaining delay in
+    [2^L, 2^(L+1)), original delay larger (they have waited), so they sit in all source levels too."""
+    chooser = random.Random(seed)
+    waiting, outgoing = [], []
+    index = 0
+    for level in range(lowest_target_level, rmq.LEVEL_COUNT):
+        for _ in range(per_level):
+            remaining = chooser.randrange(1 << level, min(1 << (level + 1), rmq.MAX_DELAY_SECONDS))
+            original = min(remaining + chooser.randrange(0, 1 << chooser.randrange(1, 27)), rmq.MAX_DELAY_SECONDS)
+            message, publish = delayed_message(
+                ENDPOINTS[index % len(ENDPOINTS)], original, remaining, generation, index
+            )
+            waiting.append(message)
+            outgoing.append(publish)
+            index += 1
+    return waiting, outgoing
+
+
+def due_soon(
+    count: int, generation: str, seed: int, within: tuple[int, int] = (3, 9), start_index: int = 100_000
+) -> tuple[list[WaitingMessage], list[OutgoingMessage]]:
+    """Messages that have waited long in a high level and are due a few seconds from now."""
+    chooser = random.Random(seed)
+    waiting, outgoing = [], []
+    for offset in range(count):
+        remaining = chooser.uniform(*within)
+        original = chooser.randrange(1 << 6, rmq.MAX_DELAY_SECONDS)
+        message, publish = delayed_message(
+            ENDPOINTS[offset % len(ENDPOINTS)], original, remaining, generation, start_index + offset
+        )
+        waiting.append(message)
+        outgoing.append(publish)
+    return waiting, outgoing
+
+
+def declare_graphs(channel: Any, generations: Iterable[str], routing_topology: str = "conventional") -> None:
+    """Each generation's graph as NServiceBus declares it, and the endpoints bound to each delivery exchange."""
+    for generation in generations:
+        declare_delay_infrastructure(channel, generation)
+        declare_endpoint(channel, generation, routing_topology, ENDPOINTS)
+
+
+def publish(parameters: pika.ConnectionParameters, messages: list[OutgoingMessage]) -> None:
+    with ConfirmPublisher(parameters) as publisher:
+        for start in range(0, len(messages), 2000):
+            publisher.publish(messages[start : start + 2000])
+
+
+def read_queue(parameters: pika.ConnectionParameters, queue: str) -> list[tuple[Any, Any, bytes]]:
+    """Every message of ``queue`` (method, properties, body), handed back to the queue afterwards."""
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        count = channel.queue_declare(queue, passive=True).method.message_count
+        read: list[tuple[Any, Any, bytes]] = []
+        if count:
+            channel.basic_qos(prefetch_count=0)
+            for method, properties, body in channel.consume(queue, inactivity_timeout=2):
+                if method is None:
+                    break
+                read.append((method, properties, body))
+                if len(read) >= count:
+                    break
+        channel.close()
+        return read
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def queue_depth(parameters: pika.ConnectionParameters, queue: str) -> int:
+    connection = pika.BlockingConnection(parameters)
+    try:
+        return connection.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        connection.close()

@@ -1,0 +1,96 @@
+"""Kill safety: ``delays migrate`` SIGKILLed at 10 random points, then rerun, loses no message.
+
+2,100 messages wait in the v1 graph (topped up by as many whenever a run finishes before its kill). The CLI
+runs with a window of 100 unacked messages; once its preflight is done (it prints the ``migrate:`` line) it gets SIGKILL at a random moment, ten times,
+then one last run finishes. Every message is then in the v2 graph at least once. A kill can leave
+at most the window moved but not acked, so the copies beyond the first number at most 10 × 100,
+and every copy carries the same message id and a routing key for the same due time.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pika
+
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+from tests.broker.in_flight_messages import declare_graphs, publish, queue_depth, read_queue, spread_over_levels
+from tests.broker.test_delays_moves import CLI, broker_arguments
+
+SEED = random.randrange(1 << 30)
+KILLS = 10
+WINDOW = 100
+KILL_AFTER_SECONDS = (0.02, 0.2)  # after the preflight: inside the move of what is left
+PER_LEVEL = 100  # x 21 levels (7..27): 2,100 messages, topped up whenever a run finishes before its kill
+
+
+def run_until_killed(arguments: list[str], chooser: random.Random) -> int | None:
+    """Start the CLI; SIGKILL it at a random moment after its preflight. Its return code (-9 when killed)."""
+    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("migrate:"):
+            time.sleep(chooser.uniform(*KILL_AFTER_SECONDS))
+            process.send_signal(signal.SIGKILL)
+            break
+    process.wait(60)
+    process.stdout.close()
+    return process.returncode
+
+
+def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_window(
+    rabbitmq: LocalRabbitMq, new_vhost, record_property
+) -> None:
+    vhost = new_vhost("kill")
+    parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(vhost))
+    connection = pika.BlockingConnection(parameters)
+    declare_graphs(connection.channel(), ["v1", "v2"])
+    connection.close()
+    waiting, outgoing = spread_over_levels(PER_LEVEL, "v1", SEED, lowest_target_level=7)
+    publish(parameters, outgoing)
+    command = [*CLI, "delays", "migrate", *broker_arguments(rabbitmq, vhost), "--window", str(WINDOW), "--no-progress"]
+    chooser = random.Random(SEED)
+    started = time.time()
+    kills = 0
+    while kills < KILLS:
+        code = run_until_killed(command, chooser)
+        assert code in (-signal.SIGKILL, 0), f"seed {SEED}: run ended with {code}"
+        if code == 0:  # it finished before the kill: more messages, as a live v1 endpoint would send
+            more, outgoing = spread_over_levels(PER_LEVEL, "v1", chooser.randrange(1 << 30), lowest_target_level=7)
+            waiting += more
+            publish(parameters, outgoing)
+            continue
+        kills += 1
+    final = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stdout + final.stderr
+    finished = time.time()
+
+    copies: dict[str, list[str]] = {}
+    for level in range(rmq.LEVEL_COUNT):
+        for method, properties, _body in read_queue(parameters, rmq.delay_level_name(level, "v2")):
+            copies.setdefault(properties.message_id, []).append(method.routing_key)
+    left_in_v1 = sum(queue_depth(parameters, rmq.delay_level_name(level, "v1")) for level in range(rmq.LEVEL_COUNT))
+    duplicates = sum(len(keys) - 1 for keys in copies.values())
+    record_property("kills", kills)
+    record_property("duplicates", duplicates)
+    print(f"seed {SEED}: {kills} kills, {duplicates} duplicate(s) of {len(waiting):,} messages")
+
+    assert left_in_v1 == 0
+    lost = [m.message_id for m in waiting if m.message_id not in copies]
+    assert not lost, f"seed {SEED}: {len(lost)} lost"
+    assert set(copies) == {m.message_id for m in waiting}
+    assert duplicates <= KILLS * WINDOW, f"seed {SEED}: {duplicates} duplicates > {KILLS} kills x window {WINDOW}"
+    due = {m.message_id: m for m in waiting}
+    for message_id, keys in copies.items():
+        message = due[message_id]
+        for key in keys:  # every copy: the same destination, a remaining delay for the same due time
+            assert rmq.destination_from_routing_key(key) == message.destination
+            delay = in_flight.delay_in_routing_key(key)
+            assert message.due_epoch - finished <= delay <= message.due_epoch - started + 1, (message_id, keys)
+    assert Counter(len(keys) for keys in copies.values())[1] >= len(waiting) - KILLS * WINDOW

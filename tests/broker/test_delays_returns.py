@@ -1,0 +1,73 @@
+"""Every preflight hands each v2 message back once; RabbitMQ 4.0 dead-letters a quorum message handed back
+more than 20 times (its default delivery limit; 3.10 has none) — for a delay level that means on to the
+next level, early. Seen on 4.0.5: after 21 returns a message of level 11 sits in level 10.
+
+So ``delays transfer`` from a v2 graph refuses when the messages of a level came back within a few
+returns of the level's delivery limit, and says how to lift it. Version-specific: refused on 4.0,
+moved on 3.10; on 4.0 the suggested unlimited policy (``delivery-limit: -1``) is accepted and lifts it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pika
+
+from nsb_delays.brokers.delay_mover import BrokerSide, scan_queues
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.verify import parse_version
+from nsb_delays.components.model import rabbitmq as rmq
+from tests.broker.in_flight_messages import declare_graphs, delayed_message, publish
+from tests.broker.test_delays_moves import CLI, broker_arguments
+
+
+def queue_of(management: ManagementApi, vhost: str, name: str) -> dict:
+    return next(queue for queue in management.queues(vhost) if queue["name"] == name)
+
+
+RETURNS = 17  # the preflight's own return makes 18: within RETURNS_HELD_BACK of 4.0's limit of 20
+
+
+def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost
+) -> None:
+    source, target = new_vhost("returns-source"), new_vhost("returns-target")
+    for vhost in (source, target):
+        connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.vhost_amqp_url(vhost)))
+        declare_graphs(connection.channel(), ["v2"])
+        connection.close()
+    parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
+    publish(parameters, [delayed_message("Sales", 86_400, 3_600, "v2", 0)[1]])  # sent to level 16 a day ago
+    number = rmq.first_level(86_400)
+    level = rmq.delay_level_name(number)
+    side = BrokerSide(management, parameters, source)
+    for _ in range(RETURNS):
+        scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)
+    command = [
+        *CLI, "delays", "transfer", *broker_arguments(rabbitmq, source),
+        *broker_arguments(rabbitmq, target, "destination-"), "--no-progress",
+    ]  # fmt: skip
+    version = parse_version(management.overview()["rabbitmq_version"])
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if version < (4, 0, 0):
+        assert run.returncode == 0, run.stdout + run.stderr  # no delivery limit: nothing to fear
+        return
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"{level}: messages were handed back {RETURNS} times" in run.stderr and "delivery limit is 20" in run.stderr
+    scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _m, _p, _b: None)
+    assert scans[0].messages == 1  # still waiting in its level, not dead-lettered
+
+    management.request(  # the fix the message suggests
+        "PUT",
+        f"policies/{path_segment(source)}/nsb-delays-levels",
+        {"pattern": r"^nsb\.v2\.delay-level-\d\d$", "apply-to": "quorum_queues", "definition": {"delivery-limit": -1}},
+    )
+    deadline = time.monotonic() + 30  # the management API shows a queue's policy with its sampled statistics
+    while time.monotonic() < deadline and queue_of(management, source, level).get("delivery_limit") != "unlimited":
+        time.sleep(0.5)
+    assert queue_of(management, source, level)["effective_policy_definition"] == {"delivery-limit": -1}
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "moved 1 message(s)" in run.stdout

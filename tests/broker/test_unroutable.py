@@ -1,0 +1,173 @@
+"""Particular/NServiceBus.RabbitMQ#1407 reproduced on a real broker, and parking as the fix; both routing
+topologies, every broker version of the tier.
+
+Each case applies the program's resources for two endpoints, ``Live`` and ``Gone``, sends 40 delayed
+messages (2 s) to ``Gone`` and then 5 to ``Live``, and deletes ``Gone``'s queue (the conventional
+topology keeps its exchange, bound to the delivery exchange, as removing an endpoint's queue by hand
+does). Then:
+
+- **without parking** (``parkUnroutable: false``) the 40 expire into the delivery exchange, find no
+  queue and stay in level 1's internal dead-letter queue (at-least-once): ``Live``'s 5 behind them
+  never arrive; ``nsb-delays status`` reports the level's dead-letter backlog and exits 1;
+- **with parking** (the default) ``Live``'s messages arrive on time and the 40 are parked (the
+  delivery exchange's alternate exchange catches the direct topology's case, the endpoint exchange's
+  the conventional one); ``delays parked`` lists them as undeliverable; once ``Gone`` is recreated,
+  ``delays parked --redeliver`` sends them back and they arrive; ``status`` then exits 0.
+
+In both, a plain send to the retired endpoint (``mandatory``) is still returned: parking takes only
+messages with a delayed routing key.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+
+import pika
+import pika.exceptions
+import pytest
+
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, connection_parameters
+from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import RabbitMqConfig, RabbitMqEndpointConfig, StackConfig
+from nsb_delays.infra.recording import record_stack
+from tests.broker.nservicebus_declarations import declare_endpoint
+from tests.broker.test_delays_moves import CLI, broker_arguments
+
+STRANDED, LIVE, DELAY = 40, 5, 2
+CLOCK_GRANULARITY_SECONDS = 0.005
+LATE_TOLERANCE_SECONDS = 1.5
+STALL_WAIT_SECONDS = 10  # 5x the delay: live messages that are not here by then are held back
+STATS_WAIT_SECONDS = 30  # management statistics are sampled every 5 s
+CASES = [(topology, parking) for topology in rmq.ROUTING_TOPOLOGIES for parking in (False, True)]
+
+
+@dataclass
+class Case:
+    topology: str
+    parking: bool
+    vhost: str
+    collector: ArrivalCollector
+    stranded: list[DelayedSend]
+    live: list[DelayedSend]
+
+
+def cli(rabbitmq: LocalRabbitMq, vhost: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [*CLI, *args[:2], *broker_arguments(rabbitmq, vhost), *args[2:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool) -> dict:
+    """``status --json`` until it reports ``stuck == wanted`` (statistics lag) or the wait is over."""
+    deadline = time.monotonic() + STATS_WAIT_SECONDS
+    while True:
+        run = subprocess.run(
+            [*CLI, "status", *broker_arguments(rabbitmq, vhost), "--json"], capture_output=True, text=True, timeout=60
+        )
+        report = json.loads(run.stdout)
+        assert run.returncode == (1 if report["stuck"] else 0), run.stderr
+        if report["stuck"] == wanted or time.monotonic() > deadline:
+            return report
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def cases(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, module_vhost, delivery_limit_policies: bool
+) -> dict[tuple[str, bool], Case]:
+    prepared = {}
+    for topology, parking in CASES:
+        vhost = module_vhost(f"stall-{topology}-{'parked' if parking else 'bare'}")
+        config = RabbitMqConfig(
+            vhost=vhost,
+            routing_topology=topology,
+            park_unroutable=parking,
+            delivery_limit_policies=delivery_limit_policies,  # version-specific: on for 4.0, off for 3.10
+            endpoints=(
+                RabbitMqEndpointConfig("Live"),
+                RabbitMqEndpointConfig("Gone"),
+                RabbitMqEndpointConfig("Retired"),
+            ),
+        )
+        PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(StackConfig(rabbitmq=config)))
+        collector = ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]).start()
+        with DelayedPublisher(rabbitmq.amqp_url, vhost) as publisher:
+            stranded = [publisher.send("Gone", DELAY) for _ in range(STRANDED)]
+            live = [publisher.send("Live", DELAY) for _ in range(LIVE)]
+        management.delete_queue(vhost, "Gone")
+        management.delete_queue(vhost, "Retired")  # stays removed (Gone comes back for the redelivery)
+        prepared[(topology, parking)] = Case(topology, parking, vhost, collector, stranded, live)
+    time.sleep(DELAY + STALL_WAIT_SECONDS)
+    for case in prepared.values():
+        case.collector.stop()
+    return prepared
+
+
+@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+def test_without_parking_a_removed_endpoint_stalls_its_level(cases, rabbitmq: LocalRabbitMq, topology: str) -> None:
+    case = cases[(topology, False)]
+    assert case.collector.arrivals == [], "the live endpoint's messages got through: no stall reproduced"
+    report = status(rabbitmq, case.vhost, wanted=True)
+    assert report["stuck"]
+    level = next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(1))
+    assert level["dead_letter_messages"] == STRANDED + LIVE  # all held in level 1's dead-letter queue
+    assert level["dead_letter_bytes"] > 0
+    assert any("#1407" in warning and rmq.delay_level_name(1) in warning for warning in report["warnings"])
+
+
+@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+def test_with_parking_the_live_endpoint_gets_its_messages_on_time(cases, topology: str) -> None:
+    case = cases[(topology, True)]
+    arrivals = case.collector.by_id()
+    for send in case.live:
+        got = arrivals.get(send.message_id)
+        assert got and len(got) == 1, f"{send.message_id} did not arrive once"
+        assert send.due_at - CLOCK_GRANULARITY_SECONDS <= got[0].arrived_at <= send.due_at + LATE_TOLERANCE_SECONDS
+
+
+@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+def test_with_parking_stranded_messages_are_parked_listed_and_redelivered(
+    cases, rabbitmq: LocalRabbitMq, topology: str
+) -> None:
+    case = cases[(topology, True)]
+    listed = cli(rabbitmq, case.vhost, "delays", "parked", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (group,) = json.loads(listed.stdout)["v2"]
+    assert (group["destination"], group["messages"], group["can_receive"]) == ("Gone", STRANDED, False)
+    assert sorted(group["message_ids"]) == sorted(send.message_id for send in case.stranded)
+    report = status(rabbitmq, case.vhost, wanted=True)
+    assert not any(q["dead_letter_messages"] for q in report["queues"] if q["role"] == "delay-level")
+    assert any(rmq.parking_name() in warning for warning in report["warnings"])
+
+    refused = cli(rabbitmq, case.vhost, "delays", "parked", "--redeliver", "--no-progress")
+    assert refused.returncode == 1 and "stay parked" in refused.stderr  # Gone still cannot receive
+
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, case.vhost))
+    declare_endpoint(connection.channel(), "v2", topology, ["Gone"], sending_queues=())  # recreated
+    connection.close()
+    with ArrivalCollector(rabbitmq.amqp_url, case.vhost, ["Gone"]) as gone:
+        redelivered = cli(rabbitmq, case.vhost, "delays", "parked", "--redeliver", "--no-progress")
+        assert redelivered.returncode == 0, redelivered.stdout + redelivered.stderr
+        assert f"sent back {STRANDED} message(s)" in redelivered.stdout
+        assert gone.wait_for([send.message_id for send in case.stranded], timeout=30)
+    assert not status(rabbitmq, case.vhost, wanted=False)["stuck"]
+
+
+@pytest.mark.parametrize(("topology", "parking"), CASES)
+def test_a_plain_send_to_the_removed_endpoint_is_still_returned(
+    cases, rabbitmq: LocalRabbitMq, topology: str, parking: bool
+) -> None:
+    """NServiceBus sends with ``mandatory``: the sender still learns the endpoint is gone."""
+    case = cases[(topology, parking)]
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, case.vhost))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    exchange, key = ("Retired", "") if topology == "conventional" else ("", "Retired")  # RoutingTopology.Send
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish(exchange, key, b"{}", pika.BasicProperties(message_id="plain"), mandatory=True)
+    connection.close()

@@ -1,0 +1,61 @@
+"""``nsb-delays status`` from management API listings (the shapes RabbitMQ 3.10.8 / 4.0.5 return)."""
+
+from __future__ import annotations
+
+from nsb_delays.brokers.delay_status import queue_statuses, stuck_levels, warnings_for
+from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
+
+QUORUM = {"x-queue-type": "quorum"}
+
+
+def listing(**overrides: dict) -> list[dict]:
+    """A vhost with both graphs, an endpoint queue, the v2 parking queue and a poison queue."""
+    queues = [
+        {"name": rmq.delay_level_name(level, generation), "arguments": QUORUM if generation == "v2" else {}}
+        for generation in rmq.GENERATIONS
+        for level in range(rmq.LEVEL_COUNT)
+    ]
+    queues += [
+        {"name": "Sales", "arguments": QUORUM, "messages": 7},
+        {"name": rmq.parking_name("v2"), "arguments": QUORUM},
+        {"name": in_flight.MIGRATE_POISON_QUEUE, "arguments": {}},
+    ]
+    for queue in queues:
+        queue.update(
+            {"messages": 0, "message_bytes": 0, "messages_dlx": 0, "message_bytes_dlx": 0}
+            | overrides.get(queue["name"], {})
+        )
+    return queues
+
+
+def test_only_the_delay_graphs_queues_in_level_order() -> None:
+    statuses = queue_statuses(listing())
+    assert "Sales" not in {q.queue for q in statuses}
+    assert [q.queue for q in statuses[:2]] == ["nsb.delay-level-27", "nsb.delay-level-26"]
+    roles = [q.role for q in statuses]
+    assert roles == ["delay-level"] * 56 + ["parking", "poison"]
+    classic = next(q for q in statuses if q.queue == "nsb.delay-level-03")
+    assert classic.dead_letter_messages is None  # classic v1 levels have no at-least-once backlog
+
+
+def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agree() -> None:
+    level = rmq.delay_level_name(8)
+    first = queue_statuses(listing(**{level: {"messages": 45, "messages_dlx": 45, "message_bytes_dlx": 90}}))
+    stuck = stuck_levels(first, None)
+    assert [q.queue for q in stuck] == [level]
+    (warning,) = warnings_for(first, stuck)
+    assert warning.startswith(f"{level} holds 45 dead-lettered message(s) (90 bytes)") and "#1407" in warning
+    drained = queue_statuses(listing())
+    assert stuck_levels(first, drained) == []  # a passing backlog in one sample is not a stall
+
+
+def test_parked_and_poison_messages_are_warnings() -> None:
+    statuses = queue_statuses(
+        listing(**{rmq.parking_name("v2"): {"messages": 3}, in_flight.MIGRATE_POISON_QUEUE: {"messages": 1}})
+    )
+    warnings = warnings_for(statuses, [])
+    assert warnings[0].startswith("nsb.v2.delay-unroutable holds 3 parked message(s)")
+    assert "`nsb-delays delays parked`" in warnings[0]
+    assert warnings[1].startswith(f"{in_flight.MIGRATE_POISON_QUEUE} holds 1 message(s) a delays move set aside")
+    assert warnings_for(queue_statuses(listing()), []) == []
