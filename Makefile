@@ -11,10 +11,14 @@ DIAGRAM := docs/dev-stack-graph.png
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
+# The Spark cluster tier's executors run this Python: the driver's interpreter with only
+# pipeline/executor-requirements.txt, never this package (tests/sparkcluster).
+EXECUTOR_VENV := $(or $(NSB_SPARK_EXECUTOR_VENV),$(CURDIR)/.cache/spark-executor-venv)
+EXECUTOR_STAMP := $(EXECUTOR_VENV)/.installed
 
 .PHONY: setup system-packages rabbitmq4-root demo test unit lint bench diagram clean
 
-setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP)
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
@@ -61,6 +65,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Made from the base interpreter of $(VENV) (the executors' Python minor version must be the driver's).
+$(EXECUTOR_STAMP): pipeline/executor-requirements.txt $(STAMP)
+	rm -rf "$(EXECUTOR_VENV)"
+	"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv "$(EXECUTOR_VENV)"
+	"$(EXECUTOR_VENV)/bin/python" -m pip install -q -r pipeline/executor-requirements.txt
+	touch "$(EXECUTOR_STAMP)"
+
 # mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
 # /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
 $(NODE_STAMP): package.json package-lock.json
@@ -78,7 +89,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not broker and not spark and not packaging and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "not broker and not spark and not sparkcluster and not packaging and not cluster" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
 # Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.

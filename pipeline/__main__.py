@@ -1,8 +1,11 @@
 """The migration job's file for ``spark-submit`` (and ``python -m nsb_delays.pipeline``).
 
-spark-submit takes a Python *file*; from an installed package this is it:
+spark-submit takes a Python *file*; from an installed package this is it. A cluster's executors also
+need the package itself and a few libraries (see ``shipping``):
 
-    spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar \\
+    python -m nsb_delays.pipeline --py-files nsb_delays.zip        # the package, zipped for --py-files
+    python -m nsb_delays.pipeline --executor-requirements          # what the executors' Python needs
+    spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar --py-files nsb_delays.zip \\
         "$(python -m nsb_delays.pipeline --job-file)" run --source-jdbc jdbc:postgresql://db/app --endpoint Sales ...
 
 Run as a file, this directory is first on ``sys.path``; every import here and in the package is
@@ -10,11 +13,47 @@ Run as a file, this directory is first on ``sys.path``; every import here and in
 """
 
 import sys
+from pathlib import Path
 
 from nsb_delays.pipeline.job import migrate
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--job-file"]:
+USAGE = (
+    "usage: python -m nsb_delays.pipeline --job-file | --py-files ZIP | --executor-requirements | "
+    "preview|run|abort [OPTIONS]"
+)
+
+
+def _helper(arguments: list[str]) -> int | None:
+    """The packaging helpers; None when ``arguments`` are a ``migrate`` command line."""
+    if arguments == ["--job-file"]:
         print(__file__)
-    else:
-        migrate(prog_name="migrate")
+        return 0
+    if arguments == ["--executor-requirements"]:
+        from nsb_delays.pipeline.shipping import executor_requirements
+
+        print("\n".join(executor_requirements()))
+        return 0
+    if arguments[:1] == ["--py-files"]:
+        if len(arguments) != 2 or not arguments[1].endswith(".zip"):
+            print(f"--py-files needs one path ending in .zip (a zip Spark can import from)\n{USAGE}", file=sys.stderr)
+            return 2
+        from nsb_delays.pipeline.preflight import writable_file_problems
+        from nsb_delays.pipeline.shipping import write_package_zip
+
+        problems = writable_file_problems("--py-files", arguments[1])
+        if problems:
+            print("\n".join(problems), file=sys.stderr)
+            return 2
+        print(write_package_zip(Path(arguments[1])))
+        return 0
+    if arguments[:1] and arguments[0].startswith("--") and arguments[0] != "--help":
+        print(f"unknown option {arguments[0]}\n{USAGE}", file=sys.stderr)
+        return 2
+    return None
+
+
+if __name__ == "__main__":
+    code = _helper(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    migrate(prog_name="migrate")

@@ -75,6 +75,11 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--jdbc-user", envvar="NSB_JDBC_USER"),
         click.option("--jdbc-password", envvar="NSB_JDBC_PASSWORD"),
         click.option("--master", help="Spark master (default local[*]; spark-submit's --master wins)."),
+        click.option(
+            "--remote",
+            metavar="sc://HOST:PORT",
+            help="A Spark Connect server to run on instead of a master (the server's jars and executors are used).",
+        ),
     ]
     return functools.reduce(lambda f, option: option(f), reversed(options), command)
 
@@ -259,7 +264,11 @@ def _connection(source: JdbcSource) -> DbConnection:
 
 
 def environment_problems(
-    command: str, source: JdbcSource | None, export: ExportSource | None, target: TargetSettings | None
+    command: str,
+    source: JdbcSource | None,
+    export: ExportSource | None,
+    target: TargetSettings | None,
+    remote: str | None = None,
 ) -> list[str]:
     """What the command will reach, reached now: databases, drivers, the export's files, the target."""
     problems: list[str] = []
@@ -273,7 +282,7 @@ def environment_problems(
             else:
                 problems += _ledger_database_problems(connection, export, command, where)
         if command != "abort" or export is not None:  # a table's abort runs without Spark
-            problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect)
+            problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)
     if target is not None and target.kind == "rabbitmq" and target.amqp_url and target.management_url:
@@ -307,6 +316,13 @@ def _ledger_database_problems(connection: DbConnection, export: ExportSource, co
     return []
 
 
+def spark_problems(values: dict[str, Any]) -> list[str]:
+    """``--master`` or ``--remote`` (not both), each a URL of its kind."""
+    if values["master"] and values["remote"]:
+        return ["give one place to run: --master (a Spark master) or --remote (a Spark Connect server), not both"]
+    return preflight.master_problems(values["master"]) + preflight.remote_problems(values["remote"])
+
+
 def refuse(problems: list[str]) -> None:
     if problems:
         raise CommandError(problems, footer="nothing was changed")
@@ -334,7 +350,7 @@ def command_line(context: click.Context, command: str, names: tuple[str, ...] | 
 
 
 ABORT_OPTIONS = ("source_jdbc", "source_path", "source_format", "source_kind", "dialect", "endpoint", "schema",
-                 "table", "jdbc_user", "jdbc_password", "master", "ledger_jdbc_url")  # fmt: skip
+                 "table", "jdbc_user", "jdbc_password", "master", "remote", "ledger_jdbc_url")  # fmt: skip
 
 
 def where_the_run_stands(tracker: RunTracker, *, look_up: bool = False) -> str | None:
@@ -384,7 +400,11 @@ def _spark_failure(error: BaseException, log: Path, what: str) -> CommandError:
 @_source_options
 @_target_options
 @click.option("--report-dir", default=DEFAULT_REPORT_DIR, show_default=True, help="Where preview.html + PNGs go.")
-@click.option("--partitions", type=click.IntRange(1), help="JDBC read partitions (default: Spark's parallelism).")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    help="JDBC read partitions (default: one per 250,000 rows, at least Spark's parallelism).",
+)
 def preview(**values: Any) -> None:
     """Count what a run would do (per destination, per first level, SQS, past-due, beyond-max, malformed)."""
     from .preview import preview as build_preview
@@ -392,7 +412,7 @@ def preview(**values: Any) -> None:
     from .sources import read_export, read_jdbc, validated
     from .spark import spark_session
 
-    problems = source_option_problems(values, "preview") + preflight.master_problems(values["master"])
+    problems = source_option_problems(values, "preview") + spark_problems(values)
     problems += preflight.writable_directory_problems("--report-dir", values["report_dir"])
     if values["sqs_s3_key_prefix"] and not values["sqs_s3_bucket"]:
         problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
@@ -401,17 +421,16 @@ def preview(**values: Any) -> None:
     if values["source_path"] and not problems:
         export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
     refuse(problems)
-    refuse(environment_problems("preview", source, export, None))
+    refuse(environment_problems("preview", source, export, None, values["remote"]))
     target = target_settings(values)
     log = new_log_path("migrate-preview")
     try:
-        spark = spark_session(values["master"], log_path=log)
+        spark = spark_session(values["master"], log_path=log, remote=values["remote"])
         if export is not None:
             frame, name, headers_format = read_export(spark, export), export.path, "json"
         else:
             assert source is not None
-            partitions = values["partitions"] or spark.sparkContext.defaultParallelism
-            frame, name = read_jdbc(spark, source, partitions), source.layout.table
+            frame, name = read_jdbc(spark, source, values["partitions"]), source.layout.table
             headers_format = source.layout.headers_format
         report = build_preview(validated(frame, headers_format), source=name, target=target, cutoff=values["cutoff"])
     except (SourceError, LayoutError) as error:
@@ -442,7 +461,7 @@ def run(context: click.Context, **values: Any) -> None:
     from .spark import BackgroundSession
 
     problems = source_option_problems(values, "run") + target_option_problems(values)
-    problems += preflight.master_problems(values["master"])
+    problems += spark_problems(values)
     if values["quarantine_path"]:
         problems += preflight.writable_file_problems("--quarantine", values["quarantine_path"])
     fault = None
@@ -459,7 +478,7 @@ def run(context: click.Context, **values: Any) -> None:
     refuse(problems)
     assert source is not None
     target = target_settings(values)
-    refuse(environment_problems("run", source, export, target))
+    refuse(environment_problems("run", source, export, target, values["remote"]))
     options = RunOptions(
         source=source,
         export=export,
@@ -474,7 +493,8 @@ def run(context: click.Context, **values: Any) -> None:
     log = new_log_path("migrate-run")
     tracker = RunTracker()
     try:
-        result = run_migration(BackgroundSession(values["master"], log_path=log), options, tracker)
+        session = BackgroundSession(values["master"], log_path=log, remote=values["remote"])
+        result = run_migration(session, options, tracker)
     except KeyboardInterrupt:
         raise _interrupted(context, tracker) from None
     except preflight.PreflightRefused as error:
@@ -541,7 +561,7 @@ def abort(**values: Any) -> None:
     from .migration import abort_export, abort_migration
     from .spark import spark_session
 
-    problems = source_option_problems(values, "abort") + preflight.master_problems(values["master"])
+    problems = source_option_problems(values, "abort") + spark_problems(values)
     output = values["abort_output"]
     if output and values["source_path"]:
         problems += preflight.writable_directory_problems("--abort-output", output)
@@ -555,11 +575,12 @@ def abort(**values: Any) -> None:
             source = _jdbc_source(values, problems)
     refuse(problems)
     assert source is not None
-    refuse(environment_problems("abort", source, export, None))
+    refuse(environment_problems("abort", source, export, None, values["remote"]))
     if export is not None:
         log = new_log_path("migrate-abort")
         try:
-            done = abort_export(spark_session(values["master"], log_path=log), source, export, output, values["run_id"])
+            spark = spark_session(values["master"], log_path=log, remote=values["remote"])
+            done = abort_export(spark, source, export, output, values["run_id"])
         except LedgerError as error:
             raise CommandError(str(error)) from None
         except KeyboardInterrupt:

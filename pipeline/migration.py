@@ -58,7 +58,7 @@ from .sources import (
     spark_path,
     validated,
 )
-from .spark import SessionSource, resolve
+from .spark import SessionSource, cancel_jobs, parallelism, resolve
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
@@ -267,7 +267,7 @@ def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run
     low, high, count = ledger.pending_batches(run)
     if not count:
         return None
-    partitions = max(1, min(count, options.partitions or spark.sparkContext.defaultParallelism))
+    partitions = max(1, min(count, options.partitions or parallelism(spark)))
     frame = read_jdbc_query(spark, options.source, ledger.pending_rows_query(run), "batch", low, high + 1, partitions)
     present = {name: name for name in ledger.layout.columns if name != "endpoint"}
     rows = validated(canonical(frame, present, keep=("batch",)), ledger.layout.headers_format)
@@ -414,7 +414,7 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
             lambda: ledger.progress(run),
             run.total_rows,
             options.show_progress,
-            cancel=session.sparkContext.cancelAllJobs,
+            cancel=lambda: cancel_jobs(session),
         )
     dispatched = time.monotonic()
     fault("after-last-batch")

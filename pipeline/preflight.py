@@ -24,6 +24,7 @@ from typing import Any
 from .layouts import EXPORT_COLUMNS, JDBC_DRIVERS, MARIADB_DRIVER, MARIADB_SCHEME, Dialect, TimeoutLayout
 from .ledger_sql import DEFAULT_PORTS, DatabaseUnreachable, DbConnection, split_qualified
 from .sources import ExportSource, ExportSummary, export_files, is_local_path, local_path
+from .spark import under_spark_submit
 
 
 class PreflightRefused(ValueError):
@@ -51,6 +52,7 @@ JDBC_DRIVER_SOURCES = {
     JDBC_DRIVERS["oracle"]: "Oracle JDBC (ojdbc11.jar)",
 }
 EXTRA_JARS_VARIABLE = "NSB_JDBC_JARS"  # more driver jars for a local session, separated by ':' or ','
+SPARK_CONNECT_URL = re.compile(r"^sc://[^/:;]+(:\d+)?/?(;[^;=]+=[^;]*)*$")
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$")
 # The export fields a timeout cannot do without (the rest may be missing in a row: it is quarantined).
 REQUIRED_EXPORT_FIELDS = ("id", "destination", "due")
@@ -194,21 +196,54 @@ def jar_has_class(jar: Path, class_name: str) -> bool:
         return False
 
 
-def jdbc_driver_problems(url: str, dialect: Dialect) -> list[str]:
-    """Spark reads the source through a JDBC driver class that must be in one of the session's jars.
+def submitted_jars() -> list[Path] | None:
+    """Under ``spark-submit``: the local jars it gave the application (``--jars``, ``--packages``,
+    ``--driver-class-path``), read from the JVM spark-submit started (a ``SparkConf`` loads its
+    ``spark.*`` system properties). None when one is not a local file (``hdfs://``, ``https://``):
+    then it cannot be looked into."""
+    from pyspark import SparkConf, SparkContext
 
-    Under ``spark-submit`` the submitted ``--jars`` decide, so only a local session is checked.
+    SparkContext._ensure_initialized()  # the gateway the session connects through later
+    conf = SparkConf()
+    entries = [jar for jar in conf.get("spark.jars", "").split(",") if jar]
+    entries += [jar for jar in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if jar]
+    jars: list[Path] = []
+    for entry in entries:
+        if "://" in entry and not entry.startswith("file:"):
+            return None
+        path = local_path(entry)
+        jars += sorted(path.parent.glob("*.jar")) if path.name == "*" else [path]
+    return jars
+
+
+def jdbc_driver_problems(url: str, dialect: Dialect, remote: bool = False) -> list[str]:
+    """Spark reads the source through a JDBC driver class that must be in one of the session's jars:
+    a local session's (Debian's drivers, ``$NSB_JDBC_JARS``) or what ``spark-submit`` was given (or
+    the Spark distribution's own ``jars/``, where an administrator may have put it).
+
+    A Spark Connect server's class path cannot be seen from here: its ``--jars`` decide.
     """
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
+    if remote:
         return []
+    submitted = submitted_jars() if under_spark_submit() else None
+    if under_spark_submit() and submitted is None:
+        return []
+    jars = submitted if submitted is not None else configured_jars()
+    home = os.environ.get("SPARK_HOME")
+    distribution = sorted((Path(home) / "jars").glob("*.jar")) if submitted is not None and home else []
     driver = jdbc_driver_class(url, dialect)
-    jars = configured_jars()
-    if any(jar_has_class(jar, driver) for jar in jars):
+    if any(jar_has_class(jar, driver) for jar in [*jars, *distribution]):
         return []
+    source = JDBC_DRIVER_SOURCES.get(driver, "its jar")
+    scheme = url.split("//")[0]
+    if submitted is not None:
+        given = ", ".join(str(jar) for jar in jars) or "none"
+        return [f"Spark's JDBC driver {driver} for {scheme}// is in no jar spark-submit was given (--jars: {given}): "
+                f"add {source} with --jars"]  # fmt: skip
     looked = ", ".join(str(jar) for jar in jars) or "no jars"
     return [
-        f"Spark's JDBC driver {driver} for {url.split('//')[0]}// is missing (looked in {looked}): install "
-        f"{JDBC_DRIVER_SOURCES.get(driver, 'its jar')}, or put the jar's path in ${EXTRA_JARS_VARIABLE}"
+        f"Spark's JDBC driver {driver} for {scheme}// is missing (looked in {looked}): install "
+        f"{source}, or put the jar's path in ${EXTRA_JARS_VARIABLE}"
     ]
 
 
@@ -216,6 +251,12 @@ def master_problems(master: str | None) -> list[str]:
     if master is None or SPARK_MASTER.match(master):
         return []
     return [f"--master {master!r} is not a Spark master URL (local[N], spark://host:port, yarn, k8s://…)"]
+
+
+def remote_problems(remote: str | None) -> list[str]:
+    if remote is None or SPARK_CONNECT_URL.match(remote):
+        return []
+    return [f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"]
 
 
 # --- paths it will write ------------------------------------------------------------------------------

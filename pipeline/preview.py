@@ -159,7 +159,19 @@ def count_sqs_oversized(frame: DataFrame, now_us: int, queue_name_prefix: str = 
     rows = candidates.select(
         "id", "destination", "state", "header_map", X.remaining_delay(F.col("due"), now_us).alias("delay")
     )
-    return int(rows.rdd.map(partial(_is_oversized, queue_name_prefix)).sum())
+    counts = rows.mapInArrow(partial(_oversized_counts, queue_name_prefix), "oversized long").collect()
+    return sum(int(row["oversized"]) for row in counts)
+
+
+def _oversized_counts(queue_name_prefix: str, record_batches: Any) -> Any:
+    """``mapInArrow`` body (an RDD would not exist through Spark Connect): one count per Arrow batch."""
+    import pyarrow as pa
+
+    from .dispatch import rows_of
+
+    for record_batch in record_batches:
+        count = sum(_is_oversized(queue_name_prefix, row) for row in rows_of([record_batch]))
+        yield pa.RecordBatch.from_pydict({"oversized": [count]})
 
 
 def preview(

@@ -28,6 +28,7 @@ MISSING_DUE_TIME = "missing due time"
 BAD_HEADERS = "headers are not a JSON object of strings"
 EXPORT_FORMATS = ("parquet", "json")
 JDBC_FETCH_SIZE = 10_000
+ROWS_PER_READ_PARTITION = 250_000  # a JDBC source is read in ranges of the due time of about this many rows
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 CORRUPT_RECORD = "_corrupt_record"
 EXPORT_IDENTITY_VERSION = 2  # 1: path + format + endpoint (a changed file looked like a finished run)
@@ -146,11 +147,27 @@ def read_jdbc_query(
     return reader.load()
 
 
-def read_jdbc(spark: SparkSession, source: JdbcSource, partitions: int) -> DataFrame:
-    """The layout's timeouts as canonical columns, split by due time into ``partitions`` reads."""
+def read_partitions(rows: int, parallelism: int) -> int:
+    """How many range reads for ``rows``: one per ``ROWS_PER_READ_PARTITION``, and at least one per core.
+
+    Sized by the table, not by the cluster: 10,000,000 rows are 40 reads whether 2 or 200 cores take
+    them, so no task holds millions of rows in one JDBC scan, a failed task redoes a small range, and a
+    large cluster still gets work for every core.
+    """
+    return max(1, parallelism, -(-rows // ROWS_PER_READ_PARTITION))
+
+
+def read_jdbc(spark: SparkSession, source: JdbcSource, partitions: int | None = None) -> DataFrame:
+    """The layout's timeouts as canonical columns, split by due time into ranges of about
+    ``ROWS_PER_READ_PARTITION`` rows each (``partitions`` overrides the number)."""
+    from .spark import parallelism
+
     query = source.layout.select_canonical()
-    bounds = _jdbc_query(spark, source, f"select min(due) as low, max(due) as high from ({query}) timeouts").first()
-    low, high = (bounds["low"], bounds["high"]) if bounds else (None, None)
+    bounds = _jdbc_query(
+        spark, source, f"select min(due) as low, max(due) as high, count(*) as n from ({query}) timeouts"
+    ).first()
+    low, high, rows = (bounds["low"], bounds["high"], int(bounds["n"] or 0)) if bounds else (None, None, 0)
+    partitions = partitions or read_partitions(rows, parallelism(spark))
     frame = read_jdbc_query(spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high), partitions)
     return canonical(frame, {name: name for name in CANONICAL_COLUMNS if name in source.layout.columns})
 

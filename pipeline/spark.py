@@ -1,7 +1,12 @@
-"""The SparkSession the pipeline runs in: local mode by default, any master via ``--master``/spark-submit.
+"""The SparkSession the pipeline runs in: local mode by default, any master via ``--master``/spark-submit,
+or a Spark Connect server via ``--remote sc://host:port``.
 
 Everything runs in UTC (the stores keep UTC without a zone), the UI is off, and the JDBC drivers
-from Debian's ``libpostgresql-jdbc-java`` and ``libmariadb-java`` are on the class path when present.
+from Debian's ``libpostgresql-jdbc-java`` and ``libmariadb-java`` are on the class path of a session
+this process starts. Under spark-submit the submitted ``--jars`` decide: the builder's options are
+copied into the context's ``SparkConf`` (``SparkSession.Builder.getOrCreate``), so setting
+``spark.jars`` there would replace them. Through Spark Connect the server's jars decide, and the
+package is shipped to the executors as a session artifact (``SparkSession.addArtifacts``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ def default_jars() -> list[str]:
     return [str(jar) for jar in (POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR, *map(Path, extra)) if Path(jar).exists()]
 
 
+def under_spark_submit() -> bool:
+    """spark-submit started the JVM and handed this process its gateway."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def _settings(master: str | None, app_name: str, jars: list[str] | None) -> dict[str, str]:
     settings = {
         "spark.app.name": app_name,
@@ -42,7 +52,7 @@ def _settings(master: str | None, app_name: str, jars: list[str] | None) -> dict
     }
     if master:
         settings["spark.master"] = master
-    all_jars = [*default_jars(), *(jars or [])]
+    all_jars = [*([] if under_spark_submit() else default_jars()), *(jars or [])]
     if all_jars:
         settings["spark.jars"] = ",".join(all_jars)
     return settings
@@ -53,6 +63,7 @@ def spark_session(
     app_name: str = "nsb-delays-migrate",
     jars: list[str] | None = None,
     log_path: Path | None = None,
+    remote: str | None = None,
 ):
     """Get (or create) the session; under spark-submit the submitted master and jars win.
 
@@ -60,13 +71,15 @@ def spark_session(
     stack traces, the JVM's own warnings) instead of the terminal: pyspark's ``launch_gateway`` takes
     the ``Popen`` arguments for that, and the context is created on that gateway.
     """
+    if remote:
+        return connect_session(remote, app_name)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if not master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit sets the master itself
+    if not master and not under_spark_submit():  # spark-submit sets the master itself
         master = DEFAULT_MASTER
     if (master or "").startswith("local"):  # local workers use this interpreter (and its packages)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = _settings(master, app_name, jars)
-    if log_path is not None and "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._active_spark_context is None:
+    if log_path is not None and not under_spark_submit() and SparkContext._active_spark_context is None:
         from pyspark.java_gateway import launch_gateway
 
         conf = SparkConf().setAll(list(settings.items()))
@@ -81,6 +94,56 @@ def spark_session(
     session.sparkContext.setLogLevel("ERROR")
     _quiet_python_loggers()
     return session
+
+
+CONNECT_SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def connect_session(remote: str, app_name: str = "nsb-delays-migrate"):
+    """A Spark Connect session on ``remote`` (``sc://host:port``), with this package shipped to its executors.
+
+    Only session settings can be made from a client; the server's own start decides the master, the
+    jars (the JDBC drivers) and the executors' Python (``spark.pyspark.python``).
+    """
+    import tempfile
+
+    from .shipping import write_package_zip
+
+    session = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+    for key, value in CONNECT_SETTINGS.items():
+        session.conf.set(key, value)
+    with tempfile.TemporaryDirectory(prefix="nsb-delays-artifacts-") as directory:
+        session.addArtifacts(str(write_package_zip(Path(directory) / "nsb_delays.zip")), pyfile=True)
+    _quiet_python_loggers()
+    return session
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session: no ``sparkContext``, no RDDs; jobs are interrupted through the session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (the cores the application has). A Connect client cannot ask the
+    context, so it reads the number of partitions a ``range`` gets, which is that same default
+    (``spark.sql.leafNodeDefaultParallelism`` falls back to ``SparkContext.defaultParallelism``)."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    from pyspark.sql import functions as F
+
+    row = spark.range(1 << 16).select(F.max(F.spark_partition_id()).alias("last")).first()
+    return int(row["last"]) + 1 if row is not None else 1
+
+
+def cancel_jobs(spark: SparkSession) -> None:
+    """Cancel every running job of this application (classic) or this session (Connect)."""
+    if is_connect(spark):
+        spark.interruptAll()
+    else:
+        spark.sparkContext.cancelAllJobs()
 
 
 def _quiet_python_loggers() -> None:
@@ -101,14 +164,15 @@ class BackgroundSession:
     """Launches the session (JVM start, several seconds) in a thread: the driver's database work (checks,
     hiding) overlaps it. Calling the object waits for the session."""
 
-    def __init__(self, master: str | None = None, log_path: Path | None = None) -> None:
+    def __init__(self, master: str | None = None, log_path: Path | None = None, remote: str | None = None) -> None:
         self._future: Future[SparkSession] = Future()
         # a daemon thread: a run refused before it needs Spark exits at once (the JVM follows its parent)
-        threading.Thread(target=self._start, args=(master, log_path), name="spark-start", daemon=True).start()
+        arguments = (master, log_path, remote)
+        threading.Thread(target=self._start, args=arguments, name="spark-start", daemon=True).start()
 
-    def _start(self, master: str | None, log_path: Path | None) -> None:
+    def _start(self, master: str | None, log_path: Path | None, remote: str | None) -> None:
         try:
-            self._future.set_result(spark_session(master, log_path=log_path))
+            self._future.set_result(spark_session(master, log_path=log_path, remote=remote))
         except BaseException as error:  # handed to the caller of the session
             self._future.set_exception(error)
 

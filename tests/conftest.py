@@ -37,7 +37,7 @@ os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-
 # server start to spread their modules over the workers.
 # The cluster tier is one group for both versions (its fixture is parametrized by "cluster", not
 # "rabbitmq"): its two three-node clusters run one after the other, never six nodes at once on 2 cores.
-TIERS = ("broker", "spark", "packaging", "cluster")
+TIERS = ("broker", "spark", "sparkcluster", "packaging", "cluster")
 SPLIT_BY_MODULE = ("spark",)
 
 

@@ -1,0 +1,188 @@
+"""``migrate preview``, ``run`` and ``abort`` on a standalone Spark cluster through ``spark-submit``, exactly as the
+README tells users: PostgreSQL as the source, RabbitMQ and SQS (moto) as targets, the executors in their own
+processes with a Python that does not have this package (they import it from the shipped zip only).
+
+A run's driver is SIGKILLed mid-dispatch; its executors must go with it (the master removes the application),
+and the resumed run must deliver every timeout, duplicating at most the batches that were in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+import uuid
+
+from nsb_delays.brokers.apply import apply_sqs
+from nsb_delays.components.model import sqs
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.pipeline.ledger import DISPATCHED, PENDING, STATE_TABLE
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.sparkcluster.conftest import (
+    AWS_TEST_CREDENTIALS,
+    finished,
+    kill_when_marked,
+    spark_submit,
+    wait_for_executors_to_go,
+)
+
+ENDPOINTS = ["Sales", "Billing"]
+BATCH_SIZE, PARTITIONS = 50, 2
+SQS_PREFIX = "cluster-"
+EXECUTOR_AWS = {f"spark.executorEnv.{name}": value for name, value in AWS_TEST_CREDENTIALS.items()}
+
+
+def source_arguments(postgres, endpoint: str) -> list[str]:
+    return ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint]
+
+
+def test_preview_on_the_cluster_counts_every_class_and_sizes_sqs_bodies_on_the_executors(
+    spark_cluster, package_zip, postgres, timeout_table, tmp_path
+) -> None:
+    """With ``--target sqs`` the exact size of large bodies is computed by Python on the executors."""
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(400)]
+    rows += [timeout(None, 60, 400, now=now)]  # malformed: no destination
+    large = timeout("Sales", 3600, 401, now=now)
+    rows.append(
+        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
+    )
+    timeout_table("ClusterPreview", rows)
+    report = tmp_path / "report"
+    job = spark_submit(spark_cluster, package_zip, "preview",
+                       [*source_arguments(postgres, "ClusterPreview"), "--target", "sqs", "--report-dir", str(report)])  # fmt: skip
+    code, output = finished(job)
+    assert code == 0, output
+    assert "-> sqs: 402 timeouts, nothing migrated" in output, output
+    assert "SQS: 1 message(s) over 1,048,576 bytes" in output, output
+    assert (report / "preview.html").exists()
+
+
+def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_the_quarantine(
+    spark_cluster, package_zip, postgres, timeout_table, broker_vhost, tmp_path
+) -> None:
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(1000)]  # past due: straight to the queues
+    malformed = [timeout("Sales", 60, 1000, headers="not json", now=now), timeout(None, 60, 1001, now=now)]
+    source = timeout_table("ClusterKill", rows + malformed)
+    quarantine = tmp_path / "quarantine.jsonl"
+    arguments = [
+        *source_arguments(postgres, "ClusterKill"),
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
+        "--quarantine", str(quarantine),
+    ]  # fmt: skip
+    marker = tmp_path / "reached"
+    job = spark_submit(spark_cluster, package_zip, "run", [*arguments, "--fault", f"after-publish:3:hang:{marker}"])
+    kill_when_marked(job, marker)
+    gone_after = wait_for_executors_to_go(spark_cluster)
+
+    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                              (source.layout.table,))  # fmt: skip
+    batches = dict(ledger_rows(postgres.dsn, f'select "BatchNumber", "Status" from "{table}_batches"'))
+    in_flight = {batch for batch, status in batches.items() if status == PENDING}
+    done_before = len(batches) - len(in_flight)
+    assert done_before >= 2 and in_flight, f"not killed mid-dispatch: {done_before} of {len(batches)} batches done"
+
+    code, output = finished(spark_submit(spark_cluster, package_zip, "run", arguments))
+    assert code == 0, output
+    assert f"(resumed): {len(rows):,} of {len(rows) + 2:,} dispatched" in output, output
+    assert "2 quarantined, completed" in output, output
+
+    received = broker.drain(ENDPOINTS, len(rows), timeout=90)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    expected = {row.message_id for row in rows}
+    assert not expected - set(ids), f"{len(expected - set(ids))} timeouts lost after the driver was killed"
+    assert set(ids) == expected
+    duplicates = {message_id for message_id, count in ids.items() if count > 1}
+    assert all(count <= 2 for count in ids.values())
+    batch_of = dict(ledger_rows(postgres.dsn, f'select "Headers"::json->>\'NServiceBus.MessageId\', "BatchNumber" '
+                                              f'from "{table}" where "Reason" is null'))  # fmt: skip
+    duplicated_batches = {batch_of[message_id] for message_id in duplicates}
+    assert duplicated_batches <= in_flight, "a duplicate from a batch the ledger had marked done"
+    assert len(duplicated_batches) <= PARTITIONS, "more than one in-flight batch per task"
+
+    quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
+    print(
+        f"\ncluster kill mid-dispatch: {done_before} of {len(batches)} batches done at the kill, executors gone "
+        f"{gone_after:.1f} s after it, {len(duplicates)} duplicates from {len(duplicated_batches)} in-flight batches"
+    )
+
+
+def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
+    spark_cluster, package_zip, postgres, timeout_table, moto_server, tmp_path
+) -> None:
+    """The executors send to SQS with credentials of their own (spark.executorEnv.*); a killed run is aborted through
+    spark-submit: every row is either in a queue (dispatched or in flight) or back in the legacy table."""
+    moto_server.reset()
+    config = parse_stack_config({"sqs": {"queueNamePrefix": SQS_PREFIX, "endpoints": ENDPOINTS}})
+    apply_sqs(record_stack(config), moto_server.client())
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(600)]
+    source = timeout_table("ClusterSqs", rows)
+    original = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    marker = tmp_path / "reached"
+    job = spark_submit(
+        spark_cluster, package_zip, "run",
+        [*source_arguments(postgres, "ClusterSqs"), "--target", "sqs", "--sqs-endpoint-url", moto_server.endpoint_url,
+         "--sqs-prefix", SQS_PREFIX, "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS),
+         "--no-progress", "--fault", f"after-publish:2:hang:{marker}"],
+        conf=EXECUTOR_AWS,
+    )  # fmt: skip
+    kill_when_marked(job, marker)
+    wait_for_executors_to_go(spark_cluster)
+    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                              (source.layout.table,))  # fmt: skip
+    dispatched = {key for (key,) in ledger_rows(
+        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
+                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
+    assert dispatched
+
+    code, output = finished(spark_submit(spark_cluster, package_zip, "abort", source_arguments(postgres, "ClusterSqs")))
+    assert code == 0, output
+    restored = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    assert f"{len(restored):,} timeouts restored" in output, output
+    assert restored == original - dispatched
+
+    from moto.sqs.models import sqs_backends
+
+    queues = sqs_backends["123456789012"]["us-east-1"].queues
+    sent = collections.Counter()
+    for name in ENDPOINTS:
+        for queue in (sqs.sqs_queue_name(name, SQS_PREFIX), sqs.delay_queue_name(name, SQS_PREFIX)):
+            for message in queues[queue]._messages:
+                sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] += 1
+    message_ids = {row.message_id: row.id for row in rows}
+    sent_rows = {message_ids[message_id] for message_id in sent}
+    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
+    assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
+    in_flight_sent = sent_rows & restored  # sent by a task that died before marking its batch: at least once
+    assert len(in_flight_sent) <= PARTITIONS * BATCH_SIZE
+
+
+def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package_zip, postgres, timeout_table,
+                                                          broker_vhost) -> None:  # fmt: skip
+    """The preflight still refuses under spark-submit on a cluster: the JDBC driver missing from --jars is named
+    before anything is hidden, and so is a table that does not exist."""
+    broker = broker_vhost(ENDPOINTS)
+    rows = [timeout("Sales", 600, i, now=utc_now()) for i in range(20)]
+    source = timeout_table("ClusterRefused", rows)
+    target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
+    began = time.monotonic()
+    code, output = finished(spark_submit(spark_cluster, package_zip, "run",
+                                         [*source_arguments(postgres, "ClusterRefused"), *target], jars=False))  # fmt: skip
+    assert code == 2, output
+    assert "org.postgresql.Driver" in output and "--jars" in output and "nothing was changed" in output, output
+    code, output = finished(spark_submit(spark_cluster, package_zip, "run",
+                                         [*source_arguments(postgres, f"Missing{uuid.uuid4().hex[:6]}"), *target]))  # fmt: skip
+    assert code == 2 and "cannot be read" in output and "nothing was changed" in output, output
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]
+    assert not ledger_rows(
+        postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)
+    ) or not ledger_rows(
+        postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
+    )
+    print(f"\ntwo refusals under spark-submit on the cluster: {time.monotonic() - began:.1f} s")
