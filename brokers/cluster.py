@@ -186,12 +186,18 @@ class RabbitMqCluster:
         return reported
 
     def wait_quorum_online(self, vhost: str, queues: list[str], timeout: float = 120) -> None:
-        """Until each of ``queues`` has a leader and all its members online (a restarted member caught up)."""
+        """Until each of ``queues`` has a leader on a running node and every member on a running node online.
+
+        A member on a node stopped for good (and not forgotten) stays in ``members`` and out of ``online``:
+        the queue runs on the majority left, which is what an operator gets from losing a node.
+        """
 
         def healthy() -> bool:
+            running = {node.node for node in self.running()}
             reported = self.quorum_members(vhost, queues)
             return len(reported) == len(queues) and all(
-                q.leader and q.members and set(q.online) == set(q.members) for q in reported.values()
+                q.leader in running and q.members and set(q.online) == set(q.members) & running
+                for q in reported.values()
             )
 
         wait_until(healthy, f"every quorum member of {len(queues)} queues in {vhost!r} online", timeout)

@@ -46,6 +46,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """Whether nothing on this machine holds ``port`` on the loopback address right now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
 def wait_until(check: Any, what: str, timeout: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -199,8 +209,21 @@ class LocalRabbitMq:
         """Write rabbitmq.conf, enabled_plugins and advanced.config (again: a restart reads them anew)."""
         self._write_config()
 
+    def claim_dist_port(self) -> int:
+        """Keep the Erlang distribution port if still free, else take a fresh one; returns the port used.
+
+        Peers find a node through epmd by its node name (epmd maps the name to whatever port the node
+        registered at boot), so a restarted node may listen on another dist port. Its AMQP and management
+        ports cannot move: clients hold them. On a shared machine something else took a stopped node's
+        dist port once (RabbitMQ 4.0.5 then refused to boot: ``dist_port_already_used ... not_erlang``).
+        """
+        if not port_is_free(self.dist_port):
+            self.dist_port = free_port()
+        return self.dist_port
+
     def launch_server(self) -> None:
         """Start rabbitmq-server (its own process group) without waiting; ``wait_ready`` waits."""
+        self.claim_dist_port()
         log = self.server_log
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:

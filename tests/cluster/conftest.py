@@ -2,7 +2,7 @@
 
 The cluster is module-scoped and parametrized like the single broker (ids ``rabbitmq-3.10`` /
 ``rabbitmq-4.0``), so ``-k rabbitmq-4.0`` picks one version and a module's tests share one cluster
-in file order (the fault test, which leaves a node forgotten, comes last). The fault figures are
+in file order (the fault test, which leaves a node stopped for good, comes last). The fault figures are
 printed at the end of the run (``cluster fault figures``), whatever pytest captured.
 """
 
