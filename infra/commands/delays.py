@@ -143,8 +143,13 @@ def _plan(
         raise
 
 
-def _run(plan: MovePlan, window: int, show_progress: bool) -> None:
+def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> None:
+    """Move as planned, or (``dry_run``) show what would move: the destinations were checked by then."""
     scan = plan.scan
+    if dry_run:
+        console.print(scan_table(scan))
+        console.print(f"dry run: {scan.messages:,} message(s) would move; every destination can receive")
+        return
     poison = sum(scan.poison.values())
     console.print(
         f"{plan.operation}: {scan.messages:,} delayed message(s) in {plan.source.describe()} ({plan.source_generation})"
@@ -206,11 +211,7 @@ def register(cli: click.Group) -> None:
         delays-migrate-poison-messages."""
         side = resolve_broker(values, connection_name="nsb-delays delays migrate")
         plan = _plan("migrate", side, "v1", side)
-        if dry_run:
-            console.print(scan_table(plan.scan))
-            console.print(f"dry run: {plan.scan.messages:,} message(s) would move; every destination can receive")
-            return
-        _run(plan, window, progress)
+        _run(plan, window, progress, dry_run)
 
     @delays.command(name="transfer")
     @broker_options(what="the source broker")
@@ -250,11 +251,7 @@ def register(cli: click.Group) -> None:
                 )
             destination = resolve_broker(values, "destination-", connection_name="nsb-delays delays transfer")
         plan = _plan("transfer", source, source_generation, destination)
-        if dry_run:
-            console.print(scan_table(plan.scan))
-            console.print(f"dry run: {plan.scan.messages:,} message(s) would move; every destination can receive")
-            return
-        _run(plan, window, progress)
+        _run(plan, window, progress, dry_run)
 
     @delays.command(name="parked")
     @broker_options(what="the broker")
