@@ -89,7 +89,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not broker and not spark and not sparkcluster and not packaging" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "not broker and not spark and not sparkcluster and not packaging and not cluster" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
 # Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.

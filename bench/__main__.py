@@ -10,6 +10,7 @@ BENCHMARKS = {
     "broker": "bench.broker",
     "migrate": "bench.migrate",
     "delays": "bench.delays",
+    "backlog": "bench.backlog",
 }
 
 

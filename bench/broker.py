@@ -15,7 +15,7 @@ import os
 import random
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend
 from nsb_delays.brokers.local import LocalRabbitMq
@@ -33,33 +33,63 @@ TWO_HOP_DELAY = 3  # bits 1 and 0: two level queues
 VHOST = "bench"
 
 
-def percentile(values: list[float], fraction: float) -> float:
+def percentile(values: list[float] | tuple[float, ...], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def lateness(broker: LocalRabbitMq, endpoints: list[str]) -> None:
+@dataclass(frozen=True)
+class Lateness:
+    """Arrival − (sent + delay) of every message of a steady stream, in milliseconds."""
+
+    sent: int
+    late_ms: tuple[float, ...]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.late_ms)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.late_ms, 0.99)
+
+    @property
+    def max(self) -> float:
+        return max(self.late_ms)
+
+    def summary(self) -> str:
+        early = sum(1 for value in self.late_ms if value < 0)
+        missing = self.sent - len(self.late_ms)
+        return (
+            f"p50 {self.p50:.1f}  p99 {self.p99:.1f}  max {self.max:.1f} ms  "
+            f"(arrived {len(self.late_ms)}/{self.sent}{' TIMED OUT' if missing else ''}, early {early})"
+        )
+
+
+def stream_lateness(
+    amqp_url: str, vhost: str, endpoints: list[str], rate: float = RATE_PER_SECOND, seconds: float = STEADY_SECONDS
+) -> Lateness:
+    """Publish ``rate`` messages a second for ``seconds`` s (delays 1–16 s, same seed every run) and time them."""
     schedule = random.Random(7)
-    with ArrivalCollector(broker.amqp_url, VHOST, endpoints) as collector:
+    with ArrivalCollector(amqp_url, vhost, endpoints) as collector:
         sends: list[DelayedSend] = []
-        with DelayedPublisher(broker.amqp_url, VHOST) as publisher:
+        with DelayedPublisher(amqp_url, vhost) as publisher:
             start = time.monotonic()
-            count = int(RATE_PER_SECOND * STEADY_SECONDS)
-            for i in range(count):
-                pause = start + i / RATE_PER_SECOND - time.monotonic()
+            for i in range(int(rate * seconds)):
+                pause = start + i / rate - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)
                 sends.append(publisher.send(endpoints[i % len(endpoints)], schedule.choice(LATENESS_DELAYS)))
-        arrived_all = collector.wait_for([s.message_id for s in sends], timeout=max(LATENESS_DELAYS) + 60)
+        collector.wait_for([s.message_id for s in sends], timeout=max(LATENESS_DELAYS) + 60)
     arrivals = collector.by_id()
-    late_ms = [(arrivals[s.message_id][0].arrived_at - s.due_at) * 1000 for s in sends if s.message_id in arrivals]
-    early = sum(1 for value in late_ms if value < 0)
-    print(f"(a) lateness, {len(sends)} messages at {RATE_PER_SECOND:g}/s over {STEADY_SECONDS:g} s, delays 1-16 s")
-    print(f"    arrived {len(late_ms)}/{len(sends)}{'' if arrived_all else ' (TIMED OUT)'}, early {early}")
-    print(
-        f"    lateness ms: p50 {statistics.median(late_ms):.1f}  p99 {percentile(late_ms, 0.99):.1f}  "
-        f"max {max(late_ms):.1f}   (target p99 <= 100)"
-    )
+    late = tuple((arrivals[s.message_id][0].arrived_at - s.due_at) * 1000 for s in sends if s.message_id in arrivals)
+    return Lateness(len(sends), late)
+
+
+def lateness(broker: LocalRabbitMq, endpoints: list[str]) -> None:
+    figures = stream_lateness(broker.amqp_url, VHOST, endpoints)
+    print(f"(a) lateness, {figures.sent} messages at {RATE_PER_SECOND:g}/s over {STEADY_SECONDS:g} s, delays 1-16 s")
+    print(f"    lateness ms: {figures.summary()}   (target p99 <= 100)")
 
 
 def burst_rate(broker: LocalRabbitMq, endpoint: str, delay: int | None, count: int = BURST) -> float:

@@ -1,9 +1,18 @@
 """Send delayed messages through a live broker the way NServiceBus does, and time their arrival.
 
-Used by the broker tests, ``nsb-delays demo`` and ``bench.broker``: a publisher that sends to the
-model's first exchange with the model's routing key (persistent, ``mandatory``, publisher confirms),
-and a collector thread that consumes endpoint queues and records when each message arrived.
+Used by the broker and cluster tests, ``nsb-delays demo`` and the benchmarks: a publisher that sends
+to the model's first exchange with the model's routing key (persistent, ``mandatory``, publisher
+confirms), and a collector thread that consumes endpoint queues and records when each message arrived.
 Times are ``time.monotonic()`` seconds of this process.
+
+Both take one AMQP URL or several (the nodes of a cluster) and carry on from the next node when theirs
+goes away. The publisher waits for each message's confirm before it returns, so when a connection is
+lost at most the message being sent is unconfirmed: it is published again, with the same message id,
+through the next node, and the send says so (``attempts`` > 1), because the lost node may have taken
+it before the connection went: a copy the caller knows about, never an unknown one. A nacked message
+(a quorum queue without a leader for a moment) is published again the same way. The collector
+acknowledges each message after recording it; a message whose ack was lost with the connection is
+delivered again with ``redelivered`` set.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +32,19 @@ import pika.exceptions
 from nsb_delays.components.model import rabbitmq as model
 
 PERSISTENT = pika.DeliveryMode.Persistent
+# How long a publisher or collector keeps trying the nodes in turn before it gives up.
+FAILOVER_SECONDS = 60.0
+# Errors that mean "this node's connection is gone", as opposed to a refusal of what we asked.
+CONNECTION_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelWrongStateError)
+AmqpUrls = str | Sequence[str]
 
 
 class UnroutableMessage(RuntimeError):
     """The broker returned a mandatory message: no binding matched its routing key."""
+
+
+class NoNodeReachable(ConnectionError):
+    """None of the AMQP URLs (cluster nodes) accepted a connection within ``FAILOVER_SECONDS``."""
 
 
 def connection_parameters(amqp_url: str, vhost: str) -> pika.URLParameters:
@@ -37,9 +55,46 @@ def connection_parameters(amqp_url: str, vhost: str) -> pika.URLParameters:
     return parameters
 
 
+def url_list(amqp_urls: AmqpUrls) -> list[str]:
+    urls = [amqp_urls] if isinstance(amqp_urls, str) else list(amqp_urls)
+    if not urls:
+        raise ValueError("at least one AMQP URL is needed")
+    return urls
+
+
+@dataclass
+class NodeConnector:
+    """Connects to the first node that answers, starting after the one that failed last (round robin)."""
+
+    urls: list[str]
+    vhost: str
+    next_index: int = 0
+
+    def connect(self, timeout: float = FAILOVER_SECONDS) -> pika.BlockingConnection:
+        deadline = time.monotonic() + timeout
+        errors: dict[str, str] = {}
+        while True:
+            for _ in range(len(self.urls)):
+                url = self.urls[self.next_index % len(self.urls)]
+                self.next_index += 1
+                parameters = connection_parameters(url, self.vhost)
+                try:
+                    return pika.BlockingConnection(parameters)
+                except pika.exceptions.AMQPConnectionError as error:
+                    errors[f"{parameters.host}:{parameters.port}"] = repr(error)
+            if time.monotonic() > deadline:
+                tried = "; ".join(f"{node}: {why}" for node, why in errors.items())
+                raise NoNodeReachable(f"no RabbitMQ node accepted a connection within {timeout:.0f} s ({tried})")
+            time.sleep(0.2)
+
+
 @dataclass(frozen=True)
 class DelayedSend:
-    """One published message and when it is due (sent time + requested delay)."""
+    """One published message and when it is due (sent time + requested delay).
+
+    ``attempts`` > 1: the connection was lost before the confirm came and the message was published
+    again through another node (same message id): it may arrive twice.
+    """
 
     message_id: str
     destination: str
@@ -47,6 +102,7 @@ class DelayedSend:
     routing_key: str
     exchange: str
     sent_at: float
+    attempts: int = 1
 
     @property
     def due_at(self) -> float:
@@ -59,18 +115,55 @@ class Arrival:
     queue: str
     routing_key: str
     arrived_at: float
+    redelivered: bool = False
 
 
 class DelayedPublisher:
-    """Publishes like NServiceBus's ``ConfirmsAwareChannel.SendMessage`` for a delayed send."""
+    """Publishes like NServiceBus's ``ConfirmsAwareChannel.SendMessage`` for a delayed send.
 
-    def __init__(self, amqp_url: str, vhost: str, generation: str = model.DEFAULT_GENERATION) -> None:
+    ``amqp_url``: one URL or the nodes of a cluster; on a lost connection the publisher reconnects to
+    the next node and publishes the unconfirmed message again (see the module docstring).
+    """
+
+    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: str = model.DEFAULT_GENERATION) -> None:
         self.generation = generation
-        self.connection = pika.BlockingConnection(connection_parameters(amqp_url, vhost))
-        self.channel = self.connection.channel()
-        self.channel.confirm_delivery()
+        self._nodes = NodeConnector(url_list(amqp_url), vhost)
+        self.failovers = 0
+        self._connect()
         self._ids = itertools.count(1)
         self._run = uuid.uuid4().hex[:8]
+
+    def _connect(self) -> None:
+        self.connection = self._nodes.connect()
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+
+    def _publish_confirmed(
+        self, exchange: str, key: str, body: bytes, properties: pika.BasicProperties
+    ) -> tuple[float, int]:
+        """Publish until one node confirms; returns (time of the first attempt, attempts).
+
+        The first attempt's time: an earlier copy may have been taken by the node that went away, and
+        its delay runs from then."""
+        attempts = 0
+        sent_at = time.monotonic()
+        deadline = sent_at + FAILOVER_SECONDS
+        while True:
+            attempts += 1
+            try:
+                self.channel.basic_publish(exchange, key, body, properties, mandatory=True)
+                return sent_at, attempts
+            except pika.exceptions.NackError:
+                # Not taken: a quorum queue nacks while it has no leader (3.10.8 did during a rolling
+                # restart). Published again, same id, once the election had a moment.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+            except CONNECTION_LOST:
+                with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                    self.connection.close()
+                self.failovers += 1
+                self._connect()
 
     def send(self, destination: str, delay_seconds: int, body: bytes = b"{}") -> DelayedSend:
         """Publish to the first exchange of the delay's path; raises ``UnroutableMessage`` if nothing bound."""
@@ -82,22 +175,20 @@ class DelayedPublisher:
             delivery_mode=PERSISTENT,
             headers={model.DELAY_HEADER: model.normalize_delay(delay_seconds)},
         )
-        sent_at = time.monotonic()
         try:
-            self.channel.basic_publish(exchange, key, body, properties, mandatory=True)
+            sent_at, attempts = self._publish_confirmed(exchange, key, body, properties)
         except pika.exceptions.UnroutableError:
             raise UnroutableMessage(
                 f"delay {delay_seconds} s to {destination!r}: {exchange} returned {key!r} (no matching binding)"
             ) from None
-        return DelayedSend(message_id, destination, delay_seconds, key, exchange, sent_at)
+        return DelayedSend(message_id, destination, delay_seconds, key, exchange, sent_at, attempts)
 
     def publish_plain(self, queue: str, body: bytes = b"{}") -> DelayedSend:
         """A non-delayed send straight to ``queue`` (default exchange), for comparison runs."""
         message_id = f"{self._run}-{next(self._ids)}"
         properties = pika.BasicProperties(message_id=message_id, delivery_mode=PERSISTENT)
-        sent_at = time.monotonic()
-        self.channel.basic_publish("", queue, body, properties, mandatory=True)
-        return DelayedSend(message_id, queue, 0, queue, "", sent_at)
+        sent_at, attempts = self._publish_confirmed("", queue, body, properties)
+        return DelayedSend(message_id, queue, 0, queue, "", sent_at, attempts)
 
     def close(self) -> None:
         if self.connection.is_open:
@@ -118,33 +209,57 @@ class DelayedPublisher:
 
 @dataclass
 class ArrivalCollector:
-    """A thread consuming ``queues`` (auto-ack) and recording every arrival, ours or not."""
+    """A thread consuming ``queues`` and recording every arrival, ours or not.
 
-    amqp_url: str
+    Messages are acknowledged after they are recorded (one ``multiple`` ack per read from the socket),
+    so a lost connection loses none: what was not acknowledged is delivered again (``redelivered``).
+    With several URLs (cluster nodes) a lost connection is replaced by one to the next node and
+    consuming resumes (``reconnects`` counts them).
+    """
+
+    amqp_url: AmqpUrls
     vhost: str
     queues: Iterable[str]
+    prefetch: int = 500
     arrivals: list[Arrival] = field(default_factory=list)
+    reconnects: int = 0
     _condition: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
     _ready: threading.Event = field(default_factory=threading.Event)
     _error: BaseException | None = None
     _thread: threading.Thread | None = None
+    _channel: Any = None
+    _recorded_tag: int = 0
+    _acked_tag: int = 0
 
     def start(self) -> ArrivalCollector:
+        self.queues = list(self.queues)
+        self._nodes = NodeConnector(url_list(self.amqp_url), self.vhost)
         self._thread = threading.Thread(target=self._run, name=f"collector-{self.vhost}", daemon=True)
         self._thread.start()
-        self._ready.wait(30)
+        self._ready.wait(FAILOVER_SECONDS + 30)
         if self._error:
             raise self._error
         return self
 
+    def _consume(self) -> pika.BlockingConnection:
+        connection = self._nodes.connect()
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=self.prefetch)
+        for queue in self.queues:
+            channel.basic_consume(queue, self._on_message(queue))
+        self._channel, self._recorded_tag, self._acked_tag = channel, 0, 0  # delivery tags are per channel
+        return connection
+
+    def _ack_recorded(self) -> None:
+        """One ``basic.ack multiple`` for everything recorded since the last one (not a frame per message)."""
+        if self._recorded_tag > self._acked_tag:
+            self._channel.basic_ack(self._recorded_tag, multiple=True)
+            self._acked_tag = self._recorded_tag
+
     def _run(self) -> None:
         try:
-            connection = pika.BlockingConnection(connection_parameters(self.amqp_url, self.vhost))
-            channel = connection.channel()
-            channel.basic_qos(prefetch_count=500)
-            for queue in self.queues:
-                channel.basic_consume(queue, self._on_message(queue), auto_ack=True)
+            connection = self._consume()
         except BaseException as error:  # surfaced by start()
             self._error = error
             self._ready.set()
@@ -152,17 +267,30 @@ class ArrivalCollector:
         self._ready.set()
         try:
             while not self._stop.is_set():
-                connection.process_data_events(time_limit=0.02)
+                try:
+                    connection.process_data_events(time_limit=0.02)
+                    self._ack_recorded()
+                except CONNECTION_LOST:
+                    with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                        connection.close()
+                    self.reconnects += 1
+                    connection = self._consume()
+        except BaseException as error:  # no node left: surfaced by wait_for()/stop()
+            self._error = error
         finally:
-            if connection.is_open:
-                connection.close()
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                if connection.is_open:
+                    connection.close()
 
     def _on_message(self, queue: str) -> Any:
         def record(_channel: Any, method: Any, properties: Any, _body: bytes) -> None:
             arrived = time.monotonic()
             with self._condition:
-                self.arrivals.append(Arrival(properties.message_id, queue, method.routing_key, arrived))
+                self.arrivals.append(
+                    Arrival(properties.message_id, queue, method.routing_key, arrived, bool(method.redelivered))
+                )
                 self._condition.notify_all()
+            self._recorded_tag = method.delivery_tag
 
         return record
 
@@ -171,12 +299,19 @@ class ArrivalCollector:
         wanted = set(message_ids)
         deadline = time.monotonic() + timeout
         with self._condition:
-            while not wanted <= {a.message_id for a in self.arrivals}:
+            seen: set[str] = set()
+            counted = 0
+            while True:
+                seen.update(a.message_id for a in self.arrivals[counted:])
+                counted = len(self.arrivals)
+                if wanted <= seen:
+                    return True
+                if self._error:
+                    raise self._error
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._condition.wait(min(remaining, 0.5))
-        return True
 
     def by_id(self) -> dict[str, list[Arrival]]:
         with self._condition:
@@ -197,9 +332,9 @@ class ArrivalCollector:
         self.stop()
 
 
-def queue_depths(amqp_url: str, vhost: str, queues: Iterable[str]) -> dict[str, int]:
+def queue_depths(amqp_url: AmqpUrls, vhost: str, queues: Iterable[str]) -> dict[str, int]:
     """Ready-message count per queue from a passive declare (exact, unlike the management API's sampled stats)."""
-    connection = pika.BlockingConnection(connection_parameters(amqp_url, vhost))
+    connection = NodeConnector(url_list(amqp_url), vhost).connect()
     try:
         channel = connection.channel()
         return {queue: channel.queue_declare(queue, passive=True).method.message_count for queue in queues}

@@ -36,10 +36,24 @@ class ServiceUnavailable(RuntimeError):
     """A server cannot be started on this machine (not installed, or it failed to come up)."""
 
 
+class BrokerCommandFailed(RuntimeError):
+    """A RabbitMQ command-line tool (rabbitmqctl) refused or failed; the message has its output."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing on this machine holds ``port`` on the loopback address right now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_until(check: Any, what: str, timeout: float, log: Path | None = None) -> None:
@@ -92,10 +106,10 @@ class LocalRabbitMq:
     """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports.
 
     How the broker is configured (``rabbitmq.conf``, plugins, the environment naming every state
-    path, node, port and epmd) is built here once; how its two processes are launched is the
-    ``server_command``/``epmd_command`` pair, so a launcher that runs another RabbitMQ the same way
-    (the tests run Debian 13's 4.0 in a chroot) only replaces those and where the broker sees its
-    state folder and scripts.
+    path, node, port and epmd) is built here once; how its processes are launched is the
+    ``tool_command``/``epmd_command`` pair (the server and ``rabbitmqctl`` are both tools), so a
+    launcher that runs another RabbitMQ the same way (the tests run Debian 13's 4.0 in a chroot) only
+    replaces those and where the broker sees its state folder and scripts.
     """
 
     state_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nsb-rabbitmq-")))
@@ -105,6 +119,9 @@ class LocalRabbitMq:
     epmd_port: int = field(default_factory=free_port)
     username: str = "guest"
     password: str = "guest"
+    # Settings of the ``rabbit`` application that rabbitmq.conf cannot express (advanced.config), e.g.
+    # ``dead_letter_worker_consumer_prefetch``; read when the broker starts.
+    rabbit_app_env: dict[str, int] = field(default_factory=dict)
     server: subprocess.Popen[bytes] | None = None
     epmd: subprocess.Popen[bytes] | None = None
 
@@ -141,8 +158,12 @@ class LocalRabbitMq:
                 f"RabbitMQ is not installed ({RABBITMQ_BIN}/rabbitmq-server missing); {INSTALL_HINT}"
             )
 
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """One of RabbitMQ's scripts (``rabbitmq-server``, ``rabbitmqctl``, ...) as this broker runs it."""
+        return [str(self.rabbitmq_bin / tool), *args]
+
     def server_command(self) -> list[str]:
-        return [str(self.rabbitmq_bin / "rabbitmq-server")]
+        return self.tool_command("rabbitmq-server")
 
     def epmd_command(self) -> list[str]:
         return ["epmd", "-port", str(self.epmd_port), "-address", HOST]
@@ -157,6 +178,7 @@ class LocalRabbitMq:
             "HOME": str(d / "home"),
             "RABBITMQ_NODENAME": self.node,
             "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
             "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
             "RABBITMQ_LOG_BASE": str(d / "log"),
@@ -180,9 +202,30 @@ class LocalRabbitMq:
             "loopback_users = none\n"
         )
         (d / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        settings = ", ".join(f"{{{name}, {value}}}" for name, value in self.rabbit_app_env.items())
+        (d / "advanced.config").write_text(f"[{{rabbit, [{settings}]}}].\n")
 
-    def _start_server(self) -> Path:
-        log = self.state_dir / "log" / "stdout.log"
+    def write_config(self) -> None:
+        """Write rabbitmq.conf, enabled_plugins and advanced.config (again: a restart reads them anew)."""
+        self._write_config()
+
+    def claim_dist_port(self) -> int:
+        """Keep the Erlang distribution port if still free, else take a fresh one; returns the port used.
+
+        Peers find a node through epmd by its node name (epmd maps the name to whatever port the node
+        registered at boot), so a restarted node may listen on another dist port. Its AMQP and management
+        ports cannot move: clients hold them. On a shared machine something else took a stopped node's
+        dist port once (RabbitMQ 4.0.5 then refused to boot: ``dist_port_already_used ... not_erlang``).
+        """
+        if not port_is_free(self.dist_port):
+            self.dist_port = free_port()
+        return self.dist_port
+
+    def launch_server(self) -> None:
+        """Start rabbitmq-server (its own process group) without waiting; ``wait_ready`` waits."""
+        self.claim_dist_port()
+        log = self.server_log
+        log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self.server = subprocess.Popen(
                 self.server_command(),
@@ -193,11 +236,16 @@ class LocalRabbitMq:
                 cwd=self.state_dir,
                 start_new_session=True,
             )
-        return log
 
-    def start(self, timeout: float = 90) -> LocalRabbitMq:
-        self.check_installed()
-        self._write_config()
+    @property
+    def server_log(self) -> Path:
+        return self.state_dir / "log" / "stdout.log"
+
+    def wait_ready(self, timeout: float = 90, what: str = "RabbitMQ") -> None:
+        wait_until(self._ready, f"{what} on {self.management_url}", timeout, self.server_log)
+
+    def start_epmd(self) -> None:
+        """The broker's own epmd on ``epmd_port`` (a cluster starts one and every node registers with it)."""
         self.epmd = subprocess.Popen(
             self.epmd_command(),
             env=self._env(),
@@ -205,9 +253,14 @@ class LocalRabbitMq:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def start(self, timeout: float = 90) -> LocalRabbitMq:
+        self.check_installed()
+        self._write_config()
+        self.start_epmd()
         try:
-            log = self._start_server()
-            wait_until(self._ready, f"RabbitMQ on {self.management_url}", timeout, log)
+            self.launch_server()
+            self.wait_ready(timeout)
         except BaseException:  # also Ctrl-C while waiting: leave nothing running
             self.stop()
             raise
@@ -230,15 +283,70 @@ class LocalRabbitMq:
         stop_process_group(self.server)
         self.server = None
 
+    def kill_broker(self) -> None:
+        """SIGKILL the broker's whole process group: a crash, no clean shutdown (epmd and state stay).
+
+        Returns once every member is gone (a chroot broker's mounts, and so its state folder, are
+        released only then)."""
+        if self.server is not None:
+            group = self.server.pid
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+            self.server.wait(30)
+            deadline = time.monotonic() + 10
+            while _group_alive(group) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.server = None
+
     def restart(self, timeout: float = 90) -> None:
         self.stop_broker()
-        log = self._start_server()
-        wait_until(self._ready, f"RabbitMQ restart on {self.management_url}", timeout, log)
+        self.launch_server()
+        self.wait_ready(timeout, "RabbitMQ restart")
 
     def stop(self) -> None:
         self.stop_broker()
         stop_process_group(self.epmd, timeout=5)
         self.epmd = None
+
+    def ctl(self, *args: str, timeout: float = 120) -> str:
+        """``rabbitmqctl -n <this node> ARGS`` with the broker's environment (its cookie, epmd port); stdout."""
+        command = self.tool_command("rabbitmqctl", "-n", self.node, *args)
+        tool = subprocess.Popen(
+            command,
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # its own group: a hung CLI VM is killed with everything it started
+        )
+        try:
+            stdout, stderr = tool.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(tool.pid, signal.SIGKILL)
+            tool.communicate()
+            raise BrokerCommandFailed(
+                f"rabbitmqctl {' '.join(args)} on {self.node}: no answer in {timeout:.0f} s"
+            ) from None
+        result = subprocess.CompletedProcess(command, tool.returncode, stdout, stderr)
+        if result.returncode:
+            raise BrokerCommandFailed(
+                f"rabbitmqctl {' '.join(args)} on {self.node} exited with {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()[-1000:]}"
+            )
+        return result.stdout
+
+    def beam_pid(self) -> int | None:
+        """The Erlang VM (``beam.smp``) among the broker's processes, for its RSS."""
+        if self.server is None:
+            return None
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                name, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
+                if name.startswith("beam") and int(rest.split()[3]) == self.server.pid:
+                    return int(stat.parent.name)
+        return None
 
     def api(self) -> requests.Session:
         session = requests.Session()

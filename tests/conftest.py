@@ -35,7 +35,9 @@ os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-
 # tier + broker version is one group, so one worker starts those servers once while the other tiers run
 # beside it (the tiers mostly wait on brokers and timers). Tiers listed in SPLIT_BY_MODULE pay a second
 # server start to spread their modules over the workers.
-TIERS = ("broker", "spark", "sparkcluster", "packaging")
+# The cluster tier is one group for both versions (its fixture is parametrized by "cluster", not
+# "rabbitmq"): its two three-node clusters run one after the other, never six nodes at once on 2 cores.
+TIERS = ("broker", "spark", "sparkcluster", "packaging", "cluster")
 SPLIT_BY_MODULE = ("spark",)
 
 

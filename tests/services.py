@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ __all__ = [
     "LocalMariaDb",
     "LocalPostgres",
     "LocalSparkCluster",
+    "broker_processes",
+    "host_mounts_under",
+    "wait_gone",
 ]
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -49,7 +53,7 @@ RABBITMQ4_HINT = (
 class ChrootRabbitMq(LocalRabbitMq):
     """Debian 13's RabbitMQ 4.0 (Erlang 27) from a chroot, configured exactly like ``LocalRabbitMq``.
 
-    Only the launch differs. The server starts in a private mount namespace (``unshare --mount
+    Only the launch differs. The server (and ``rabbitmqctl``) starts in a private mount namespace (``unshare --mount
     --propagation private``) that mounts ``proc``, binds ``/dev``, puts a tmpfs on the root's ``/tmp``
     and binds this broker's state folder on the root's ``/mnt`` before it ``chroot``s: those mounts
     exist only for the broker's processes and vanish with the last of them, so a killed test leaves
@@ -76,21 +80,66 @@ class ChrootRabbitMq(LocalRabbitMq):
         if not shutil.which("unshare") or not shutil.which("chroot"):
             raise ServiceUnavailable("unshare and chroot (util-linux, coreutils) are needed for RabbitMQ 4.0")
 
-    def server_command(self) -> list[str]:
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """The server and the CLI tools (rabbitmqctl must be Erlang 27's too) run inside the root."""
         root = shlex.quote(str(self.root))
+        command = " ".join(shlex.quote(part) for part in (str(self.rabbitmq_bin / tool), *args))
         mounts = " && ".join(
             [
                 f"mount -t proc proc {root}/proc",
                 f"mount --rbind /dev {root}/dev",
                 f"mount -t tmpfs tmpfs {root}/tmp",
                 f"mount --bind {shlex.quote(str(self.state_dir))} {root}{self.broker_state_dir}",
-                f"exec chroot {root} {shlex.quote(str(self.rabbitmq_bin / 'rabbitmq-server'))}",
+                f"exec chroot {root} {command}",
             ]
         )
         return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts]
 
     def epmd_command(self) -> list[str]:
         return ["chroot", str(self.root), "/usr/bin/epmd", "-port", str(self.epmd_port), "-address", HOST]
+
+
+# --- what a test checks after stopping a broker: its processes gone, its mounts never visible ---
+
+
+def session_members(session_id: int) -> list[int]:
+    """PIDs of the live processes in session ``session_id`` (each broker and epmd starts its own)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def broker_processes(broker: LocalRabbitMq) -> list[int]:
+    return [pid for process in (broker.server, broker.epmd) if process for pid in session_members(process.pid)]
+
+
+def host_mounts_under(root: Path) -> list[str]:
+    """What ``mount | grep <root>`` shows in the host's (this process's) mount namespace."""
+    output = subprocess.run(["mount"], capture_output=True, text=True, check=True).stdout
+    return [line for line in output.splitlines() if str(root) in line]
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and session_of(pid) is not None]
+        time.sleep(0.1)
+    return alive
+
+
+def session_of(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[3])
 
 
 POSTGRES_BIN = Path(os.environ.get("NSB_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))

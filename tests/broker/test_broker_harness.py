@@ -9,60 +9,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from tests.conftest import require_installed
-from tests.services import ChrootRabbitMq
-
-
-def session_members(session_id: int) -> list[int]:
-    """PIDs of the live processes in session ``session_id`` (each broker and epmd starts its own)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
-def broker_processes(broker: LocalRabbitMq) -> list[int]:
-    return [pid for process in (broker.server, broker.epmd) if process for pid in session_members(process.pid)]
-
-
-def host_mounts_under(root: Path) -> list[str]:
-    """What ``mount | grep <root>`` shows in the host's (this process's) mount namespace."""
-    output = subprocess.run(["mount"], capture_output=True, text=True, check=True).stdout
-    return [line for line in output.splitlines() if str(root) in line]
+from tests.services import ChrootRabbitMq, broker_processes, host_mounts_under, wait_gone
 
 
 def namespace_mount_points(pid: int) -> set[str]:
     """Mount points as process ``pid`` sees them (relative to its chroot)."""
     return {line.split()[4] for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()}
-
-
-def wait_gone(pids: list[int], timeout: float = 30) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and session_of(pid) is not None]
-        time.sleep(0.1)
-    return alive
-
-
-def session_of(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[3])
 
 
 @pytest.fixture
