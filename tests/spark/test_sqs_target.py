@@ -83,7 +83,9 @@ def test_run_into_sqs_uses_both_paths_with_batches_attributes_and_ids(
         if delay <= sqs.MAX_DELAY_SECONDS:
             assert queue == sqs.sqs_queue_name(row.destination, PREFIX)
             assert sqs.DELAY_ATTRIBUTE not in attributes and message.group_id is None
-            assert abs(waits - remaining) <= 1.5  # DelaySeconds = the remaining delay at dispatch
+            # DelaySeconds = the remaining delay at dispatch, in whole seconds: never early beyond the rounding,
+            # late by at most the time the batch takes to reach SQS (0.6 s seen with four test workers on 2 cores)
+            assert -1.0 <= waits - remaining <= 3.0
         else:
             assert queue == sqs.delay_queue_name(row.destination, PREFIX)
             assert message.group_id == message.deduplication_id == row.message_id
