@@ -52,12 +52,15 @@ def xdist_group(item: pytest.Item, tier: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Without xdist (`-p no:xdist`, a debugger session) its marker is unknown under --strict-markers.
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         path = Path(str(item.fspath))
         for tier in TIERS:
             if TESTS / tier in path.parents:
                 item.add_marker(getattr(pytest.mark, tier))
-                item.add_marker(pytest.mark.xdist_group(xdist_group(item, tier)))
+                if grouped:
+                    item.add_marker(pytest.mark.xdist_group(xdist_group(item, tier)))
 
 
 def unavailable(reason: str) -> None:
