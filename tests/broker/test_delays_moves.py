@@ -1,13 +1,16 @@
 """``nsb-delays delays migrate|transfer`` on a real broker: waiting messages move into a v2 graph, each when due.
 
-Two cases, each run once through the CLI as an operator runs it: ``migrate`` (the v1 graph of a vhost
-into its v2 graph) and ``transfer`` (one vhost's v2 graph into another vhost's, as between the blue
-and green broker of an upgrade). About 1,900 messages each (3,700 in all) wait in the source graph as
-NServiceBus endpoints leave them (every level 7..27, to three endpoints, one with a dotted name), plus some due
-in seconds, some already past due and one poison message of each kind. After the run:
+Three cases, each run once through the CLI as an operator runs it: ``migrate`` (the v1 graph of a vhost
+into its v2 graph), ``transfer`` (one vhost's v2 graph into another vhost's) and ``transfer-between-brokers``
+(a v2 graph on the ``rabbitmq`` broker into the v2 graph of a second broker PROCESS of the same version, as
+between the blue and green broker of an upgrade: ``--destination-management-url``/``--destination-amqp-url``
+name the other broker). About 1,900 messages each wait in the two one-broker cases (every level 7..27, to three
+endpoints, one with a dotted name), a cheap hundred in the two-broker case (its second broker start is the
+cost), plus in each some due in seconds, some already past due and one poison message of each kind. After the
+run:
 
-- the ones due soon arrive at their endpoint, never early and at most ``LATE_TOLERANCE_SECONDS`` late;
-  the past-due ones arrive at once;
+- the ones due soon arrive once at their endpoint (on the destination broker), never early, republished with
+  the routing key of ``ceil(due - now)`` for a moment of the run; the past-due ones with delay 0;
 - the long ones wait in the v2 level of the highest bit of their remaining delay, with the routing
   key of ``ceil(due - now)`` at the moment they were moved, body and headers intact (``x-death`` and
   ``x-first-death-*`` gone);
@@ -17,10 +20,12 @@ in seconds, some already past due and one poison message of each kind. After the
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +34,11 @@ import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector
 from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from tests.broker.in_flight_messages import (
     ENDPOINTS,
-    MONOTONIC_OFFSET,
     PoisonMessage,
     WaitingMessage,
     declare_graphs,
@@ -44,10 +49,10 @@ from tests.broker.in_flight_messages import (
     read_queue,
     spread_over_levels,
 )
+from tests.conftest import serve, vhost_factory
 
 SEED = random.randrange(1 << 30)
 CLOCK_GRANULARITY_SECONDS = 0.005
-LATE_TOLERANCE_SECONDS = 1.5  # as the graph's own delivery test: dead-letter hops on a shared 2-core machine
 CLI = [sys.executable, "-m", "nsb_delays.infra.cli"]
 LONG_FROM_LEVEL = 7  # 128 s and more: still in its first v2 level queue when the test reads them
 SOON_SECONDS = (14, 20)  # due after the fill and the run (a few seconds; 12 s was too short at load 15)
@@ -74,12 +79,36 @@ class Case:
     source_generation: str
     poison_queue: str
     separate_destination: bool
+    separate_broker: bool = False
+    per_level: int = 80
+    soon_count: int = 150
+    past_count: int = 30
 
 
 CASES = {
     "migrate": Case("migrate", "v1", in_flight.MIGRATE_POISON_QUEUE, False),
     "transfer": Case("transfer", "v2", in_flight.TRANSFER_POISON_QUEUE, True),
+    "transfer-between-brokers": Case(
+        "transfer", "v2", in_flight.TRANSFER_POISON_QUEUE, True, True, per_level=3, soon_count=24, past_count=6
+    ),
 }
+
+
+@pytest.fixture(scope="module")
+def green_rabbitmq(rabbitmq: LocalRabbitMq) -> Iterator[LocalRabbitMq]:
+    """A second broker process of the ``rabbitmq`` fixture's kind and version (own node, ports, epmd, state),
+    the destination of the two-broker transfer; stopped by PID when the module ends."""
+    with contextlib.closing(serve(type(rabbitmq)())) as started:
+        green = next(started)
+        assert green.version() == rabbitmq.version()
+        yield green
+
+
+@pytest.fixture(scope="module")
+def green_vhost(green_rabbitmq: LocalRabbitMq) -> Iterator[Callable[[str], str]]:
+    management = ManagementApi(green_rabbitmq.management_url, green_rabbitmq.username, green_rabbitmq.password)
+    with vhost_factory(management) as make:
+        yield make
 
 
 @dataclass
@@ -98,45 +127,64 @@ class Moved:
     source_left: int
 
 
-def move(rabbitmq: LocalRabbitMq, module_vhost, case: Case) -> tuple[Any, ...]:
+def move(
+    rabbitmq: LocalRabbitMq, module_vhost, case: Case, destination: LocalRabbitMq, destination_vhost
+) -> tuple[Any, ...]:
     """Fill the source graph, start collecting at the endpoints, run the CLI; returns what the checks need."""
     source = module_vhost(f"{case.operation}-source")
-    target = module_vhost(f"{case.operation}-target") if case.separate_destination else source
-    for vhost in {source, target}:
-        connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.vhost_amqp_url(vhost)))
+    if case.separate_broker:
+        target = destination_vhost(f"{case.operation}-target")
+    else:
+        destination = rabbitmq
+        target = module_vhost(f"{case.operation}-target") if case.separate_destination else source
+    for url in {rabbitmq.vhost_amqp_url(source), destination.vhost_amqp_url(target)}:  # one graph for a migrate
+        connection = pika.BlockingConnection(pika.URLParameters(url))
         declare_graphs(connection.channel(), ["v1", "v2"])
         connection.close()
     generation = case.source_generation
-    long, long_out = spread_over_levels(80, generation, SEED, lowest_target_level=LONG_FROM_LEVEL)
-    soon, soon_out = due_soon(150, generation, SEED, within=SOON_SECONDS)
-    past, past_out = due_soon(30, generation, SEED, within=(-3600, -1), start_index=200_000)
+    long, long_out = spread_over_levels(case.per_level, generation, SEED, lowest_target_level=LONG_FROM_LEVEL)
+    soon, soon_out = due_soon(case.soon_count, generation, SEED, within=SOON_SECONDS)
+    past, past_out = due_soon(case.past_count, generation, SEED, within=(-3600, -1), start_index=200_000)
     poison = poison_messages(generation)
-    collector = ArrivalCollector(rabbitmq.amqp_url, target, ENDPOINTS).start()
+    collector = ArrivalCollector(destination.amqp_url, target, ENDPOINTS).start()
     publish(
         pika.URLParameters(rabbitmq.vhost_amqp_url(source)), long_out + soon_out + past_out + [o for _, o in poison]
     )
     arguments = broker_arguments(rabbitmq, source)
     if case.operation == "transfer":
-        arguments += ["--source-generation", generation, *broker_arguments(rabbitmq, target, "destination-")]
+        arguments += ["--source-generation", generation, *broker_arguments(destination, target, "destination-")]
     started = time.time()
     run = subprocess.run(
         [*CLI, "delays", case.operation, *arguments, "--no-progress"], capture_output=True, text=True, timeout=300
     )
-    return source, target, long, soon, past, [p for p, _ in poison], collector, run, started, time.time()
+    finished = time.time()
+    return source, destination, target, long, soon, past, [p for p, _ in poison], collector, run, started, finished
 
 
 @pytest.fixture(scope="module")
-def moved(rabbitmq: LocalRabbitMq, module_vhost) -> dict[str, Moved]:
-    """Both cases are moved first and then awaited together, so the module waits for its messages once."""
-    runs = {name: move(rabbitmq, module_vhost, case) for name, case in CASES.items()}
-    latest_due = max(m.due_monotonic for run in runs.values() for m in run[3])
+def moved(rabbitmq: LocalRabbitMq, module_vhost, green_rabbitmq: LocalRabbitMq, green_vhost) -> dict[str, Moved]:
+    """All cases are moved first and then awaited together, so the module waits for its messages once."""
+    runs = {name: move(rabbitmq, module_vhost, case, green_rabbitmq, green_vhost) for name, case in CASES.items()}
+    latest_due = max(m.due_monotonic for run in runs.values() for m in run[4])
     results = {}
-    for name, (source, target, long, soon, past, poison, collector, run, started, finished) in runs.items():
+    for name, (
+        source,
+        destination,
+        target,
+        long,
+        soon,
+        past,
+        poison,
+        collector,
+        run,
+        started,
+        finished,
+    ) in runs.items():
         case = CASES[name]
         collector.wait_for([m.message_id for m in soon + past], timeout=latest_due - time.monotonic() + 30)
         collector.stop()
         source_parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
-        target_parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(target))
+        target_parameters = pika.URLParameters(destination.vhost_amqp_url(target))
         in_v2: dict[str, list[tuple[str, Any, Any, bytes]]] = {}
         for level in range(rmq.LEVEL_COUNT):
             queue = rmq.delay_level_name(level, "v2")
@@ -197,10 +245,24 @@ def test_body_properties_and_headers_are_intact_without_the_old_dead_letter_hist
         assert properties.headers == message.headers  # x-death / x-first-death-* stripped, the rest as sent
 
 
+def republished_delay_problem(message: WaitingMessage, routing_key: str, migrated: Moved) -> str | None:
+    """The delay a message was republished with is ``ceil(due - t)`` (0 once past due) for a moment ``t`` of the
+    run: bounded by the clock read around the run, so a slow run widens the window instead of failing it."""
+    delay = in_flight.delay_in_routing_key(routing_key)
+    lowest = max(0.0, message.due_epoch - migrated.finished_epoch)
+    highest = max(0.0, message.due_epoch - migrated.started_epoch + 1)
+    if not lowest <= delay <= highest:
+        return f"{message.message_id}: republished with {delay} s, outside [{lowest:.1f}, {highest:.1f}]"
+    return None
+
+
 def test_messages_due_soon_arrive_when_due(migrated: Moved) -> None:
-    """Never early; at most the tolerance after the due time, or after the run if it moved them past due."""
+    """Each arrives once at its endpoint, never early, republished with its remaining delay at the move.
+
+    No wall-clock bound on lateness: a slow machine makes the run and the dead-letter hops slower, not the
+    messages wrong. A wrong remaining delay fails the routing-key check; a message that is lost or stalled never
+    arrives within the fixture's wait (the latest due time plus 30 s)."""
     arrivals = migrated.collector.by_id()
-    finished = migrated.finished_epoch - MONOTONIC_OFFSET
     problems = []
     for message in migrated.soon:
         got = arrivals.get(message.message_id, [])
@@ -210,23 +272,20 @@ def test_messages_due_soon_arrive_when_due(migrated: Moved) -> None:
             )
             continue
         early = message.due_monotonic - got[0].arrived_at
-        late = got[0].arrived_at - max(message.due_monotonic, finished)
         if early > CLOCK_GRANULARITY_SECONDS:
             problems.append(f"{message.message_id}: {early:.3f} s early")
-        if late > LATE_TOLERANCE_SECONDS:
-            problems.append(f"{message.message_id}: {late:.3f} s late")
+        if problem := republished_delay_problem(message, got[0].routing_key, migrated):
+            problems.append(problem)
     assert not problems, f"seed {SEED}: {problems[:10]}"
-    due_after_the_run = sum(1 for message in migrated.soon if message.due_monotonic > finished)
-    assert due_after_the_run >= len(migrated.soon) // 2, "the run took too long for the timing to mean anything"
 
 
 def test_past_due_messages_are_delivered_at_once(migrated: Moved) -> None:
+    """Past due before the run started: republished with delay 0, straight to the delivery exchange."""
     arrivals = migrated.collector.by_id()
-    finished = migrated.finished_epoch - MONOTONIC_OFFSET
     for message in migrated.past:
         got = arrivals[message.message_id]
         assert [a.queue for a in got] == [message.destination]
-        assert got[0].arrived_at <= finished + LATE_TOLERANCE_SECONDS
+        assert in_flight.delay_in_routing_key(got[0].routing_key) == 0, got[0].routing_key
 
 
 def test_poison_messages_are_set_aside_with_their_reason(migrated: Moved) -> None:
