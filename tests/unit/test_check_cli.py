@@ -157,3 +157,16 @@ def test_a_broker_version_the_stack_cannot_work_with_exits_2_naming_both_setting
     assert code == 2 and "Traceback" not in output
     assert "deliveryLimitPolicies is true (its default) with brokerVersion '3.11'" in output
     assert "set deliveryLimitPolicies: false" in output
+
+
+def test_the_stack_broker_version_reaches_the_queue_arguments_advice(tmp_path: Path) -> None:
+    """A v1 stack for RabbitMQ 3.10 declares classic queues without x-queue-type (the broker keeps them so);
+    ``check`` gives the policy the stack's brokerVersion, so it does not advise the type 4.0 would need."""
+
+    def v1_on_3_10(config: dict[str, Any]) -> None:
+        rabbitmq = config["nsb-delays:rabbitmq"]
+        rabbitmq.update(generation="v1", brokerVersion="3.10", deliveryLimitPolicies=False)
+
+    stack = write_stack(tmp_path, "three-ten", v1_on_3_10)
+    code, output = check("--stack", stack)
+    assert code == 0 and "queue-arguments-as-read" not in output
