@@ -84,6 +84,10 @@ demo: setup
 # pytest's exit code 5 (no test collected) fails this target like any other failure.
 # pytest-xdist: TEST_WORKERS processes; each tier + broker version is one group (tests/conftest.py), so
 # the tiers, which mostly wait on brokers and timers, overlap on the 2 cores instead of queueing.
+# Bytecode caches stay on for the tests even where PYTHONDONTWRITEBYTECODE is set: without them every
+# worker and every CLI subprocess compiles the package again, and pytest rewrites every test module on
+# each run (collection 8 s instead of 2 s; the unit tier 35 s instead of 27 s on this 2-core machine).
+unexport PYTHONDONTWRITEBYTECODE
 TEST_WORKERS ?= 4
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
