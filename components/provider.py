@@ -27,6 +27,9 @@ class RabbitMqDelayInfrastructureArgs(TypedDict):
     """The parking exchange and queue as the delivery exchange's alternate exchange, by policy (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them."""
+    broker_version: NotRequired[str]
+    """RabbitMQ version of the broker, "MAJOR.MINOR" (default "4.0"): below 4.0 classic queues are declared
+    without an explicit x-queue-type, as the broker keeps them."""
 
 
 class RabbitMqEndpointArgs(TypedDict):
@@ -50,6 +53,9 @@ class RabbitMqEndpointArgs(TypedDict):
     """Conventional topology: the parking exchange as each receiving queue's exchange's alternate (default true)."""
     adopt_existing: NotRequired[bool]
     """Import the endpoint's existing queues, exchange and bindings instead of creating them."""
+    broker_version: NotRequired[str]
+    """RabbitMQ version of the broker, "MAJOR.MINOR" (default "4.0"): below 4.0 classic queues are declared
+    without an explicit x-queue-type, as the broker keeps them."""
 
 
 class SqsEndpointArgs(TypedDict):

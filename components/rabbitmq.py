@@ -5,8 +5,8 @@ arguments go in the field a provider read gives them back in (``model.queue_argu
 ``arguments_json`` when a value is not a string (the ``arguments`` map sends every value as a string,
 and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
 so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
-type is always explicit (``model.provider_queue_arguments``): RabbitMQ 4.x (and 3.13 with the
-backport) writes the default into a queue's arguments.
+type is explicit where the broker (``broker_version``, default 4.0) writes the default into a queue's
+arguments (``model.provider_queue_arguments``): RabbitMQ 4.x and 3.13 with the backport.
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
     return f"{escaped_vhost}/{binding.source}/{binding.destination}/{binding.destination_type}/{key}"
 
 
-def queue_settings(queue: model.QueueSpec) -> rabbitmq.QueueSettingsArgs:
+def queue_settings(
+    queue: model.QueueSpec, broker_version: str = model.DEFAULT_BROKER_VERSION
+) -> rabbitmq.QueueSettingsArgs:
     """Durability plus ``model.provider_queue_arguments`` in the field ``model.queue_arguments_field`` picks."""
-    arguments = model.provider_queue_arguments(queue.arguments)
+    arguments = model.provider_queue_arguments(queue.arguments, broker_version)
     field = model.queue_arguments_field(arguments)
     if field == "arguments_json":
         return rabbitmq.QueueSettingsArgs(
@@ -96,6 +98,7 @@ def declare_topology(
     protect_delay_queues: bool = True,
     existing_exchanges: Mapping[str, rabbitmq.Exchange] | None = None,
     adopt_existing: bool = False,
+    broker_version: str = model.DEFAULT_BROKER_VERSION,
 ) -> _Declared:
     """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
@@ -133,7 +136,7 @@ def declare_topology(
             f"{name}-{queue.name}",
             name=queue.name,
             vhost=vhost,
-            settings=queue_settings(queue),
+            settings=queue_settings(queue, broker_version),
             opts=pulumi.ResourceOptions(
                 parent=component,
                 protect=guard,
@@ -207,6 +210,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         protect_delay_queues: bool = True,
         park_unroutable: bool = True,
         adopt_existing: bool = False,
+        broker_version: str = model.DEFAULT_BROKER_VERSION,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
@@ -220,6 +224,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
             vhost=vhost,
             protect_delay_queues=protect_delay_queues,
             adopt_existing=adopt_existing,
+            broker_version=broker_version,
         )
         delivery = model.delivery_exchange_name(generation)
         self.delivery_exchange_resource = self.resources.exchanges[delivery]
@@ -265,6 +270,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         delivery_exchange: rabbitmq.Exchange | None = None,
         parking_exchange: rabbitmq.Exchange | None = None,
         adopt_existing: bool = False,
+        broker_version: str = model.DEFAULT_BROKER_VERSION,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqEndpoint", name, None, opts)
@@ -290,7 +296,13 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             if resource is not None
         }
         self.resources = declare_topology(
-            self, name, topology, vhost=vhost, existing_exchanges=existing, adopt_existing=adopt_existing
+            self,
+            name,
+            topology,
+            vhost=vhost,
+            existing_exchanges=existing,
+            adopt_existing=adopt_existing,
+            broker_version=broker_version,
         )
         self.queue_name = self.resources.queues[endpoint].name
         self.receiving_queues = pulumi.Output.from_input(
@@ -322,13 +334,16 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
         vhost: str = "/",
         adopt_existing: bool = False,
+        broker_version: str = model.DEFAULT_BROKER_VERSION,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqSharedQueues", name, None, opts)
         topology = model.shared_queues(
             routing_topology=routing_topology, queue_type=queue_type, error_queue=error_queue, audit_queue=audit_queue
         )
-        self.resources = declare_topology(self, name, topology, vhost=vhost, adopt_existing=adopt_existing)
+        self.resources = declare_topology(
+            self, name, topology, vhost=vhost, adopt_existing=adopt_existing, broker_version=broker_version
+        )
         self.error_queue = self.resources.queues[error_queue].name
         self.audit_queue = self.resources.queues[audit_queue].name
         self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})

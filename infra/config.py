@@ -25,6 +25,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 NAMESPACE = "nsb-delays"
 SECTIONS = ("rabbitmq", "sqs", "msmq")
 DELIVERY_LIMIT_POLICIES_KEY = "deliveryLimitPolicies"
+BROKER_VERSION_KEY = "brokerVersion"
 
 
 class ConfigError(ValueError):
@@ -70,6 +71,7 @@ class RabbitMqConfig:
     park_unroutable: bool = True  # the parking exchange as the delivery (and endpoint) exchanges' alternate (#1407)
     adopt_existing: bool = False
     delivery_limit_policies: bool = True
+    broker_version: str = rmq.DEFAULT_BROKER_VERSION  # MAJOR.MINOR[.PATCH]: decides x-queue-type and policies
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
     endpoints: tuple[RabbitMqEndpointConfig, ...] = ()
@@ -187,7 +189,10 @@ def _section_endpoints(raw: Any) -> Any:
 
 def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     path = f"{NAMESPACE}:rabbitmq"
-    values = _fields(raw, path, _RABBITMQ_KEYS, problems, extra=("endpoints",))
+    values = _fields(raw, path, _RABBITMQ_KEYS, problems, extra=("endpoints", BROKER_VERSION_KEY))
+    broker_version = _broker_version(raw, path, problems)
+    if broker_version is not None:
+        values["broker_version"] = broker_version
     endpoints = []
     for entry_path, fields in _endpoint_fields(
         _section_endpoints(raw), f"{path}.endpoints", _RABBITMQ_ENDPOINT_KEYS, problems
@@ -203,7 +208,40 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
         endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), **fields))
     config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
     _check_rabbitmq_names(config, path, problems)
+    _check_broker_version_rules(config, path, problems)
     return config
+
+
+def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
+    """``brokerVersion`` as given when it parses (``rmq.parse_broker_version``); else a problem and None."""
+    value = raw.get(BROKER_VERSION_KEY) if isinstance(raw, Mapping) else None
+    if value is None:
+        return None
+    where = f"{path}.{BROKER_VERSION_KEY}"
+    if not isinstance(value, str):
+        hint = f" (quote it: YAML reads {value!r} as a number, 3.10 as 3.1)" if isinstance(value, float) else ""
+        problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
+        return None
+    try:
+        rmq.parse_broker_version(value)
+    except ValueError as error:
+        problems.append(f"{where}: {error}")
+        return None
+    return value
+
+
+def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
+    version = rmq.parse_broker_version(config.broker_version)
+    has_quorum_endpoints = any(e.queue_type == "quorum" for e in config.endpoints)
+    if config.delivery_limit_policies and has_quorum_endpoints and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
+        accepted = ".".join(map(str, rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM[:2]))
+        problems.append(
+            f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true (its default) with {BROKER_VERSION_KEY} "
+            f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
+            f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); set {DELIVERY_LIMIT_POLICIES_KEY}: false "
+            f"(a broker below 4.0 has no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
+        )
 
 
 def _name_problems(name: str, *, destination: bool) -> list[str]:

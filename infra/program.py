@@ -28,6 +28,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
         protect_delay_queues=config.protect_delay_queues,
         park_unroutable=config.park_unroutable,
         adopt_existing=config.adopt_existing,
+        broker_version=config.broker_version,
     )
     RabbitMqSharedQueues(
         "shared-queues",
@@ -37,6 +38,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
         audit_queue=config.audit_queue,
         vhost=config.vhost,
         adopt_existing=config.adopt_existing,
+        broker_version=config.broker_version,
     )
     endpoints = {
         endpoint.name: RabbitMqEndpoint(
@@ -53,6 +55,7 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
             parking_exchange=infrastructure.parking_exchange_resource,
             delivery_exchange=infrastructure.delivery_exchange_resource,
             adopt_existing=config.adopt_existing,
+            broker_version=config.broker_version,
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
         )
         for endpoint in config.endpoints

@@ -36,6 +36,7 @@ class DispatchSettings:
     layout: TimeoutLayout
     run: Run
     amqp_url: str | None = None
+    more_amqp_urls: tuple[str, ...] = ()  # further cluster nodes: a FailoverConfirmPublisher over all of them
     generation: str = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
@@ -47,11 +48,16 @@ class _Sender:
     def __init__(self, settings: DispatchSettings) -> None:
         self.settings = settings
         if settings.target == "rabbitmq":
+            from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
             from nsb_delays.brokers.confirms import ConfirmPublisher
 
             if not settings.amqp_url:
                 raise ValueError("the RabbitMQ target needs an AMQP URL (--rabbitmq-url)")
-            self.publisher: Any = ConfirmPublisher(settings.amqp_url)
+            # Built here, on the executor, from the URLs (a publisher holds a socket: it does not pickle).
+            if settings.more_amqp_urls:
+                self.publisher: Any = FailoverConfirmPublisher([settings.amqp_url, *settings.more_amqp_urls])
+            else:
+                self.publisher = ConfirmPublisher(settings.amqp_url)
         else:
             from nsb_delays.brokers.sqs_sender import SqsSender
 

@@ -87,7 +87,13 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--target", type=click.Choice(TARGETS), default="rabbitmq", show_default=True),
-        click.option("--rabbitmq-url", envvar="NSB_RABBITMQ_URL", help="AMQP URL incl. vhost (amqp://u:p@host/%2F)."),
+        click.option(
+            "--rabbitmq-url",
+            envvar="NSB_RABBITMQ_URL",
+            multiple=True,
+            help="AMQP URL incl. vhost (amqp://u:p@host/%2F). A cluster: repeat it or separate URLs with commas, "
+            "one per node (same vhost); the run carries on from the next node when its own goes away.",
+        ),
         click.option("--rabbitmq-management-url", envvar="NSB_RABBITMQ_MANAGEMENT_URL", help="http://host:15672"),
         click.option(
             "--generation", type=click.Choice(rmq.GENERATIONS), default=rmq.DEFAULT_GENERATION, show_default=True
@@ -182,13 +188,13 @@ def target_option_problems(values: dict[str, Any]) -> list[str]:
             problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
         return problems
     problems = _misplaced(values, SQS_ONLY, "to --target sqs")
-    amqp, management = values.get("rabbitmq_url"), values.get("rabbitmq_management_url")
-    if not amqp:
+    management = values.get("rabbitmq_management_url")
+    urls = amqp_urls(values)
+    if not urls:
         problems.append(
             "--target rabbitmq needs --rabbitmq-url (or NSB_RABBITMQ_URL): amqp://user:pass@host:5672/vhost"
         )
-    elif urlsplit(amqp).scheme not in ("amqp", "amqps"):
-        problems.append(f"--rabbitmq-url {_hide(amqp)!r} is not an amqp:// or amqps:// URL")
+    problems += amqp_url_problems(urls)
     if not management:
         problems.append(
             "--target rabbitmq needs --rabbitmq-management-url (or NSB_RABBITMQ_MANAGEMENT_URL): http://host:15672, "
@@ -199,6 +205,46 @@ def target_option_problems(values: dict[str, Any]) -> list[str]:
     return problems
 
 
+def amqp_urls(values: dict[str, Any]) -> list[str]:
+    """Every ``--rabbitmq-url`` (repeated, comma-separated, or NSB_RABBITMQ_URL split on spaces by click), in order.
+
+    A comma inside a URL (a password) must be percent-encoded (%2C), as pika's URL parsing decodes it."""
+    given_urls = values.get("rabbitmq_url") or ()
+    if isinstance(given_urls, str):
+        given_urls = (given_urls,)
+    return [url.strip() for text in given_urls for url in text.split(",") if url.strip()]
+
+
+def amqp_url_problems(urls: list[str]) -> list[str]:
+    """Each URL an amqp(s):// URL with a host and a numeric port; several URLs (the nodes of one cluster)
+    name the same vhost, and none twice."""
+    import pika
+
+    problems: list[str] = []
+    vhosts: dict[str, str] = {}
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("amqp", "amqps"):
+            problems.append(f"--rabbitmq-url {_hide(url)!r} is not an amqp:// or amqps:// URL")
+            continue
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
+        except ValueError:
+            problems.append(f"--rabbitmq-url {_hide(url)!r} has an invalid port (a number, 1-65535)")
+            continue
+        if not parts.hostname:
+            problems.append(f"--rabbitmq-url {_hide(url)!r} names no host: amqp://user:pass@host:5672/vhost")
+            continue
+        vhosts[url] = pika.URLParameters(url).virtual_host
+    if len(set(vhosts.values())) > 1:
+        named = ", ".join(f"{_hide(url)!r} -> {vhost!r}" for url, vhost in vhosts.items())
+        problems.append(f"--rabbitmq-url: the nodes of one cluster must name the same vhost, not {named}")
+    twice = sorted({_hide(url) for url in urls if urls.count(url) > 1})
+    if twice:
+        problems.append(f"--rabbitmq-url given twice: {', '.join(twice)} (give each node once)")
+    return problems
+
+
 def _hide(url: str) -> str:
     """A URL with its password replaced by ``***`` (amqp://user:***@host, jdbc:…?password=***)."""
     url = re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
@@ -206,7 +252,8 @@ def _hide(url: str) -> str:
 
 
 def target_settings(values: dict[str, Any]) -> TargetSettings:
-    amqp = values.get("rabbitmq_url")
+    urls = amqp_urls(values)
+    amqp = urls[0] if urls else None
     vhost, auth = "/", ("guest", "guest")
     if amqp and values["target"] == "rabbitmq":
         import pika
@@ -217,6 +264,7 @@ def target_settings(values: dict[str, Any]) -> TargetSettings:
     return TargetSettings(
         kind=values["target"],
         amqp_url=amqp,
+        more_amqp_urls=tuple(urls[1:]),
         management_url=values.get("rabbitmq_management_url"),
         management_auth=auth,
         vhost=vhost,
@@ -286,7 +334,7 @@ def environment_problems(
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)
     if target is not None and target.kind == "rabbitmq" and target.amqp_url and target.management_url:
-        problems += preflight.rabbitmq_problems(target.amqp_url, target.management_url, target.management_auth)
+        problems += preflight.rabbitmq_problems(target.amqp_urls, target.management_url, target.management_auth)
     elif target is not None and target.kind == "sqs":
         problems += preflight.sqs_problems(target.sqs)
     return problems
@@ -341,6 +389,9 @@ def command_line(context: click.Context, command: str, names: tuple[str, ...] | 
         flag = option_flag(name)
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):  # a repeatable option (--rabbitmq-url)
+            for item in value:
+                words += [flag, _hide(str(item))]
         elif value is not None:
             text = "***" if name in SECRET_OPTIONS else _hide(str(value))
             words += [flag, text]

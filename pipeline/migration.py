@@ -72,6 +72,7 @@ JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 class TargetSettings:
     kind: str = "rabbitmq"
     amqp_url: str | None = None
+    more_amqp_urls: tuple[str, ...] = ()  # further nodes of amqp_url's cluster: the dispatch fails over to them
     management_url: str | None = None
     management_auth: tuple[str, str] = ("guest", "guest")
     vhost: str = "/"
@@ -82,6 +83,11 @@ class TargetSettings:
         if self.kind not in TARGETS:
             raise ValueError(f"unknown target {self.kind!r}: expected one of {', '.join(TARGETS)}")
         rmq.generation_spec(self.generation)
+
+    @property
+    def amqp_urls(self) -> list[str]:
+        """Every node's URL, ``amqp_url`` first."""
+        return ([self.amqp_url] if self.amqp_url else []) + list(self.more_amqp_urls)
 
     def destination_problem(self, destination: str) -> str | None:
         """Why no message can be addressed to ``destination`` on this target (None when it can)."""
@@ -399,6 +405,7 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         layout=source.layout,
         run=run,
         amqp_url=options.target.amqp_url,
+        more_amqp_urls=options.target.more_amqp_urls,
         generation=options.target.generation,
         sqs=options.target.sqs,
         refused=refused,

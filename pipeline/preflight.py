@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -392,25 +392,36 @@ def export_summary_problems(export: ExportSource, summary: ExportSummary) -> lis
 PREFLIGHT_TIMEOUT_SECONDS = 10
 
 
-def rabbitmq_problems(amqp_url: str, management_url: str, management_auth: tuple[str, str]) -> list[str]:
-    """Log in over AMQP with the URL the executors will use (its vhost included), then to the management
-    API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason."""
+def rabbitmq_problems(
+    amqp_urls: str | Sequence[str], management_url: str, management_auth: tuple[str, str]
+) -> list[str]:
+    """Log in over AMQP with the URLs the executors will use (their vhost included), then to the management
+    API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason.
+
+    Several URLs (the nodes of a cluster): the first that accepts a login is enough, as the dispatch starts
+    on any node that does; only when none does is each node's failure reported."""
     import pika
 
     from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
     from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 
+    urls = [amqp_urls] if isinstance(amqp_urls, str) else list(amqp_urls)
     problems = []
-    parameters = pika.URLParameters(amqp_url)
-    parameters.connection_attempts, parameters.retry_delay = 1, 0
-    parameters.socket_timeout = parameters.stack_timeout = PREFLIGHT_TIMEOUT_SECONDS
-    vhost = parameters.virtual_host
-    try:
-        pika.BlockingConnection(parameters).close()
-    except Exception as error:
-        problems.append(
-            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {amqp_address(parameters)}: {amqp_failure_reason(error)}"
-        )
+    vhost = pika.URLParameters(urls[0]).virtual_host
+    for url in urls:
+        parameters = pika.URLParameters(url)
+        parameters.connection_attempts, parameters.retry_delay = 1, 0
+        parameters.socket_timeout = parameters.stack_timeout = PREFLIGHT_TIMEOUT_SECONDS
+        try:
+            pika.BlockingConnection(parameters).close()
+        except Exception as error:
+            problems.append(
+                f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {amqp_address(parameters)}: "
+                f"{amqp_failure_reason(error)}"
+            )
+            continue
+        problems = []  # one node that accepts the run is enough
+        break
     api = ManagementApi(management_url, *management_auth, timeout=PREFLIGHT_TIMEOUT_SECONDS)
     try:
         api.request("GET", "whoami")

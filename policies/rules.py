@@ -187,6 +187,18 @@ typed_queue_arguments = ResourceValidationPolicy(
 )
 
 
+QUEUE_ARGUMENTS_SCHEMA = PolicyConfigSchema(
+    properties={
+        "brokerVersion": {
+            "type": "string",
+            "default": rmq.DEFAULT_BROKER_VERSION,
+            "description": "The stack's nsb-delays:rabbitmq.brokerVersion: below 4.0 the broker keeps a queue "
+            "declared without x-queue-type as declared, so no explicit type is advised.",
+        }
+    }
+)
+
+
 @tolerate_unknowns
 def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != RABBITMQ_QUEUE:
@@ -195,7 +207,13 @@ def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Repor
     if declared is UNKNOWN or declared.error:
         return
     name = value_at(args.props, "name")
-    if rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
+    version = config_value(args.get_config(), QUEUE_ARGUMENTS_SCHEMA, "brokerVersion")
+    try:
+        stores_queue_type = rmq.broker_stores_queue_type(version)
+    except ValueError as error:
+        report(f"policy config queue-arguments-as-read.brokerVersion: {error}")
+        return
+    if stores_queue_type and rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
         report(
             f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
             f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments "
@@ -223,6 +241,7 @@ queue_arguments_as_read = ResourceValidationPolicy(
         "settings.arguments."
     ),
     validate=validate_queue_arguments_as_read,
+    config_schema=QUEUE_ARGUMENTS_SCHEMA,
     enforcement_level=EnforcementLevel.ADVISORY,
 )
 

@@ -302,25 +302,53 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
 
 QUEUE_TYPE_ARGUMENT = "x-queue-type"
 DEFAULT_QUEUE_TYPE = "classic"  # what a queue declared without x-queue-type becomes (node-wide default)
-# Proven here on 4.0.5 (3.10.8 does not); 3.13.x stores it too from the patch release that took the backport.
+# rabbitmq/rabbitmq-server deps/rabbit/src/rabbit_amqqueue.erl, augment_declare_args: from v4.0.0 (commit
+# f90a4e16d3, "DQT: fall back to node-wide default", PR #12109) a queue declared without x-queue-type gets the
+# default type written into its arguments; up to v3.13.7 (the last open-source 3.13 tag) only when the vhost's
+# metadata names a default_queue_type, which vhosts made without one (3.10's, the tests') lack.
 QUEUE_TYPE_STORED_FROM = (4, 0, 0)
+# The broker the stack targets (stack config rabbitmq.brokerVersion): decides whether classic queues carry an
+# explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared.
+DEFAULT_BROKER_VERSION = "4.0"
+MINIMUM_BROKER_VERSION = (3, 10, 0)  # the oldest broker this project supports (verify refuses older)
 
 
-def provider_queue_arguments(arguments: Arguments) -> dict[str, ArgumentValue]:
-    """The arguments the Pulumi program declares for a queue: NServiceBus's, with the queue type explicit.
+def parse_broker_version(text: str) -> tuple[int, int, int]:
+    """``"3.10"`` or ``"4.0.5"`` -> ``(3, 10, 0)`` / ``(4, 0, 5)``; ValueError naming the value and the rule."""
+    parts = text.split(".") if isinstance(text, str) else []
+    if not 2 <= len(parts) <= 3 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"{text!r} is not a RabbitMQ version: expected MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. '3.10'")
+    major, minor, patch = (int(part) for part in (*parts, "0")[:3])
+    version = (major, minor, patch)
+    if version < MINIMUM_BROKER_VERSION:
+        minimum = ".".join(map(str, MINIMUM_BROKER_VERSION[:2]))
+        raise ValueError(f"{text!r} is below RabbitMQ {minimum}, the oldest broker supported")
+    return version
+
+
+def broker_stores_queue_type(broker_version: str) -> bool:
+    """Whether the broker writes the default ``x-queue-type`` into a queue declared without one."""
+    return parse_broker_version(broker_version) >= QUEUE_TYPE_STORED_FROM
+
+
+def provider_queue_arguments(
+    arguments: Arguments, broker_version: str = DEFAULT_BROKER_VERSION
+) -> dict[str, ArgumentValue]:
+    """The arguments the Pulumi program declares for a queue: NServiceBus's, with the queue type explicit
+    where the broker stores it.
 
     Where NServiceBus leaves the type to the broker (v1 level queues, classic endpoint queues),
     RabbitMQ 4.x (and 3.13.x with the backport) writes ``x-queue-type: classic`` into the queue's
-    arguments (rabbitmq/rabbitmq-server#12109; measured on 4.0.5, while 3.10.8 keeps the arguments
+    arguments (see ``QUEUE_TYPE_STORED_FROM``; measured on 4.0.5, while 3.10.8 keeps the arguments
     as declared).
     A provider read returns it, so a declaration without it would differ on every plan and replace
-    the queue (a protected level queue: every ``pulumi up`` refused). Declared explicitly it reads
-    back the same on every version. RabbitMQ treats declarations with and without the explicit
-    default as equivalent (measured on 3.10.8 and 4.0.5), so NServiceBus and the program still
-    accept each other's queues; only adopting by import a classic queue NServiceBus declared on an
-    older broker (3.10) differs (its arguments lack the type).
+    the queue (a protected level queue: every ``pulumi up`` refused). On an older ``broker_version``
+    the read gives back NServiceBus's arguments unchanged, so they are declared as they are: a v1
+    graph NServiceBus declared on 3.10 is then adopted with no difference. RabbitMQ treats
+    declarations with and without the explicit default as equivalent (measured on 3.10.8 and
+    4.0.5), so NServiceBus and the program accept each other's queues either way.
     """
-    if QUEUE_TYPE_ARGUMENT in arguments:
+    if QUEUE_TYPE_ARGUMENT in arguments or not broker_stores_queue_type(broker_version):
         return dict(arguments)
     return {**arguments, QUEUE_TYPE_ARGUMENT: DEFAULT_QUEUE_TYPE}
 
@@ -461,6 +489,10 @@ DELIVERY_LIMIT_POLICY_PRIORITY = 0
 # BrokerVerifier.BrokerVersion4: below it the transport never creates the policy (and RabbitMQ 3.10
 # refuses apply-to 'quorum_queues' outright).
 DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
+# rabbitmq/rabbitmq-server deps/rabbit/src/rabbit_policy.erl, apply_to_validation: 'quorum_queues' is accepted
+# from v3.12.0 (v3.11.28 refuses it); 'delivery-limit' is a policy key (rabbit_policies.erl, register) since
+# before 3.10. Below 3.12 the broker refuses NServiceBus's delivery-limit policy.
+DELIVERY_LIMIT_POLICY_ACCEPTED_FROM = (3, 12, 0)
 RECEIVING_ROLES: tuple[Role, ...] = ("endpoint", "instance")
 
 # System.Text.RegularExpressions.RegexParser.Escape (dotnet/runtime, RegexParser.cs): these characters

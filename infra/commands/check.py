@@ -33,6 +33,7 @@ from nsb_delays.policies.offline import (
     run_policies,
 )
 from nsb_delays.policies.pack import PACK_NAME, POLICIES
+from nsb_delays.policies.rules import queue_arguments_as_read
 from nsb_delays.policies.stack_rules import (
     endpoint_retirement_order,
     previous_endpoint_names,
@@ -64,6 +65,9 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
             if not endpoint.delayed_delivery
         ]
         pack_config = pack_config.with_defaults(sqs_delay_queue_pairs.name, {"withoutDelayedDelivery": without})
+    if config.rabbitmq:
+        version = {"brokerVersion": config.rabbitmq.broker_version}
+        pack_config = pack_config.with_defaults(queue_arguments_as_read.name, version)
     if baseline is not None:
         previous = previous_endpoint_names(policy_resources(record_stack(baseline)))
         pack_config = pack_config.with_defaults(endpoint_retirement_order.name, {"previousEndpoints": previous})

@@ -117,11 +117,14 @@ def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
     endpoints created at start) is imported; the broker is left as it was.
 
     Version-specific: NServiceBus declares v1 level queues without a queue type. From RabbitMQ 4.0
-    the broker stores the default type in their arguments, which the program declares explicitly
-    (``model.provider_queue_arguments``), and they import; an older broker (3.10 here) keeps them as
-    declared, so each of the 28 imports differs in ``x-queue-type`` and the plan is refused as a whole.
+    the broker stores the default type in their arguments; 3.10 keeps them as declared. The stack
+    says which broker it targets (``brokerVersion``, here the broker's own) and the program declares
+    the type explicitly only where the broker stores it (``model.provider_queue_arguments``), so
+    both import. On 3.10 the default ``brokerVersion`` (4.0) is shown first: each of the 28 v1
+    imports differs in ``x-queue-type`` and the plan is refused as a whole, nothing changed.
     """
     stack = nsb.endpoint_only_stack(new_vhost("adopt"), generation, topology, delivery_limit_policies)
+    stack = StackConfig(rabbitmq=replace(stack.rabbitmq, broker_version=".".join(map(str, broker_version))))
     nsb.declare_as_nservicebus(rabbitmq, stack)
     started = {
         nsb.validate_delivery_limit(management, stack.rabbitmq.vhost, queue, broker_version)
@@ -130,10 +133,10 @@ def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
     assert started == ({"created policy"} if delivery_limit_policies else {"ok"})
     before = management.definitions(stack.rabbitmq.vhost)
     assert len(before["policies"]) == (len(receiving_queues(stack.rabbitmq)) if delivery_limit_policies else 0)
-    resources = record_stack(adopting(stack))
     engine = engine_for(rabbitmq)
-    plan = engine.plan(resources)
     if generation == "v1" and broker_version < rmq.QUEUE_TYPE_STORED_FROM:
+        default_version = StackConfig(rabbitmq=replace(stack.rabbitmq, broker_version=rmq.DEFAULT_BROKER_VERSION))
+        plan = engine.plan(record_stack(adopting(default_version)))
         refused = [s for s in plan.steps if s.error]
         assert {s.label.split()[1] for s in refused} == {repr(rmq.delay_level_name(n, "v1")) for n in range(28)}
         assert all(
@@ -143,7 +146,8 @@ def test_a_graph_nservicebus_declared_is_adopted_without_a_replacement(
         with pytest.raises(PlanRefused):
             engine.apply(plan)
         assert engine.state == {} and management.definitions(stack.rabbitmq.vhost) == before
-        return
+    resources = record_stack(adopting(stack))
+    plan = engine.plan(resources)
     # what NServiceBus never declares (the parking objects, Particular/NServiceBus.RabbitMQ#1407) is created
     imported = [r for r in rabbitmq_resources(resources) if r.import_id is not None]
     created = {r.inputs["name"] for r in rabbitmq_resources(resources) if r.import_id is None and "name" in r.inputs}

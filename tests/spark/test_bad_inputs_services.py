@@ -286,6 +286,23 @@ def test_a_stopped_run_says_where_it_stands_and_how_to_go_on(spark, world: World
     assert resumed.exit_code == 0 and f"{ROWS} of {ROWS} dispatched ({ROWS - 10} now)" in resumed.output
 
 
+def test_a_run_given_two_nodes_delivers_everything_when_the_first_is_down(
+    spark, world: World, tmp_path, monkeypatch
+) -> None:
+    """``--rabbitmq-url DOWN,UP``: the preflight accepts the node that answers and the executors' failover
+    publisher starts there; every timeout is confirmed once (no duplicates without a lost connection)."""
+    monkeypatch.chdir(world.workspace)
+    up = world.broker.amqp_url
+    down = up.replace(f":{world.broker.broker.amqp_port}/", f":{closed_port()}/")
+    args = [*world.table_source, "--rabbitmq-url", f"{down},{up}", "--rabbitmq-management-url",
+            world.broker.broker.management_url, "--batch-size", "10", "--partitions", "2", "--no-progress"]  # fmt: skip
+    result = invoke(world, ["migrate", "run", *args], tmp_path / "logs")
+    assert result.exit_code == 0, result.output
+    assert f"{ROWS} of {ROWS} dispatched ({ROWS} now), 0 quarantined, completed" in result.output
+    assert legacy_count(world) == 0
+    assert sum(broker_depths(world.broker).values()) == ROWS  # due in an hour: all waiting in the levels, once
+
+
 def test_an_export_changed_under_its_run_is_refused_and_a_fixed_export_is_a_new_run(
     spark, world: World, tmp_path, monkeypatch
 ) -> None:

@@ -80,6 +80,24 @@ def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_defau
     assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}) == {"x-queue-type": "quorum"}
 
 
+def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no_queue_type() -> None:
+    """brokerVersion below 4.0 (3.10 keeps a queue declared without x-queue-type as declared, so a read
+    gives back NServiceBus's arguments): the program declares them unchanged and the import matches."""
+    stack = {"generation": "v1", "queueType": "classic", "endpoints": ["Sales"], "brokerVersion": "3.10"}
+    declared = {r.inputs["name"]: r for r in adopted(**stack) if r.type == QUEUE}
+    assert declared["Sales"].settings() == {"durable": True, "autoDelete": False}
+    level = rmq.delay_level_name(4, "v1")
+    assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1")
+    assert rmq.provider_queue_arguments({}, "3.13") == {}
+    assert rmq.provider_queue_arguments({}, "4.0") == {"x-queue-type": "classic"}
+    assert rmq.provider_queue_arguments({}, "4.1.2") == {"x-queue-type": "classic"}
+    assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
+    quorum = {
+        r.inputs["name"]: r for r in adopted(brokerVersion="3.10", deliveryLimitPolicies=False) if r.type == QUEUE
+    }
+    assert quorum["Sales"].settings()["arguments"] == {"x-queue-type": "quorum"}  # quorum: explicit on every version
+
+
 def test_bindings_take_their_ends_as_property_dependencies() -> None:
     """So that replacing a queue (which drops its bindings on the broker) replaces its bindings too."""
     resources = adopted()

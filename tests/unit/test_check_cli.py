@@ -136,3 +136,37 @@ def test_markdown_cells_survive_github_rendering() -> None:
     from nsb_delays.infra.commands.check import markdown_cell
 
     assert markdown_cell("key '#.<endpoint>' | a\nb & c") == "key '#.&lt;endpoint&gt;' \\| a b &amp; c"
+
+
+def test_a_broker_version_the_stack_cannot_work_with_exits_2_naming_both_settings(tmp_path: Path) -> None:
+    """brokerVersion unquoted (YAML reads 3.10 as 3.1), and 3.11 with the default deliveryLimitPolicies (the
+    broker would refuse the policies half-way through ``up``): refused before anything is declared."""
+
+    def unquoted(config: dict[str, Any]) -> None:
+        config["nsb-delays:rabbitmq"]["brokerVersion"] = 3.10
+
+    code, output = check("--stack", write_stack(tmp_path, "unquoted", unquoted))
+    assert code == 2 and "Traceback" not in output
+    assert "rabbitmq.brokerVersion: expected a string such as '3.10' or '4.0', got float" in output
+
+    def old_broker(config: dict[str, Any]) -> None:
+        config["nsb-delays:rabbitmq"]["brokerVersion"] = "3.11"
+        config["nsb-delays:rabbitmq"].pop("deliveryLimitPolicies", None)
+
+    code, output = check("--stack", write_stack(tmp_path, "old", old_broker))
+    assert code == 2 and "Traceback" not in output
+    assert "deliveryLimitPolicies is true (its default) with brokerVersion '3.11'" in output
+    assert "set deliveryLimitPolicies: false" in output
+
+
+def test_the_stack_broker_version_reaches_the_queue_arguments_advice(tmp_path: Path) -> None:
+    """A v1 stack for RabbitMQ 3.10 declares classic queues without x-queue-type (the broker keeps them so);
+    ``check`` gives the policy the stack's brokerVersion, so it does not advise the type 4.0 would need."""
+
+    def v1_on_3_10(config: dict[str, Any]) -> None:
+        rabbitmq = config["nsb-delays:rabbitmq"]
+        rabbitmq.update(generation="v1", brokerVersion="3.10", deliveryLimitPolicies=False)
+
+    stack = write_stack(tmp_path, "three-ten", v1_on_3_10)
+    code, output = check("--stack", stack)
+    assert code == 0 and "queue-arguments-as-read" not in output

@@ -46,6 +46,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "deliveryLimitPolicies",
         "parkUnroutable",
         "adoptExisting",
+        "brokerVersion",
     }
     assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"
     sqs = schema["resources"]["nsb-delays:index:SqsEndpoint"]

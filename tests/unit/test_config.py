@@ -91,6 +91,29 @@ BAD_CONFIGS = [
     ),
     pytest.param(sqs(messageRetentionSeconds=True), ["messageRetentionSeconds: expected int, got bool"], id="sqs-bool"),
     pytest.param({"msmq": {"endpoints": ["Sales", "Sales"]}}, ["'Sales' is listed 2 times"], id="msmq-duplicate"),
+    pytest.param(
+        rabbitmq(brokerVersion=3.10),
+        ["rabbitmq.brokerVersion: expected a string such as '3.10' or '4.0', got float (quote it: YAML reads 3.1"],
+        id="broker-version-unquoted",
+    ),
+    pytest.param(
+        rabbitmq(brokerVersion="4.x"),
+        ["rabbitmq.brokerVersion: '4.x' is not a RabbitMQ version: expected MAJOR.MINOR or MAJOR.MINOR.PATCH"],
+        id="broker-version-malformed",
+    ),
+    pytest.param(
+        rabbitmq(brokerVersion="3.9", deliveryLimitPolicies=False),
+        ["rabbitmq.brokerVersion: '3.9' is below RabbitMQ 3.10, the oldest broker supported"],
+        id="broker-version-too-old",
+    ),
+    pytest.param(
+        rabbitmq(brokerVersion="3.11"),
+        [
+            "rabbitmq.deliveryLimitPolicies is true (its default) with brokerVersion '3.11': RabbitMQ below 3.12 "
+            "refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'); set deliveryLimitPolicies: false"
+        ],
+        id="delivery-limit-policies-on-3.11",
+    ),
 ]
 
 
@@ -134,6 +157,19 @@ def test_defaults_and_shorthand_endpoints() -> None:
     )
     assert config.rabbitmq.endpoints[0].name == "Sales" and config.rabbitmq.protect_delay_queues
     assert (config.sqs.queue_name_prefix, config.sqs.message_retention_seconds) == ("", 345_600)
+
+
+def test_broker_version_defaults_to_4_0_and_decides_what_the_broker_accepts() -> None:
+    """brokerVersion: 3.12 accepts apply-to 'quorum_queues' (rabbit_policy.erl apply_to_validation), so
+    the policies may stay on; below it they must be off; without quorum endpoint queues there is none."""
+    assert parse_stack_config(rabbitmq()).rabbitmq.broker_version == "4.0"
+    assert parse_stack_config(rabbitmq(brokerVersion="3.12")).rabbitmq.delivery_limit_policies
+    assert parse_stack_config(rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)).rabbitmq.broker_version == (
+        "3.10"
+    )
+    assert parse_stack_config(rabbitmq(brokerVersion="3.10.8", queueType="classic")).rabbitmq.broker_version == (
+        "3.10.8"
+    )
 
 
 def test_the_dev_stack_file_is_valid() -> None:

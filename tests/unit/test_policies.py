@@ -690,6 +690,21 @@ def test_a_queue_without_an_explicit_type_is_advised_against() -> None:
     violations = run(changed(resources, target, implicit_type))
     assert reported(violations) == [("queue-arguments-as-read", target.urn)]  # not a wrong NServiceBus argument
     assert "x-queue-type" in violations[0].message and "replaces the queue" in violations[0].message
+    # a stack for a broker that keeps declarations as they are (brokerVersion below 4.0) declares no type
+    assert run(changed(resources, target, implicit_type), {"queue-arguments-as-read": {"brokerVersion": "3.10"}}) == []
+    three_ten = record_stack(
+        parse_stack_config(
+            {
+                "rabbitmq": {
+                    "generation": "v1",
+                    "endpoints": ["Sales"],
+                    "brokerVersion": "3.10",
+                    "deliveryLimitPolicies": False,
+                }
+            }
+        )
+    )
+    assert run(three_ten, {"queue-arguments-as-read": {"brokerVersion": "3.10"}}) == []
 
 
 # --- delivery limits over endpoint queues (RabbitMQ 4.x, NServiceBus.RabbitMQ 10+) ---------------------------
