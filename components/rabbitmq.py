@@ -6,7 +6,7 @@ arguments go in the field a provider read gives them back in (``model.queue_argu
 and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
 so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
 type is explicit where the broker (``broker_version``, default 4.0) writes the default into a queue's
-arguments (``model.provider_queue_arguments``): RabbitMQ 4.x and 3.13 with the backport.
+arguments (``model.provider_queue_arguments``): RabbitMQ 4.x, see ``model.QUEUE_TYPE_STORED_FROM``.
 """
 
 from __future__ import annotations

@@ -338,9 +338,9 @@ def provider_queue_arguments(
     where the broker stores it.
 
     Where NServiceBus leaves the type to the broker (v1 level queues, classic endpoint queues),
-    RabbitMQ 4.x (and 3.13.x with the backport) writes ``x-queue-type: classic`` into the queue's
-    arguments (see ``QUEUE_TYPE_STORED_FROM``; measured on 4.0.5, while 3.10.8 keeps the arguments
-    as declared).
+    RabbitMQ 4.x (and a 3.13 build with the backport, in no open-source tag) writes
+    ``x-queue-type: classic`` into the queue's arguments (see ``QUEUE_TYPE_STORED_FROM``; measured on
+    4.0.5, while 3.10.8 keeps the arguments as declared).
     A provider read returns it, so a declaration without it would differ on every plan and replace
     the queue (a protected level queue: every ``pulumi up`` refused). On an older ``broker_version``
     the read gives back NServiceBus's arguments unchanged, so they are declared as they are: a v1
