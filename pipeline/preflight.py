@@ -392,9 +392,7 @@ def export_summary_problems(export: ExportSource, summary: ExportSummary) -> lis
 PREFLIGHT_TIMEOUT_SECONDS = 10
 
 
-def rabbitmq_problems(
-    amqp_urls: str | Sequence[str], management_url: str, management_auth: tuple[str, str]
-) -> list[str]:
+def rabbitmq_problems(amqp_urls: Sequence[str], management_url: str, management_auth: tuple[str, str]) -> list[str]:
     """Log in over AMQP with the URLs the executors will use (their vhost included), then to the management
     API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason.
 
@@ -405,23 +403,22 @@ def rabbitmq_problems(
     from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
     from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 
-    urls = [amqp_urls] if isinstance(amqp_urls, str) else list(amqp_urls)
-    problems = []
-    vhost = pika.URLParameters(urls[0]).virtual_host
-    for url in urls:
+    unreachable = []
+    vhost = pika.URLParameters(amqp_urls[0]).virtual_host
+    for url in amqp_urls:
         parameters = pika.URLParameters(url)
         parameters.connection_attempts, parameters.retry_delay = 1, 0
         parameters.socket_timeout = parameters.stack_timeout = PREFLIGHT_TIMEOUT_SECONDS
         try:
             pika.BlockingConnection(parameters).close()
         except Exception as error:
-            problems.append(
+            unreachable.append(
                 f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {amqp_address(parameters)}: "
                 f"{amqp_failure_reason(error)}"
             )
-            continue
-        problems = []  # one node that accepts the run is enough
-        break
+        else:
+            break  # one node that accepts the run is enough
+    problems = [] if len(unreachable) < len(amqp_urls) else unreachable
     api = ManagementApi(management_url, *management_auth, timeout=PREFLIGHT_TIMEOUT_SECONDS)
     try:
         api.request("GET", "whoami")
