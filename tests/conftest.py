@@ -37,8 +37,6 @@ os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-
 # server start to spread their modules over the workers.
 # The cluster tier is one group for both versions (its fixture is parametrized by "cluster", not
 # "rabbitmq"): its two three-node clusters run one after the other, never six nodes at once on 2 cores.
-# Known defect: under pytest 9.2 + pytest-xdist 3.8 the groups have no effect (xdist/remote.py sets
-# item._nodeid; pytest 9.2 reads Node._id), so every worker runs every tier: see README "Two commands".
 TIERS = ("broker", "spark", "sparkcluster", "packaging", "cluster")
 SPLIT_BY_MODULE = ("spark",)
 
@@ -53,6 +51,9 @@ def xdist_group(item: pytest.Item, tier: str) -> str:
     return group
 
 
+# tryfirst: xdist's own hook (xdist/remote.py) turns the xdist_group marker into the `@group` node-id suffix
+# that --dist loadgroup schedules by; the markers must be there before it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Without xdist (`-p no:xdist`, a debugger session) its marker is unknown under --strict-markers.
     grouped = config.pluginmanager.hasplugin("xdist")
