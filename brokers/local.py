@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,10 +41,39 @@ class BrokerCommandFailed(RuntimeError):
     """A RabbitMQ command-line tool (rabbitmqctl) refused or failed; the message has its output."""
 
 
+# Where ``free_port`` looks: below the kernel's ephemeral range (``ip_local_port_range``, 32768-60999 by
+# default), which every outgoing connection draws its local port from. A port the kernel hands out for
+# ``bind(0)`` is in that range, so between choosing it and the broker binding it a client connection of
+# a parallel test could take it: a 4.0 node then refused to boot (``listen_error ... eaddrinuse`` on its
+# management port) in a CI run. ``NSB_LOCAL_PORT_RANGE=LOW-HIGH`` narrows it (the tests give every
+# pytest-xdist worker its own slice, so two workers never choose the same port).
+DEFAULT_PORT_RANGE = (10000, 32767)
+_handed_out: set[int] = set()
+
+
+def local_port_range() -> tuple[int, int]:
+    """``NSB_LOCAL_PORT_RANGE`` (``LOW-HIGH``) or ``DEFAULT_PORT_RANGE``."""
+    setting = os.environ.get("NSB_LOCAL_PORT_RANGE", "")
+    if not setting:
+        return DEFAULT_PORT_RANGE
+    try:
+        low, high = (int(part) for part in setting.split("-"))
+    except ValueError:
+        raise ValueError(f"NSB_LOCAL_PORT_RANGE={setting!r}: expected LOW-HIGH, e.g. 10000-20000") from None
+    if not 1024 <= low < high <= 65535:
+        raise ValueError(f"NSB_LOCAL_PORT_RANGE={setting!r}: expected 1024 <= LOW < HIGH <= 65535")
+    return low, high
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing holds now, outside the ephemeral range, never handed out before by this process."""
+    low, high = local_port_range()
+    for _ in range(200):
+        port = random.randint(low, high)
+        if port not in _handed_out and port_is_free(port):
+            _handed_out.add(port)
+            return port
+    raise ServiceUnavailable(f"no free port in {low}-{high} on {HOST} after 200 tries (NSB_LOCAL_PORT_RANGE)")
 
 
 def port_is_free(port: int) -> bool:

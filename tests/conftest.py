@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.local import DEFAULT_PORT_RANGE, LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import parse_version
 from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
@@ -29,6 +29,20 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
 # Commands under test write their Spark/JVM logs here, not into the user's ~/.local/state.
 os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-test-logs-"))
+
+
+def worker_port_range(worker: str, workers: int, low: int, high: int) -> str:
+    """This pytest-xdist worker's own slice of the local port range (``gw1`` of 2: the upper half), so two
+    workers never choose the same port for servers they start at the same moment."""
+    index = int(worker.removeprefix("gw"))
+    size = (high - low + 1) // workers
+    return f"{low + index * size}-{low + (index + 1) * size - 1}"
+
+
+if "PYTEST_XDIST_WORKER" in os.environ and "NSB_LOCAL_PORT_RANGE" not in os.environ:
+    os.environ["NSB_LOCAL_PORT_RANGE"] = worker_port_range(
+        os.environ["PYTEST_XDIST_WORKER"], int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), *DEFAULT_PORT_RANGE
+    )
 
 
 # Tiers whose tests share session servers: under pytest-xdist (`make test` runs `--dist loadgroup`) each

@@ -87,8 +87,11 @@ def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, 
     )  # fmt: skip
     kill_when_marked(job, marker)
 
+    # On PostgreSQL the ledger's state table is created inside the hiding transaction: killed there on a
+    # database no run has used yet, the table went with the rollback (a first run in this worker).
+    (state_table,) = ledger_rows(postgres.dsn, "select to_regclass(%s) is not null", (f'"{STATE_TABLE}"',))[0]
     runs = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
-                       (source.layout.table,))  # fmt: skip
+                       (source.layout.table,)) if state_table else []  # fmt: skip
     in_flight: set[int] = set()
     if runs:
         (table,) = runs[0]
