@@ -1,4 +1,7 @@
-"""``make bench`` / ``python -m bench [NAME ...]``: run the benchmarks (all by default)."""
+"""``make bench`` / ``python -m bench [NAME ...] [OPTIONS]``: run the benchmarks (all by default).
+
+Options after the names go to the one benchmark named (``python -m bench migrate --rows 100000 --skip-cluster``;
+``python -m bench migrate --help`` lists them)."""
 
 from __future__ import annotations
 
@@ -14,12 +17,18 @@ BENCHMARKS = {
 }
 
 
-def main(names: list[str]) -> None:
-    for name in names or list(BENCHMARKS):
+def main(arguments: list[str]) -> None:
+    first_option = next((i for i, argument in enumerate(arguments) if argument.startswith("-")), len(arguments))
+    names, options = arguments[:first_option], arguments[first_option:]
+    for name in names:
         if name not in BENCHMARKS:
             raise SystemExit(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    if options and len(names) != 1:
+        raise SystemExit(f"options {' '.join(options)!r} need exactly one benchmark named before them")
+    for name in names or list(BENCHMARKS):
         print(f"\n=== {name} ===", flush=True)
-        importlib.import_module(BENCHMARKS[name]).main()
+        module = importlib.import_module(BENCHMARKS[name])
+        module.main(options) if options else module.main()
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import render
 
 from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
+from .measures import load
 
 BACKLOG = int(os.environ.get("NSB_BENCH_BACKLOG", "1000000"))
 BURST = int(os.environ.get("NSB_BENCH_BURST", "100000"))
@@ -69,11 +70,6 @@ BURST_BATCH = 1000  # smaller for the burst: a batch is published well within a 
 BURST_PATIENCE = float(os.environ.get("NSB_BENCH_BURST_PATIENCE", "300"))
 BODY = json.dumps({"orderId": 0, "note": "x" * 170}).encode()
 VHOST = "backlog"
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} cores"
 
 
 def nservicebus_message(index: int, destination: str, delay: int) -> RabbitMqMessage:

@@ -39,6 +39,8 @@ from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 
+from .measures import descendants
+
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
 
 
@@ -83,17 +85,6 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
         for start in range(0, count, 5000):
             publisher.publish(messages[start : start + 5000])
     return parameters
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            children = (task / "children").read_text().split() if (task / "children").exists() else []
-            todo += [int(child) for child in children]
-    return found
 
 
 def broker_cpu_seconds(broker: LocalRabbitMq) -> float:

@@ -1,26 +1,39 @@
-"""Migration benchmark: ``migrate run`` of N stored timeouts PostgreSQL -> RabbitMQ v2, against a bare
-pika confirm-publisher sending the same N messages to the same exchanges; then ``migrate preview``
-of M rows from Parquet. Targets: run ≤ 3 min and ≥ 0.7x the bare publisher for N = 1,000,000;
-preview ≤ 60 s (report included) for M = 10,000,000.
+"""Migration benchmark: the broker's ceiling, ``migrate run`` end to end against it, and ``preview`` of a large
+table from PostgreSQL against the same rows as Parquet.
 
-Sizes: ``NSB_BENCH_MIGRATE_ROWS`` (default 1,000,000), ``NSB_BENCH_PREVIEW_ROWS`` (10,000,000), or
-``python -m bench.migrate ROWS [PREVIEW_ROWS]``. Private PostgreSQL and RabbitMQ are started on
-127.0.0.1 and stopped at the end. Both commands run as an operator would run them (a subprocess of
-the ``nsb-delays`` CLI, JVM start included); the bare publisher uses as many connections as Spark
-has dispatch tasks (one per core) and is timed from its first publish to its last confirm. It runs
-twice: in the run's own batch order (read back from its ledger, a contiguous range per connection
-as the run's partitions) and in table order.
+1. **Ceiling**: the same N messages ``run`` sends (built by ``brokers.messages``, the run's own builder, from the
+   same rows) published by 1, 2 and 4 bare pika confirm-publishers in parallel, each a process with its own
+   connection (no shared GIL), mandatory + confirms, a sliding window of ``WINDOW`` unconfirmed. Timed from the
+   first publish to the last confirm; the best is the ceiling. Broker CPU seconds per 100,000 messages show
+   whether the broker's CPU is the limit.
+2. **End to end**: ``migrate run`` of N stored timeouts PostgreSQL -> RabbitMQ v2 as an operator runs it (a
+   subprocess, JVM start included): in local mode, and through ``spark-submit`` on a standalone cluster of two
+   one-core workers (``tests.services.LocalSparkCluster``, the cluster tier's). Printed: wall time, rows/s, the
+   ratio to one publisher and to the ceiling, the run's own phases, and the CPU seconds of broker, PostgreSQL and
+   Spark during it (where the two cores went).
+3. **Preview**: ``migrate preview`` of M rows from PostgreSQL (made server-side with ``generate_series``) and of
+   the same rows written out as Parquet, in the same run.
+
+``python -m bench migrate [--rows N] [--preview-rows M] [--publishers 1,2,4] [--skip-local] [--skip-cluster]
+[--skip-preview]``; the defaults are the README's (1,000,000 and 10,000,000; ``NSB_BENCH_MIGRATE_ROWS`` /
+``NSB_BENCH_PREVIEW_ROWS`` change them too). Private PostgreSQL, RabbitMQ and Spark processes are started on
+127.0.0.1 and stopped at the end. Targets (issue 14): run ≤ 90 s and ≥ 0.8x the ceiling for 1,000,000 rows;
+preview from PostgreSQL ≤ 2x the Parquet preview for 10,000,000 rows.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +49,54 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
-from nsb_delays.pipeline.layouts import sql_persistence_layout
-from nsb_delays.pipeline.ledger import STATE_TABLE
-from tests.services import LocalPostgres
+from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
+from tests.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
+
+from .measures import TreeSampler, load, machine_cpu_seconds, tree_cpu_seconds
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
-SOURCE_ENDPOINT = "Bench.Orders"
+RUN_ENDPOINTS = {"local": "Bench.Local", "cluster": "Bench.Cluster"}  # one legacy table per end-to-end run
+PREVIEW_ENDPOINT = "Bench.Preview"
 WINDOW = 1024  # unconfirmed messages in flight per bare connection
 CORES = os.cpu_count() or 2
+DEFAULT_ROWS = int(os.environ.get("NSB_BENCH_MIGRATE_ROWS", "1000000"))
+DEFAULT_PREVIEW_ROWS = int(os.environ.get("NSB_BENCH_PREVIEW_ROWS", "10000000"))
+DEFAULT_PUBLISHERS = (1, 2, 4)
+RUN_TARGET_SECONDS, CEILING_TARGET, PREVIEW_TARGET = 90, 0.8, 2.0
+BIN = Path(sys.executable).parent
 
 
-def sizes() -> tuple[int, int]:
-    args = [int(a.replace("_", "")) for a in sys.argv[1:] if a.replace("_", "").isdigit()]
-    rows = args[0] if args else int(os.environ.get("NSB_BENCH_MIGRATE_ROWS", "1000000"))
-    preview_rows = args[1] if len(args) > 1 else int(os.environ.get("NSB_BENCH_PREVIEW_ROWS", "10000000"))
-    return rows, preview_rows
+def count(text: str) -> int:
+    return int(text.replace("_", "").replace(",", ""))
 
 
-def fill_timeouts(dsn: str, table: str, rows: int) -> None:
+def arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench migrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=count, default=DEFAULT_ROWS, help="timeouts to run (default %(default)s)")
+    parser.add_argument("--preview-rows", type=count, default=DEFAULT_PREVIEW_ROWS,
+                        help="rows to preview from PostgreSQL and Parquet (default %(default)s)")  # fmt: skip
+    parser.add_argument("--publishers", default=",".join(map(str, DEFAULT_PUBLISHERS)),
+                        help="parallel bare publishers to measure for the ceiling (default %(default)s)")  # fmt: skip
+    parser.add_argument("--skip-local", action="store_true", help="no end-to-end run in local mode")
+    parser.add_argument("--skip-cluster", action="store_true", help="no end-to-end run on the standalone cluster")
+    parser.add_argument("--skip-run", action="store_true", help="neither ceiling nor end-to-end runs")
+    parser.add_argument("--skip-preview", action="store_true", help="no preview comparison")
+    options = parser.parse_args(argv)
+    try:
+        options.publishers = sorted({count(item) for item in options.publishers.split(",")})
+    except ValueError:
+        parser.error(f"--publishers {options.publishers!r}: expected counts separated by commas, like 1,2,4")
+    if not options.publishers or min(options.publishers) < 1 or options.rows < 1 or options.preview_rows < 1:
+        parser.error("--rows, --preview-rows and every --publishers count must be at least 1")
+    return options
+
+
+# --- the data ----------------------------------------------------------------------------------------------------
+
+
+def fill_timeouts(dsn: str, table: str, rows: int) -> float:
     """N SQL-persistence timeouts due 1 hour to 30 days out (first levels 11..21), made inside PostgreSQL."""
+    began = time.perf_counter()
     with psycopg.connect(dsn) as connection:
         connection.execute(
             f"""create table {table} ("Id" uuid not null primary key, "Destination" character varying(200),
@@ -72,31 +114,29 @@ def fill_timeouts(dsn: str, table: str, rows: int) -> None:
             from generate_series(1, {rows}) g"""
         )
         connection.execute(f'create index on {table} ("Time")')
-        connection.execute(f"analyze {table}")
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"vacuum analyze {table}")
+    return time.perf_counter() - began
 
 
-def read_rows(dsn: str, table: str, order: str = "") -> list[tuple[Any, ...]]:
+def read_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as connection:
         return connection.execute(
-            f'select "Id"::text, "Destination", "State", "Time", "Headers" from {table}{order}'
+            f'select "Id"::text, "Destination", "State", "Time", "Headers" from {table}'
         ).fetchall()
 
 
-def in_run_order(rows: list[tuple[Any, ...]], connections: int) -> list[list[tuple[Any, ...]]]:
-    """Rows in batch order split in contiguous ranges, as the run's partitions take them."""
-    size = -(-len(rows) // connections)
+def shares_of(rows: list[tuple[Any, ...]], publishers: int) -> list[list[tuple[Any, ...]]]:
+    """Contiguous ranges of the table's rows (its due times mixed: many level queues at once), one per publisher."""
+    size = -(-len(rows) // publishers)
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
-def in_table_order(rows: list[tuple[Any, ...]], connections: int) -> list[list[tuple[Any, ...]]]:
-    """Heap order dealt round-robin: due times (hence level queues) mixed, the broker's easiest load."""
-    return [rows[i::connections] for i in range(connections)]
+# --- the bare publishers -----------------------------------------------------------------------------------------
 
 
 def _bare_publisher(amqp_url: str, rows: list[tuple[Any, ...]], start: Any, done: Any) -> None:
     """Publish pre-built messages with mandatory + confirms, a sliding window of WINDOW unconfirmed."""
-    import json
-
     now = now_micros()
     messages = []
     for ident, destination, state, due, headers in rows:
@@ -162,14 +202,10 @@ def bare_publish(amqp_url: str, shares: list[list[tuple[Any, ...]]]) -> tuple[fl
     return ended - began, sum(r[2] for r in results)
 
 
-def purge_delay_queues(broker: LocalRabbitMq) -> int:
-    total = 0
+def purge_delay_queues(broker: LocalRabbitMq) -> None:
     for level in range(rmq.LEVEL_COUNT):
         name = rmq.delay_level_name(level)
-        response = requests.get(f"{broker.management_url}/api/queues/%2F/{name}", auth=("guest", "guest"), timeout=30)
-        total += response.json().get("messages", 0) or 0
-        requests.delete(f"{broker.management_url}/api/queues/%2F/{name}/contents", auth=("guest", "guest"), timeout=60)
-    return total
+        requests.delete(f"{broker.management_url}/api/queues/%2F/{name}/contents", auth=("guest", "guest"), timeout=120)
 
 
 def delayed_count(broker: LocalRabbitMq) -> int:
@@ -185,105 +221,276 @@ def delayed_count(broker: LocalRabbitMq) -> int:
         connection.close()
 
 
-def cli(*arguments: str) -> tuple[float, str]:
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+def broker_cpu(broker: LocalRabbitMq) -> float:
+    assert broker.server is not None
+    return tree_cpu_seconds(broker.server.pid)
+
+
+def postgres_cpu(postgres: LocalPostgres) -> float:
+    return tree_cpu_seconds(int((postgres.data_dir / "postmaster.pid").read_text().split()[0]))
+
+
+@dataclass
+class Publishing:
+    publishers: int
+    seconds: float
+    broker_cpu: float
+    messages: int
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+
+def measure_ceiling(broker: LocalRabbitMq, rows: list[tuple[Any, ...]], counts: list[int]) -> dict[int, Publishing]:
+    results = {}
+    for publishers in counts:
+        before = broker_cpu(broker)
+        seconds, returned = bare_publish(broker.amqp_url, shares_of(rows, publishers))
+        used = broker_cpu(broker) - before
+        waiting = delayed_count(broker)
+        assert returned == 0 and waiting == len(rows), f"{returned} returned, {waiting} of {len(rows)} delayed"
+        purge_delay_queues(broker)
+        results[publishers] = Publishing(publishers, seconds, used, len(rows))
+        print(
+            f"bare  {publishers} publisher{'s' if publishers > 1 else ' '}  {len(rows):>10,} messages  "
+            f"{seconds:6.1f} s  {len(rows) / seconds:>8,.0f} msg/s  broker CPU {used:5.1f} s = "
+            f"{used * 100_000 / len(rows):.2f} s per 100k  ({load()})",
+            flush=True,
+        )  # fmt: skip
+    return results
+
+
+# --- end to end --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EndToEnd:
+    where: str
+    rows: int
+    seconds: float
+    phases: dict[str, float]
+    cpu: dict[str, float] = field(default_factory=dict)  # party -> CPU seconds during the run
+    load: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def run_line_phases(output: str) -> dict[str, float]:
+    """``run … completed in 98.1 s (checks 0.2 s, hide 4.4 s, …)`` -> {"checks": 0.2, "hide": 4.4, …}."""
+    match = re.search(r"completed in [\d.]+ s \(([^)]*)\)", output)
+    if not match:
+        raise SystemExit(f"no completed run in the output:\n{output[-3000:]}")
+    return {name: float(value) for name, value in re.findall(r"([a-z ]+?) ([\d.]+) s", match.group(1))}
+
+
+def _spark_log_line(line: str) -> bool:
+    words = line.split(" ", 3)
+    return len(words) > 2 and words[2] in ("INFO", "WARN", "DEBUG")
+
+
+@dataclass
+class Command:
+    seconds: float
+    output: str  # stdout without Spark's log lines
+    cpu: float  # CPU seconds of the command's processes and of ``watch``'s trees while it ran
+
+
+def timed_command(
+    command: list[str], what: str, env: dict[str, str] | None = None, watch: tuple[int, ...] = ()
+) -> Command:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "COLUMNS": "200",
+           **(env or {})}  # fmt: skip
     began = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "nsb_delays.infra.cli", "migrate", *arguments], env=env, capture_output=True, text=True
-    )
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with TreeSampler([process.pid, *watch]) as sampler:
+        stdout, stderr = process.communicate()
     seconds = time.perf_counter() - began
-    if result.returncode:
-        raise SystemExit(f"migrate {arguments[0]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return seconds, result.stdout
+    if process.returncode:
+        raise SystemExit(f"{what} failed ({process.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    output = "\n".join(line for line in stdout.splitlines() if not _spark_log_line(line))
+    return Command(seconds, output, sampler.seconds)
 
 
-def bench_run(rows: int) -> None:
+def cli(*arguments: str) -> Command:
+    """``nsb-delays migrate …`` as an operator runs it: its own process, JVM start included."""
+    command = [sys.executable, "-m", "nsb_delays.infra.cli", "migrate", *arguments]
+    return timed_command(command, f"migrate {arguments[0]}")
+
+
+def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Command:
+    """The README's cluster command: spark-submit in client mode, the JDBC driver in --jars, the package zip in
+    --py-files, the executors' Python (only pipeline/executor-requirements.txt) named by spark.pyspark.python."""
+    from nsb_delays.pipeline import __main__ as job_file
+
+    settings = {"spark.pyspark.python": str(cluster.executor_python), "spark.pyspark.driver.python": sys.executable,
+                "spark.ui.enabled": "false"}  # fmt: skip
+    command = [
+        str(BIN / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client",
+        "--jars", str(POSTGRES_JDBC_JAR), "--py-files", str(package),
+        *(item for key, value in settings.items() for item in ("--conf", f"{key}={value}")),
+        str(job_file.__file__), *arguments,
+    ]  # fmt: skip
+    path = {"PATH": f"{BIN}:{os.environ['PATH']}"}
+    daemons = tuple(process.pid for process in cluster.processes)  # master and workers: the executors are below them
+    return timed_command(command, f"spark-submit {arguments[0]}", env=path, watch=daemons)
+
+
+def end_to_end(
+    where: str, postgres: LocalPostgres, broker: LocalRabbitMq, rows: int, cluster: LocalSparkCluster | None = None
+) -> EndToEnd:
+    endpoint = RUN_ENDPOINTS[where]
+    table = sql_persistence_layout(endpoint, "postgresql").table
+    print(f"filled {rows:,} timeouts into {table} in {fill_timeouts(postgres.dsn, table, rows):.1f} s", flush=True)
+    arguments = [
+        "run", "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint,
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.management_url, "--no-progress",
+    ]  # fmt: skip
+    package = Path(tempfile.mkdtemp(prefix="nsb-bench-ship-")) / "nsb_delays.zip"
+    if cluster is not None:
+        subprocess.run([sys.executable, "-m", "nsb_delays.pipeline", "--py-files", str(package)], check=True,
+                       capture_output=True)  # fmt: skip
+
+    def cpu() -> dict[str, float]:
+        return {"broker": broker_cpu(broker), "PostgreSQL": postgres_cpu(postgres), "machine": machine_cpu_seconds()[0]}
+
+    before = cpu()
+    if cluster is None:
+        command = cli(*arguments, "--master", f"local[{CORES}]")
+    else:
+        command = submit(cluster, package, *arguments)
+    after = cpu()
+    shutil.rmtree(package.parent, ignore_errors=True)
+    print(command.output.strip(), flush=True)
+    waiting = delayed_count(broker)
+    assert waiting == rows, f"{waiting} of {rows} messages are in the delay queues"
+    purge_delay_queues(broker)
+    used = {party: after[party] - before[party] for party in before} | {"Spark": command.cpu}
+    return EndToEnd(where, rows, command.seconds, run_line_phases(command.output), used, load())
+
+
+def print_end_to_end(result: EndToEnd, ceiling: dict[int, Publishing]) -> None:
+    one, best = ceiling.get(1), max(ceiling.values(), key=lambda p: p.rate)
+    ratios = [f"{result.rate / one.rate:.2f}x one publisher" if one else "", f"{result.rate / best.rate:.2f}x the "
+              f"ceiling ({best.publishers} publishers)"]  # fmt: skip
+    print(
+        f"run   {result.where:<7} {result.rows:>10,} timeouts  {result.seconds:6.1f} s  {result.rate:>8,.0f} rows/s  "
+        f"{', '.join(r for r in ratios if r)}  ({result.load})"
+    )
+    named = sum(result.phases.values())
+    phases = ", ".join(f"{name} {seconds:.1f}" for name, seconds in result.phases.items())
+    print(f"      phases (s): {phases}; outside the job (Python + JVM start/stop) {result.seconds - named:.1f}")
+    cpu = result.cpu
+    broker_share = cpu["broker"] * 100_000 / result.rows
+    print(
+        f"      CPU s during the run: broker {cpu['broker']:.1f} ({broker_share:.2f} per 100k), PostgreSQL "
+        f"{cpu['PostgreSQL']:.1f}, Spark (driver, JVMs, Python workers) {cpu['Spark']:.1f}; whole machine "
+        f"{cpu['machine']:.1f} of {result.seconds * CORES:.1f} ({cpu['machine'] / (result.seconds * CORES):.0%} busy)"
+    )
+
+
+def bench_run(options: argparse.Namespace) -> None:
+    rows = options.rows
     with LocalPostgres() as postgres, LocalRabbitMq() as broker:
         # deliveryLimitPolicies off: Debian's RabbitMQ 3.10 refuses their apply-to 'quorum_queues'
         rabbitmq = {"endpoints": ENDPOINTS, "protectDelayQueues": False, "deliveryLimitPolicies": False}
-        config = parse_stack_config({"rabbitmq": rabbitmq})
-        PulumiEngineEmulation.connect(broker.management_url).up(record_stack(config))
-        table = sql_persistence_layout(SOURCE_ENDPOINT, "postgresql").table
-        began = time.perf_counter()
-        fill_timeouts(postgres.dsn, table, rows)
-        print(f"filled {rows:,} timeouts into {table} in {time.perf_counter() - began:.1f} s", flush=True)
-        snapshot = read_rows(postgres.dsn, table)
-
-        run_seconds, output = cli(
-            "run", "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", SOURCE_ENDPOINT,
-            "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.management_url,
-            "--no-progress", "--master", f"local[{CORES}]",
-        )  # fmt: skip
-        print(output.strip(), flush=True)
-        migrated = delayed_count(broker)
-        assert migrated == rows, f"{migrated} of {rows} messages are in the delay queues"
-        purge_delay_queues(broker)
-
-        (migration_table,) = (
-            psycopg.connect(postgres.dsn).execute(f'select "MigrationTable" from "{STATE_TABLE}"').fetchone()
-        )  # the run's own batch order, read back from its ledger
-        batch_ordered = read_rows(postgres.dsn, f'"{migration_table}"', ' order by "BatchNumber"')
-        bare = {}
-        for order, shares in (
-            ("run order", in_run_order(batch_ordered, CORES)),
-            ("table order", in_table_order(snapshot, CORES)),
-        ):
-            bare[order], returned = bare_publish(broker.amqp_url, shares)
-            assert returned == 0 and delayed_count(broker) == rows
-            purge_delay_queues(broker)
-        print(f"run   {rows:>10,} timeouts  {run_seconds:7.1f} s  {rows / run_seconds:>9,.0f} rows/s  (end to end)")
-        for order, seconds in bare.items():
-            print(
-                f"bare  {rows:>10,} messages  {seconds:7.1f} s  {rows / seconds:>9,.0f} msg/s  ({CORES} connections, "
-                f"{order})  ratio {seconds / run_seconds:.2f}"
-            )
-        print("targets: run ≤ 180 s; ratio ≥ 0.70 (ratio = run rows/s ÷ bare msg/s)")
+        PulumiEngineEmulation.connect(broker.management_url).up(
+            record_stack(parse_stack_config({"rabbitmq": rabbitmq}))
+        )
+        ceiling_table = sql_persistence_layout("Bench.Ceiling", "postgresql").table
+        print(f"filled {rows:,} timeouts in {fill_timeouts(postgres.dsn, ceiling_table, rows):.1f} s", flush=True)
+        print(f"--- ceiling: bare confirm-publishers, the run's messages ({load()})", flush=True)
+        ceiling = measure_ceiling(broker, read_rows(postgres.dsn, ceiling_table), options.publishers)
+        best = max(ceiling.values(), key=lambda p: p.rate)
+        print(f"ceiling: {best.rate:,.0f} msg/s with {best.publishers} publishers", flush=True)
+        results = []
+        if not options.skip_local:
+            print(f"--- end to end, local[{CORES}] ({load()})", flush=True)
+            results.append(end_to_end("local", postgres, broker, rows))
+        if not options.skip_cluster:
+            with LocalSparkCluster(workers=2) as cluster:
+                print(f"--- end to end, standalone cluster {cluster.master_url}, 2 one-core workers ({load()})")
+                results.append(end_to_end("cluster", postgres, broker, rows, cluster))
+        print("\n--- summary")
+        for publishing in ceiling.values():
+            ratio = publishing.rate / best.rate
+            per_100k = publishing.broker_cpu * 100_000 / rows
+            print(f"bare  {publishing.publishers} publisher(s)  {publishing.seconds:6.1f} s  {publishing.rate:>8,.0f} "
+                  f"msg/s  {ratio:.2f}x the ceiling  broker CPU {per_100k:.2f} s per 100k")  # fmt: skip
+        for result in results:
+            print_end_to_end(result, ceiling)
+        print(f"targets: run ≤ {RUN_TARGET_SECONDS} s and ≥ {CEILING_TARGET}x the ceiling (for 1,000,000 rows)")
 
 
-def write_parquet(path: Path, rows: int) -> None:
+# --- preview -----------------------------------------------------------------------------------------------------
+
+
+def export_as_parquet(postgres: LocalPostgres, table_endpoint: str, path: Path) -> tuple[float, int]:
+    """The table's rows written as a RavenDB-style Parquet export, read through the pipeline's own JDBC reader;
+    returns the seconds and the number of read partitions it used."""
     from pyspark.sql import functions as F
 
+    from nsb_delays.pipeline.sources import JdbcSource, read_jdbc
     from nsb_delays.pipeline.spark import spark_session
 
     spark = spark_session(f"local[{CORES}]")
-    now = now_micros()
-    frame = spark.range(rows).select(
-        F.expr("uuid()").alias("Id"),
-        F.concat(F.lit("Endpoint"), (F.col("id") % 200).cast("string")).alias("Destination"),
-        F.encode(F.concat(F.lit('{"orderId": '), F.col("id").cast("string"), F.lit("}")), "UTF-8").alias("State"),
-        F.timestamp_micros(F.lit(now) + ((F.col("id") * 7919) % (2**29) - 3600) * 1_000_000).alias("Time"),
-        F.concat(
-            F.lit('{"NServiceBus.MessageId": "'), F.expr("uuid()"),
-            F.lit('", "NServiceBus.ContentType": "application/json"}'),
-        ).alias("Headers"),
-        F.lit("Bench").alias("OwningTimeoutManager"),
-    )  # fmt: skip
-    frame.write.mode("overwrite").parquet(str(path))
-    spark.stop()
+    try:
+        source = JdbcSource(postgres.jdbc_url, sql_persistence_layout(table_endpoint, "postgresql"), postgres.user)
+        began = time.perf_counter()
+        frame = read_jdbc(spark, source)
+        partitions = frame.rdd.getNumPartitions()
+        frame.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS)).write.parquet(str(path))
+        return time.perf_counter() - began, partitions
+    finally:
+        spark.stop()
 
 
 def bench_preview(rows: int) -> None:
     directory = Path(tempfile.mkdtemp(prefix="nsb-bench-preview-"))
     try:
-        began = time.perf_counter()
-        write_parquet(directory / "timeouts.parquet", rows)
-        print(f"wrote {rows:,} exported timeouts as Parquet in {time.perf_counter() - began:.1f} s", flush=True)
-        seconds, output = cli(
-            "preview", "--source-path", str(directory / "timeouts.parquet"), "--report-dir", str(directory / "report"),
-            "--master", f"local[{CORES}]",
-        )  # fmt: skip
-        assert (directory / "report" / "preview.html").exists()
-        print(output.strip().splitlines()[0])
-        print(f"preview {rows:>10,} rows  {seconds:6.1f} s  (JVM start and HTML/PNG report incl.; target ≤ 60 s)")
+        with LocalPostgres() as postgres:
+            table = sql_persistence_layout(PREVIEW_ENDPOINT, "postgresql").table
+            print(
+                f"filled {rows:,} timeouts into {table} in {fill_timeouts(postgres.dsn, table, rows):.1f} s", flush=True
+            )
+            seconds, partitions = export_as_parquet(postgres, PREVIEW_ENDPOINT, directory / "timeouts.parquet")
+            print(f"wrote them as Parquet in {seconds:.1f} s (read in {partitions} JDBC range reads)", flush=True)
+            parquet = cli(
+                "preview", "--source-path", str(directory / "timeouts.parquet"),
+                "--report-dir", str(directory / "parquet-report"), "--master", f"local[{CORES}]",
+            )  # fmt: skip
+            parquet_load = load()
+            jdbc = cli(
+                "preview", "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", PREVIEW_ENDPOINT,
+                "--report-dir", str(directory / "jdbc-report"), "--master", f"local[{CORES}]",
+            )  # fmt: skip
+            jdbc_load = load()
+        for output in (parquet.output, jdbc.output):
+            assert f"{rows:,}" in output, output
+        assert (directory / "parquet-report" / "preview.html").exists()
+        assert (directory / "jdbc-report" / "preview.html").exists()
+        print(
+            f"preview Parquet     {rows:>10,} rows  {parquet.seconds:6.1f} s  Spark CPU {parquet.cpu:.0f} s  "
+            f"({parquet_load})"
+        )
+        print(
+            f"preview PostgreSQL  {rows:>10,} rows  {jdbc.seconds:6.1f} s  Spark CPU {jdbc.cpu:.0f} s  "
+            f"{jdbc.seconds / parquet.seconds:.2f}x Parquet  ({jdbc_load}; target ≤ {PREVIEW_TARGET}x)"
+        )
+        print("(both include the JVM start and the HTML/PNG report)")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def main() -> None:
-    rows, preview_rows = sizes()
-    bench_run(rows)
-    bench_preview(preview_rows)
+def main(argv: list[str] | None = None) -> None:
+    options = arguments(argv or [])
+    if not options.skip_run:
+        bench_run(options)
+    if not options.skip_preview:
+        bench_preview(options.preview_rows)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

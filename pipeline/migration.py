@@ -155,7 +155,9 @@ class RunResult:
     left_without_due_time: int
     quarantine_file: str | None
     seconds: float
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase: prepare (checks, hiding), dispatch
+    # seconds per phase, in order: checks (target, export staging), hide, spark wait (the JVM start that the
+    # checks and hiding did not cover), dispatch (read + publish + mark), finish (ledger, quarantine file)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
@@ -380,9 +382,11 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
                 f"migration run {run.run_id} of {source.layout.table} is in progress with other parameters "
                 f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
             )
+        checked = time.monotonic()
     else:
         if options.export is None:  # an export's destinations were checked before it was staged
             check_target(options, ledger.destinations(options.cutoff, latest_due), now)
+        checked = time.monotonic()
         try:
             run = ledger.hide(
                 parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
@@ -413,7 +417,9 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         batch_rows=ledger.pending_batch_rows(run),
     )
     before = ledger.progress(run)
+    waiting = time.monotonic()
     session = tracker.spark = resolve(spark)
+    ready = time.monotonic()
     frame = _pending_frame(session, options, ledger, run)
     if frame is not None:
         _with_progress(
@@ -441,7 +447,13 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         left_without_due_time=undated,
         quarantine_file=quarantine_file,
         seconds=time.monotonic() - started,
-        phases={"prepare": prepared - started, "dispatch": dispatched - prepared},
+        phases={
+            "checks": checked - started,
+            "hide": prepared - checked,
+            "spark wait": ready - waiting,
+            "dispatch": dispatched - prepared - (ready - waiting),
+            "finish": time.monotonic() - dispatched,
+        },
     )
 
 

@@ -2,14 +2,15 @@
 
 Canonical columns: ``id string, destination string, state binary, due timestamp, headers string
 (JSON object), saga_id string, endpoint string``, then ``header_map`` (parsed headers) and
-``problem`` (why a row cannot be migrated, null when it can). JDBC reads split on the due time
-(``partitionColumn``), so each executor reads its own time range.
+``problem`` (why a row cannot be migrated, null when it can). A JDBC source is read in ranges of the
+due time that hold about the same number of rows (``read_jdbc``), so each task reads its own slice.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -157,26 +158,65 @@ def read_partitions(rows: int, parallelism: int) -> int:
     return max(1, parallelism, -(-rows // ROWS_PER_READ_PARTITION))
 
 
+# Spark formats a boundary in its session time zone (UTC, as the JVM reads the store's timestamps), so the
+# text is the store's own wall-clock value: no Python time zone conversion in between.
+BOUNDARY_FORMAT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+
+
+def due_boundaries(spark: SparkSession, source: JdbcSource, query: str, partitions: int) -> list[str]:
+    """Due times that cut ``query``'s dated rows into ``partitions`` ranges of (nearly) equal row count.
+
+    The database numbers the rows by due time in ``partitions`` tiles (``ntile``: PostgreSQL, SQL Server,
+    Oracle, MySQL 8 and MariaDB 10.2 have it) and returns where each tile starts. Equal *time* ranges
+    (Spark's ``lowerBound``/``upperBound`` stride) are not equal row counts: a store whose timeouts are
+    mostly due within days and a few in years would read almost every row in its first range.
+    """
+    from pyspark.sql import functions as F
+
+    tiles = (
+        f"select min(due) as low from (select due, ntile({partitions}) over (order by due) as tile "
+        f"from ({query}) timeouts where due is not null) tiles group by tile"
+    )
+    rows = _jdbc_query(spark, source, tiles).select(F.date_format("low", BOUNDARY_FORMAT).alias("low")).collect()
+    starts = sorted({str(row["low"]) for row in rows if row["low"] is not None})
+    return starts[1:]  # the first tile starts at the earliest due time: nothing is before it
+
+
+def timestamp_literal(text: str, dialect: str) -> str:
+    """A timestamp constant of the dialect, independent of session formats: ANSI ``TIMESTAMP '…'``
+    (PostgreSQL, MySQL/MariaDB, Oracle), ``CAST('…' AS datetime2)`` in SQL Server (no such literal)."""
+    if dialect == "mssql":
+        return f"CAST('{text.replace(' ', 'T')}' AS datetime2)"
+    return f"TIMESTAMP '{text}'"
+
+
+def due_range_predicates(boundaries: list[str], dialect: str) -> list[str]:
+    """One WHERE clause per range, together every row exactly once (undated rows in the first)."""
+    literals = [timestamp_literal(boundary, dialect) for boundary in boundaries]
+    if not literals:
+        return []
+    predicates = [f"due < {literals[0]} or due is null"]
+    predicates += [f"due >= {low} and due < {high}" for low, high in itertools.pairwise(literals)]
+    return [*predicates, f"due >= {literals[-1]}"]
+
+
 def read_jdbc(spark: SparkSession, source: JdbcSource, partitions: int | None = None) -> DataFrame:
-    """The layout's timeouts as canonical columns, split by due time into ranges of about
-    ``ROWS_PER_READ_PARTITION`` rows each (``partitions`` overrides the number)."""
+    """The layout's timeouts as canonical columns, read in ranges of the due time of about
+    ``ROWS_PER_READ_PARTITION`` rows each (``partitions`` overrides the number), one JDBC scan per range."""
     from .spark import parallelism
 
     query = source.layout.select_canonical()
-    bounds = _jdbc_query(
-        spark, source, f"select min(due) as low, max(due) as high, count(*) as n from ({query}) timeouts"
-    ).first()
-    low, high, rows = (bounds["low"], bounds["high"], int(bounds["n"] or 0)) if bounds else (None, None, 0)
+    counted = _jdbc_query(spark, source, f"select count(*) as n from ({query}) timeouts").first()
+    rows = int(counted["n"] or 0) if counted else 0
     partitions = partitions or read_partitions(rows, parallelism(spark))
-    frame = read_jdbc_query(spark, source, query, "due", _timestamp_bound(low), _timestamp_bound(high), partitions)
+    predicates = due_range_predicates(due_boundaries(spark, source, query, partitions), source.layout.dialect)
+    if predicates:
+        options = source.options()
+        url = options.pop("url")
+        frame = spark.read.jdbc(url, f"({query}) timeouts", predicates=predicates, properties=options)
+    else:
+        frame = _jdbc_query(spark, source, query)
     return canonical(frame, {name: name for name in CANONICAL_COLUMNS if name in source.layout.columns})
-
-
-def _timestamp_bound(value: datetime | None) -> str | None:
-    """Spark parses JDBC timestamp bounds in the session time zone (UTC here)."""
-    if value is None:
-        return None
-    return value.strftime(TIMESTAMP_FORMAT)
 
 
 def spark_path(path: str) -> str:

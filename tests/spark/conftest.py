@@ -4,6 +4,7 @@ throwaway vhosts on the real RabbitMQ with the program's topology applied, helpe
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import pika
 import psycopg
 import pytest
+from pyspark.sql import functions as F
 
 from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
@@ -127,6 +129,13 @@ def insert_timeouts(dsn: str, table: str, timeouts: list[StoredTimeout]) -> None
                     SQL_PERSISTENCE_VERSION,
                 )
             )
+
+
+def read_ranges(frame: Any) -> tuple[list[int], list[str]]:
+    """Rows per read partition (a JDBC partition is one range read), in partition order, and every id read."""
+    rows = frame.select(F.spark_partition_id().alias("part"), "id").collect()
+    sizes = collections.Counter(row["part"] for row in rows)
+    return [sizes[part] for part in sorted(sizes)], sorted(row["id"] for row in rows)
 
 
 def utc_now() -> datetime:

@@ -21,6 +21,7 @@ from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.pipeline import preview as P
+from nsb_delays.pipeline import sources as S
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.job import migrate
 from nsb_delays.pipeline.migration import TargetSettings
@@ -34,7 +35,7 @@ from nsb_delays.pipeline.sources import (
     read_jdbc,
     validated,
 )
-from tests.spark.conftest import timeout, utc_now
+from tests.spark.conftest import read_ranges, timeout, utc_now
 
 FIVE_YEARS = 5 * 365 * 86_400  # far future, still within 2^28 - 1 s
 TEN_YEARS = 10 * 365 * 86_400  # beyond RabbitMQ's maximum
@@ -204,3 +205,18 @@ def test_sqs_preview_counts_the_messages_over_the_size_limit_exactly(spark, post
     assert P.preview(frame, source="t", target=TargetSettings(), now_us=to_micros(now)).sqs_oversized is None
     text = write_html(report, tmp_path / "report").read_text()
     assert 'id="sqs-oversized"' in text and "--sqs-s3-bucket" in text
+
+
+def test_a_skewed_jdbc_table_is_read_in_ranges_of_equal_row_count(spark, timeout_table, monkeypatch) -> None:
+    """Most timeouts due within an hour, four in ten years: equal time ranges would read 302 of the 306 rows in
+    the first range; ranges cut by row count read about ``ROWS_PER_READ_PARTITION`` each, every row once."""
+    now = utc_now()
+    rows = [timeout("Sales", 60 + 7 * i, i, now=now) for i in range(300)]
+    rows += [timeout("Sales", TEN_YEARS + i, 300 + i, now=now) for i in range(4)]
+    rows += [timeout("Sales", None, 400 + i, now=now) for i in range(2)]  # undated: read in the first range
+    source = timeout_table("Skewed", rows)
+    monkeypatch.setattr(S, "ROWS_PER_READ_PARTITION", 51)  # 306 rows: 6 reads (local[2] has 2 cores)
+
+    sizes, ids = read_ranges(read_jdbc(spark, source))
+    assert sizes == [51 + 2, 51, 51, 51, 50, 50]  # ntile's tiles of the 304 dated rows, the 2 undated first
+    assert ids == sorted(row.id for row in rows)

@@ -29,10 +29,10 @@ from nsb_delays.pipeline.ledger import (
     conninfo_from_jdbc,
 )
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
-from nsb_delays.pipeline.sources import JdbcSource
+from nsb_delays.pipeline.sources import JdbcSource, read_jdbc
 from tests.conftest import unavailable
 from tests.services import MARIADB_JDBC_JAR, LocalMariaDb
-from tests.spark.conftest import SQL_PERSISTENCE_VERSION, StoredTimeout, timeout, utc_now
+from tests.spark.conftest import SQL_PERSISTENCE_VERSION, StoredTimeout, read_ranges, timeout, utc_now
 
 COLUMNS = "`Id`, `Destination`, `SagaId`, `State`, `Time`, `Headers`, `PersistenceVersion`"
 
@@ -252,3 +252,13 @@ def test_nhibernate_timeout_entity_in_mysql_migrates_only_the_endpoint_and_abort
     received = collections.Counter(p.message_id for _, p, _, _ in broker.drain(["Billing"], len(mine) + 10))
     assert set(received) == {row.message_id for row in mine}
     assert sorted(received.values()) == [1] * (len(mine) - 10) + [2] * 10
+
+
+def test_a_mysql_table_is_read_in_ranges_of_equal_row_count(spark, mysql_timeout_table) -> None:
+    """The range predicates' timestamp literals as MariaDB reads them: 4 reads of 25 rows, every row once."""
+    now = utc_now()
+    rows = [timeout("Sales", 60 + 3 * i, i, now=now) for i in range(96)]
+    rows += [timeout("Sales", 10 * 365 * 86_400 + i, 96 + i, now=now) for i in range(4)]
+    source = mysql_timeout_table("Ranges", rows)
+    sizes, ids = read_ranges(read_jdbc(spark, source, partitions=4))
+    assert (sizes, ids) == ([25, 25, 25, 25], sorted(row.id for row in rows))
