@@ -283,7 +283,8 @@ def run_line_phases(output: str) -> dict[str, float]:
     match = re.search(r"completed in [\d.]+ s \(([^)]*)\)", output)
     if not match:
         raise SystemExit(f"no completed run in the output:\n{output[-3000:]}")
-    return {name: float(value) for name, value in re.findall(r"([a-z ]+?) ([\d.]+) s", match.group(1))}
+    phases = (part.rsplit(" ", 2) for part in match.group(1).split(", "))
+    return {name.strip(): float(value) for name, value, _unit in phases}
 
 
 def _spark_log_line(line: str) -> bool:
