@@ -14,11 +14,11 @@ table from PostgreSQL against the same rows as Parquet.
 3. **Preview**: ``migrate preview`` of M rows from PostgreSQL (made server-side with ``generate_series``) and of
    the same rows written out as Parquet, in the same run.
 
-``python -m bench migrate [--rows N] [--preview-rows M] [--publishers 1,2,4] [--skip-local] [--skip-cluster]
-[--skip-preview]``; the defaults are the README's (1,000,000 and 10,000,000; ``NSB_BENCH_MIGRATE_ROWS`` /
-``NSB_BENCH_PREVIEW_ROWS`` change them too). Private PostgreSQL, RabbitMQ and Spark processes are started on
-127.0.0.1 and stopped at the end. Targets (issue 14): run ≤ 90 s and ≥ 0.8x the ceiling for 1,000,000 rows;
-preview from PostgreSQL ≤ 2x the Parquet preview for 10,000,000 rows.
+``python -m bench migrate [--rows N] [--preview-rows M] [--publishers 1,2,4] [--batch-size B] [--skip-local]
+[--skip-cluster] [--skip-run] [--skip-preview]``; the defaults are the README's (1,000,000 and 10,000,000;
+``NSB_BENCH_MIGRATE_ROWS`` / ``NSB_BENCH_PREVIEW_ROWS`` change them too). Private PostgreSQL, RabbitMQ and
+Spark processes are started on 127.0.0.1 and stopped at the end. Targets (issue 14): run ≤ 90 s and ≥ 0.8x
+the ceiling for 1,000,000 rows; preview from PostgreSQL ≤ 2x the Parquet preview for 10,000,000 rows.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
                         help="rows to preview from PostgreSQL and Parquet (default %(default)s)")  # fmt: skip
     parser.add_argument("--publishers", default=",".join(map(str, DEFAULT_PUBLISHERS)),
                         help="parallel bare publishers to measure for the ceiling (default %(default)s)")  # fmt: skip
+    parser.add_argument("--batch-size", type=count, help="the run's --batch-size (default: the command's own)")
     parser.add_argument("--skip-local", action="store_true", help="no end-to-end run in local mode")
     parser.add_argument("--skip-cluster", action="store_true", help="no end-to-end run on the standalone cluster")
     parser.add_argument("--skip-run", action="store_true", help="neither ceiling nor end-to-end runs")
@@ -340,14 +341,20 @@ def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Comman
 
 
 def end_to_end(
-    where: str, postgres: LocalPostgres, broker: LocalRabbitMq, rows: int, cluster: LocalSparkCluster | None = None
+    where: str,
+    postgres: LocalPostgres,
+    broker: LocalRabbitMq,
+    options: argparse.Namespace,
+    cluster: LocalSparkCluster | None = None,
 ) -> EndToEnd:
+    rows = options.rows
     endpoint = RUN_ENDPOINTS[where]
     table = sql_persistence_layout(endpoint, "postgresql").table
     print(f"filled {rows:,} timeouts into {table} in {fill_timeouts(postgres.dsn, table, rows):.1f} s", flush=True)
     arguments = [
         "run", "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint,
         "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.management_url, "--no-progress",
+        *(["--batch-size", str(options.batch_size)] if options.batch_size else []),
     ]  # fmt: skip
     package = Path(tempfile.mkdtemp(prefix="nsb-bench-ship-")) / "nsb_delays.zip"
     if cluster is not None:
@@ -409,11 +416,11 @@ def bench_run(options: argparse.Namespace) -> None:
         results = []
         if not options.skip_local:
             print(f"--- end to end, local[{CORES}] ({load()})", flush=True)
-            results.append(end_to_end("local", postgres, broker, rows))
+            results.append(end_to_end("local", postgres, broker, options))
         if not options.skip_cluster:
             with LocalSparkCluster(workers=2) as cluster:
                 print(f"--- end to end, standalone cluster {cluster.master_url}, 2 one-core workers ({load()})")
-                results.append(end_to_end("cluster", postgres, broker, rows, cluster))
+                results.append(end_to_end("cluster", postgres, broker, options, cluster))
         print("\n--- summary")
         for publishing in ceiling.values():
             ratio = publishing.rate / best.rate
