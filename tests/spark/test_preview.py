@@ -21,7 +21,6 @@ from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.pipeline import preview as P
-from nsb_delays.pipeline import sources as S
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.job import migrate
 from nsb_delays.pipeline.migration import TargetSettings
@@ -97,7 +96,11 @@ def test_preview_of_a_jdbc_table_reports_each_class(spark, postgres, timeout_tab
     now = utc_now()
     rows, malformed = fixture_rows(now)
     source = timeout_table("Preview", rows + malformed)
-    frame = validated(read_jdbc(spark, source, partitions=3))
+    # Due times from 49 s ago to 10 years ahead, most within days: 3 equal stretches of time would read all but
+    # 9 rows in the first; ranges cut by row count (ntile's tiles of 107 dated rows, the 2 undated first) do not.
+    read = read_jdbc(spark, source, partitions=3)
+    assert read_ranges(read) == ([36 + 2, 36, 35], sorted(row.id for row in rows + malformed))
+    frame = validated(read)
     report = P.preview(frame, source=source.layout.table, target=TargetSettings(), now_us=to_micros(now))
     check(report, rows, malformed, now)
 
@@ -205,18 +208,3 @@ def test_sqs_preview_counts_the_messages_over_the_size_limit_exactly(spark, post
     assert P.preview(frame, source="t", target=TargetSettings(), now_us=to_micros(now)).sqs_oversized is None
     text = write_html(report, tmp_path / "report").read_text()
     assert 'id="sqs-oversized"' in text and "--sqs-s3-bucket" in text
-
-
-def test_a_skewed_jdbc_table_is_read_in_ranges_of_equal_row_count(spark, timeout_table, monkeypatch) -> None:
-    """Most timeouts due within an hour, four in ten years: equal time ranges would read 302 of the 306 rows in
-    the first range; ranges cut by row count read about ``ROWS_PER_READ_PARTITION`` each, every row once."""
-    now = utc_now()
-    rows = [timeout("Sales", 60 + 7 * i, i, now=now) for i in range(300)]
-    rows += [timeout("Sales", TEN_YEARS + i, 300 + i, now=now) for i in range(4)]
-    rows += [timeout("Sales", None, 400 + i, now=now) for i in range(2)]  # undated: read in the first range
-    source = timeout_table("Skewed", rows)
-    monkeypatch.setattr(S, "ROWS_PER_READ_PARTITION", 51)  # 306 rows: 6 reads (local[2] has 2 cores)
-
-    sizes, ids = read_ranges(read_jdbc(spark, source))
-    assert sizes == [51 + 2, 51, 51, 51, 50, 50]  # ntile's tiles of the 304 dated rows, the 2 undated first
-    assert ids == sorted(row.id for row in rows)
