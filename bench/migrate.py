@@ -187,20 +187,36 @@ def _bare_publisher(amqp_url: str, rows: list[tuple[Any, ...]], start: Any, done
     connection.ioloop.start()
 
 
-def bare_publish(amqp_url: str, shares: list[list[tuple[Any, ...]]]) -> tuple[float, int]:
-    """One process per share; wall seconds from the first publish to the last confirm, and returned count."""
+@dataclass
+class Publishing:
+    publishers: int
+    seconds: float  # first publish to last confirm
+    messages: int
+    returned: int
+    broker_cpu: float  # CPU seconds of the broker meanwhile
+    machine_cpu: float  # busy CPU seconds of the whole machine meanwhile (other jobs included)
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+
+def bare_publish(broker: LocalRabbitMq, shares: list[list[tuple[Any, ...]]]) -> Publishing:
+    """One process per share, each its own connection; timed from the first publish to the last confirm."""
     context = multiprocessing.get_context("fork")
     start, done = context.Barrier(len(shares) + 1), context.Queue()
-    workers = [context.Process(target=_bare_publisher, args=(amqp_url, share, start, done)) for share in shares]
+    workers = [context.Process(target=_bare_publisher, args=(broker.amqp_url, share, start, done)) for share in shares]
     for worker in workers:
         worker.start()
     start.wait()  # every worker has built its messages and opened its confirm channel
+    broker_before, machine_before = broker_cpu(broker), machine_cpu_seconds()[0]
     results = [done.get(timeout=3600) for _ in workers]
+    broker_used, machine_used = broker_cpu(broker) - broker_before, machine_cpu_seconds()[0] - machine_before
     for worker in workers:
         worker.join(60)
-    began = min(r[0] for r in results)
-    ended = max(r[1] for r in results)
-    return ended - began, sum(r[2] for r in results)
+    seconds = max(r[1] for r in results) - min(r[0] for r in results)
+    messages = sum(len(share) for share in shares)
+    return Publishing(len(shares), seconds, messages, sum(r[2] for r in results), broker_used, machine_used)
 
 
 def purge_delay_queues(broker: LocalRabbitMq) -> None:
@@ -231,34 +247,21 @@ def postgres_cpu(postgres: LocalPostgres) -> float:
     return tree_cpu_seconds(int((postgres.data_dir / "postmaster.pid").read_text().split()[0]))
 
 
-@dataclass
-class Publishing:
-    publishers: int
-    seconds: float
-    broker_cpu: float
-    messages: int
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-
 def measure_ceiling(broker: LocalRabbitMq, rows: list[tuple[Any, ...]], counts: list[int]) -> dict[int, Publishing]:
     results = {}
     for publishers in counts:
-        before = broker_cpu(broker)
-        seconds, returned = bare_publish(broker.amqp_url, shares_of(rows, publishers))
-        used = broker_cpu(broker) - before
+        result = bare_publish(broker, shares_of(rows, publishers))
         waiting = delayed_count(broker)
-        assert returned == 0 and waiting == len(rows), f"{returned} returned, {waiting} of {len(rows)} delayed"
+        assert result.returned == 0 and waiting == len(rows), f"{result.returned} returned, {waiting} delayed"
         purge_delay_queues(broker)
-        results[publishers] = Publishing(publishers, seconds, used, len(rows))
+        results[publishers] = result
         print(
             f"bare  {publishers} publisher{'s' if publishers > 1 else ' '}  {len(rows):>10,} messages  "
-            f"{seconds:6.1f} s  {len(rows) / seconds:>8,.0f} msg/s  broker CPU {used:5.1f} s = "
-            f"{used * 100_000 / len(rows):.2f} s per 100k  ({load()})",
+            f"{result.seconds:6.1f} s  {result.rate:>8,.0f} msg/s  broker CPU {result.broker_cpu:5.1f} s = "
+            f"{result.broker_cpu * 100_000 / len(rows):.2f} s per 100k, {result.broker_cpu / result.seconds:.2f} "
+            f"cores; machine busy {result.machine_cpu / (result.seconds * CORES):.0%} ({load()})",
             flush=True,
-        )  # fmt: skip
+        )
     return results
 
 
