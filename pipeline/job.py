@@ -566,10 +566,11 @@ def run(context: click.Context, **values: Any) -> None:
         f"({', '.join(f'{phase} {seconds:.1f} s' for phase, seconds in result.phases.items())})"
     )
     if result.failovers:
+        times = f"{result.failovers:,} time{'s' if result.failovers != 1 else ''}"
         click.echo(
-            f"RabbitMQ nodes went away mid-publish: the publishers carried on from another node {result.failovers:,} "
-            f"times and published {result.republished:,} unconfirmed messages again (same message ids: a few may "
-            "arrive twice; a receiver that deduplicates by message id, like NServiceBus's outbox, sees each once)"
+            f"RabbitMQ nodes went away mid-publish: the publishers carried on from another node {times} and "
+            f"published {result.republished:,} unconfirmed messages again (same message ids: a few may arrive "
+            "twice; a receiver that deduplicates by message id, like NServiceBus's outbox, sees each once)"
         )
     if result.quarantine_file:
         click.echo(f"quarantined rows: {result.quarantine_file}")
