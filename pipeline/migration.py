@@ -158,6 +158,8 @@ class RunResult:
     # seconds per phase, in order: checks (target, export staging), hide, spark wait (the JVM start that the
     # checks and hiding did not cover), dispatch (read + publish + mark), finish (ledger, quarantine file)
     phases: dict[str, float] = field(default_factory=dict)
+    failovers: int = 0  # times a task's publisher carried on from another cluster node (this invocation)
+    republished: int = 0  # messages those tasks published again after a lost connection (same message ids)
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
@@ -421,8 +423,9 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
     session = tracker.spark = resolve(spark)
     ready = time.monotonic()
     frame = _pending_frame(session, options, ledger, run)
+    results: list[Any] = []
     if frame is not None:
-        _with_progress(
+        results = _with_progress(
             lambda: frame.mapInArrow(partial(dispatch_arrow, settings), RESULT_SCHEMA).collect(),
             lambda: ledger.progress(run),
             run.total_rows,
@@ -454,6 +457,8 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
             "dispatch": dispatched - prepared - (ready - waiting),
             "finish": time.monotonic() - dispatched,
         },
+        failovers=sum(row["failovers"] for row in results or ()),
+        republished=sum(row["republished"] for row in results or ()),
     )
 
 
