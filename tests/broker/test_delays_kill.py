@@ -1,6 +1,7 @@
 """Kill safety: ``delays migrate`` SIGKILLed at 10 random points, then rerun, loses no message.
 
-630 messages wait in the v1 graph (30 for every target level 7..27; topped up by as many whenever a run
+540 messages wait in the v1 graph (30 for every target level 10..27, due in 17 minutes or more: still in
+the v2 graph when it is read at the end; topped up by as many whenever a run
 finishes before its kill). The CLI runs with a window of 10 unacked messages, far fewer than a level holds;
 once its preflight is done (it prints the ``migrate:`` line) it gets SIGKILL at a random moment, ten times,
 then one last run finishes. After each kill, once the broker has taken back what the dead run held, every
@@ -30,7 +31,8 @@ SEED = random.randrange(1 << 30)
 KILLS = 10
 WINDOW = 10
 KILL_AFTER_SECONDS = (0.02, 0.2)  # after the preflight: inside the move of what is left
-PER_LEVEL = 30  # x 21 levels (7..27): 630 messages, topped up whenever a run finishes before its kill
+PER_LEVEL = 30  # x 18 levels (10..27): 540 messages, topped up whenever a run finishes before its kill
+LOWEST_TARGET_LEVEL = 10
 REQUEUE_WAIT_SECONDS = 30  # the broker notices the dead connection and requeues its unacked deliveries
 
 
@@ -79,7 +81,7 @@ def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_w
     connection = pika.BlockingConnection(parameters)
     declare_graphs(connection.channel(), ["v1", "v2"])
     connection.close()
-    waiting, outgoing = spread_over_levels(PER_LEVEL, "v1", SEED, lowest_target_level=7)
+    waiting, outgoing = spread_over_levels(PER_LEVEL, "v1", SEED, lowest_target_level=LOWEST_TARGET_LEVEL)
     publish(parameters, outgoing)
     command = [*CLI, "delays", "migrate", *broker_arguments(rabbitmq, vhost), "--window", str(WINDOW), "--no-progress"]
     chooser = random.Random(SEED)
@@ -91,7 +93,9 @@ def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_w
         code = run_until_killed(command, chooser)
         assert code in (-signal.SIGKILL, 0), f"seed {SEED}: run ended with {code}"
         if code == 0:  # it finished before the kill: more messages, as a live v1 endpoint would send
-            more, outgoing = spread_over_levels(PER_LEVEL, "v1", chooser.randrange(1 << 30), lowest_target_level=7)
+            more, outgoing = spread_over_levels(
+                PER_LEVEL, "v1", chooser.randrange(1 << 30), lowest_target_level=LOWEST_TARGET_LEVEL
+            )
             waiting += more
             publish(parameters, outgoing)
             continue
