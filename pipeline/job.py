@@ -320,6 +320,9 @@ def environment_problems(
 ) -> list[str]:
     """What the command will reach, reached now: databases, drivers, the export's files, the target."""
     problems: list[str] = []
+    uses_spark = command != "abort" or export is not None  # a table's abort runs without Spark
+    if remote and uses_spark:
+        problems += preflight.connect_client_problems(remote) or preflight.connect_server_problems(remote)
     if source is not None:
         connection = _connection(source)
         problems += preflight.ledger_driver_problems(connection.dialect)
@@ -329,7 +332,7 @@ def environment_problems(
                 problems += preflight.source_table_problems(connection, source.layout, where=where)
             else:
                 problems += _ledger_database_problems(connection, export, command, where)
-        if command != "abort" or export is not None:  # a table's abort runs without Spark
+        if uses_spark:
             problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)

@@ -259,6 +259,47 @@ def remote_problems(remote: str | None) -> list[str]:
     return [f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"]
 
 
+# ConnectCommon.CONNECT_GRPC_BINDING_PORT: the server's default port, and the client's for sc://host alone.
+SPARK_CONNECT_DEFAULT_PORT = 15002
+CONNECT_CLIENT_ADVICE = (
+    "run the migration from a virtualenv of its own: `pip install -r <(python -m nsb_delays.pipeline "
+    '--connect-requirements)` and this package with `pip install --no-deps` (README "Running on a cluster")'
+)
+
+
+def connect_client_problems(remote: str) -> list[str]:
+    """This Python must be able to be a Spark Connect client before anything is hidden: importing
+    ``pyspark.sql.connect.session`` runs pyspark's ``check_dependencies`` (pandas, pyarrow, grpcio,
+    grpcio-status, googleapis-common-protos, zstandard; ``pyspark/sql/connect/utils.py``), and the generated
+    protos (``pyspark/sql/connect/proto/*_pb2.py``) refuse a protobuf runtime older than their gencode
+    (``google.protobuf.runtime_version.ValidateProtobufRuntimeVersion``) — the case in an environment that
+    also holds pulumi-policy (``protobuf~=5.29.5``)."""
+    try:
+        importlib.import_module("pyspark.sql.connect.session")
+        importlib.import_module("pyspark.sql.connect.proto")
+    except (Exception, SystemExit) as error:  # ImportError, protobuf's VersionError; SystemExit: check_dependencies
+        # exits when __main__ looks like a doctest run (no __spec__, no __file__: `python -c`)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"--remote {remote}: this Python cannot be a Spark Connect client ({reason}); {CONNECT_CLIENT_ADVICE}"]
+    return []
+
+
+def connect_server_problems(remote: str, timeout: float = 5) -> list[str]:
+    """A Connect client connects lazily and retries for minutes; a server that is not there is named now."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(remote.split(";", 1)[0])
+    host, port = address.hostname or "", address.port or SPARK_CONNECT_DEFAULT_PORT
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return []
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        return [f"--remote {remote}: no Spark Connect server answers on {host}:{port} ({reason}); start it first "
+                "(sbin/start-connect-server.sh) or correct the URL"]  # fmt: skip
+
+
 # --- paths it will write ------------------------------------------------------------------------------
 
 

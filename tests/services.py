@@ -453,6 +453,7 @@ class LocalSparkConnect:
 
     cluster: LocalSparkCluster
     jars: tuple[Path, ...] = (POSTGRES_JDBC_JAR,)
+    conf: dict[str, str] = field(default_factory=dict)  # more --conf, e.g. spark.executorEnv.* for the executors
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -476,6 +477,7 @@ class LocalSparkConnect:
             "spark.sql.session.timeZone": "UTC",
             "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+            **self.conf,
         }
         return [
             str(spark_home() / "bin" / "spark-submit"), "--class", SPARK_CONNECT_SERVER_CLASS,

@@ -1,0 +1,165 @@
+"""``migrate preview``, ``run`` and ``abort`` through Spark Connect (``--remote sc://127.0.0.1:P``) on the standalone
+cluster: a Connect server (``tests.services.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
+executors' Python in ``PYSPARK_PYTHON``; the client runs from its own virtualenv (``make setup`` builds it from
+``python -m nsb_delays.pipeline --connect-requirements``) and ships the package itself (``addArtifacts``).
+
+The executors see only what the server and the client's artifacts give them; the ledger, the report and the
+quarantine file are written by the client.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from nsb_delays.brokers.sqs_emulation import apply_sqs
+from nsb_delays.components.model import sqs
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.sparkcluster.conftest import PROJECT, connect_client, finished, submit_environment
+from tests.sparkcluster.test_cluster_migration import ENDPOINTS, source_arguments
+
+BATCH_SIZE, PARTITIONS = 25, 2
+SQS_PREFIX = "connect-"
+
+
+def test_preview_through_spark_connect_counts_every_class_and_sizes_sqs_bodies_on_the_executors(
+    spark_connect, postgres, timeout_table, tmp_path
+) -> None:
+    """The same data and counts as the spark-submit preview; the SQS sizes are a Python function on the executors."""
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(300)]
+    rows += [timeout(None, 60, 300, now=now)]  # malformed: no destination
+    large = timeout("Sales", 3600, 301, now=now)
+    rows.append(
+        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
+    )
+    timeout_table("ConnectPreview", rows)
+    report = tmp_path / "report"
+    job = connect_client(spark_connect, "preview",
+                         [*source_arguments(postgres, "ConnectPreview"), "--target", "sqs", "--report-dir", str(report)])  # fmt: skip
+    code, output = finished(job)
+    assert code == 0, output
+    assert "-> sqs: 302 timeouts, nothing migrated" in output, output
+    assert "SQS: 1 message(s) over 1,048,576 bytes" in output, output
+    assert "missing destination │ 1" in output, output
+    assert (report / "preview.html").exists()
+
+
+def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
+    spark_connect, postgres, timeout_table, broker_vhost, tmp_path
+) -> None:
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
+    malformed = [timeout("Sales", 60, 400, headers="not json", now=now), timeout(None, 60, 401, now=now)]
+    timeout_table("ConnectRun", rows + malformed)
+    quarantine = tmp_path / "quarantine.jsonl"
+    arguments = [
+        *source_arguments(postgres, "ConnectRun"),
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
+        "--quarantine", str(quarantine),
+    ]  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 0, output
+    assert (
+        f"(started): {len(rows):,} of {len(rows) + 2:,} dispatched ({len(rows):,} now), 2 quarantined, completed"
+        in (output)
+    ), output
+
+    received = broker.drain(ENDPOINTS, len(rows), timeout=60)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    assert set(ids) == {row.message_id for row in rows}
+    assert all(count == 1 for count in ids.values()), "a timeout was delivered twice by a run nothing interrupted"
+    quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
+
+
+def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_undispatched_rows(
+    spark_connect, postgres, timeout_table, moto_server, tmp_path
+) -> None:
+    """Ctrl-C on the client interrupts the server's jobs (``SparkSession.interruptAll``): the rows are either in
+    SQS (their batch marked dispatched) or, after ``abort`` through the same server, back in the legacy table."""
+    moto_server.reset()
+    config = parse_stack_config({"sqs": {"queueNamePrefix": SQS_PREFIX, "endpoints": ENDPOINTS}})
+    apply_sqs(record_stack(config), moto_server.client())
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(300)]
+    source = timeout_table("ConnectSqs", rows)
+    original = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    marker = tmp_path / "reached"
+    job = connect_client(
+        spark_connect, "run",
+        [*source_arguments(postgres, "ConnectSqs"), "--target", "sqs", "--sqs-endpoint-url", moto_server.endpoint_url,
+         "--sqs-prefix", SQS_PREFIX, "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS),
+         "--no-progress", "--fault", f"after-publish:2:hang:{marker}"],
+    )  # fmt: skip
+    wait_for_marker(job, marker)
+    os.kill(job.pid, signal.SIGINT)  # Ctrl-C on the client: its jobs are interrupted on the server
+    code, output = finished(job)
+    assert code == 130, output
+    assert "interrupted. run " in output, output
+
+    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                              (source.layout.table,))  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "abort", source_arguments(postgres, "ConnectSqs")))
+    assert code == 0, output
+    dispatched = {key for (key,) in ledger_rows(
+        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
+                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
+    restored = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    assert dispatched, "nothing was dispatched before the interrupt"
+    assert f"{len(restored):,} timeouts restored" in output, output
+    assert restored == original - dispatched
+
+    from moto.sqs.models import sqs_backends
+
+    queues = sqs_backends["123456789012"]["us-east-1"].queues
+    sent = collections.Counter()
+    for name in ENDPOINTS:
+        for queue in (sqs.sqs_queue_name(name, SQS_PREFIX), sqs.delay_queue_name(name, SQS_PREFIX)):
+            for message in queues[queue]._messages:
+                sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] += 1
+    message_ids = {row.message_id: row.id for row in rows}
+    sent_rows = {message_ids[message_id] for message_id in sent}
+    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
+    assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
+    assert len(sent_rows & restored) <= PARTITIONS * BATCH_SIZE  # sent by a task interrupted before marking its batch
+
+
+def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert process.poll() is None, finished(process)[1][-3000:]
+        assert time.monotonic() < deadline, "the run never reached its fault point"
+        time.sleep(0.05)
+
+
+def test_the_projects_own_environment_refuses_remote_up_front_with_the_reason(postgres, timeout_table) -> None:
+    """pulumi-policy's protobuf pin keeps the Connect client out of the project's environment: ``--remote`` there
+    is refused before anything is read or hidden (exit 2), naming the environment that can run it."""
+    source = timeout_table("ConnectRefused", [timeout("Sales", -1, 0, now=utc_now())])
+    result = subprocess.run(
+        [sys.executable, "-m", "nsb_delays.pipeline", "run", *source_arguments(postgres, "ConnectRefused"),
+         "--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1",
+         "--remote", "sc://127.0.0.1:1"],
+        cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--remote sc://127.0.0.1:1" in result.stderr and "--connect-requirements" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(1,)]
+    assert not ledger_rows(
+        postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)
+    ) or not ledger_rows(
+        postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
+    )
