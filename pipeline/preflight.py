@@ -284,6 +284,27 @@ def connect_client_problems(remote: str) -> list[str]:
     return []
 
 
+def connect_jdbc_problems(spark: Any, url: str, options: dict[str, str], dialect: Dialect, remote: str) -> list[str]:
+    """Through Spark Connect the server's jars are out of sight (see ``jdbc_driver_problems``), so the server is
+    asked: the schema of a one-row JDBC query is resolved on the server (the client's ``DataFrame.schema`` is an
+    ``AnalyzePlan`` request, ``pyspark/sql/connect/dataframe.py``), which loads the driver class and connects
+    from there as the executors will. Before anything is hidden."""
+    probe = "select 1 as probe from dual" if dialect == "oracle" else "select 1 as probe"
+    try:
+        spark.read.format("jdbc").options(**options).option("query", probe).load().schema  # noqa: B018
+    except Exception as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = next((line for line in lines if "ClassNotFoundException" in line or "No suitable driver" in line),
+                      lines[0] if lines else type(error).__name__)  # fmt: skip
+        driver, scheme = jdbc_driver_class(url, dialect), url.split("//")[0]
+        return [
+            f"--remote {remote}: the Spark Connect server cannot read {scheme}// through JDBC ({reason[:300]}); "
+            f"start it with the driver {driver} in --jars ({JDBC_DRIVER_SOURCES.get(driver, 'its jar')}) and able to "
+            "reach the database"
+        ]
+    return []
+
+
 def connect_server_problems(remote: str, timeout: float = 5) -> list[str]:
     """A Connect client connects lazily and retries for minutes; a server that is not there is named now."""
     import socket

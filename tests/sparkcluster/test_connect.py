@@ -16,12 +16,15 @@ import signal
 import subprocess
 import sys
 
+from nsb_delays.brokers.local import free_port
 from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE
+from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.spark.test_run_mysql import create_mysql_sql_persistence_table, insert_mysql_timeouts, mysql_rows
 from tests.sparkcluster.conftest import PROJECT, connect_client, finished, submit_environment
 from tests.sparkcluster.test_cluster_migration import ENDPOINTS, source_arguments
 
@@ -50,36 +53,6 @@ def test_preview_through_spark_connect_counts_every_class_and_sizes_sqs_bodies_o
     assert "SQS: 1 message(s) over 1,048,576 bytes" in output, output
     assert "missing destination │ 1" in output, output
     assert (report / "preview.html").exists()
-
-
-def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
-    spark_connect, postgres, timeout_table, broker_vhost, tmp_path
-) -> None:
-    broker = broker_vhost(ENDPOINTS)
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
-    malformed = [timeout("Sales", 60, 400, headers="not json", now=now), timeout(None, 60, 401, now=now)]
-    timeout_table("ConnectRun", rows + malformed)
-    quarantine = tmp_path / "quarantine.jsonl"
-    arguments = [
-        *source_arguments(postgres, "ConnectRun"),
-        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
-        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
-        "--quarantine", str(quarantine),
-    ]  # fmt: skip
-    code, output = finished(connect_client(spark_connect, "run", arguments))
-    assert code == 0, output
-    assert (
-        f"(started): {len(rows):,} of {len(rows) + 2:,} dispatched ({len(rows):,} now), 2 quarantined, completed"
-        in (output)
-    ), output
-
-    received = broker.drain(ENDPOINTS, len(rows), timeout=60)
-    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
-    assert set(ids) == {row.message_id for row in rows}
-    assert all(count == 1 for count in ids.values()), "a timeout was delivered twice by a run nothing interrupted"
-    quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
-    assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
 
 
 def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_undispatched_rows(
@@ -134,6 +107,37 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
     assert len(sent_rows & restored) <= PARTITIONS * BATCH_SIZE  # sent by a task interrupted before marking its batch
 
 
+def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
+    spark_connect, postgres, timeout_table, broker_vhost, tmp_path
+) -> None:
+    """After the interrupted run above, the cluster's cores are free again (its hanging tasks were killed)."""
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
+    malformed = [timeout("Sales", 60, 400, headers="not json", now=now), timeout(None, 60, 401, now=now)]
+    timeout_table("ConnectRun", rows + malformed)
+    quarantine = tmp_path / "quarantine.jsonl"
+    arguments = [
+        *source_arguments(postgres, "ConnectRun"),
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
+        "--quarantine", str(quarantine),
+    ]  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 0, output
+    assert (
+        f"(started): {len(rows):,} of {len(rows) + 2:,} dispatched ({len(rows):,} now), 2 quarantined, completed"
+        in (output)
+    ), output
+
+    received = broker.drain(ENDPOINTS, len(rows), timeout=60)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    assert set(ids) == {row.message_id for row in rows}
+    assert all(count == 1 for count in ids.values()), "a timeout was delivered twice by a run nothing interrupted"
+    quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
+
+
 def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
     import time
 
@@ -144,22 +148,49 @@ def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 2
         time.sleep(0.05)
 
 
-def test_the_projects_own_environment_refuses_remote_up_front_with_the_reason(postgres, timeout_table) -> None:
-    """pulumi-policy's protobuf pin keeps the Connect client out of the project's environment: ``--remote`` there
-    is refused before anything is read or hidden (exit 2), naming the environment that can run it."""
+def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server(postgres, timeout_table) -> None:
+    """pulumi-policy's protobuf pin keeps the Connect client out of the project's own environment, and a Connect
+    client retries a missing server for minutes: both are refused before anything is read or hidden (exit 2)."""
     source = timeout_table("ConnectRefused", [timeout("Sales", -1, 0, now=utc_now())])
-    result = subprocess.run(
-        [sys.executable, "-m", "nsb_delays.pipeline", "run", *source_arguments(postgres, "ConnectRefused"),
-         "--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1",
-         "--remote", "sc://127.0.0.1:1"],
-        cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "--remote sc://127.0.0.1:1" in result.stderr and "--connect-requirements" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    target = ["--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1"]
+    nobody = f"sc://127.0.0.1:{free_port()}"
+    for python, remote, reason in [
+        (sys.executable, "sc://127.0.0.1:1", "cannot be a Spark Connect client"),
+        (SPARK_CONNECT_VENV / "bin" / "python", nobody, "no Spark Connect server answers"),
+    ]:
+        result = subprocess.run(
+            [str(python), "-m", "nsb_delays.pipeline", "run", *source_arguments(postgres, "ConnectRefused"), *target,
+             "--remote", remote],
+            cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"--remote {remote}: {reason}" in result.stderr and "nothing was changed" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(1,)]
     assert not ledger_rows(
         postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)
     ) or not ledger_rows(
         postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
     )
+
+
+def test_a_run_whose_jdbc_driver_the_connect_server_lacks_is_refused_before_anything_is_hidden(
+    spark_connect, mariadb, broker_vhost
+) -> None:
+    """The server has only the PostgreSQL driver in its --jars: the client cannot see that, so it asks the server
+    to resolve a one-row JDBC query of the source first; the MariaDB table keeps its rows, no run exists."""
+    broker = broker_vhost(ENDPOINTS)
+    table = create_mysql_sql_persistence_table(mariadb, "ConnectNoDriver")
+    insert_mysql_timeouts(mariadb, table, [timeout("Sales", -1, i, now=utc_now()) for i in range(5)])
+    arguments = [
+        "--source-jdbc", mariadb.jdbc_url, "--jdbc-user", mariadb.user, "--jdbc-password", mariadb.password,
+        "--endpoint", "ConnectNoDriver", "--rabbitmq-url", broker.amqp_url,
+        "--rabbitmq-management-url", broker.broker.management_url, "--no-progress",
+    ]  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 2, output
+    assert f"--remote {spark_connect.url}: the Spark Connect server cannot read jdbc:mariadb:// through JDBC" in output
+    assert "org.mariadb.jdbc.Driver in --jars" in output and "nothing was changed" in output, output
+    assert "Traceback" not in output
+    assert mysql_rows(mariadb, f"select count(*) from {table}") == [(5,)]
+    assert not mysql_rows(mariadb, "select 1 from information_schema.tables where table_name = %s", (STATE_TABLE,))

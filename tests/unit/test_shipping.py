@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.pipeline import preflight
-from nsb_delays.pipeline.shipping import executor_requirements, write_package_zip
+from nsb_delays.pipeline.shipping import connect_client_requirements, executor_requirements, write_package_zip
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +64,19 @@ def test_py_files_into_a_folder_that_cannot_be_made_is_refused(tmp_path: Path) -
 def test_executor_requirements_are_printed_one_a_line() -> None:
     result = helper("--executor-requirements")
     assert result.returncode == 0 and result.stdout.split() == executor_requirements()
+
+
+def test_the_connect_client_needs_the_migrations_requirements_and_pysparks_connect_extra_but_no_pulumi() -> None:
+    """pulumi-policy's protobuf pin and pyspark 4's Connect protos cannot share one environment: the client's has the
+    base requirements but Pulumi's, the spark extra, and ``pyspark[connect]`` of the installed Spark."""
+    import pyspark
+
+    result = helper("--connect-requirements")
+    printed = result.stdout.split()
+    assert result.returncode == 0 and printed == connect_client_requirements()
+    assert f"pyspark[connect]=={pyspark.__version__}" in printed
+    assert not [line for line in printed if line.startswith("pulumi")]
+    assert set(executor_requirements()) <= set(printed) and {"click>=8.1", "rich>=13", "pandas<3"} <= set(printed)
 
 
 def test_an_unknown_helper_option_is_refused() -> None:
