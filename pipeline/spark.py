@@ -190,4 +190,6 @@ class BackgroundSession:
 
 
 def resolve(spark: SessionSource) -> SparkSession:
-    return spark if isinstance(spark, SparkSession) else spark()
+    """The session itself, or the one a ``BackgroundSession`` starts. A Spark Connect session is no instance of
+    the classic ``pyspark.sql.SparkSession`` (``pyspark.sql.connect.session.SparkSession``), and neither is callable."""
+    return spark() if callable(spark) else spark
