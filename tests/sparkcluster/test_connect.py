@@ -155,7 +155,7 @@ def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server
     target = ["--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1"]
     nobody = f"sc://127.0.0.1:{free_port()}"
     for python, remote, reason in [
-        (sys.executable, "sc://127.0.0.1:1", "cannot be a Spark Connect client"),
+        (sys.executable, "sc://127.0.0.1:1", "this Python cannot be a Spark Connect client"),
         (SPARK_CONNECT_VENV / "bin" / "python", nobody, "no Spark Connect server answers"),
     ]:
         result = subprocess.run(
