@@ -88,6 +88,11 @@ class _Sender:
         else:
             self.publisher.send(messages)
 
+    @property
+    def failovers(self) -> tuple[int, int]:
+        """(times the publisher moved to another node, messages it published again doing so); (0, 0) on SQS."""
+        return getattr(self.publisher, "failovers", 0), len(getattr(self.publisher, "republished", ()))
+
     def close(self) -> None:
         if self.settings.target == "rabbitmq":
             self.publisher.close()
@@ -124,19 +129,23 @@ def rows_of(record_batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
             yield row
 
 
-RESULT_SCHEMA = "batch long, sent long, quarantined long"
+RESULT_SCHEMA = "batch long, sent long, quarantined long, failovers long, republished long"
+RESULT_COLUMNS = ("batch", "sent", "quarantined", "failovers", "republished")
 
 
 def dispatch_arrow(settings: DispatchSettings, record_batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow`` body: one result row ``(batch, sent, quarantined)`` per completed batch."""
+    """``mapInArrow`` body: one result row (``RESULT_COLUMNS``) per completed batch."""
     import pyarrow as pa
 
-    for batch, sent, quarantined in dispatch_partition(settings, rows_of(record_batches)):
-        yield pa.RecordBatch.from_pydict({"batch": [batch], "sent": [sent], "quarantined": [quarantined]})
+    for result in dispatch_partition(settings, rows_of(record_batches)):
+        yield pa.RecordBatch.from_pydict({name: [value] for name, value in zip(RESULT_COLUMNS, result, strict=True)})
 
 
-def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Iterator[tuple[int, int, int]]:
-    """Dispatch one partition: yields ``(batch, sent, quarantined)`` per completed batch.
+def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Iterator[tuple[int, int, int, int, int]]:
+    """Dispatch one partition: yields ``(batch, sent, quarantined, failovers, republished)`` per completed batch.
+
+    ``failovers`` and ``republished`` count what the batch cost in node changes (a cluster node went away
+    mid-publish and the batch went out again from another one), for the run's summary.
 
     Rows are collected per batch and a batch goes out once all its rows (``batch_rows``) arrived, so the
     rows need no sort (they stream in storage order, which is batch order in practice) and a batch is
@@ -156,10 +165,19 @@ def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Itera
                     continue
                 del collecting[batch]
                 sender = sender or _Sender(settings)
+                failovers, republished = sender.failovers
                 outcome = send_batch(sender, batch, batch_rows)
                 fault("after-publish")
                 ledger.complete_batch(settings.run, outcome, connection)
-                yield batch, len(batch_rows) - len(outcome.quarantined), len(outcome.quarantined)
+                failovers_after, republished_after = sender.failovers
+                sent = len(batch_rows) - len(outcome.quarantined)
+                yield (
+                    batch,
+                    sent,
+                    len(outcome.quarantined),
+                    failovers_after - failovers,
+                    republished_after - republished,
+                )
     finally:
         if sender is not None:
             sender.close()

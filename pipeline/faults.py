@@ -1,8 +1,9 @@
 """Deliberate crashes at named points of a run, so tests can prove a killed run resumes exactly.
 
 ``--fault POINT[:AFTER[:ACTION[:MARKER]]]`` (a test hook, hidden from ``--help``): at ``POINT``, once
-it was reached ``AFTER`` times in a process, write ``MARKER`` (if given) and then ``raise`` or
-``hang`` (sleep until killed, so the test can SIGKILL the whole job at that exact moment).
+it was reached ``AFTER`` times in a process, write ``MARKER`` (if given) and then ``raise``, ``hang``
+(sleep until killed, so the test can SIGKILL the whole job at that exact moment) or ``pause`` (wait
+until the test deletes ``MARKER``, so it can break something under the run, then carry on).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAULT_POINTS = ("hide", "after-hide", "after-publish", "after-last-batch")
-FAULT_ACTIONS = ("raise", "hang")
+FAULT_ACTIONS = ("raise", "hang", "pause")
 
 
 class InjectedFault(RuntimeError):
@@ -57,4 +58,10 @@ class FaultInjector:
         if fault.action == "hang":
             while True:
                 time.sleep(3600)
+        if fault.action == "pause":
+            if not fault.marker:
+                raise InjectedFault("the pause fault needs a MARKER file to wait on")
+            while Path(fault.marker).exists():
+                time.sleep(0.05)
+            return
         raise InjectedFault(f"injected fault at {point} (reached {fault.after} time(s))")

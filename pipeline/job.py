@@ -577,6 +577,13 @@ def run(context: click.Context, **values: Any) -> None:
         f"{'completed' if result.completed else 'NOT completed'} in {result.seconds:.1f} s "
         f"({', '.join(f'{phase} {seconds:.1f} s' for phase, seconds in result.phases.items())})"
     )
+    if result.failovers:
+        times = f"{result.failovers:,} time{'s' if result.failovers != 1 else ''}"
+        click.echo(
+            f"RabbitMQ nodes went away mid-publish: the publishers carried on from another node {times} and "
+            f"published {result.republished:,} unconfirmed messages again (same message ids: a few may arrive "
+            "twice; a receiver that deduplicates by message id, like NServiceBus's outbox, sees each once)"
+        )
     if result.quarantine_file:
         click.echo(f"quarantined rows: {result.quarantine_file}")
     stay = "were not loaded (they remain only in the export)" if export else "stay with the legacy timeout manager"

@@ -156,6 +156,8 @@ class RunResult:
     quarantine_file: str | None
     seconds: float
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase: prepare (checks, hiding), dispatch
+    failovers: int = 0  # times a task's publisher carried on from another cluster node (this invocation)
+    republished: int = 0  # messages those tasks published again after a lost connection (same message ids)
 
 
 def _export_identity(export: ExportSource) -> dict[str, Any]:
@@ -415,8 +417,9 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
     before = ledger.progress(run)
     session = tracker.spark = resolve(spark)
     frame = _pending_frame(session, options, ledger, run)
+    results: list[Any] = []
     if frame is not None:
-        _with_progress(
+        results = _with_progress(
             lambda: frame.mapInArrow(partial(dispatch_arrow, settings), RESULT_SCHEMA).collect(),
             lambda: ledger.progress(run),
             run.total_rows,
@@ -442,6 +445,8 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         quarantine_file=quarantine_file,
         seconds=time.monotonic() - started,
         phases={"prepare": prepared - started, "dispatch": dispatched - prepared},
+        failovers=sum(row["failovers"] for row in results or ()),
+        republished=sum(row["republished"] for row in results or ()),
     )
 
 

@@ -16,7 +16,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,6 +303,49 @@ def test_a_run_given_two_nodes_delivers_everything_when_the_first_is_down(
     assert f"{ROWS} of {ROWS} dispatched ({ROWS} now), 0 quarantined, completed" in result.output
     assert legacy_count(world) == 0
     assert sum(broker_depths(world.broker).values()) == ROWS  # due in an hour: all waiting in the levels, once
+
+
+def test_a_node_lost_mid_run_is_reported_and_the_run_carries_on_from_the_next(
+    spark, world: World, tmp_path, monkeypatch
+) -> None:
+    """The broker closes the executor's connection after the first batch (as a stopping cluster node does:
+    ``CONNECTION_FORCED``); the task's publisher carries on from the next URL, every timeout waits in the
+    graph exactly once, and the summary says how often that happened and what was published again."""
+    monkeypatch.chdir(world.workspace)
+    node_a = world.broker.amqp_url
+    node_b = f"{node_a}?heartbeat=60"  # a second name for the same broker: the "other node"
+    marker = tmp_path / "paused"
+    args = [*world.table_source, "--rabbitmq-url", f"{node_a},{node_b}", "--rabbitmq-management-url",
+            world.broker.broker.management_url, "--batch-size", "10", "--partitions", "1", "--no-progress",
+            "--fault", f"after-publish:1:pause:{marker}"]  # fmt: skip
+    api = world.broker.broker.api()
+    outcome: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=invoke(world, ["migrate", "run", *args], tmp_path)))
+    runner.start()
+    deadline = time.monotonic() + 180
+    while not marker.exists() and runner.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), f"the run never reached its first batch: {outcome}"
+    listing = (
+        f"{world.broker.broker.management_url}/api/vhosts/{urllib.parse.quote(world.broker.vhost, safe='')}/connections"
+    )
+    connections: list[str] = []
+    while (
+        not connections and time.monotonic() < deadline
+    ):  # the management API lists a connection after its first stats
+        connections = [c["name"] for c in api.get(listing).json()]
+        time.sleep(0.2)
+    for name in connections:
+        api.delete(f"{world.broker.broker.management_url}/api/connections/{urllib.parse.quote(name, safe='')}")
+    marker.unlink()
+    runner.join(180)
+    result = outcome["result"]
+    assert connections, "no publisher connection to close"
+    assert result.exit_code == 0, result.output
+    assert f"{ROWS} of {ROWS} dispatched ({ROWS} now), 0 quarantined, completed" in result.output
+    assert "carried on from another node 1 time and published 10 unconfirmed messages again" in result.output
+    assert legacy_count(world) == 0
+    assert sum(broker_depths(world.broker).values()) == ROWS  # the closed connection confirmed nothing twice
 
 
 def test_an_export_changed_under_its_run_is_refused_and_a_fixed_export_is_a_new_run(
