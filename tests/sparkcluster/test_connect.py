@@ -110,7 +110,6 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
 def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
     spark_connect, postgres, timeout_table, broker_vhost, tmp_path
 ) -> None:
-    """After the interrupted run above, the cluster's cores are free again (its hanging tasks were killed)."""
     broker = broker_vhost(ENDPOINTS)
     now = utc_now()
     rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
