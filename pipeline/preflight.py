@@ -221,7 +221,8 @@ def jdbc_driver_problems(url: str, dialect: Dialect, remote: bool = False) -> li
     a local session's (Debian's drivers, ``$NSB_JDBC_JARS``) or what ``spark-submit`` was given (or
     the Spark distribution's own ``jars/``, where an administrator may have put it).
 
-    A Spark Connect server's class path cannot be seen from here: its ``--jars`` decide.
+    A Spark Connect server's class path cannot be seen from here: its ``--jars`` decide, and ``run`` asks the
+    server itself (``connect_jdbc_problems``).
     """
     if remote:
         return []
