@@ -94,3 +94,15 @@ def test_spark_connect_urls_that_do_not(remote: str) -> None:
     assert preflight.remote_problems(remote) == [
         f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"
     ]
+
+
+def test_a_connect_url_where_no_server_listens_is_named_with_host_port_and_reason() -> None:
+    """A Connect client connects lazily and retries for minutes; the preflight tries the port once."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (problem,) = preflight.connect_server_problems(f"sc://127.0.0.1:{port}/;token=x", timeout=2)
+    assert problem.startswith(f"--remote sc://127.0.0.1:{port}/;token=x: no Spark Connect server answers on "
+                              f"127.0.0.1:{port} (Connection refused)"), problem  # fmt: skip
