@@ -285,6 +285,10 @@ class LocalRabbitMq:
         )
 
     def start(self, timeout: float = 90) -> LocalRabbitMq:
+        """Start epmd and the broker and wait until it answers; a second call on a running broker does nothing
+        (``with LocalRabbitMq().start() as broker`` would otherwise start a second one and lose the first)."""
+        if self.server is not None and self.server.poll() is None:
+            return self
         self.check_installed()
         self._write_config()
         self.start_epmd()

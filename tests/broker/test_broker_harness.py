@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nsb_delays.brokers.local import LocalRabbitMq
 from tests.conftest import require_installed
 from tests.services import ChrootRabbitMq, broker_processes, host_mounts_under, wait_gone
 
@@ -60,3 +61,15 @@ def test_two_brokers_share_the_root_and_neither_stop_nor_kill_leaves_a_mount_or_
     finally:
         for broker in (first, second):
             broker.__exit__(None, None, None)
+
+
+def test_with_on_a_started_broker_starts_nothing_more_and_leaves_nothing_running() -> None:
+    """``with LocalRabbitMq().start() as broker`` (start, then ``__enter__`` starts again) ran two brokers and
+    stopped one: the first lived on with its state folder deleted."""
+    require_installed(LocalRabbitMq)
+    broker = LocalRabbitMq().start()
+    server, epmd = broker.server, broker.epmd
+    with broker:
+        assert (broker.server, broker.epmd) == (server, epmd)
+        running = broker_processes(broker)
+    assert wait_gone(running) == []
