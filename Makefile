@@ -15,10 +15,14 @@ DEBIAN_MIRROR ?= http://deb.debian.org/debian
 # pipeline/executor-requirements.txt, never this package (tests/sparkcluster).
 EXECUTOR_VENV := $(or $(NSB_SPARK_EXECUTOR_VENV),$(CURDIR)/.cache/spark-executor-venv)
 EXECUTOR_STAMP := $(EXECUTOR_VENV)/.installed
+# The Spark Connect client's Python (`migrate … --remote`, tests/sparkcluster): this package without its Pulumi
+# dependencies, whose protobuf pin excludes pyspark 4's Connect client (pipeline/shipping.py).
+CONNECT_VENV := $(or $(NSB_SPARK_CONNECT_VENV),$(CURDIR)/.cache/spark-connect-venv)
+CONNECT_STAMP := $(CONNECT_VENV)/.installed
 
 .PHONY: setup system-packages rabbitmq4-root demo test unit lint bench diagram clean
 
-setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP)
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
@@ -71,6 +75,14 @@ $(EXECUTOR_STAMP): pipeline/executor-requirements.txt $(STAMP)
 	"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv "$(EXECUTOR_VENV)"
 	"$(EXECUTOR_VENV)/bin/python" -m pip install -q -r pipeline/executor-requirements.txt
 	touch "$(EXECUTOR_STAMP)"
+
+$(CONNECT_STAMP): pyproject.toml pipeline/shipping.py $(STAMP)
+	rm -rf "$(CONNECT_VENV)"
+	"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv "$(CONNECT_VENV)"
+	$(PY) -m nsb_delays.pipeline --connect-requirements > "$(CONNECT_VENV)/requirements.txt"
+	"$(CONNECT_VENV)/bin/python" -m pip install -q -r "$(CONNECT_VENV)/requirements.txt"
+	"$(CONNECT_VENV)/bin/python" -m pip install -q --no-deps -e .
+	touch "$(CONNECT_STAMP)"
 
 # mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
 # /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.

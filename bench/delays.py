@@ -11,8 +11,10 @@ ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to
   that reads every level once are included), timed end to end; its own "moved … msg/s" line (the move
   alone) is printed as well.
 
-Prints both rates and the ratio (target >= 10x), and the CPU each costs per message (the broker's
-processes and the client's), which the load of a shared machine does not distort.
+Prints both rates and the ratio (target >= 10x), the preflight alone (a ``--dry-run``: start-up, every
+level read once and handed back), the CPU each costs per message (the broker's processes and the
+client's), which the load of a shared machine does not distort, and the rate that CPU allows at best on
+this machine's cores (both busy, nothing else running).
 N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``; the broker is
 3.10, or 4.0 with ``NSB_BENCH_RABBITMQ=4.0``. Figures are what
 this run saw on this (shared) machine, never asserted.
@@ -154,13 +156,14 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
     return moved, seconds
 
 
-def delays_migrate(broker: LocalRabbitMq, vhost: str) -> tuple[float, str]:
+def delays_migrate(broker: LocalRabbitMq, vhost: str, *options: str) -> tuple[float, str]:
+    """``delays migrate`` as a subprocess: its wall time and its last line (``moved …`` / ``dry run: …``)."""
     began = time.perf_counter()
     result = subprocess.run(
         [
             sys.executable, "-m", "nsb_delays.infra.cli", "delays", "migrate",
             "--management-url", broker.management_url, "--username", broker.username, "--password", broker.password,
-            "--amqp-url", broker.amqp_url, "--vhost", vhost, "--no-progress",
+            "--amqp-url", broker.amqp_url, "--vhost", vhost, "--no-progress", *options,
         ],
         capture_output=True,
         text=True,
@@ -168,8 +171,8 @@ def delays_migrate(broker: LocalRabbitMq, vhost: str) -> tuple[float, str]:
     seconds = time.perf_counter() - began
     if result.returncode:
         raise SystemExit(f"delays migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    moved_line = next(line for line in result.stdout.splitlines() if line.startswith("moved "))
-    return seconds, moved_line
+    last_line = next(line for line in result.stdout.splitlines() if line.startswith(("moved ", "dry run:")))
+    return seconds, last_line
 
 
 def broker_under_test() -> LocalRabbitMq:
@@ -196,6 +199,10 @@ def main() -> None:
         moved, baseline_seconds = nservicebus_loop(baseline_vhost)
         baseline_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
         assert moved == count and waiting(baseline_vhost, "v1") == 0 and waiting(baseline_vhost, "v2") == count
+        # the preflight alone (start-up, every level read once and handed back, destinations checked): --dry-run
+        broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
+        preflight_seconds, _dry_run_line = delays_migrate(broker, "ours", "--dry-run")
+        preflight_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         ours_seconds, moved_line = delays_migrate(broker, "ours")
         ours_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
@@ -211,15 +218,23 @@ def main() -> None:
             "(CLI end to end: start-up, preflight, move)"
         )
         print(f"                  {moved_line}")
+        print(f"                  its preflight alone (--dry-run, start-up included): {preflight_seconds:.1f} s")
         for label, (broker_seconds, client_seconds) in (
             ("NServiceBus loop", baseline_cpu),
             ("delays migrate", ours_cpu),
+            ("  its preflight", preflight_cpu),
         ):
             print(
                 f"{label:<17} CPU per message: broker {1000 * broker_seconds / count:.2f} ms, "
                 f"client {1000 * client_seconds / count:.2f} ms"
             )
-        print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x)")
+        print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x); load average {os.getloadavg()[0]:.1f}")
+        cpu_per_message = (ours_cpu[0] + ours_cpu[1]) / count
+        print(
+            f"CPU floor on {os.cpu_count()} cores: broker + client {1000 * cpu_per_message:.2f} ms per message -> at "
+            f"most {os.cpu_count() / cpu_per_message:,.0f} msg/s with both cores busy and nothing else running "
+            f"({os.cpu_count() / cpu_per_message / baseline_rate:.1f}x this baseline)"
+        )
 
 
 if __name__ == "__main__":

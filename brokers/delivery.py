@@ -116,6 +116,24 @@ class Arrival:
     routing_key: str
     arrived_at: float
     redelivered: bool = False
+    expired_in: tuple[str, ...] = ()  # the queues whose TTL it waited out on its way (``expired_queues``)
+
+
+def _text(value: Any) -> str:
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def expired_queues(headers: dict[str, Any] | None) -> tuple[str, ...]:
+    """The queues a message was dead-lettered from because it expired there: the ``x-death`` entries with reason
+    ``expired`` (RabbitMQ adds one per queue, newest first: ``rabbit_dead_letter:update_x_death_header`` in 3.x,
+    the death records 4.0's ``mc_amqpl`` writes as ``x-death``; both checked on a real broker by the tests).
+    For a delayed message these are the delay levels it waited in: the set bits of its delay."""
+    deaths = (headers or {}).get("x-death") or []
+    return tuple(
+        _text(death.get("queue", ""))
+        for death in deaths
+        if isinstance(death, dict) and _text(death.get("reason", "")) == "expired"
+    )
 
 
 class DelayedPublisher:
@@ -287,7 +305,14 @@ class ArrivalCollector:
             arrived = time.monotonic()
             with self._condition:
                 self.arrivals.append(
-                    Arrival(properties.message_id, queue, method.routing_key, arrived, bool(method.redelivered))
+                    Arrival(
+                        properties.message_id,
+                        queue,
+                        method.routing_key,
+                        arrived,
+                        bool(method.redelivered),
+                        expired_queues(properties.headers),
+                    )
                 )
                 self._condition.notify_all()
             self._recorded_tag = method.delivery_tag

@@ -5,6 +5,7 @@ need the package itself and a few libraries (see ``shipping``):
 
     python -m nsb_delays.pipeline --py-files nsb_delays.zip        # the package, zipped for --py-files
     python -m nsb_delays.pipeline --executor-requirements          # what the executors' Python needs
+    python -m nsb_delays.pipeline --connect-requirements           # a Spark Connect client's Python (--remote)
     spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar --py-files nsb_delays.zip \\
         "$(python -m nsb_delays.pipeline --job-file)" run --source-jdbc jdbc:postgresql://db/app --endpoint Sales ...
 
@@ -19,6 +20,7 @@ from nsb_delays.pipeline.job import migrate
 
 USAGE = (
     "usage: python -m nsb_delays.pipeline --job-file | --py-files ZIP | --executor-requirements | "
+    "--connect-requirements | "
     "preview|run|abort [OPTIONS]"
 )
 
@@ -32,6 +34,11 @@ def _helper(arguments: list[str]) -> int | None:
         from nsb_delays.pipeline.shipping import executor_requirements
 
         print("\n".join(executor_requirements()))
+        return 0
+    if arguments == ["--connect-requirements"]:
+        from nsb_delays.pipeline.shipping import connect_client_requirements
+
+        print("\n".join(connect_client_requirements()))
         return 0
     if arguments[:1] == ["--py-files"]:
         if len(arguments) != 2 or not arguments[1].endswith(".zip"):

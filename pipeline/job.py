@@ -12,7 +12,7 @@ import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
@@ -41,6 +41,11 @@ from .ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc,
 from .ledger_sql import DatabaseUnreachable, DbConnection
 from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_location, export_path_of
 from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from .spark import SessionSource
 
 DEFAULT_REPORT_DIR = "migration-preview"
 JDBC_ONLY = ("source_kind", "dialect", "schema", "table")
@@ -320,6 +325,9 @@ def environment_problems(
 ) -> list[str]:
     """What the command will reach, reached now: databases, drivers, the export's files, the target."""
     problems: list[str] = []
+    uses_spark = command != "abort" or export is not None  # a table's abort runs without Spark
+    if remote and uses_spark:
+        problems += preflight.connect_client_problems(remote) or preflight.connect_server_problems(remote)
     if source is not None:
         connection = _connection(source)
         problems += preflight.ledger_driver_problems(connection.dialect)
@@ -329,7 +337,7 @@ def environment_problems(
                 problems += preflight.source_table_problems(connection, source.layout, where=where)
             else:
                 problems += _ledger_database_problems(connection, export, command, where)
-        if command != "abort" or export is not None:  # a table's abort runs without Spark
+        if uses_spark:
             problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)
@@ -543,8 +551,12 @@ def run(context: click.Context, **values: Any) -> None:
     )
     log = new_log_path("migrate-run")
     tracker = RunTracker()
+    session: SessionSource = (
+        _connect_session_checked(values["remote"], source, log)
+        if values["remote"]
+        else BackgroundSession(values["master"], log_path=log)
+    )
     try:
-        session = BackgroundSession(values["master"], log_path=log, remote=values["remote"])
         result = run_migration(session, options, tracker)
     except KeyboardInterrupt:
         raise _interrupted(context, tracker) from None
@@ -582,6 +594,22 @@ def run(context: click.Context, **values: Any) -> None:
         )
     if result.left_without_due_time:
         click.echo(f"{result.left_without_due_time:,} timeouts have no due time and {stay}")
+
+
+def _connect_session_checked(remote: str, source: JdbcSource, log: Path) -> SparkSession:
+    """A Connect session is only a gRPC channel here (no JVM to overlap with the hiding): start it now, and have
+    the server prove it can read the source through JDBC before anything is hidden."""
+    from .spark import spark_session
+
+    try:
+        session = spark_session(remote=remote)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted before any timeout was hidden; nothing was changed") from None
+    except Exception as error:
+        raise _spark_failure(error, log, f"--remote {remote}: no Spark Connect session") from None
+    url, dialect = source.url, source.layout.dialect
+    refuse(preflight.connect_jdbc_problems(session, url, source.options(), dialect, remote))
+    return session
 
 
 def _stopped(context: click.Context, tracker: RunTracker, reason: str) -> CommandError:

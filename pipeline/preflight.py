@@ -221,7 +221,8 @@ def jdbc_driver_problems(url: str, dialect: Dialect, remote: bool = False) -> li
     a local session's (Debian's drivers, ``$NSB_JDBC_JARS``) or what ``spark-submit`` was given (or
     the Spark distribution's own ``jars/``, where an administrator may have put it).
 
-    A Spark Connect server's class path cannot be seen from here: its ``--jars`` decide.
+    A Spark Connect server's class path cannot be seen from here: its ``--jars`` decide, and ``run`` asks the
+    server itself (``connect_jdbc_problems``).
     """
     if remote:
         return []
@@ -257,6 +258,68 @@ def remote_problems(remote: str | None) -> list[str]:
     if remote is None or SPARK_CONNECT_URL.match(remote):
         return []
     return [f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"]
+
+
+# ConnectCommon.CONNECT_GRPC_BINDING_PORT: the server's default port, and the client's for sc://host alone.
+SPARK_CONNECT_DEFAULT_PORT = 15002
+CONNECT_CLIENT_ADVICE = (
+    "run the migration from a virtualenv of its own: `pip install -r <(python -m nsb_delays.pipeline "
+    '--connect-requirements)` and this package with `pip install --no-deps` (README "Running on a cluster")'
+)
+
+
+def connect_client_problems(remote: str) -> list[str]:
+    """This Python must be able to be a Spark Connect client before anything is hidden: importing
+    ``pyspark.sql.connect.session`` runs pyspark's ``check_dependencies`` (pandas, pyarrow, grpcio,
+    grpcio-status, googleapis-common-protos, zstandard; ``pyspark/sql/connect/utils.py``), and the generated
+    protos (``pyspark/sql/connect/proto/*_pb2.py``) refuse a protobuf runtime older than their gencode
+    (``google.protobuf.runtime_version.ValidateProtobufRuntimeVersion``) — the case in an environment that
+    also holds pulumi-policy (``protobuf~=5.29.5``)."""
+    try:
+        importlib.import_module("pyspark.sql.connect.session")
+        importlib.import_module("pyspark.sql.connect.proto")
+    except (Exception, SystemExit) as error:  # ImportError, protobuf's VersionError; SystemExit: check_dependencies
+        # exits when __main__ looks like a doctest run (no __spec__, no __file__: `python -c`)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"--remote {remote}: this Python cannot be a Spark Connect client ({reason}); {CONNECT_CLIENT_ADVICE}"]
+    return []
+
+
+def connect_jdbc_problems(spark: Any, url: str, options: dict[str, str], dialect: Dialect, remote: str) -> list[str]:
+    """Through Spark Connect the server's jars are out of sight (see ``jdbc_driver_problems``), so the server is
+    asked: the schema of a one-row JDBC query is resolved on the server (the client's ``DataFrame.schema`` is an
+    ``AnalyzePlan`` request, ``pyspark/sql/connect/dataframe.py``), which loads the driver class and connects
+    from there as the executors will. Before anything is hidden."""
+    probe = "select 1 as probe from dual" if dialect == "oracle" else "select 1 as probe"
+    try:
+        spark.read.format("jdbc").options(**options).option("query", probe).load().schema  # noqa: B018
+    except Exception as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = next((line for line in lines if "ClassNotFoundException" in line or "No suitable driver" in line),
+                      lines[0] if lines else type(error).__name__)  # fmt: skip
+        driver, scheme = jdbc_driver_class(url, dialect), url.split("//")[0]
+        return [
+            f"--remote {remote}: the Spark Connect server cannot read {scheme}// through JDBC ({reason[:300]}); "
+            f"start it with the driver {driver} in --jars ({JDBC_DRIVER_SOURCES.get(driver, 'its jar')}) and able to "
+            "reach the database"
+        ]
+    return []
+
+
+def connect_server_problems(remote: str, timeout: float = 5) -> list[str]:
+    """A Connect client connects lazily and retries for minutes; a server that is not there is named now."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(remote.split(";", 1)[0])
+    host, port = address.hostname or "", address.port or SPARK_CONNECT_DEFAULT_PORT
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return []
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        return [f"--remote {remote}: no Spark Connect server answers on {host}:{port} ({reason}); start it first "
+                "(sbin/start-connect-server.sh) or correct the URL"]  # fmt: skip
 
 
 # --- paths it will write ------------------------------------------------------------------------------

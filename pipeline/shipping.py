@@ -19,12 +19,19 @@ same tree as a wheel install.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import re
 import zipfile
 from pathlib import Path
 
 NAMESPACE = "nsb_delays"
 SUBPACKAGES = ("components", "infra", "policies", "pipeline", "brokers")
 EXECUTOR_REQUIREMENTS = Path(__file__).with_name("executor-requirements.txt")
+DISTRIBUTION = "nsb-delays"
+SPARK_EXTRA = "spark"
+# Not needed to migrate, and pulumi-policy pins protobuf ~=5.29 while pyspark 4's Connect client is
+# generated for a newer protobuf runtime (see connect_client_requirements).
+INFRASTRUCTURE_ONLY = re.compile(r"^pulumi")
 SKIPPED_PARTS = ("__pycache__",)
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)  # fixed: the same tree gives the same zip (Spark caches by name only)
 
@@ -64,3 +71,24 @@ def executor_requirements() -> list[str]:
     """The requirement lines executors need (comments and blank lines dropped)."""
     lines = (line.split("#", 1)[0].strip() for line in EXECUTOR_REQUIREMENTS.read_text().splitlines())
     return [line for line in lines if line]
+
+
+def connect_client_requirements() -> list[str]:
+    """What a Spark Connect client's Python needs to run the migration (install this package into it
+    with ``--no-deps``): the base requirements but Pulumi's, the ``spark`` extra, and ``pyspark[connect]``
+    of the Spark version installed here (the client should match the server's Spark).
+
+    A separate environment, because the two cannot be resolved together: pyspark 4.3's generated Connect
+    protos (``pyspark/sql/connect/proto/base_pb2.py``) call ``ValidateProtobufRuntimeVersion`` for
+    gencode 6.33.5, which refuses an older runtime, and pulumi-policy 1.21 requires ``protobuf~=5.29.5``.
+    """
+    import pyspark
+
+    requirements = []
+    for line in importlib.metadata.requires(DISTRIBUTION) or []:
+        requirement, _, marker = (part.strip() for part in line.partition(";"))
+        base = not marker and not INFRASTRUCTURE_ONLY.match(requirement)
+        spark = re.fullmatch(rf"extra\s*==\s*[\"']{SPARK_EXTRA}[\"']", marker) and not requirement.startswith("pyspark")
+        if base or spark:
+            requirements.append(requirement)
+    return [*requirements, f"pyspark[connect]=={pyspark.__version__}"]

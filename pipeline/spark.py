@@ -129,12 +129,17 @@ def is_connect(spark: SparkSession) -> bool:
 def parallelism(spark: SparkSession) -> int:
     """Spark's default parallelism (the cores the application has). A Connect client cannot ask the
     context, so it reads the number of partitions a ``range`` gets, which is that same default
-    (``spark.sql.leafNodeDefaultParallelism`` falls back to ``SparkContext.defaultParallelism``)."""
+    (``spark.sql.leafNodeDefaultParallelism`` falls back to ``SparkContext.defaultParallelism``).
+
+    The partition id is projected first and aggregated after: Spark 4 refuses a nondeterministic
+    expression inside an aggregate function (``AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION``,
+    ``CheckAnalysis``), which ``max(spark_partition_id())`` is."""
     if not is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
     from pyspark.sql import functions as F
 
-    row = spark.range(1 << 16).select(F.max(F.spark_partition_id()).alias("last")).first()
+    partition = spark.range(1 << 16).select(F.spark_partition_id().alias("partition"))
+    row = partition.select(F.max("partition").alias("last")).first()
     return int(row["last"]) + 1 if row is not None else 1
 
 
@@ -185,4 +190,6 @@ class BackgroundSession:
 
 
 def resolve(spark: SessionSource) -> SparkSession:
-    return spark if isinstance(spark, SparkSession) else spark()
+    """The session itself, or the one a ``BackgroundSession`` starts. A Spark Connect session is no instance of
+    the classic ``pyspark.sql.SparkSession`` (``pyspark.sql.connect.session.SparkSession``), and neither is callable."""
+    return spark() if callable(spark) else spark

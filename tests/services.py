@@ -34,6 +34,7 @@ __all__ = [
     "LocalMariaDb",
     "LocalPostgres",
     "LocalSparkCluster",
+    "LocalSparkConnect",
     "broker_processes",
     "host_mounts_under",
     "wait_gone",
@@ -310,6 +311,10 @@ class LocalMariaDb:
 # The executors' Python: a virtualenv of the same interpreter with only pipeline/executor-requirements.txt
 # (`make setup` builds it), so no executor can import nsb_delays from the driver's environment.
 SPARK_EXECUTOR_VENV = Path(os.environ.get("NSB_SPARK_EXECUTOR_VENV") or PROJECT / ".cache" / "spark-executor-venv")
+# The Spark Connect client's Python: this package (--no-deps) with `python -m nsb_delays.pipeline
+# --connect-requirements`, which the project's own environment cannot hold (`make setup` builds it).
+SPARK_CONNECT_VENV = Path(os.environ.get("NSB_SPARK_CONNECT_VENV") or PROJECT / ".cache" / "spark-connect-venv")
+SPARK_CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 def spark_home() -> Path:
@@ -430,3 +435,91 @@ class LocalSparkCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@dataclass
+class LocalSparkConnect:
+    """A Spark Connect server on ``cluster``: the class ``sbin/start-connect-server.sh`` runs, submitted by
+    ``spark-submit`` in the foreground (the script daemonizes through ``spark-daemon.sh``), so the process
+    group is ours to stop. It listens on 127.0.0.1 only (``spark.connect.grpc.binding.address`` and
+    ``…binding.port``, static SQL confs of ``org.apache.spark.sql.connect.config.Connect``).
+
+    The server is the application's driver: its ``--jars`` (the JDBC drivers) reach the executors, and the
+    executors' Python for a client's Python functions is the server's ``PYSPARK_PYTHON`` *environment
+    variable*, not ``spark.pyspark.python`` (``SparkConnectPlanner.pythonExec``). It holds every core of the
+    cluster while it runs: a test module that uses it must not share the cluster with ``spark-submit``
+    applications at the same time.
+    """
+
+    cluster: LocalSparkCluster
+    jars: tuple[Path, ...] = (POSTGRES_JDBC_JAR,)
+    conf: dict[str, str] = field(default_factory=dict)  # more --conf, e.g. spark.executorEnv.* for the executors
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://{HOST}:{self.port}"
+
+    @property
+    def client_python(self) -> Path:
+        return SPARK_CONNECT_VENV / "bin" / "python"
+
+    @property
+    def log(self) -> Path:
+        return self.cluster.state_dir / f"connect-{self.port}.log"
+
+    def command(self) -> list[str]:
+        settings = {
+            "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.ui.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+            "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+            **self.conf,
+        }
+        return [
+            str(spark_home() / "bin" / "spark-submit"), "--class", SPARK_CONNECT_SERVER_CLASS,
+            "--master", self.cluster.master_url, "--name", "nsb-delays Spark Connect",
+            "--jars", ",".join(str(jar) for jar in self.jars),
+            *(item for key, value in settings.items() for item in ("--conf", f"{key}={value}")),
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 180) -> LocalSparkConnect:
+        if not self.client_python.exists():
+            raise ServiceUnavailable(
+                f"the Spark Connect client's Python {self.client_python} is missing: `make setup` builds it "
+                "(this package with `python -m nsb_delays.pipeline --connect-requirements`)"
+            )
+        environment = {**self.cluster.environment(), "PYSPARK_PYTHON": str(self.cluster.executor_python)}
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command(), env=environment, cwd=self.cluster.state_dir, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        try:
+            wait_until(self._ready, f"Spark Connect server {self.url}", timeout, self.log)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        """Its gRPC port accepts connections (the server logs "Spark Connect server started" just before)."""
+        import socket
+
+        if self.process is not None and self.process.poll() is not None:
+            raise ServiceUnavailable(f"the Spark Connect server exited with {self.process.returncode}")
+        with socket.create_connection((HOST, self.port), timeout=1):
+            return True
+
+    def stop(self) -> None:
+        stop_process_group(self.process)
+        self.process = None
+
+    def __enter__(self) -> LocalSparkConnect:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

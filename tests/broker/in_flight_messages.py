@@ -185,29 +185,51 @@ def publish(parameters: pika.ConnectionParameters, messages: list[OutgoingMessag
 
 def read_queue(parameters: pika.ConnectionParameters, queue: str) -> list[tuple[Any, Any, bytes]]:
     """Every message of ``queue`` (method, properties, body), handed back to the queue afterwards."""
+    return read_queues(parameters, [queue])[queue]
+
+
+def read_queues(
+    parameters: pika.ConnectionParameters, queues: Iterable[str]
+) -> dict[str, list[tuple[Any, Any, bytes]]]:
+    """Every message of each queue (method, properties, body), over one connection; each handed back afterwards."""
     connection = pika.BlockingConnection(parameters)
     try:
-        channel = connection.channel()
-        count = channel.queue_declare(queue, passive=True).method.message_count
-        read: list[tuple[Any, Any, bytes]] = []
-        if count:
-            channel.basic_qos(prefetch_count=0)
-            for method, properties, body in channel.consume(queue, inactivity_timeout=2):
-                if method is None:
-                    break
-                read.append((method, properties, body))
-                if len(read) >= count:
-                    break
-        channel.close()
-        return read
+        found: dict[str, list[tuple[Any, Any, bytes]]] = {}
+        for queue in queues:
+            channel = connection.channel()
+            count = channel.queue_declare(queue, passive=True).method.message_count
+            read: list[tuple[Any, Any, bytes]] = []
+            if count:
+                channel.basic_qos(prefetch_count=0)
+                for method, properties, body in channel.consume(queue, inactivity_timeout=2):
+                    if method is None:
+                        break
+                    read.append((method, properties, body))
+                    if len(read) >= count:
+                        break
+            channel.close()
+            found[queue] = read
+        return found
     finally:
         if connection.is_open:
             connection.close()
 
 
+def read_levels(parameters: pika.ConnectionParameters, generation: str) -> dict[str, list[tuple[Any, Any, bytes]]]:
+    return read_queues(parameters, [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)])
+
+
 def queue_depth(parameters: pika.ConnectionParameters, queue: str) -> int:
+    return sum(level_depths(parameters, [queue]))
+
+
+def level_depths(parameters: pika.ConnectionParameters, queues: str | Iterable[str]) -> list[int]:
+    """Ready messages per queue (a generation's 28 level queues when ``queues`` is ``"v1"``/``"v2"``), one connection."""
+    if isinstance(queues, str):
+        queues = [rmq.delay_level_name(level, queues) for level in range(rmq.LEVEL_COUNT)]
     connection = pika.BlockingConnection(parameters)
     try:
-        return connection.channel().queue_declare(queue, passive=True).method.message_count
+        channel = connection.channel()
+        return [channel.queue_declare(queue, passive=True).method.message_count for queue in queues]
     finally:
         connection.close()

@@ -4,10 +4,12 @@ Three cases, each run once through the CLI as an operator runs it: ``migrate`` (
 into its v2 graph), ``transfer`` (one vhost's v2 graph into another vhost's) and ``transfer-between-brokers``
 (a v2 graph on the ``rabbitmq`` broker into the v2 graph of a second broker PROCESS of the same version, as
 between the blue and green broker of an upgrade: ``--destination-management-url``/``--destination-amqp-url``
-name the other broker). About 1,900 messages each wait in the two one-broker cases (every level 7..27, to three
-endpoints, one with a dotted name), a cheap hundred in the two-broker case (its second broker start is the
-cost), plus in each some due in seconds, some already past due and one poison message of each kind. After the
-run:
+name the other broker). In each, 8 messages wait for every target level 10..27 (to three endpoints, one with a
+dotted name), 24 are due in seconds, 6 are already past due, and there is one poison message of each kind.
+``migrate`` runs with ``--window 4``: far fewer unacked messages than a level holds, so the prefetch window
+refills and the acks (``multiple`` ones included) settle many windows; the transfers run with the default
+window, larger than the whole graph. The second broker boots in a thread while the one-broker cases fill and
+run, and the three runs overlap. After the runs:
 
 - the ones due soon arrive once at their endpoint (on the destination broker), never early, republished with
   the routing key of ``ceil(due - now)`` for a moment of the run; the past-due ones with delay 0;
@@ -20,12 +22,13 @@ run:
 
 from __future__ import annotations
 
-import contextlib
 import random
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +36,7 @@ import pika
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector
-from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.local import LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
@@ -43,20 +46,25 @@ from tests.broker.in_flight_messages import (
     WaitingMessage,
     declare_graphs,
     due_soon,
+    level_depths,
     poison_messages,
     publish,
-    queue_depth,
+    read_levels,
     read_queue,
     spread_over_levels,
 )
-from tests.conftest import serve, vhost_factory
+from tests.conftest import unavailable
 
 SEED = random.randrange(1 << 30)
 CLOCK_GRANULARITY_SECONDS = 0.005
 CLI = [sys.executable, "-m", "nsb_delays.infra.cli"]
 LONG_FROM_LEVEL = 10  # 1,024 s and more: still in its first v2 level queue when the test reads them, even
 # minutes after the move (2^7 s was too short at load 17: moved at 6, read at 5)
-SOON_SECONDS = (14, 20)  # due after the fill and the run (a few seconds; 12 s was too short at load 15)
+# Due after the fill and the run (the two-broker case's run is short: it is filled last, and the module waits
+# for its messages). One moved late (a loaded machine) is republished past due, with delay 0: the checks
+# still hold (never early, the delay of a moment of the run), it only skips the graph.
+SOON_SECONDS = (12, 16)
+SOON_SECONDS_SHORT_RUN = (8, 11)
 
 
 def broker_arguments(rabbitmq: LocalRabbitMq, vhost: str, prefix: str = "") -> list[str]:
@@ -81,37 +89,60 @@ class Case:
     poison_queue: str
     separate_destination: bool
     separate_broker: bool = False
-    per_level: int = 80
-    soon_count: int = 150
-    past_count: int = 30
+    window: int | None = None  # --window; None: the default (larger than the graph)
+    per_level: int = 8
+    soon_count: int = 24
+    past_count: int = 6
+    soon_seconds: tuple[int, int] = SOON_SECONDS
 
 
 CASES = {
-    "migrate": Case("migrate", "v1", in_flight.MIGRATE_POISON_QUEUE, False),
+    "migrate": Case("migrate", "v1", in_flight.MIGRATE_POISON_QUEUE, False, window=4),
     "transfer": Case("transfer", "v2", in_flight.TRANSFER_POISON_QUEUE, True),
     "transfer-between-brokers": Case(
-        "transfer", "v2", in_flight.TRANSFER_POISON_QUEUE, True, True, per_level=3, soon_count=24, past_count=6
+        "transfer", "v2", in_flight.TRANSFER_POISON_QUEUE, True, True, soon_seconds=SOON_SECONDS_SHORT_RUN
     ),
 }
 
 
 @pytest.fixture(scope="module")
-def green_rabbitmq(rabbitmq: LocalRabbitMq) -> Iterator[LocalRabbitMq]:
+def green_rabbitmq(rabbitmq: LocalRabbitMq) -> Iterator[Callable[[], LocalRabbitMq]]:
     """A second broker process of the ``rabbitmq`` fixture's kind and version (own node, ports, epmd, state),
-    the destination of the two-broker transfer; killed by PID when the module ends (its state is thrown away, so
-    no clean shutdown: that took 10 s on 3.10), then its epmd stopped and its state folder removed."""
-    with contextlib.closing(serve(type(rabbitmq)())) as started:
-        green = next(started)
-        assert green.version() == rabbitmq.version()
-        yield green
-        green.kill_broker()
+    the destination of the two-broker transfer. It boots in a thread from the module's start; calling the
+    fixture's value waits until it is up. Killed by PID when the module ends (its state is thrown away, so no
+    clean shutdown: that took 10 s on 3.10), then its epmd stopped and its state folder removed."""
+    green = type(rabbitmq)()
+    with ThreadPoolExecutor(1, thread_name_prefix="green-broker") as pool:
+        booting = pool.submit(green.start)
+
+        def ready() -> LocalRabbitMq:
+            try:
+                booting.result()
+            except ServiceUnavailable as error:
+                unavailable(str(error))
+            assert green.version() == rabbitmq.version()
+            return green
+
+        try:
+            yield ready
+        finally:
+            if booting.exception() is None:  # waits for a boot still under way: never stop a booting broker
+                green.kill_broker()
+            green.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
-def green_vhost(green_rabbitmq: LocalRabbitMq) -> Iterator[Callable[[str], str]]:
-    management = ManagementApi(green_rabbitmq.management_url, green_rabbitmq.username, green_rabbitmq.password)
-    with vhost_factory(management) as make:
-        yield make
+def green_vhost(green_rabbitmq: Callable[[], LocalRabbitMq]) -> Callable[[str], str]:
+    """``green_vhost(label)``: a fresh vhost on the second broker, once it is up (never deleted: the broker and
+    its state are thrown away with the module)."""
+
+    def make(label: str) -> str:
+        green = green_rabbitmq()
+        vhost = f"{label}-{uuid.uuid4().hex[:6]}"
+        ManagementApi(green.management_url, green.username, green.password).create_vhost(vhost)
+        return vhost
+
+    return make
 
 
 @dataclass
@@ -130,76 +161,93 @@ class Moved:
     source_left: int
 
 
-def move(
-    rabbitmq: LocalRabbitMq, module_vhost, case: Case, destination: LocalRabbitMq, destination_vhost
-) -> tuple[Any, ...]:
-    """Fill the source graph, start collecting at the endpoints, run the CLI; returns what the checks need."""
+@dataclass
+class Filled:
+    """A case's source graph filled, its endpoints watched and its CLI run started (``running``)."""
+
+    case: Case
+    source: pika.ConnectionParameters
+    target: pika.ConnectionParameters
+    long: list[WaitingMessage]
+    soon: list[WaitingMessage]
+    past: list[WaitingMessage]
+    poison: list[PoisonMessage]
+    collector: ArrivalCollector
+    running: Future[tuple[subprocess.CompletedProcess[str], float, float]]
+
+
+def timed_run(command: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """The CLI's result and the wall clock read just before it started and just after it ended."""
+    started = time.time()
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return run, started, time.time()
+
+
+def fill_and_start(
+    pool: ThreadPoolExecutor, rabbitmq: LocalRabbitMq, module_vhost, case: Case, destination: LocalRabbitMq, green_vhost
+) -> Filled:
+    """Fill the source graph, start collecting at the endpoints, start the CLI in ``pool``."""
     source = module_vhost(f"{case.operation}-source")
     if case.separate_broker:
-        target = destination_vhost(f"{case.operation}-target")
+        target = green_vhost(f"{case.operation}-target")
     else:
         destination = rabbitmq
         target = module_vhost(f"{case.operation}-target") if case.separate_destination else source
-    for url in {rabbitmq.vhost_amqp_url(source), destination.vhost_amqp_url(target)}:  # one graph for a migrate
+    graphs = {(rabbitmq.vhost_amqp_url(source), case.source_generation), (destination.vhost_amqp_url(target), "v2")}
+    for url in {url for url, _generation in graphs}:  # one vhost, both graphs, for a migrate
         connection = pika.BlockingConnection(pika.URLParameters(url))
-        declare_graphs(connection.channel(), ["v1", "v2"])
+        declare_graphs(connection.channel(), sorted(generation for other, generation in graphs if other == url))
         connection.close()
     generation = case.source_generation
     long, long_out = spread_over_levels(case.per_level, generation, SEED, lowest_target_level=LONG_FROM_LEVEL)
-    soon, soon_out = due_soon(case.soon_count, generation, SEED, within=SOON_SECONDS)
+    soon, soon_out = due_soon(case.soon_count, generation, SEED, within=case.soon_seconds)
     past, past_out = due_soon(case.past_count, generation, SEED, within=(-3600, -1), start_index=200_000)
     poison = poison_messages(generation)
     collector = ArrivalCollector(destination.amqp_url, target, ENDPOINTS).start()
-    publish(
-        pika.URLParameters(rabbitmq.vhost_amqp_url(source)), long_out + soon_out + past_out + [o for _, o in poison]
-    )
+    source_parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
+    publish(source_parameters, long_out + soon_out + past_out + [o for _, o in poison])
     arguments = broker_arguments(rabbitmq, source)
     if case.operation == "transfer":
         arguments += ["--source-generation", generation, *broker_arguments(destination, target, "destination-")]
-    started = time.time()
-    run = subprocess.run(
-        [*CLI, "delays", case.operation, *arguments, "--no-progress"], capture_output=True, text=True, timeout=300
+    if case.window is not None:
+        arguments += ["--window", str(case.window)]
+    running = pool.submit(timed_run, [*CLI, "delays", case.operation, *arguments, "--no-progress"])
+    target_parameters = pika.URLParameters(destination.vhost_amqp_url(target))
+    return Filled(
+        case, source_parameters, target_parameters, long, soon, past, [p for p, _ in poison], collector, running
     )
-    finished = time.time()
-    return source, destination, target, long, soon, past, [p for p, _ in poison], collector, run, started, finished
 
 
 @pytest.fixture(scope="module")
-def moved(rabbitmq: LocalRabbitMq, module_vhost, green_rabbitmq: LocalRabbitMq, green_vhost) -> dict[str, Moved]:
-    """All cases are moved first and then awaited together, so the module waits for its messages once."""
-    runs = {name: move(rabbitmq, module_vhost, case, green_rabbitmq, green_vhost) for name, case in CASES.items()}
-    latest_due = max(m.due_monotonic for run in runs.values() for m in run[4])
+def moved(rabbitmq: LocalRabbitMq, module_vhost, green_rabbitmq, green_vhost) -> dict[str, Moved]:
+    """Each case's run starts as soon as its source is filled (the two-broker case's once the second broker is
+    up); then all are awaited together, so the module waits for its messages once."""
+    with ThreadPoolExecutor(len(CASES), thread_name_prefix="delays-cli") as pool:
+        filled = {}
+        for name, case in sorted(CASES.items(), key=lambda item: item[1].separate_broker):
+            destination = green_rabbitmq() if case.separate_broker else rabbitmq
+            filled[name] = fill_and_start(pool, rabbitmq, module_vhost, case, destination, green_vhost)
+        runs = {name: run.running.result() for name, run in filled.items()}
+    latest_due = max(m.due_monotonic for run in filled.values() for m in run.soon)
     results = {}
-    for name, (
-        source,
-        destination,
-        target,
-        long,
-        soon,
-        past,
-        poison,
-        collector,
-        run,
-        started,
-        finished,
-    ) in runs.items():
-        case = CASES[name]
-        collector.wait_for([m.message_id for m in soon + past], timeout=latest_due - time.monotonic() + 30)
-        collector.stop()
-        source_parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
-        target_parameters = pika.URLParameters(destination.vhost_amqp_url(target))
+    for name, run in filled.items():
+        run.collector.wait_for([m.message_id for m in run.soon + run.past], timeout=latest_due - time.monotonic() + 30)
+        run.collector.stop()
         in_v2: dict[str, list[tuple[str, Any, Any, bytes]]] = {}
-        for level in range(rmq.LEVEL_COUNT):
-            queue = rmq.delay_level_name(level, "v2")
-            for method, properties, body in read_queue(target_parameters, queue):
+        for queue, messages in read_levels(run.target, "v2").items():
+            for method, properties, body in messages:
                 in_v2.setdefault(properties.message_id, []).append((queue, method, properties, body))
-        source_left = sum(
-            queue_depth(source_parameters, rmq.delay_level_name(level, case.source_generation))
-            for level in range(rmq.LEVEL_COUNT)
-        )
-        poison_queue = read_queue(source_parameters, case.poison_queue)
         results[name] = Moved(
-            case, long, soon, past, poison, run, started, finished, collector, in_v2, poison_queue, source_left
+            run.case,
+            run.long,
+            run.soon,
+            run.past,
+            run.poison,
+            *runs[name],
+            run.collector,
+            in_v2,
+            read_queue(run.source, run.case.poison_queue),
+            sum(level_depths(run.source, run.case.source_generation)),
         )
     return results
 

@@ -15,14 +15,9 @@ import pytest
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
-from tests.broker.in_flight_messages import declare_graphs, delayed_message, publish, queue_depth
+from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, publish
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
-
-
-def level_depths(parameters: pika.ConnectionParameters, generation: str) -> list[int]:
-    return [queue_depth(parameters, rmq.delay_level_name(level, generation)) for level in range(rmq.LEVEL_COUNT)]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

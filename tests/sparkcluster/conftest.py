@@ -20,7 +20,7 @@ import pytest
 
 from nsb_delays.pipeline import __main__ as job_file
 from tests.conftest import serve
-from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster
+from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster, LocalSparkConnect
 
 # the Spark tier's broker (Debian's 3.10: the migration only publishes), vhosts and legacy tables, shared by import
 from tests.spark.conftest import broker_vhost, management, rabbitmq, timeout_table  # noqa: F401
@@ -35,6 +35,24 @@ AWS_TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY":
 @pytest.fixture(scope="session")
 def spark_cluster() -> Iterator[LocalSparkCluster]:
     yield from serve(LocalSparkCluster(workers=2))
+
+
+@pytest.fixture(scope="module")
+def spark_connect(spark_cluster: LocalSparkCluster) -> Iterator[LocalSparkConnect]:
+    """One Connect server, for the module that uses it: it holds every core of the cluster while it runs, so
+    it is stopped before another module submits applications. The executors get the moto credentials from the
+    server (a Connect client cannot set ``spark.executorEnv.*``)."""
+    executor_env = {f"spark.executorEnv.{name}": value for name, value in AWS_TEST_CREDENTIALS.items()}
+    yield from serve(LocalSparkConnect(spark_cluster, conf=executor_env))
+
+
+def connect_client(connect: LocalSparkConnect, command: str, arguments: list[str]) -> subprocess.Popen[bytes]:
+    """``python -m nsb_delays.pipeline <command> … --remote sc://…`` from the Connect client's own virtualenv."""
+    return subprocess.Popen(
+        [str(connect.client_python), "-m", "nsb_delays.pipeline", command, *arguments, "--remote", connect.url],
+        cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

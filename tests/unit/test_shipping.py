@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.pipeline import preflight
-from nsb_delays.pipeline.shipping import executor_requirements, write_package_zip
+from nsb_delays.pipeline.shipping import connect_client_requirements, executor_requirements, write_package_zip
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +66,19 @@ def test_executor_requirements_are_printed_one_a_line() -> None:
     assert result.returncode == 0 and result.stdout.split() == executor_requirements()
 
 
+def test_the_connect_client_needs_the_migrations_requirements_and_pysparks_connect_extra_but_no_pulumi() -> None:
+    """pulumi-policy's protobuf pin and pyspark 4's Connect protos cannot share one environment: the client's has the
+    base requirements but Pulumi's, the spark extra, and ``pyspark[connect]`` of the installed Spark."""
+    import pyspark
+
+    result = helper("--connect-requirements")
+    printed = result.stdout.split()
+    assert result.returncode == 0 and printed == connect_client_requirements()
+    assert f"pyspark[connect]=={pyspark.__version__}" in printed
+    assert not [line for line in printed if line.startswith("pulumi")]
+    assert set(executor_requirements()) <= set(printed) and {"click>=8.1", "rich>=13", "pandas<3"} <= set(printed)
+
+
 def test_an_unknown_helper_option_is_refused() -> None:
     result = helper("--zip")
     assert result.returncode == 2 and "unknown option --zip" in result.stderr
@@ -81,3 +94,15 @@ def test_spark_connect_urls_that_do_not(remote: str) -> None:
     assert preflight.remote_problems(remote) == [
         f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"
     ]
+
+
+def test_a_connect_url_where_no_server_listens_is_named_with_host_port_and_reason() -> None:
+    """A Connect client connects lazily and retries for minutes; the preflight tries the port once."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (problem,) = preflight.connect_server_problems(f"sc://127.0.0.1:{port}/;token=x", timeout=2)
+    assert problem.startswith(f"--remote sc://127.0.0.1:{port}/;token=x: no Spark Connect server answers on "
+                              f"127.0.0.1:{port} (Connection refused)"), problem  # fmt: skip

@@ -1,0 +1,195 @@
+"""``migrate preview``, ``run`` and ``abort`` through Spark Connect (``--remote sc://127.0.0.1:P``) on the standalone
+cluster: a Connect server (``tests.services.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
+executors' Python in ``PYSPARK_PYTHON``; the client runs from its own virtualenv (``make setup`` builds it from
+``python -m nsb_delays.pipeline --connect-requirements``) and ships the package itself (``addArtifacts``).
+
+The executors see only what the server and the client's artifacts give them; the ledger, the report and the
+quarantine file are written by the client.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from nsb_delays.brokers.local import free_port
+from nsb_delays.brokers.sqs_emulation import apply_sqs
+from nsb_delays.components.model import sqs
+from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.infra.recording import record_stack
+from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE
+from tests.services import SPARK_CONNECT_VENV
+from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.spark.test_run_mysql import create_mysql_sql_persistence_table, insert_mysql_timeouts, mysql_rows
+from tests.sparkcluster.conftest import PROJECT, connect_client, finished, submit_environment
+from tests.sparkcluster.test_cluster_migration import ENDPOINTS, source_arguments
+
+BATCH_SIZE, PARTITIONS = 25, 2
+SQS_PREFIX = "connect-"
+
+
+def test_preview_through_spark_connect_counts_every_class_and_sizes_sqs_bodies_on_the_executors(
+    spark_connect, postgres, timeout_table, tmp_path
+) -> None:
+    """The same data and counts as the spark-submit preview; the SQS sizes are a Python function on the executors."""
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(300)]
+    rows += [timeout(None, 60, 300, now=now)]  # malformed: no destination
+    large = timeout("Sales", 3600, 301, now=now)
+    rows.append(
+        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
+    )
+    timeout_table("ConnectPreview", rows)
+    report = tmp_path / "report"
+    job = connect_client(spark_connect, "preview",
+                         [*source_arguments(postgres, "ConnectPreview"), "--target", "sqs", "--report-dir", str(report)])  # fmt: skip
+    code, output = finished(job)
+    assert code == 0, output
+    assert "-> sqs: 302 timeouts, nothing migrated" in output, output
+    assert "SQS: 1 message(s) over 1,048,576 bytes" in output, output
+    assert "missing destination │ 1" in output, output
+    assert (report / "preview.html").exists()
+
+
+def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_undispatched_rows(
+    spark_connect, postgres, timeout_table, moto_server, tmp_path
+) -> None:
+    """Ctrl-C on the client interrupts the server's jobs (``SparkSession.interruptAll``): the rows are either in
+    SQS (their batch marked dispatched) or, after ``abort`` through the same server, back in the legacy table."""
+    moto_server.reset()
+    config = parse_stack_config({"sqs": {"queueNamePrefix": SQS_PREFIX, "endpoints": ENDPOINTS}})
+    apply_sqs(record_stack(config), moto_server.client())
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(300)]
+    source = timeout_table("ConnectSqs", rows)
+    original = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    marker = tmp_path / "reached"
+    job = connect_client(
+        spark_connect, "run",
+        [*source_arguments(postgres, "ConnectSqs"), "--target", "sqs", "--sqs-endpoint-url", moto_server.endpoint_url,
+         "--sqs-prefix", SQS_PREFIX, "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS),
+         "--no-progress", "--fault", f"after-publish:2:hang:{marker}"],
+    )  # fmt: skip
+    wait_for_marker(job, marker)
+    os.kill(job.pid, signal.SIGINT)  # Ctrl-C on the client: its jobs are interrupted on the server
+    code, output = finished(job)
+    assert code == 130, output
+    assert "interrupted. run " in output, output
+
+    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                              (source.layout.table,))  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "abort", source_arguments(postgres, "ConnectSqs")))
+    assert code == 0, output
+    dispatched = {key for (key,) in ledger_rows(
+        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
+                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
+    restored = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    assert dispatched, "nothing was dispatched before the interrupt"
+    assert f"{len(restored):,} timeouts restored" in output, output
+    assert restored == original - dispatched
+
+    from moto.sqs.models import sqs_backends
+
+    queues = sqs_backends["123456789012"]["us-east-1"].queues
+    sent = collections.Counter()
+    for name in ENDPOINTS:
+        for queue in (sqs.sqs_queue_name(name, SQS_PREFIX), sqs.delay_queue_name(name, SQS_PREFIX)):
+            for message in queues[queue]._messages:
+                sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] += 1
+    message_ids = {row.message_id: row.id for row in rows}
+    sent_rows = {message_ids[message_id] for message_id in sent}
+    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
+    assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
+    assert len(sent_rows & restored) <= PARTITIONS * BATCH_SIZE  # sent by a task interrupted before marking its batch
+
+
+def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
+    spark_connect, postgres, timeout_table, broker_vhost, tmp_path
+) -> None:
+    broker = broker_vhost(ENDPOINTS)
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
+    malformed = [timeout("Sales", 60, 400, headers="not json", now=now), timeout(None, 60, 401, now=now)]
+    timeout_table("ConnectRun", rows + malformed)
+    quarantine = tmp_path / "quarantine.jsonl"
+    arguments = [
+        *source_arguments(postgres, "ConnectRun"),
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
+        "--quarantine", str(quarantine),
+    ]  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 0, output
+    assert (
+        f"(started): {len(rows):,} of {len(rows) + 2:,} dispatched ({len(rows):,} now), 2 quarantined, completed"
+        in (output)
+    ), output
+
+    received = broker.drain(ENDPOINTS, len(rows), timeout=60)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    assert set(ids) == {row.message_id for row in rows}
+    assert all(count == 1 for count in ids.values()), "a timeout was delivered twice by a run nothing interrupted"
+    quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
+
+
+def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert process.poll() is None, finished(process)[1][-3000:]
+        assert time.monotonic() < deadline, "the run never reached its fault point"
+        time.sleep(0.05)
+
+
+def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server(postgres, timeout_table) -> None:
+    """pulumi-policy's protobuf pin keeps the Connect client out of the project's own environment, and a Connect
+    client retries a missing server for minutes: both are refused before anything is read or hidden (exit 2)."""
+    source = timeout_table("ConnectRefused", [timeout("Sales", -1, 0, now=utc_now())])
+    target = ["--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1"]
+    nobody = f"sc://127.0.0.1:{free_port()}"
+    for python, remote, reason in [
+        (sys.executable, "sc://127.0.0.1:1", "this Python cannot be a Spark Connect client"),
+        (SPARK_CONNECT_VENV / "bin" / "python", nobody, "no Spark Connect server answers"),
+    ]:
+        result = subprocess.run(
+            [str(python), "-m", "nsb_delays.pipeline", "run", *source_arguments(postgres, "ConnectRefused"), *target,
+             "--remote", remote],
+            cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"--remote {remote}: {reason}" in result.stderr and "nothing was changed" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(1,)]
+    assert not ledger_rows(
+        postgres.dsn, "select 1 from pg_tables where tablename = %s", (STATE_TABLE,)
+    ) or not ledger_rows(
+        postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
+    )
+
+
+def test_a_run_whose_jdbc_driver_the_connect_server_lacks_is_refused_before_anything_is_hidden(
+    spark_connect, mariadb, broker_vhost
+) -> None:
+    """The server has only the PostgreSQL driver in its --jars: the client cannot see that, so it asks the server
+    to resolve a one-row JDBC query of the source first; the MariaDB table keeps its rows, no run exists."""
+    broker = broker_vhost(ENDPOINTS)
+    table = create_mysql_sql_persistence_table(mariadb, "ConnectNoDriver")
+    insert_mysql_timeouts(mariadb, table, [timeout("Sales", -1, i, now=utc_now()) for i in range(5)])
+    arguments = [
+        "--source-jdbc", mariadb.jdbc_url, "--jdbc-user", mariadb.user, "--jdbc-password", mariadb.password,
+        "--endpoint", "ConnectNoDriver", "--rabbitmq-url", broker.amqp_url,
+        "--rabbitmq-management-url", broker.broker.management_url, "--no-progress",
+    ]  # fmt: skip
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 2, output
+    assert f"--remote {spark_connect.url}: the Spark Connect server cannot read jdbc:mariadb:// through JDBC" in output
+    assert "org.mariadb.jdbc.Driver in --jars" in output and "nothing was changed" in output, output
+    assert "Traceback" not in output
+    assert mysql_rows(mariadb, f"select count(*) from {table}") == [(5,)]
+    assert not mysql_rows(mariadb, "select 1 from information_schema.tables where table_name = %s", (STATE_TABLE,))
