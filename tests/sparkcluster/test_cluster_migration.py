@@ -37,18 +37,36 @@ def source_arguments(postgres, endpoint: str) -> list[str]:
     return ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint]
 
 
+def preview_rows(count: int) -> list:
+    """``count`` timeouts of both endpoints (past due, minutes, hours, beyond the maximum), one without a destination
+    and one whose body is over SQS's 1 MiB."""
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(count)]
+    rows += [timeout(None, 60, count, now=now)]  # malformed: no destination
+    large = timeout("Sales", 3600, count + 1, now=now)
+    rows.append(
+        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
+    )
+    return rows
+
+
+def rows_sent_to_sqs(rows: list, prefix: str) -> set[str]:
+    """Ids of the ``rows`` whose message is in moto's endpoint or ``-delay.fifo`` queues (queue prefix ``prefix``)."""
+    from moto.sqs.models import sqs_backends
+
+    queues = sqs_backends["123456789012"]["us-east-1"].queues
+    sent: set[str] = set()
+    for name in ENDPOINTS:
+        for queue in (sqs.sqs_queue_name(name, prefix), sqs.delay_queue_name(name, prefix)):
+            sent |= {m.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"] for m in queues[queue]._messages}
+    return {row.id for row in rows if row.message_id in sent}
+
+
 def test_preview_on_the_cluster_counts_every_class_and_sizes_sqs_bodies_on_the_executors(
     spark_cluster, package_zip, postgres, timeout_table, tmp_path
 ) -> None:
     """With ``--target sqs`` the exact size of large bodies is computed by Python on the executors."""
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(400)]
-    rows += [timeout(None, 60, 400, now=now)]  # malformed: no destination
-    large = timeout("Sales", 3600, 401, now=now)
-    rows.append(
-        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
-    )
-    timeout_table("ClusterPreview", rows)
+    timeout_table("ClusterPreview", preview_rows(400))
     report = tmp_path / "report"
     job = spark_submit(spark_cluster, package_zip, "preview",
                        [*source_arguments(postgres, "ClusterPreview"), "--target", "sqs", "--report-dir", str(report)])  # fmt: skip
@@ -147,16 +165,7 @@ def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
     assert f"{len(restored):,} timeouts restored" in output, output
     assert restored == original - dispatched
 
-    from moto.sqs.models import sqs_backends
-
-    queues = sqs_backends["123456789012"]["us-east-1"].queues
-    sent = collections.Counter()
-    for name in ENDPOINTS:
-        for queue in (sqs.sqs_queue_name(name, SQS_PREFIX), sqs.delay_queue_name(name, SQS_PREFIX)):
-            for message in queues[queue]._messages:
-                sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] += 1
-    message_ids = {row.message_id: row.id for row in rows}
-    sent_rows = {message_ids[message_id] for message_id in sent}
+    sent_rows = rows_sent_to_sqs(rows, SQS_PREFIX)
     assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
     assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
     in_flight_sent = sent_rows & restored  # sent by a task that died before marking its batch: at least once

@@ -18,7 +18,6 @@ import sys
 
 from nsb_delays.brokers.local import free_port
 from nsb_delays.brokers.sqs_emulation import apply_sqs
-from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE
@@ -26,7 +25,7 @@ from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 from tests.spark.test_run_mysql import create_mysql_sql_persistence_table, insert_mysql_timeouts, mysql_rows
 from tests.sparkcluster.conftest import PROJECT, connect_client, finished, submit_environment
-from tests.sparkcluster.test_cluster_migration import ENDPOINTS, source_arguments
+from tests.sparkcluster.test_cluster_migration import ENDPOINTS, preview_rows, rows_sent_to_sqs, source_arguments
 
 BATCH_SIZE, PARTITIONS = 25, 2
 SQS_PREFIX = "connect-"
@@ -36,14 +35,7 @@ def test_preview_through_spark_connect_counts_every_class_and_sizes_sqs_bodies_o
     spark_connect, postgres, timeout_table, tmp_path
 ) -> None:
     """The same data and counts as the spark-submit preview; the SQS sizes are a Python function on the executors."""
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], [-30, 600, 7200, 10**9][i % 4], i, now=now) for i in range(300)]
-    rows += [timeout(None, 60, 300, now=now)]  # malformed: no destination
-    large = timeout("Sales", 3600, 301, now=now)
-    rows.append(
-        large.__class__(large.id, large.destination, large.due, b"x" * (sqs.MAX_MESSAGE_SIZE + 1), large.headers)
-    )
-    timeout_table("ConnectPreview", rows)
+    timeout_table("ConnectPreview", preview_rows(300))
     report = tmp_path / "report"
     job = connect_client(spark_connect, "preview",
                          [*source_arguments(postgres, "ConnectPreview"), "--target", "sqs", "--report-dir", str(report)])  # fmt: skip
@@ -92,16 +84,7 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
     assert f"{len(restored):,} timeouts restored" in output, output
     assert restored == original - dispatched
 
-    from moto.sqs.models import sqs_backends
-
-    queues = sqs_backends["123456789012"]["us-east-1"].queues
-    sent = collections.Counter()
-    for name in ENDPOINTS:
-        for queue in (sqs.sqs_queue_name(name, SQS_PREFIX), sqs.delay_queue_name(name, SQS_PREFIX)):
-            for message in queues[queue]._messages:
-                sent[message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]] += 1
-    message_ids = {row.message_id: row.id for row in rows}
-    sent_rows = {message_ids[message_id] for message_id in sent}
+    sent_rows = rows_sent_to_sqs(rows, SQS_PREFIX)
     assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
     assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
     assert len(sent_rows & restored) <= PARTITIONS * BATCH_SIZE  # sent by a task interrupted before marking its batch
