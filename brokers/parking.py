@@ -124,6 +124,13 @@ def redeliver_parked(
         return RabbitMqTarget(side, reachable, ioloop, settled, generation=generation)
 
     mover = DelayMover(
-        side, generation, target, None, reader=in_flight.read_parked_message, window=window, on_progress=on_progress
+        side,
+        generation,
+        target,
+        None,
+        reader=in_flight.read_parked_message,
+        window=window,
+        on_progress=on_progress,
+        sweeps=0,  # one pass over what is parked: a message parked again meanwhile waits for the next --redeliver
     )
     return mover.run(scan, f"RabbitMQ {side.describe()} ({generation})")

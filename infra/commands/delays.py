@@ -96,7 +96,8 @@ class LevelBars:
             return
         if result.queue not in self.tasks:
             self.tasks[result.queue] = self.progress.add_task(result.queue, total=result.expected)
-        self.progress.update(self.tasks[result.queue], completed=result.moved + result.poison + result.left)
+        done = result.moved + result.poison + result.left
+        self.progress.update(self.tasks[result.queue], total=result.expected, completed=done)  # a sweep adds to both
 
 
 def _due(micros: int | None) -> str:
