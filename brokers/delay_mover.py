@@ -50,6 +50,11 @@ from .management import ManagementApi
 
 DEFAULT_WINDOW = 2000  # unacked source messages at most: the duplicates a kill can leave
 IDLE_SECONDS = 1.0  # a level is done when it delivered nothing for this long (and nothing is in flight)
+# The preflight's read of a level knows how many messages wait there and stops once it has them all; the
+# inactivity limit only ends it early when some left meanwhile (expired to the next level). Longer than
+# IDLE_SECONDS: a broker on a loaded machine took over a second to deliver a waiting message, and a read cut
+# short misses the destinations and delivery counts it is there to check.
+SCAN_IDLE_SECONDS = 5.0
 PROGRESS_EVERY_SECONDS = 0.2
 TICK_SECONDS = 0.05  # the I/O loop wakes at least this often (pika's poll otherwise waits for its next timer)
 MAX_SWEEPS = 3  # passes over the levels after the first, while each still finds messages
@@ -176,7 +181,7 @@ def scan_queues(
             level_scan = LevelScan(level, queue)
             if count:
                 channel.basic_qos(prefetch_count=0)
-                for method, properties, body in channel.consume(queue, inactivity_timeout=IDLE_SECONDS):
+                for method, properties, body in channel.consume(queue, inactivity_timeout=SCAN_IDLE_SECONDS):
                     if method is None:
                         break
                     visit(level_scan, method, properties, body)

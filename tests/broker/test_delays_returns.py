@@ -43,8 +43,9 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
     number = rmq.first_level(86_400)
     level = rmq.delay_level_name(number)
     side = BrokerSide(management, parameters, source)
-    for _ in range(RETURNS):
-        scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)
+    for handed_back in range(RETURNS):
+        scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)
+        assert scans[0].messages == 1, f"read {handed_back + 1} did not get the message back: it is not returned"
     command = [
         *CLI, "delays", "transfer", *broker_arguments(rabbitmq, source),
         *broker_arguments(rabbitmq, target, "destination-"), "--no-progress",
