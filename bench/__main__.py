@@ -6,6 +6,7 @@ Options after the names go to the one benchmark named (``python -m bench migrate
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 
 BENCHMARKS = {
@@ -28,7 +29,17 @@ def main(arguments: list[str]) -> None:
     for name in names or list(BENCHMARKS):
         print(f"\n=== {name} ===", flush=True)
         module = importlib.import_module(BENCHMARKS[name])
-        module.main(options) if options else module.main()
+        if not options:
+            module.main()
+        elif inspect.signature(module.main).parameters:
+            module.main(options)
+        elif options in (["-h"], ["--help"]):
+            print(inspect.cleandoc(module.__doc__ or ""))
+        else:
+            raise SystemExit(
+                f"{name} takes no options ({' '.join(options)!r}); it is set by environment variables:"
+                f" python -m bench {name} --help"
+            )
 
 
 if __name__ == "__main__":
