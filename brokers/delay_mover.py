@@ -13,13 +13,15 @@ What differs, and why:
   round trip. Here a consumer with a prefetch window feeds a publisher that does not wait: each
   source message is acked (``multiple`` where the settled ones are contiguous) when the target
   confirmed it (RabbitMQ publisher confirm) or accepted it (SQS send result). At most the window is
-  unacked at any time, so a kill leaves at most that many messages to be moved twice on the rerun,
-  each with its own message id and due time: duplicates, never losses.
-- **Preflight.** Every level is read once before anything moves (and returned untouched): the
-  destinations are checked on the target (``brokers.destinations`` / the SQS queues), and all that
-  cannot receive are refused together. A message whose destination first appears after that check
-  (an endpoint still sending into the old graph) is checked when met and left in place if it cannot
-  be delivered; the run then ends with "left in place".
+  published and not yet acked at any time, so a kill leaves at most that many messages to be moved
+  twice on the rerun, each with its own message id and due time: duplicates, never losses.
+- **Preflight.** Every level is read once before anything moves: the destinations are checked on
+  the target (``brokers.destinations`` / the SQS queues), and all that cannot receive are refused
+  together. What it read stays unacknowledged on the source (``SourceConnection``): a refusal hands
+  every message back untouched, a go-ahead moves those very deliveries, so no message is read twice
+  (above ``HOLD_BYTES`` the remaining levels are handed back and read again by the move). A message
+  whose destination first appears after that check (an endpoint still sending into the old graph)
+  is checked when met and left in place if it cannot be delivered; the run then ends with "left in place".
 - **Sweeps.** A level is taken once, but a message can reach it after that: one that expired from a
   higher level while waiting in that level's at-least-once dead-letter backlog (``messages_dlx``,
   invisible to consumers) only lands when the dead-letter worker's publish is confirmed, which on a
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -59,6 +61,13 @@ PROGRESS_EVERY_SECONDS = 0.2
 TICK_SECONDS = 0.05  # the I/O loop wakes at least this often (pika's poll otherwise waits for its next timer)
 MAX_SWEEPS = 3  # passes over the levels after the first, while each still finds messages
 BATCH_WAIT_SECONDS = 0.05  # a target that sends in batches (SQS) sends a part batch after this much quiet
+# What the preflight keeps unacknowledged for the move (estimated bytes in this process, see HELD_OVERHEAD_BYTES);
+# beyond it the remaining levels are handed back and read again. Also bounds how long a delivery is held: at the
+# move's pace (thousands per second) far below the broker's consumer_timeout (30 min by default).
+HOLD_BYTES = 512 * 1024 * 1024
+# pika's Deliver method + BasicProperties + headers dict of one delivery besides its body: 2.8 KB measured
+# (tracemalloc) for NServiceBus's headers with one x-death entry
+HELD_OVERHEAD_BYTES = 3072
 
 
 class Unsendable(ValueError):
@@ -115,6 +124,7 @@ class DelayScan:
     generation: str
     levels: list[LevelScan]  # existing level queues, 27 down to 0
     missing_queues: list[str]
+    held: int = 0  # messages read and kept unacknowledged for the move (SourceConnection)
 
     @property
     def messages(self) -> int:
@@ -196,13 +206,216 @@ def scan_queues(
     return scans, missing
 
 
-def scan_delays(side: BrokerSide, generation: str, now_micros: Callable[[], int] | None = None) -> DelayScan:
-    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing."""
+Delivery = tuple[Any, Any, bytes]  # (Basic.Deliver, BasicProperties, body) as pika hands it to a consumer
+
+
+@dataclass
+class HeldLevel:
+    """A level the preflight read and kept unacknowledged: its channel and deliveries, in delivery-tag order."""
+
+    queue: str
+    channel: Any
+    deliveries: list[Delivery]
+
+
+class SourceConnection:
+    """The source broker's AMQP connection on a pika I/O loop of its own, shared by the preflight and the move.
+
+    ``read`` takes each level's messages with an unlimited prefetch, like ``scan_queues``, but while the
+    estimated size of what it holds stays under ``hold_bytes`` it keeps a level's deliveries unacknowledged
+    on that level's channel instead of handing them back: the move (``DelayMover`` on this connection)
+    publishes and acks those very deliveries, so a message is read once, not twice. ``close`` (a refusal,
+    a dry run, a failure) closes the connection, and the broker puts every delivery not acked back in its
+    queue, as the preflight's hand-back always did (AMQP 0-9-1 ``channel.close``/``connection.close``:
+    unacked deliveries are requeued). A held delivery is out of its queue's ready messages, which are the
+    ones TTL expires; handed back, it keeps its original expiry (rabbitmq-website ``docs/ttl.md``, "Per-Queue
+    Message TTL in Queues": requeued messages, e.g. on channel closure). A held channel is under the broker's
+    consumer timeout (``rabbit_channel`` ``handle_info(tick)`` -> ``evaluate_consumer_timeout``,
+    30 min by default), far beyond what ``HOLD_BYTES`` of messages take to move.
+
+    A consumer cancelled while more deliveries are on their way gets them rejected (requeued) by pika
+    (``pika.channel.Channel._on_deliver``: a delivery for a tag in ``_cancelled`` is ``basic_reject``ed), so a
+    held level's deliveries are exactly the ones handed to its callback: delivery tags 1..n of its channel.
+    """
+
+    def __init__(self, side: BrokerSide, *, hold_bytes: int = HOLD_BYTES, timeout: float = CONFIRM_TIMEOUT_SECONDS):
+        self.side = side
+        self.hold_bytes = hold_bytes
+        self.timeout = timeout
+        self.held_bytes = 0
+        self.held: dict[str, HeldLevel] = {}
+        self.handed_back: list[str] = []  # read, then handed back: over the hold limit
+        self.error: str | None = None
+        self.ioloop = IOLoop()
+        self.ioloop.activate_poller()
+        self._tick()
+        opened: list[Any] = []
+        failed: list[Any] = []
+        self.connection = GatheringConnection(
+            side.amqp,
+            on_open_callback=opened.append,
+            on_open_error_callback=lambda _connection, error: failed.append(error),
+            on_close_callback=lambda _connection, reason: self._fail(f"source connection closed: {reason}"),
+            custom_ioloop=self.ioloop,
+        )
+        deadline = time.monotonic() + timeout
+        while not opened:
+            if failed or time.monotonic() > deadline:
+                self._stop_loop()
+                error = failed[0] if failed else None
+                if isinstance(error, pika.exceptions.AMQPError):
+                    raise error  # the caller names the address and the reason
+                raise pika.exceptions.AMQPConnectionError(error or f"no answer within {timeout:.0f} s")
+            self.ioloop.poll()
+            self.ioloop.process_timeouts()
+        self.connection.gather()
+
+    def _tick(self) -> None:
+        self._tick_timer = self.ioloop.call_later(TICK_SECONDS, self._tick)
+
+    def _fail(self, message: str) -> None:
+        self.error = self.error or message
+
+    def spin(self, done: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+        spin_loop(self.ioloop, done, lambda: self.error, what, timeout or self.timeout, self.connection.flush)
+
+    @property
+    def held_messages(self) -> int:
+        return sum(len(level.deliveries) for level in self.held.values())
+
+    def take_held(self, queue: str) -> HeldLevel | None:
+        """The held level for the move (once): from now on its channel is the mover's."""
+        return self.held.pop(queue, None)
+
+    def read(self, queues: Iterable[tuple[int, str]], visit: Visitor) -> tuple[list[LevelScan], list[str]]:
+        """``scan_queues`` on this connection, holding what fits; the scans of the existing queues and the missing."""
+        scans: list[LevelScan] = []
+        missing: list[str] = []
+        for level, queue in queues:
+            level_scan = self._read_level(level, queue, visit)
+            if level_scan is None:
+                missing.append(queue)
+            else:
+                scans.append(level_scan)
+        return scans, missing
+
+    def _read_level(self, level: int, queue: str, visit: Visitor) -> LevelScan | None:
+        opened: list[Any] = []
+        self.connection.channel(on_open_callback=opened.append)
+        self.spin(lambda: bool(opened), f"opening a channel for {queue}")
+        channel = opened[0]
+        closed: list[Any] = []
+        channel.add_on_close_callback(lambda _channel, reason: closed.append(reason))
+        declared: list[Any] = []
+        channel.queue_declare(queue, passive=True, callback=declared.append)
+        self.spin(lambda: bool(declared or closed), f"reading {queue}")
+        if closed:
+            reason = closed[0]
+            if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and reason.reply_code == 404:
+                return None
+            raise DispatchError(f"RabbitMQ reading {queue}: channel closed: {reason}")
+        count = declared[0].method.message_count
+        level_scan = LevelScan(level, queue)
+        deliveries: list[Delivery] = []
+        keeping = [self.hold_bytes > 0 and not self.handed_back]
+        level_bytes = [0]
+        last_delivery = [time.monotonic()]
+        cancelled: list[Any] = []
+
+        def cancel() -> None:
+            if not cancelled:
+                cancelled.append(None)
+                channel.basic_cancel(consumer_tag, callback=lambda _frame: cancelled.append(True))
+
+        def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            last_delivery[0] = time.monotonic()
+            visit(level_scan, method, properties, body)
+            level_scan.messages += 1
+            if keeping[0]:
+                level_bytes[0] += len(body) + HELD_OVERHEAD_BYTES
+                if self.held_bytes + level_bytes[0] > self.hold_bytes:
+                    keeping[0] = False  # over the limit: this level goes back when its channel closes
+                    deliveries.clear()
+                else:
+                    deliveries.append((method, properties, body))
+            if level_scan.messages >= count:
+                cancel()
+
+        if count:
+            consumer_tag = channel.basic_consume(queue, on_message)  # the channel's prefetch: unlimited (0)
+            self.spin(
+                lambda: len(cancelled) > 1 or bool(closed) or time.monotonic() - last_delivery[0] > SCAN_IDLE_SECONDS,
+                f"reading {queue}",
+            )
+            if closed:
+                raise DispatchError(f"RabbitMQ reading {queue}: channel closed: {closed[0]}")
+            cancel()  # idle: some left meanwhile (expired to the next level)
+            self.spin(lambda: len(cancelled) > 1, f"reading {queue}")
+        if keeping[0] and deliveries:
+            self.held[queue] = HeldLevel(queue, channel, deliveries)
+            self.held_bytes += level_bytes[0]
+
+            def closed_while_held(_channel: Any, reason: Any) -> None:
+                if queue in self.held:  # not yet the mover's: closed by the broker
+                    self._fail(f"channel of {queue} closed: {reason}")
+
+            channel.add_on_close_callback(closed_while_held)
+            return level_scan
+        if count and not keeping[0]:
+            self.handed_back.append(queue)
+        self._close_channel(channel, closed)  # every message read goes back to its queue
+        return level_scan
+
+    def _close_channel(self, channel: Any, closed: list[Any]) -> None:
+        if channel.is_open:
+            channel.close()
+            self.spin(lambda: bool(closed), "closing a channel", timeout=30)
+
+    def _stop_loop(self) -> None:
+        self.ioloop.remove_timeout(self._tick_timer)
+        self.ioloop.deactivate_poller()
+
+    def close(self) -> None:
+        """Close the connection (every held delivery goes back to its queue) and the loop; once."""
+        self.held.clear()
+        if self.connection.is_open:
+            self.connection.flush(keep_gathering=False)
+            self.connection.close()
+            deadline = time.monotonic() + 10
+            while not self.connection.is_closed and time.monotonic() < deadline:
+                self.ioloop.poll()
+                self.ioloop.process_timeouts()
+        if self._tick_timer is not None:
+            self._stop_loop()
+            self._tick_timer = None
+
+    def __enter__(self) -> SourceConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def scan_delays(
+    side: BrokerSide,
+    generation: str,
+    now_micros: Callable[[], int] | None = None,
+    connection: SourceConnection | None = None,
+) -> DelayScan:
+    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing.
+
+    With ``connection`` what fits stays held on it for the move; without, every message is handed back.
+    """
     clock = now_micros or (lambda: time.time_ns() // 1000)
     levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
-    scans, missing = scan_queues(
-        side, levels, lambda scan, method, properties, _body: _read(scan, method, properties, clock())
-    )
+
+    def visit(scan: LevelScan, method: Any, properties: Any, _body: bytes) -> None:
+        _read(scan, method, properties, clock())
+
+    if connection is not None:
+        scans, missing = connection.read(levels, visit)
+        return DelayScan(generation, scans, missing, connection.held_messages)
+    scans, missing = scan_queues(side, levels, visit)
     return DelayScan(generation, scans, missing)
 
 
@@ -268,8 +481,11 @@ ProgressCallback = Callable[[LevelResult], None]
 class DelayMover:
     """Moves the level queues of ``source_generation`` on ``source`` into ``target``, level 27 down to 0.
 
-    One pika I/O loop drives the source connection (consumer and acks), the poison publisher on the
-    source and, for a RabbitMQ target, the target's confirm channel.
+    One pika I/O loop (the ``SourceConnection``'s: the preflight's, when it is given) drives the source
+    connection (consumer and acks), the poison publisher on the source and, for a RabbitMQ target, the
+    target's confirm channel. A level the preflight holds is moved from its held deliveries, fed to the
+    target no faster than the window allows (published and not yet acked: what a kill can duplicate);
+    the others are consumed with the window as prefetch.
     """
 
     def __init__(
@@ -285,6 +501,7 @@ class DelayMover:
         timeout: float = CONFIRM_TIMEOUT_SECONDS,
         now_micros: Callable[[], int] | None = None,
         sweeps: int = MAX_SWEEPS,
+        connection: SourceConnection | None = None,
     ) -> None:
         self.source = source
         self.sweeps = sweeps
@@ -295,22 +512,12 @@ class DelayMover:
         self.on_progress = on_progress or (lambda _result: None)
         self.timeout = timeout
         self.clock = now_micros or (lambda: time.time_ns() // 1000)
-        self.ioloop = IOLoop()
-        self.ioloop.activate_poller()
-        self._tick()
         self._connection_error: str | None = None
-        self._source_open = False
         self.poison_channel: Any = None  # set below; _spin runs before they exist
         self.target: Any = None
-        self.source_connection = GatheringConnection(
-            source.amqp,
-            on_open_callback=lambda _connection: setattr(self, "_source_open", True),
-            on_open_error_callback=lambda _connection, error: self._fail(f"cannot connect to the source: {error}"),
-            on_close_callback=lambda _connection, reason: self._fail(f"source connection closed: {reason}"),
-            custom_ioloop=self.ioloop,
-        )
-        self._spin(lambda: self._source_open, "connecting to the source")
-        self.source_connection.gather()
+        self.source_reads = connection or SourceConnection(source, hold_bytes=0, timeout=timeout)
+        self.ioloop = self.source_reads.ioloop
+        self.source_connection = self.source_reads.connection
         if poison_queue is not None:
             self.poison_channel = ConfirmChannel(source.amqp, self._settled, ioloop=self.ioloop, timeout=timeout)
         self.target = target_factory(self.ioloop, self._settled)
@@ -320,14 +527,11 @@ class DelayMover:
 
     # --- plumbing ---------------------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        self._tick_timer = self.ioloop.call_later(TICK_SECONDS, self._tick)
-
     def _fail(self, message: str) -> None:
         self._connection_error = self._connection_error or message
 
     def _errors(self) -> str | None:
-        parts = (self.poison_channel, self.target)
+        parts = (self.source_reads, self.poison_channel, self.target)
         return self._connection_error or next((part.error for part in parts if part and part.error), None)
 
     def _flush(self) -> None:
@@ -352,6 +556,7 @@ class DelayMover:
         self.destinations_in_flight: dict[int, str] = {}
         self.done: list[int] = []
         self.held: set[int] = set()
+        self.pending: deque[Delivery] = deque()  # held by the preflight, not yet fed to the target
         self.last_delivery = self.last_settled = time.monotonic()
         self.stop_reason: str | None = None
 
@@ -455,6 +660,29 @@ class DelayMover:
 
     # --- one level -----------------------------------------------------------------------------------
 
+    def _feed(self) -> None:
+        """Hand held deliveries to ``_on_message`` while fewer than the window are published and not yet acked."""
+        while self.pending and not self.stop_reason and len(self.in_flight) + len(self.done) < self.window:
+            method, properties, body = self.pending.popleft()
+            self._on_message(self.channel, method, properties, body)
+
+    def _take_held(self, queue: str) -> bool:
+        """The level's deliveries the preflight holds, if any: the level's channel is theirs, no consumer."""
+        held = self.source_reads.take_held(queue)
+        if held is None:
+            return False
+        channel = held.channel
+
+        def closed(_channel: Any, reason: Any) -> None:
+            if channel is self.channel:  # not closed by _close_level
+                self._fail(f"channel of {queue} closed: {reason}")
+
+        channel.add_on_close_callback(closed)
+        self.channel = channel
+        self.pending = deque(held.deliveries)
+        self.expected = len(held.deliveries)  # no consumer (the preflight's is cancelled): nothing more arrives
+        return True
+
     def _open_level(self, queue: str) -> None:
         opened: list[Any] = []
         self.source_connection.channel(on_open_callback=opened.append)
@@ -486,6 +714,8 @@ class DelayMover:
             return False
         if self.stop_reason or self.processed >= self.expected:
             return True
+        if self.pending:  # held deliveries still to feed: no broker to wait for
+            return False
         return time.monotonic() - self.last_delivery > IDLE_SECONDS
 
     def move_level(self, level_scan: LevelScan, into: LevelResult | None = None) -> LevelResult:
@@ -493,17 +723,21 @@ class DelayMover:
         queue = level_scan.queue
         self._reset_level(into or LevelResult(level_scan.level, queue, 0))
         assert self.result is not None
-        self._open_level(queue)
+        held = self._take_held(queue)
+        if not held:
+            self._open_level(queue)
         self.result.expected += self.expected
         self.on_progress(self.result)
         if self.expected == 0:
             self._close_level()
             return self.result
         self.last_delivery = time.monotonic()
-        self.consumer_tag = self.channel.basic_consume(queue, self._on_message)
+        if not held:
+            self.consumer_tag = self.channel.basic_consume(queue, self._on_message)
         last_progress = 0.0
         try:
             while not self._level_done():
+                self._feed()
                 self.target.flush(force=time.monotonic() - self.last_delivery > BATCH_WAIT_SECONDS)
                 self._ack_settled()
                 self._flush()
@@ -513,7 +747,7 @@ class DelayMover:
                 if error:
                     self.stop_reason = self.stop_reason or error
                     raise DispatchError(error)
-                if (self.processed >= self.expected or self.stop_reason) and not self.cancelled:
+                if (self.processed >= self.expected or self.stop_reason) and self.consumer_tag and not self.cancelled:
                     self.channel.basic_cancel(self.consumer_tag)
                     self.cancelled = True
                 now = time.monotonic()
@@ -533,8 +767,9 @@ class DelayMover:
 
     def _drain(self) -> None:
         """Stop taking messages, let the ones in flight settle, ack them (best effort), close the level."""
+        self.pending.clear()  # held ones not fed go back when the channel closes
         try:
-            if self.channel is not None and self.channel.is_open and not self.cancelled:
+            if self.channel is not None and self.channel.is_open and self.consumer_tag and not self.cancelled:
                 self.channel.basic_cancel(self.consumer_tag)
                 self.cancelled = True
             self.target.flush(force=True)
@@ -593,12 +828,4 @@ class DelayMover:
             if part is not None:
                 with contextlib.suppress(Exception):  # closing after a failure: the broker may already be gone
                     part.close()
-        if self.source_connection.is_open:
-            self.source_connection.flush(keep_gathering=False)
-            self.source_connection.close()
-            deadline = time.monotonic() + 10
-            while not self.source_connection.is_closed and time.monotonic() < deadline:
-                self.ioloop.poll()
-                self.ioloop.process_timeouts()
-        self.ioloop.remove_timeout(self._tick_timer)
-        self.ioloop.deactivate_poller()
+        self.source_reads.close()  # what is still held (a stopped run) goes back to its queue

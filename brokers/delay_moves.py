@@ -3,7 +3,9 @@
 ``plan_move`` is the preflight: it changes nothing. It refuses (``MoveRefused``, every problem at
 once) when the source has no level queues of the generation, when the target graph is missing, when
 source and target are the same graph, or when a destination of a waiting message cannot receive on
-the target. ``run_move`` then moves level by level (``brokers.delay_mover``).
+the target. ``run_move`` then moves level by level (``brokers.delay_mover``). What the preflight read
+it keeps unacknowledged (up to ``hold_bytes``) on the plan's source connection, for the move to take
+without reading it again; a refusal, an error or ``MovePlan.close`` (a dry run) hands it all back.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from typing import Any
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
-from .delay_mover import DEFAULT_WINDOW, BrokerSide, DelayMover, DelayScan, MoveReport, ProgressCallback, scan_delays
+from .delay_mover import (
+    DEFAULT_WINDOW,
+    HOLD_BYTES,
+    BrokerSide,
+    DelayMover,
+    DelayScan,
+    MoveReport,
+    ProgressCallback,
+    SourceConnection,
+    scan_delays,
+)
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
@@ -85,10 +97,15 @@ class MovePlan:
     target_description: str
     scan: DelayScan
     reachable: frozenset[str]
+    connection: SourceConnection  # holds what the preflight read, for the move
 
     @property
     def poison_queue(self) -> str:
         return in_flight.POISON_QUEUES[self.operation]
+
+    def close(self) -> None:
+        """Hand back whatever the preflight still holds (a dry run; ``run_move`` closes it itself)."""
+        self.connection.close()
 
 
 def _rabbitmq_problems(destination: BrokerSide, scan: DelayScan) -> tuple[list[str], set[str]]:
@@ -155,8 +172,13 @@ def plan_move(
     destination: BrokerSide | SqsSettings,
     *,
     now_micros: Callable[[], int] | None = None,
+    hold_bytes: int = HOLD_BYTES,
 ) -> MovePlan:
-    """Read the source graph and check the target; ``MoveRefused`` with every problem, nothing changed."""
+    """Read the source graph and check the target; ``MoveRefused`` with every problem, nothing changed.
+
+    The messages read stay held on the plan's connection (up to ``hold_bytes``, see ``SourceConnection``);
+    on a refusal or any error the connection is closed first, which hands every one of them back.
+    """
     if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == "v2":
         raise MoveRefused(
             [f"source and destination are the same v2 graph ({source.describe()}): messages would only go round"]
@@ -167,23 +189,30 @@ def plan_move(
         if isinstance(destination, BrokerSide)
         else f"SQS {destination.endpoint_url or destination.region}"
     )
-    scan = scan_delays(source, source_generation, now_micros)
-    if not scan.levels:
-        raise MoveRefused(
-            [
-                f"no {source_generation} delay level queues on {source.describe()} "
-                f"({rmq.delay_level_name(rmq.MAX_LEVEL, source_generation)} … -00 do not exist): nothing to move "
-                "(wrong vhost or generation?)"
-            ]
-        )
-    if isinstance(destination, BrokerSide):
-        problems, reachable = _rabbitmq_problems(destination, scan)
-    else:
-        problems, reachable = _sqs_problems(destination, scan)
-    problems += returned_too_often(source, scan)
-    if problems:
-        raise MoveRefused(problems)
-    return MovePlan(operation, source, source_generation, destination, target_description, scan, frozenset(reachable))
+    connection = SourceConnection(source, hold_bytes=hold_bytes)
+    try:
+        scan = scan_delays(source, source_generation, now_micros, connection)
+        if not scan.levels:
+            raise MoveRefused(
+                [
+                    f"no {source_generation} delay level queues on {source.describe()} "
+                    f"({rmq.delay_level_name(rmq.MAX_LEVEL, source_generation)} … -00 do not exist): nothing to move "
+                    "(wrong vhost or generation?)"
+                ]
+            )
+        if isinstance(destination, BrokerSide):
+            problems, reachable = _rabbitmq_problems(destination, scan)
+        else:
+            problems, reachable = _sqs_problems(destination, scan)
+        problems += returned_too_often(source, scan)
+        if problems:
+            raise MoveRefused(problems)
+    except BaseException:
+        connection.close()  # every held message goes back: nothing changed
+        raise
+    return MovePlan(
+        operation, source, source_generation, destination, target_description, scan, frozenset(reachable), connection
+    )
 
 
 def run_move(
@@ -201,13 +230,18 @@ def run_move(
             return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled)
         return SqsTarget(destination, settled, batch=min(100, window))
 
-    mover = DelayMover(
-        plan.source,
-        plan.source_generation,
-        target,
-        plan.poison_queue,
-        window=window,
-        on_progress=on_progress,
-        now_micros=now_micros,
-    )
+    try:
+        mover = DelayMover(
+            plan.source,
+            plan.source_generation,
+            target,
+            plan.poison_queue,
+            window=window,
+            on_progress=on_progress,
+            now_micros=now_micros,
+            connection=plan.connection,
+        )
+    except BaseException:
+        plan.close()  # the target could not be reached: hand back what the preflight holds
+        raise
     return mover.run(plan.scan, plan.target_description)

@@ -148,6 +148,7 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
     """Move as planned, or (``dry_run``) show what would move: the destinations were checked by then."""
     scan = plan.scan
     if dry_run:
+        plan.close()  # hand back every message the preflight read
         console.print(scan_table(scan))
         console.print(f"dry run: {scan.messages:,} message(s) would move; every destination can receive")
         return

@@ -22,6 +22,7 @@ from collections import Counter
 import pika
 
 from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from tests.broker.in_flight_messages import declare_graphs, level_depths, publish, read_levels, spread_over_levels
@@ -33,6 +34,7 @@ WINDOW = 10
 KILL_AFTER_SECONDS = (0.02, 0.2)  # after the preflight: inside the move of what is left
 PER_LEVEL = 30  # x 18 levels (10..27): 540 messages, topped up whenever a run finishes before its kill
 LOWEST_TARGET_LEVEL = 10
+CONNECTION_NAME = "nsb-delays delays migrate"  # the CLI's AMQP connection name (infra/commands/delays.py)
 REQUEUE_WAIT_SECONDS = 30  # the broker notices the dead connection and requeues its unacked deliveries
 
 
@@ -50,9 +52,18 @@ def run_until_killed(arguments: list[str], chooser: random.Random) -> int | None
     return process.returncode
 
 
-def copies_in_both_graphs(parameters: pika.ConnectionParameters, waiting: int) -> int:
-    """Messages in v1 + v2 beyond the ``waiting`` ones, once the broker has dropped the dead run's consumer (and with
-    it put its unacked deliveries back into v1) and two readings agree."""
+def dead_run_connected(management: ManagementApi, vhost: str) -> bool:
+    """Whether the broker still has a connection of the killed CLI (it names its connections)."""
+    connections = management.request("GET", f"vhosts/{path_segment(vhost)}/connections")
+    return any(c.get("client_properties", {}).get("connection_name") == CONNECTION_NAME for c in connections)
+
+
+def copies_in_both_graphs(
+    parameters: pika.ConnectionParameters, waiting: int, management: ManagementApi, vhost: str
+) -> int:
+    """Messages in v1 + v2 beyond the ``waiting`` ones, once the broker has dropped the dead run's connection and
+    consumer (and with them put its unacked deliveries, the preflight's held ones too, back into v1), every message
+    is back (at least ``waiting``) and two readings agree."""
     queues = [
         rmq.delay_level_name(level, generation) for generation in ("v1", "v2") for level in range(rmq.LEVEL_COUNT)
     ]
@@ -64,7 +75,11 @@ def copies_in_both_graphs(parameters: pika.ConnectionParameters, waiting: int) -
         while True:
             declared = [channel.queue_declare(queue, passive=True).method for queue in queues]
             counted = sum(method.message_count for method in declared)
-            settled = not any(method.consumer_count for method in declared)
+            settled = (
+                not any(method.consumer_count for method in declared)
+                and counted >= waiting
+                and not dead_run_connected(management, vhost)
+            )
             if (settled and counted == previous) or time.monotonic() > deadline:
                 return counted - waiting  # negative: messages in neither graph (the final check names them)
             previous = counted if settled else None
@@ -74,7 +89,7 @@ def copies_in_both_graphs(parameters: pika.ConnectionParameters, waiting: int) -
 
 
 def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_window(
-    rabbitmq: LocalRabbitMq, new_vhost, record_property
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, record_property
 ) -> None:
     vhost = new_vhost("kill")
     parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(vhost))
@@ -100,7 +115,7 @@ def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_w
             publish(parameters, outgoing)
             continue
         kills += 1
-        in_both = copies_in_both_graphs(parameters, len(waiting))
+        in_both = copies_in_both_graphs(parameters, len(waiting), management, vhost)
         duplicates_per_kill.append(in_both - duplicates_so_far)
         duplicates_so_far = in_both
     final = subprocess.run(command, capture_output=True, text=True, timeout=300)
