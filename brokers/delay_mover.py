@@ -146,12 +146,13 @@ class DelayScan:
         return longest
 
 
-def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> None:
+def _read(level_scan: LevelScan, method: Any, properties: Any, now: int) -> in_flight.DueMessage | in_flight.Poison:
     read = in_flight.read_delayed_message(method.routing_key, properties.headers, now)
     _count(level_scan, read)
     returned = (properties.headers or {}).get(in_flight.DELIVERY_COUNT_HEADER)
     if isinstance(returned, int):
         level_scan.most_returned = max(level_scan.most_returned, returned)
+    return read
 
 
 def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison) -> None:
@@ -163,7 +164,7 @@ def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison)
         level_scan.longest_wait[read.destination] = max(previous, read.remaining_seconds)
 
 
-Visitor = Callable[[LevelScan, Any, Any, bytes], None]
+Visitor = Callable[[LevelScan, Any, Any, bytes], object]  # what it returns is kept with a held delivery
 
 
 def scan_queues(
@@ -216,6 +217,7 @@ class HeldLevel:
     queue: str
     channel: Any
     deliveries: list[Delivery]
+    reads: list[object]  # what the preflight's visitor made of each delivery (scan_delays: its DueMessage)
 
 
 class SourceConnection:
@@ -317,6 +319,7 @@ class SourceConnection:
         count = declared[0].method.message_count
         level_scan = LevelScan(level, queue)
         deliveries: list[Delivery] = []
+        reads: list[object] = []
         keeping = [self.hold_bytes > 0 and not self.handed_back]
         level_bytes = [0]
         last_delivery = [time.monotonic()]
@@ -329,15 +332,17 @@ class SourceConnection:
 
         def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
             last_delivery[0] = time.monotonic()
-            visit(level_scan, method, properties, body)
+            read = visit(level_scan, method, properties, body)
             level_scan.messages += 1
             if keeping[0]:
                 level_bytes[0] += len(body) + HELD_OVERHEAD_BYTES
                 if self.held_bytes + level_bytes[0] > self.hold_bytes:
                     keeping[0] = False  # over the limit: this level goes back when its channel closes
                     deliveries.clear()
+                    reads.clear()
                 else:
                     deliveries.append((method, properties, body))
+                    reads.append(read)
             if level_scan.messages >= count:
                 cancel()
 
@@ -352,7 +357,7 @@ class SourceConnection:
             cancel()  # idle: some left meanwhile (expired to the next level)
             self.spin(lambda: len(cancelled) > 1, f"reading {queue}")
         if keeping[0] and deliveries:
-            self.held[queue] = HeldLevel(queue, channel, deliveries)
+            self.held[queue] = HeldLevel(queue, channel, deliveries, reads)
             self.held_bytes += level_bytes[0]
 
             def closed_while_held(_channel: Any, reason: Any) -> None:
@@ -409,8 +414,8 @@ def scan_delays(
     clock = now_micros or (lambda: time.time_ns() // 1000)
     levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
 
-    def visit(scan: LevelScan, method: Any, properties: Any, _body: bytes) -> None:
-        _read(scan, method, properties, clock())
+    def visit(scan: LevelScan, method: Any, properties: Any, _body: bytes) -> in_flight.DueMessage | in_flight.Poison:
+        return _read(scan, method, properties, clock())
 
     if connection is not None:
         scans, missing = connection.read(levels, visit)
@@ -556,7 +561,7 @@ class DelayMover:
         self.destinations_in_flight: dict[int, str] = {}
         self.done: list[int] = []
         self.held: set[int] = set()
-        self.pending: deque[Delivery] = deque()  # held by the preflight, not yet fed to the target
+        self.pending: deque[tuple[Delivery, object]] = deque()  # held by the preflight (with its read), not yet fed
         self.last_delivery = self.last_settled = time.monotonic()
         self.stop_reason: str | None = None
 
@@ -579,7 +584,16 @@ class DelayMover:
 
     # --- one delivery --------------------------------------------------------------------------------
 
-    def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+    def _reread(self, method: Any, properties: Any, earlier: object) -> in_flight.DueMessage | in_flight.Poison:
+        """The message read now. A held delivery the preflight read as due with this same reader (the default)
+        only needs its remaining delay taken again (``DueMessage.at``): the rest depends on nothing but the
+        delivery, which the preflight read unchanged."""
+        now = self.clock()
+        if isinstance(earlier, in_flight.DueMessage) and self.reader is in_flight.read_delayed_message:
+            return earlier.at(now)
+        return self.reader(method.routing_key, properties.headers, now)
+
+    def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes, earlier: object = None) -> None:
         self.last_delivery = time.monotonic()
         self.received += 1
         if self.cancelled or self.stop_reason or self.processed >= self.expected:
@@ -587,7 +601,7 @@ class DelayMover:
         tag = method.delivery_tag
         self.processed += 1
         self.last_processed_tag = tag
-        read = self.reader(method.routing_key, properties.headers, self.clock())
+        read = self._reread(method, properties, earlier)
         if isinstance(read, in_flight.Poison) and self.poison_queue is None:
             self._hold(tag, f"({read.reason})")
             return
@@ -663,8 +677,8 @@ class DelayMover:
     def _feed(self) -> None:
         """Hand held deliveries to ``_on_message`` while fewer than the window are published and not yet acked."""
         while self.pending and not self.stop_reason and len(self.in_flight) + len(self.done) < self.window:
-            method, properties, body = self.pending.popleft()
-            self._on_message(self.channel, method, properties, body)
+            (method, properties, body), read = self.pending.popleft()
+            self._on_message(self.channel, method, properties, body, read)
 
     def _take_held(self, queue: str) -> bool:
         """The level's deliveries the preflight holds, if any: the level's channel is theirs, no consumer."""
@@ -679,7 +693,7 @@ class DelayMover:
 
         channel.add_on_close_callback(closed)
         self.channel = channel
-        self.pending = deque(held.deliveries)
+        self.pending = deque(zip(held.deliveries, held.reads, strict=True))
         self.expected = len(held.deliveries)  # no consumer (the preflight's is cancelled): nothing more arrives
         return True
 

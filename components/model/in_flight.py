@@ -106,12 +106,20 @@ def header_text(value: Any) -> str | None:
     return None
 
 
-_DELAYED_ROUTING_KEY = re.compile(r"(?:[01]\.){" + str(rmq.LEVEL_COUNT) + "}.", re.DOTALL)
+_DELAY_PREFIX_LENGTH = 2 * rmq.LEVEL_COUNT
+_DELAY_PREFIX_DOTS = "." * rmq.LEVEL_COUNT
 
 
 def is_delayed_routing_key(key: str) -> bool:
-    """28 words of ``0``/``1`` and a non-empty destination after the 56-character prefix."""
-    return _DELAYED_ROUTING_KEY.match(key) is not None
+    """28 words of ``0``/``1`` and a non-empty destination after the 56-character prefix.
+
+    String slices, not a regular expression: checked for every message a move reads, in about half the time.
+    """
+    return (
+        len(key) > _DELAY_PREFIX_LENGTH
+        and key[1:_DELAY_PREFIX_LENGTH:2] == _DELAY_PREFIX_DOTS
+        and not key[0:_DELAY_PREFIX_LENGTH:2].strip("01")
+    )
 
 
 def delay_in_routing_key(key: str) -> int:
@@ -137,13 +145,21 @@ class DueMessage:
     def routing_key(self) -> str:
         return rmq.routing_key(self.remaining_seconds, self.destination)
 
+    def at(self, now_micros: int) -> DueMessage:
+        """The same message read again at ``now_micros``: only the remaining delay changes."""
+        return DueMessage(self.destination, self.due_micros, remaining_delay(self.due_micros, now_micros))
+
     def exchange(self, generation: str = rmq.DEFAULT_GENERATION) -> str:
         return rmq.first_exchange(self.remaining_seconds, generation)
 
 
 def read_delayed_message(routing_key: str, headers: Mapping[str, Any] | None, now_micros: int) -> DueMessage | Poison:
     """Due time and destination of a delay-level queue's message, or why it is poison."""
-    if not headers or all(name in STRIPPED_HEADERS for name in headers):  # the broker's own annotations only
+    if not headers or (  # the broker's own annotations only (neither header below is one of them)
+        rmq.DELAY_HEADER not in headers
+        and TIME_SENT_HEADER not in headers
+        and all(name in STRIPPED_HEADERS for name in headers)
+    ):
         return Poison("no headers")
     if rmq.DELAY_HEADER not in headers:
         return Poison(f"no {rmq.DELAY_HEADER} header")
