@@ -10,7 +10,8 @@ model's (``components.model.in_flight``).
 What differs, and why:
 
 - **Throughput.** The tool does ``BasicGet``, publish, wait for the confirm, ack: one message per
-  round trip. Here a consumer with a prefetch window feeds a publisher that does not wait: each
+  round trip. Here the deliveries the preflight holds (or a consumer with a prefetch window, for a
+  level it handed back) feed a publisher that does not wait: each
   source message is acked (``multiple`` where the settled ones are contiguous) when the target
   confirmed it (RabbitMQ publisher confirm) or accepted it (SQS send result). At most the window is
   published and not yet acked at any time, so a kill leaves at most that many messages to be moved

@@ -51,7 +51,8 @@ window_option = click.option(
     type=click.IntRange(1, 65535),
     default=DEFAULT_WINDOW,
     show_default=True,
-    help="Unacked messages at most (the prefetch window): what a kill can leave to be moved twice.",
+    help="Messages published and not yet acked at most (also the prefetch of a level the preflight did not hold): "
+    "what a kill can leave to be moved twice.",
 )
 
 
