@@ -374,37 +374,46 @@ def where_the_missing_may_be(cluster: RabbitMqCluster, vhost: str) -> str:
     return "queues still holding messages: " + ("; ".join(holding) if holding else "none (the messages are gone)")
 
 
+RECOVERY_ROUNDS = 2  # a restart is itself a leader change: on 3.10.8 it can stop another node's supervisor
+
+
 def restart_nodes_stranding_levels(
     cluster: RabbitMqCluster, vhost: str, collector: ArrivalCollector, sends: list[DelayedSend]
 ) -> tuple[str, set[str]]:
     """RabbitMQ 3.10's recovery step (README, cluster section), applied when messages are missing after the faults.
 
     Restarts, one at a time, every running node whose dead-letter supervisor stopped (or, if none did, the
-    leaders of the levels holding a dead-letter backlog), then waits for the missing messages again.
-    Returns what it found and did, for the report ("" when nothing was missing), and the messages it brought.
+    leaders of the levels holding a dead-letter backlog), then waits for the missing messages again; up to
+    ``RECOVERY_ROUNDS`` times. Returns what it found and did, for the report ("" when nothing was missing),
+    and the messages it brought.
     """
     arrived = collector.by_id()
     missing = [s.message_id for s in sends if s.message_id not in arrived]
-    if not missing:
-        return "", set()
-    holding = where_the_missing_may_be(cluster, vhost)
-    stopped = [node for node in cluster.running() if not cluster.dead_letter_supervisor_running(node)]
-    leaders = {
-        str(q.get("leader"))
-        for q in cluster.api().queues(vhost)
-        if q["name"] in level_queues() and (q.get("messages_dlx") or 0) > 0
-    }
-    restart = stopped or [node for node in cluster.running() if node.node in leaders]
-    for node in restart:
-        cluster.restart_node(node)
-    collector.wait_for(missing, timeout=LOST_AFTER_SECONDS)
-    arrived = collector.by_id()
+    rounds = []
+    for _ in range(RECOVERY_ROUNDS):
+        waiting = [message_id for message_id in missing if message_id not in arrived]
+        if not waiting:
+            break
+        holding = where_the_missing_may_be(cluster, vhost)
+        stopped = [node for node in cluster.running() if not cluster.dead_letter_supervisor_running(node)]
+        leaders = {
+            str(q.get("leader"))
+            for q in cluster.api().queues(vhost)
+            if q["name"] in level_queues() and (q.get("messages_dlx") or 0) > 0
+        }
+        restart = stopped or [node for node in cluster.running() if node.node in leaders]
+        for node in restart:
+            cluster.restart_node(node)
+        collector.wait_for(waiting, timeout=LOST_AFTER_SECONDS)
+        arrived = collector.by_id()
+        still = sum(1 for message_id in waiting if message_id not in arrived)
+        rounds.append(
+            f"{len(waiting)} missing; {holding}; dead-letter supervisor stopped on "
+            f"{[n.node for n in stopped] or 'no node'}; restarted {[n.node for n in restart] or 'nothing'}: "
+            f"{len(waiting) - still} arrived, {still} still missing"
+        )
     recovered = {message_id for message_id in missing if message_id in arrived}
-    return (
-        f"{len(missing)} missing after the faults; {holding}; dead-letter supervisor stopped on "
-        f"{[n.node for n in stopped] or 'no node'}; restarted {[n.node for n in restart] or 'nothing'}: "
-        f"{len(recovered)} arrived, {len(missing) - len(recovered)} still missing"
-    ), recovered
+    return " / then ".join(rounds), recovered
 
 
 def duplicate_causes(sends: list[DelayedSend], arrivals: dict[str, list[Arrival]]) -> Counter[str]:
