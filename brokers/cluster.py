@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .local import LocalRabbitMq, free_port, stop_process_group, wait_until
+from .local import BrokerCommandFailed, LocalRabbitMq, free_port, stop_process_group, wait_until
 from .management import ManagementApi
 
 
@@ -163,6 +163,57 @@ class RabbitMqCluster:
         node.launch_server()
         node.wait_ready(timeout, "RabbitMQ node restart")
         self.wait_members({n.node for n in self.running()}, timeout)
+
+    def restart_node(self, node: LocalRabbitMq, timeout: float = 180) -> None:
+        """Stop a node cleanly and start it again: the recovery for a node whose dead-letter supervisor is gone."""
+        self.stop_node(node)
+        self.start_node(node, timeout)
+
+    # --- the at-least-once dead-letter workers ----------------------------------------------------------
+
+    def dead_letter_supervisor_running(self, node: LocalRabbitMq) -> bool:
+        """Whether ``node`` can still run at-least-once dead-letter workers (its ``rabbit_fifo_dlx_sup`` is alive).
+
+        Every worker of a node is a child of that one registered supervisor, and a quorum queue starts its
+        worker only on becoming leader (``rabbit_fifo_dlx:state_enter/4`` -> ``start_worker/1``). When the
+        supervisor exceeds its restart intensity it exits with ``shutdown``; ``rabbit_sup`` started it as a
+        ``transient`` child (``rabbit_sup:start_supervisor_child/3``), so it is not restarted: from then on
+        the level queues that node leads dead-letter nothing, their expired messages wait as
+        ``messages_dlx``. On 3.10.8 the intensity is 1 restart in 5 s with ``permanent`` workers, and a worker
+        whose ``{dlx, checkout}`` reached a member that was no longer leader crashes
+        (``rabbit_fifo_dlx_client:process_command/3`` returns ``{error, ra_command_failed}``): two such
+        crashes after a leader change are enough. 4.0.5 allows 100 a second with ``transient`` workers
+        (rabbitmq/rabbitmq-server#7677); rabbitmq/rabbitmq-server#16652 is the same end state on 4.2.4.
+        """
+        return node.ctl("eval", "is_pid(whereis(rabbit_fifo_dlx_sup)).").strip() == "true"
+
+    def dead_letter_workers(self, node: LocalRabbitMq) -> int:
+        """At-least-once dead-letter workers running on ``node``: one per such quorum queue it leads."""
+        answer = node.ctl(
+            "eval",
+            "case whereis(rabbit_fifo_dlx_sup) of undefined -> 0; Sup -> length(supervisor:which_children(Sup)) end.",
+        )
+        return int(answer.strip())
+
+    def stop_dead_letter_supervisor(self, node: LocalRabbitMq) -> None:
+        """The state a leader change can leave on 3.10.8, made on purpose: ``node``'s dead-letter workers crash
+        until their supervisor gives up (on 3.10.8 the second crash does it; 4.0.5 takes over 100 in a second).
+
+        Only workers are killed, never the supervisor itself: its ``transient`` exit with ``shutdown`` is what
+        the intensity limit produces, and ``rabbit_sup`` (``one_for_all``, intensity 0) leaves it stopped.
+        """
+        answer = node.ctl(
+            "eval",
+            "Crash = fun Crash(0) -> still_running;"
+            " Crash(N) -> case whereis(rabbit_fifo_dlx_sup) of"
+            "   undefined -> gone;"
+            "   Sup -> Workers = try supervisor:which_children(Sup) catch _:_ -> [] end,"
+            "          [exit(Pid, kill) || {_, Pid, _, _} <- Workers, is_pid(Pid)],"
+            "          timer:sleep(5), Crash(N - 1) end end,"
+            " Crash(400).",
+        )
+        if answer.strip() != "gone":
+            raise BrokerCommandFailed(f"{node.node}: the dead-letter supervisor is still running ({answer.strip()})")
 
     def forget_node(self, node: LocalRabbitMq) -> str:
         """Remove a stopped node from the cluster and from every quorum queue's members (from a running peer)."""

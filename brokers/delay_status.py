@@ -38,6 +38,7 @@ class QueueStatus:
     bytes: int
     dead_letter_messages: int | None  # quorum queues: the at-least-once dead-letter backlog; None for classic
     dead_letter_bytes: int | None
+    leader: str | None = None  # quorum queues: the node whose dead-letter worker forwards the backlog
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def queue_statuses(listing: Iterable[dict[str, Any]]) -> list[QueueStatus]:
                 _count(queue.get("message_bytes")),
                 _count(queue.get("messages_dlx")) if quorum else None,
                 _count(queue.get("message_bytes_dlx")) if quorum else None,
+                str(queue["leader"]) if quorum and queue.get("leader") else None,
             )
         )
     order = {"delay-level": 0, "parking": 1, "poison": 2}
@@ -128,6 +130,12 @@ def warnings_for(queues: list[QueueStatus], stuck: list[QueueStatus]) -> list[st
             "A destination was removed while delays were on their way: recreate it (its queue and delivery binding), "
             "or give the delivery exchange its parking exchange (nsb-delays:rabbitmq.parkUnroutable) so they move "
             "to the parking queue"
+            + (
+                f". If every destination exists (on a cluster, after a node fault), the dead-letter worker of the "
+                f"level's leader {queue.leader} has stopped: restart that node (README, running on a cluster)"
+                if queue.leader
+                else ""
+            )
         )
     for queue in queues:
         if queue.role == "parking" and queue.messages:

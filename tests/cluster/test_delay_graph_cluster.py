@@ -155,6 +155,70 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
             assert arrivals[send.message_id][0].arrived_at >= send.due_at - CLOCK_GRANULARITY_SECONDS
 
 
+def status_report(node: LocalRabbitMq, vhost: str) -> tuple[int, dict]:
+    """``nsb-delays status --json`` through ``node``: exit code and report."""
+    run = CliRunner().invoke(
+        cli, ["status", "--management-url", node.management_url, "--username", node.username, "--password",
+              node.password, "--vhost", vhost, "--no-sqs", "--json"],
+    )  # fmt: skip
+    return run.exit_code, json.loads(run.output)
+
+
+def dead_letter_backlog(cluster: RabbitMqCluster, vhost: str) -> int:
+    return sum(int(q.get("messages_dlx") or 0) for q in cluster.api().queues(vhost) if q["name"] in level_queues())
+
+
+def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_node_restarts(
+    cluster: RabbitMqCluster, cluster_vhost, cluster_report: list[str]
+) -> None:
+    """What the 3.10.8 cluster finding is, and its recovery: messages stranded, not lost.
+
+    A node whose at-least-once dead-letter supervisor gave up (on 3.10.8 two worker crashes within 5 s,
+    which a leader change can cause; see ``RabbitMqCluster.dead_letter_supervisor_running``) forwards
+    nothing from the level queues it leads: an expired message waits in the level's dead-letter backlog.
+    ``nsb-delays status`` calls that stuck and names the leader; restarting that node moves the
+    leadership to a node whose workers run, and every stranded message arrives, none lost.
+    """
+    first, second, third = cluster.nodes
+    vhost = cluster_vhost("stranded")
+    config = dev_config(vhost, first.version())
+    PulumiEngineEmulation.connect(first.management_url).up(record_stack(StackConfig(rabbitmq=config)))
+    levels = level_queues()
+    assert {q.leader for q in cluster.quorum_members(vhost, levels).values()} == {first.node}  # client-local
+    assert cluster.dead_letter_workers(first) >= len(levels)
+
+    cluster.stop_dead_letter_supervisor(first)
+    assert not cluster.dead_letter_supervisor_running(first)
+    destinations = receiving_queues(config)
+    with ArrivalCollector([third.amqp_url, second.amqp_url], vhost, destinations) as collector:
+        with DelayedPublisher(second.amqp_url, vhost) as publisher:
+            sends = [publisher.send(destination, delay) for delay in (1, 2, 3) for destination in destinations]
+        wait_until(
+            lambda: dead_letter_backlog(cluster, vhost) == len(sends), f"{len(sends)} in dead-letter backlogs", 60
+        )
+        assert collector.arrivals == []  # expired, and held where no worker forwards them
+        exit_code, report = status_report(second, vhost)
+        assert exit_code == 1 and report["stuck"], report["warnings"]
+        assert all(f"leader {first.node} has stopped: restart that node" in w for w in report["warnings"])
+
+        started = time.monotonic()
+        cluster.restart_node(first)
+        assert collector.wait_for([s.message_id for s in sends], timeout=LOST_AFTER_SECONDS)
+        recovered_after = time.monotonic() - started
+    arrivals = collector.by_id()
+    for send in sends:
+        assert {a.queue for a in arrivals[send.message_id]} == {send.destination}
+    assert cluster.dead_letter_supervisor_running(first)
+    new_leaders = {q.leader for q in cluster.quorum_members(vhost, levels).values()}
+    wait_until(lambda: status_report(second, vhost)[0] == 0, "status: nothing stuck", 30)
+    cluster_report.append(
+        f"RabbitMQ {first.version()}: {len(sends)} messages stranded in the dead-letter backlogs of levels led by "
+        f"{first.node} (its dead-letter supervisor stopped); restarting it moved the leaders to {sorted(new_leaders)}"
+        f" and all arrived {recovered_after:.0f} s after the restart began, duplicates "
+        f"{sum(len(a) - 1 for a in arrivals.values())}"
+    )
+
+
 # --- the fault timeline -----------------------------------------------------------------------------------
 
 
@@ -310,6 +374,48 @@ def where_the_missing_may_be(cluster: RabbitMqCluster, vhost: str) -> str:
     return "queues still holding messages: " + ("; ".join(holding) if holding else "none (the messages are gone)")
 
 
+RECOVERY_ROUNDS = 2  # a restart is itself a leader change: on 3.10.8 it can stop another node's supervisor
+
+
+def restart_nodes_stranding_levels(
+    cluster: RabbitMqCluster, vhost: str, collector: ArrivalCollector, sends: list[DelayedSend]
+) -> tuple[str, set[str]]:
+    """RabbitMQ 3.10's recovery step (README, cluster section), applied when messages are missing after the faults.
+
+    Restarts, one at a time, every running node whose dead-letter supervisor stopped (or, if none did, the
+    leaders of the levels holding a dead-letter backlog), then waits for the missing messages again; up to
+    ``RECOVERY_ROUNDS`` times. Returns what it found and did, for the report ("" when nothing was missing),
+    and the messages it brought.
+    """
+    arrived = collector.by_id()
+    missing = [s.message_id for s in sends if s.message_id not in arrived]
+    rounds = []
+    for _ in range(RECOVERY_ROUNDS):
+        waiting = [message_id for message_id in missing if message_id not in arrived]
+        if not waiting:
+            break
+        holding = where_the_missing_may_be(cluster, vhost)
+        stopped = [node for node in cluster.running() if not cluster.dead_letter_supervisor_running(node)]
+        leaders = {
+            str(q.get("leader"))
+            for q in cluster.api().queues(vhost)
+            if q["name"] in level_queues() and (q.get("messages_dlx") or 0) > 0
+        }
+        restart = stopped or [node for node in cluster.running() if node.node in leaders]
+        for node in restart:
+            cluster.restart_node(node)
+        collector.wait_for(waiting, timeout=LOST_AFTER_SECONDS)
+        arrived = collector.by_id()
+        still = sum(1 for message_id in waiting if message_id not in arrived)
+        rounds.append(
+            f"{len(waiting)} missing; {holding}; dead-letter supervisor stopped on "
+            f"{[n.node for n in stopped] or 'no node'}; restarted {[n.node for n in restart] or 'nothing'}: "
+            f"{len(waiting) - still} arrived, {still} still missing"
+        )
+    recovered = {message_id for message_id in missing if message_id in arrived}
+    return " / then ".join(rounds), recovered
+
+
 def duplicate_causes(sends: list[DelayedSend], arrivals: dict[str, list[Arrival]]) -> Counter[str]:
     """Why a message arrived more than once: we published it again, our consumer's ack was lost, or the graph."""
     causes: Counter[str] = Counter()
@@ -402,6 +508,11 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
         last_due = max(send.due_at for send in sends)
         patience = max(0.0, last_due - time.monotonic()) + LOST_AFTER_SECONDS
         collector.wait_for([s.message_id for s in sends], timeout=patience)
+        recovery, recovered = (
+            restart_nodes_stranding_levels(cluster, vhost, collector, sends)
+            if version.startswith("3.")
+            else ("", set())
+        )
     arrivals = collector.by_id()
     faults = timeline.faults
 
@@ -419,15 +530,19 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
         f"migration's confirm publisher, failovers {migration.failovers}; republished {republished}, collector "
         f"reconnects {collector.reconnects}); lost {len(lost)}, early {len(early)}, misrouted {len(misrouted)}, "
         f"duplicates {dict(duplicate_causes(sends, arrivals))}; timeline {time.monotonic() - timeline.started_at:.0f} s"
+        + (f"; stranded, then recovered: {recovery}" if recovery else "")
     )
     late_after: dict[str, list[float]] = {}
     for fault in faults:
         quiet_until = timeline.quiet_until(fault)
-        during = [s for s in sends if fault.started_at <= s.due_at <= fault.recovered_at]
+        during = [
+            s for s in sends if fault.started_at <= s.due_at <= fault.recovered_at and s.message_id not in recovered
+        ]
         after = [s for s in sends if fault.recovered_at + SETTLE_SECONDS <= s.due_at < quiet_until]
         window = [s for s in sends if fault.started_at <= s.due_at < quiet_until]
         causes = duplicate_causes(window, arrivals)
-        late_after[fault.name] = late_ms(after, arrivals)
+        # Messages the recovery step brought are as late as the step: reported with it, not as graph lateness.
+        late_after[fault.name] = late_ms([s for s in after if s.message_id not in recovered], arrivals)
         cluster_report.append(
             f"  {fault.name} ({fault.node}, {fault.recovered_at - fault.started_at:.0f} s, {fault.waiting} waiting"
             f"; {fault.note}): lost {sum(1 for s in window if s.message_id not in arrivals)}, duplicates "
@@ -444,12 +559,11 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
         assert lateness, f"no message was due after '{name}' recovered: the timeline proves nothing there"
         assert max(lateness) <= ON_TIME_SECONDS * 1000, f"not on time again after '{name}': {spread(lateness)}"
     if lost and version.startswith("3."):
-        # Every other check above has passed. RabbitMQ 3.10.8's open finding (README, cluster section): after a
-        # leader of most waiting messages is stopped, messages it led can stay missing (now seen without
-        # forget_cluster_node too). Reported as an expected failure with the count, never as a pass; 4.0 must lose none.
+        # Every other check above has passed, and the recovery step did not bring them all: reported as an
+        # expected failure with the count and what the step found, never as a pass; 4.0 must lose none.
         pytest.xfail(
-            f"RabbitMQ {version} open finding: {len(lost)} of {len(sends)} messages missing, e.g. {lost[:3]}; "
-            f"{where_the_missing_may_be(cluster, vhost)}"
+            f"RabbitMQ {version}: {len(lost)} of {len(sends)} messages missing after the recovery step, e.g. "
+            f"{lost[:3]}; {recovery}; now {where_the_missing_may_be(cluster, vhost)}"
         )
     assert not lost, (
         f"lost {len(lost)} of {len(sends)} messages, e.g. {lost[:3]}; {where_the_missing_may_be(cluster, vhost)}"

@@ -46,8 +46,18 @@ def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agre
     assert [q.queue for q in stuck] == [level]
     (warning,) = warnings_for(first, stuck)
     assert warning.startswith(f"{level} holds 45 dead-lettered message(s) (90 bytes)") and "#1407" in warning
+    assert "has stopped" not in warning  # no leader reported: a single node (or classic statistics)
     drained = queue_statuses(listing())
     assert stuck_levels(first, drained) == []  # a passing backlog in one sample is not a stall
+
+
+def test_on_a_cluster_the_warning_names_the_leader_whose_dead_letter_worker_may_have_stopped() -> None:
+    level = rmq.delay_level_name(1)
+    statuses = queue_statuses(listing(**{level: {"messages": 472, "messages_dlx": 472, "leader": "rabbit-2@host"}}))
+    (warning,) = warnings_for(statuses, stuck_levels(statuses, None))
+    assert "#1407" in warning  # a removed destination is still the first cause to rule out
+    assert "dead-letter worker of the level's leader rabbit-2@host has stopped: restart that node" in warning
+    assert next(q for q in statuses if q.queue == level).leader == "rabbit-2@host"
 
 
 def test_parked_and_poison_messages_are_warnings() -> None:
