@@ -219,6 +219,8 @@ def main() -> None:
         )
         print(f"                  {moved_line}")
         print(f"                  its preflight alone (--dry-run, start-up included): {preflight_seconds:.1f} s")
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux: the largest child's
+        print(f"                  its peak memory (largest CLI process, held deliveries included): {peak:.0f} MiB")
         for label, (broker_seconds, client_seconds) in (
             ("NServiceBus loop", baseline_cpu),
             ("delays migrate", ours_cpu),
