@@ -12,6 +12,7 @@ import collections
 import json
 import time
 import uuid
+from dataclasses import dataclass
 
 from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.components.model import sqs
@@ -62,6 +63,77 @@ def rows_sent_to_sqs(rows: list, prefix: str) -> set[str]:
     return {row.id for row in rows if row.message_id in sent}
 
 
+@dataclass
+class RabbitMqRunRows:
+    """Past-due timeouts (straight to the endpoint queues) plus two malformed ones, and the run's arguments."""
+
+    rows: list
+    malformed: list
+    table: str
+    arguments: list[str]
+
+
+def rabbitmq_run_rows(
+    broker, postgres, timeout_table, endpoint: str, count: int, quarantine, batch_size: int = BATCH_SIZE
+) -> RabbitMqRunRows:
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(count)]
+    malformed = [timeout("Sales", 60, count, headers="not json", now=now), timeout(None, 60, count + 1, now=now)]
+    table = timeout_table(endpoint, rows + malformed).layout.table
+    arguments = [
+        *source_arguments(postgres, endpoint),
+        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--batch-size", str(batch_size), "--partitions", str(PARTITIONS), "--no-progress",
+        "--quarantine", str(quarantine),
+    ]  # fmt: skip
+    return RabbitMqRunRows(rows, malformed, table, arguments)
+
+
+@dataclass
+class SqsRunRows:
+    """Timeouts of three delays (past due, minutes, an hour) in a legacy table, for a run into moto's SQS."""
+
+    rows: list
+    table: str  # the legacy table (schema-qualified)
+    original: set[str]  # the ids it held before the run
+
+
+def sqs_run_rows(moto_server, postgres, timeout_table, endpoint: str, count: int, prefix: str) -> SqsRunRows:
+    """moto reset, the SQS stack of ``ENDPOINTS`` under ``prefix`` applied, ``count`` timeouts in ``endpoint``'s table."""
+    moto_server.reset()
+    config = parse_stack_config({"sqs": {"queueNamePrefix": prefix, "endpoints": ENDPOINTS}})
+    apply_sqs(record_stack(config), moto_server.client())
+    now = utc_now()
+    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(count)]
+    table = timeout_table(endpoint, rows).layout.table
+    return SqsRunRows(rows, table, legacy_ids(postgres, table))
+
+
+def legacy_ids(postgres, table: str) -> set[str]:
+    return {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {table}')}
+
+
+def dispatched_ids(postgres, legacy_table: str) -> set[str]:
+    """Ids of the rows whose batch the ledger marked dispatched."""
+    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
+                              (legacy_table,))  # fmt: skip
+    return {key for (key,) in ledger_rows(
+        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
+                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
+
+
+def assert_each_row_in_sqs_or_restored(run: SqsRunRows, dispatched: set[str], restored: set[str], in_flight: int,
+                                       prefix: str) -> None:  # fmt: skip
+    """After ``abort``: every timeout is in SQS or back in the legacy table; in both only if a task sent its batch
+    and died before marking it (at most ``in_flight`` rows)."""
+    assert dispatched, "nothing was dispatched before the run stopped"
+    assert restored == run.original - dispatched
+    sent_rows = rows_sent_to_sqs(run.rows, prefix)
+    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
+    assert sent_rows | restored == run.original, "a timeout is neither in SQS nor back in the legacy table"
+    assert len(sent_rows & restored) <= in_flight
+
+
 def test_preview_on_the_cluster_counts_every_class_and_sizes_sqs_bodies_on_the_executors(
     spark_cluster, package_zip, postgres, timeout_table, tmp_path
 ) -> None:
@@ -81,24 +153,16 @@ def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_
     spark_cluster, package_zip, postgres, timeout_table, broker_vhost, tmp_path
 ) -> None:
     broker = broker_vhost(ENDPOINTS)
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(1000)]  # past due: straight to the queues
-    malformed = [timeout("Sales", 60, 1000, headers="not json", now=now), timeout(None, 60, 1001, now=now)]
-    source = timeout_table("ClusterKill", rows + malformed)
     quarantine = tmp_path / "quarantine.jsonl"
-    arguments = [
-        *source_arguments(postgres, "ClusterKill"),
-        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
-        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
-        "--quarantine", str(quarantine),
-    ]  # fmt: skip
+    run = rabbitmq_run_rows(broker, postgres, timeout_table, "ClusterKill", 1000, quarantine)
+    rows, malformed, arguments = run.rows, run.malformed, run.arguments
     marker = tmp_path / "reached"
     job = spark_submit(spark_cluster, package_zip, "run", [*arguments, "--fault", f"after-publish:3:hang:{marker}"])
     kill_when_marked(job, marker)
     gone_after = wait_for_executors_to_go(spark_cluster)
 
     ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
-                              (source.layout.table,))  # fmt: skip
+                              (run.table,))  # fmt: skip
     batches = dict(ledger_rows(postgres.dsn, f'select "BatchNumber", "Status" from "{table}_batches"'))
     in_flight = {batch for batch, status in batches.items() if status == PENDING}
     done_before = len(batches) - len(in_flight)
@@ -135,13 +199,7 @@ def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
 ) -> None:
     """The executors send to SQS with credentials of their own (spark.executorEnv.*); a killed run is aborted through
     spark-submit: every row is either in a queue (dispatched or in flight) or back in the legacy table."""
-    moto_server.reset()
-    config = parse_stack_config({"sqs": {"queueNamePrefix": SQS_PREFIX, "endpoints": ENDPOINTS}})
-    apply_sqs(record_stack(config), moto_server.client())
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(600)]
-    source = timeout_table("ClusterSqs", rows)
-    original = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    run = sqs_run_rows(moto_server, postgres, timeout_table, "ClusterSqs", 600, SQS_PREFIX)
     marker = tmp_path / "reached"
     job = spark_submit(
         spark_cluster, package_zip, "run",
@@ -152,24 +210,13 @@ def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
     )  # fmt: skip
     kill_when_marked(job, marker)
     wait_for_executors_to_go(spark_cluster)
-    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
-                              (source.layout.table,))  # fmt: skip
-    dispatched = {key for (key,) in ledger_rows(
-        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
-                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
-    assert dispatched
+    dispatched = dispatched_ids(postgres, run.table)
 
     code, output = finished(spark_submit(spark_cluster, package_zip, "abort", source_arguments(postgres, "ClusterSqs")))
     assert code == 0, output
-    restored = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    restored = legacy_ids(postgres, run.table)
     assert f"{len(restored):,} timeouts restored" in output, output
-    assert restored == original - dispatched
-
-    sent_rows = rows_sent_to_sqs(rows, SQS_PREFIX)
-    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
-    assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
-    in_flight_sent = sent_rows & restored  # sent by a task that died before marking its batch: at least once
-    assert len(in_flight_sent) <= PARTITIONS * BATCH_SIZE
+    assert_each_row_in_sqs_or_restored(run, dispatched, restored, PARTITIONS * BATCH_SIZE, SQS_PREFIX)
 
 
 def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package_zip, postgres, timeout_table,

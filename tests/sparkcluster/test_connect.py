@@ -17,15 +17,21 @@ import subprocess
 import sys
 
 from nsb_delays.brokers.local import free_port
-from nsb_delays.brokers.sqs_emulation import apply_sqs
-from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
-from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE
+from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 from tests.spark.test_run_mysql import create_mysql_sql_persistence_table, insert_mysql_timeouts, mysql_rows
 from tests.sparkcluster.conftest import PROJECT, connect_client, finished, submit_environment
-from tests.sparkcluster.test_cluster_migration import ENDPOINTS, preview_rows, rows_sent_to_sqs, source_arguments
+from tests.sparkcluster.test_cluster_migration import (
+    ENDPOINTS,
+    assert_each_row_in_sqs_or_restored,
+    dispatched_ids,
+    legacy_ids,
+    preview_rows,
+    rabbitmq_run_rows,
+    source_arguments,
+    sqs_run_rows,
+)
 
 BATCH_SIZE, PARTITIONS = 25, 2
 SQS_PREFIX = "connect-"
@@ -52,13 +58,7 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
 ) -> None:
     """Ctrl-C on the client interrupts the server's jobs (``SparkSession.interruptAll``): the rows are either in
     SQS (their batch marked dispatched) or, after ``abort`` through the same server, back in the legacy table."""
-    moto_server.reset()
-    config = parse_stack_config({"sqs": {"queueNamePrefix": SQS_PREFIX, "endpoints": ENDPOINTS}})
-    apply_sqs(record_stack(config), moto_server.client())
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(300)]
-    source = timeout_table("ConnectSqs", rows)
-    original = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
+    run = sqs_run_rows(moto_server, postgres, timeout_table, "ConnectSqs", 300, SQS_PREFIX)
     marker = tmp_path / "reached"
     job = connect_client(
         spark_connect, "run",
@@ -71,40 +71,22 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
     code, output = finished(job)
     assert code == 130, output
     assert "interrupted. run " in output, output
+    dispatched = dispatched_ids(postgres, run.table)
 
-    ((table,),) = ledger_rows(postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s',
-                              (source.layout.table,))  # fmt: skip
     code, output = finished(connect_client(spark_connect, "abort", source_arguments(postgres, "ConnectSqs")))
     assert code == 0, output
-    dispatched = {key for (key,) in ledger_rows(
-        postgres.dsn, f'select "Id"::text from "{table}" where "BatchNumber" in '
-                      f'(select "BatchNumber" from "{table}_batches" where "Status" = %s)', (DISPATCHED,))}  # fmt: skip
-    restored = {key for (key,) in ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}')}
-    assert dispatched, "nothing was dispatched before the interrupt"
+    restored = legacy_ids(postgres, run.table)
     assert f"{len(restored):,} timeouts restored" in output, output
-    assert restored == original - dispatched
-
-    sent_rows = rows_sent_to_sqs(rows, SQS_PREFIX)
-    assert dispatched <= sent_rows, "a batch marked dispatched is not in SQS"
-    assert sent_rows | restored == original, "a timeout is neither in SQS nor back in the legacy table"
-    assert len(sent_rows & restored) <= PARTITIONS * BATCH_SIZE  # sent by a task interrupted before marking its batch
+    assert_each_row_in_sqs_or_restored(run, dispatched, restored, PARTITIONS * BATCH_SIZE, SQS_PREFIX)
 
 
 def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
     spark_connect, postgres, timeout_table, broker_vhost, tmp_path
 ) -> None:
     broker = broker_vhost(ENDPOINTS)
-    now = utc_now()
-    rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(400)]  # past due: straight to the queues
-    malformed = [timeout("Sales", 60, 400, headers="not json", now=now), timeout(None, 60, 401, now=now)]
-    timeout_table("ConnectRun", rows + malformed)
     quarantine = tmp_path / "quarantine.jsonl"
-    arguments = [
-        *source_arguments(postgres, "ConnectRun"),
-        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
-        "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS), "--no-progress",
-        "--quarantine", str(quarantine),
-    ]  # fmt: skip
+    run = rabbitmq_run_rows(broker, postgres, timeout_table, "ConnectRun", 400, quarantine, BATCH_SIZE)
+    rows, malformed, arguments = run.rows, run.malformed, run.arguments
     code, output = finished(connect_client(spark_connect, "run", arguments))
     assert code == 0, output
     assert (
