@@ -78,6 +78,17 @@ class GatheringConnection(SelectConnection):
             self._gathered.append(data)
 
 
+def close_gathering(connection: GatheringConnection, timeout: float = 10) -> None:
+    """Write what the connection still gathers, close it and drive its loop until it is closed (or ``timeout``)."""
+    if connection.is_open:
+        connection.flush(keep_gathering=False)
+        connection.close()
+        deadline = time.monotonic() + timeout
+        while not connection.is_closed and time.monotonic() < deadline:
+            connection.ioloop.poll()
+            connection.ioloop.process_timeouts()
+
+
 def spin(
     ioloop: IOLoop,
     done: Callable[[], bool],
@@ -213,13 +224,7 @@ class ConfirmChannel:
         self.spin(lambda: not self._unsettled, what)
 
     def close(self) -> None:
-        if self.connection.is_open:
-            self.connection.flush(keep_gathering=False)
-            self.connection.close()
-            deadline = time.monotonic() + 10
-            while not self.connection.is_closed and time.monotonic() < deadline:
-                self.ioloop.poll()
-                self.ioloop.process_timeouts()
+        close_gathering(self.connection)
         if self._owns_loop:
             self.connection.ioloop.deactivate_poller()
 

@@ -47,7 +47,14 @@ from pika.adapters.select_connection import IOLoop
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 
-from .confirms import CONFIRM_TIMEOUT_SECONDS, ConfirmChannel, DispatchError, GatheringConnection, OutgoingMessage
+from .confirms import (
+    CONFIRM_TIMEOUT_SECONDS,
+    ConfirmChannel,
+    DispatchError,
+    GatheringConnection,
+    OutgoingMessage,
+    close_gathering,
+)
 from .confirms import spin as spin_loop
 from .management import ManagementApi
 
@@ -384,13 +391,7 @@ class SourceConnection:
     def close(self) -> None:
         """Close the connection (every held delivery goes back to its queue) and the loop; once."""
         self.held.clear()
-        if self.connection.is_open:
-            self.connection.flush(keep_gathering=False)
-            self.connection.close()
-            deadline = time.monotonic() + 10
-            while not self.connection.is_closed and time.monotonic() < deadline:
-                self.ioloop.poll()
-                self.ioloop.process_timeouts()
+        close_gathering(self.connection)
         if self._tick_timer is not None:
             self._stop_loop()
             self._tick_timer = None
