@@ -29,6 +29,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as model
 
 PERSISTENT = pika.DeliveryMode.Persistent
@@ -119,10 +120,6 @@ class Arrival:
     expired_in: tuple[str, ...] = ()  # the queues whose TTL it waited out on its way (``expired_queues``)
 
 
-def _text(value: Any) -> str:
-    return bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
-
-
 def expired_queues(headers: dict[str, Any] | None) -> tuple[str, ...]:
     """The queues a message was dead-lettered from because it expired there: the ``x-death`` entries with reason
     ``expired`` (RabbitMQ adds one per queue, newest first: ``rabbit_dead_letter:update_x_death_header`` in 3.x,
@@ -130,9 +127,9 @@ def expired_queues(headers: dict[str, Any] | None) -> tuple[str, ...]:
     For a delayed message these are the delay levels it waited in: the set bits of its delay."""
     deaths = (headers or {}).get("x-death") or []
     return tuple(
-        _text(death.get("queue", ""))
+        in_flight.header_text(death.get("queue")) or ""
         for death in deaths
-        if isinstance(death, dict) and _text(death.get("reason", "")) == "expired"
+        if isinstance(death, dict) and in_flight.header_text(death.get("reason")) == "expired"
     )
 
 
