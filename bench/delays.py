@@ -30,7 +30,6 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pika
 
@@ -41,7 +40,7 @@ from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 
-from .measures import descendants
+from .measures import load, tree_cpu_seconds
 
 ENDPOINTS = [f"Bench{i}" for i in range(10)]
 
@@ -92,14 +91,7 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
 def broker_cpu_seconds(broker: LocalRabbitMq) -> float:
     """CPU time (user + system) of the broker's processes so far: what a move costs the broker."""
     assert broker.server is not None
-    total = 0
-    for pid in descendants(broker.server.pid):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return tree_cpu_seconds(broker.server.pid)
 
 
 def client_cpu_seconds() -> float:
@@ -230,7 +222,7 @@ def main() -> None:
                 f"{label:<17} CPU per message: broker {1000 * broker_seconds / count:.2f} ms, "
                 f"client {1000 * client_seconds / count:.2f} ms"
             )
-        print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x); load average {os.getloadavg()[0]:.1f}")
+        print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x); {load()}")
         cpu_per_message = (ours_cpu[0] + ours_cpu[1]) / count
         print(
             f"CPU floor on {os.cpu_count()} cores: broker + client {1000 * cpu_per_message:.2f} ms per message -> at "
