@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,6 +37,7 @@ __all__ = [
     "LocalSparkCluster",
     "LocalSparkConnect",
     "broker_processes",
+    "ctrl_c_as_from_a_terminal",
     "host_mounts_under",
     "wait_gone",
 ]
@@ -48,6 +50,17 @@ RABBITMQ4_HINT = (
     "debootstrap (apt-get install debootstrap first if it is missing; NSB_RABBITMQ4_ROOT=DIR shares one "
     "built root between checkouts)"
 )
+
+
+def ctrl_c_as_from_a_terminal() -> None:
+    """``preexec_fn`` for a child a test will send SIGINT (Ctrl-C) to: restore SIGINT's default action.
+
+    A shell without job control starts a background command (``make test &``, a CI runner's script, ``setsid
+    … &``) with SIGINT ignored, every child inherits that, and CPython installs its KeyboardInterrupt
+    handler only when SIGINT is at its default at start-up: such a child never sees the Ctrl-C. A classic
+    SparkContext hides it by installing its own SIGINT handler (``pyspark/core/context.py``); a Spark
+    Connect client installs none, so its run kept dispatching and the test waited for ever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass

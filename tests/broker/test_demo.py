@@ -26,6 +26,7 @@ from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import load_stack, read_stack_yaml
 from tests.broker.conftest import settled_queues
 from tests.conftest import require_installed
+from tests.services import ctrl_c_as_from_a_terminal
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -95,8 +96,7 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
         stderr=subprocess.STDOUT,
         text=True,
         env=ENV,
-        # a shell that starts pytest in the background ignores SIGINT and children inherit it: restore Ctrl-C
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_as_from_a_terminal,
     )
     output = ""
     deadline = time.monotonic() + 90

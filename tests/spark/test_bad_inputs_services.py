@@ -33,6 +33,7 @@ from nsb_delays.infra.cli import cli
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot, write_files
 from tests.conftest import vhost_factory
+from tests.services import ctrl_c_as_from_a_terminal
 from tests.spark.conftest import (
     BrokerVhost,
     create_sql_persistence_table,
@@ -384,7 +385,7 @@ def test_ctrl_c_reports_the_run_and_both_commands_then_exits_130(spark, world: W
                "--fault", f"after-publish:2:hang:{marker}"]  # fmt: skip
     env = {**os.environ, "NSB_DELAYS_LOG_DIR": str(tmp_path / "logs"), "PYSPARK_PYTHON": sys.executable}
     job = subprocess.Popen(command, cwd=world.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           start_new_session=True)  # fmt: skip
+                           start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal)  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while not marker.exists():

@@ -20,7 +20,7 @@ import pytest
 
 from nsb_delays.pipeline import __main__ as job_file
 from tests.conftest import serve
-from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster, LocalSparkConnect
+from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster, LocalSparkConnect, ctrl_c_as_from_a_terminal
 
 # the Spark tier's broker (Debian's 3.10: the migration only publishes), vhosts and legacy tables, shared by import
 from tests.spark.conftest import broker_vhost, management, rabbitmq, timeout_table  # noqa: F401
@@ -51,7 +51,7 @@ def connect_client(connect: LocalSparkConnect, command: str, arguments: list[str
     return subprocess.Popen(
         [str(connect.client_python), "-m", "nsb_delays.pipeline", command, *arguments, "--remote", connect.url],
         cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal,  # the tests send it Ctrl-C
     )  # fmt: skip
 
 
@@ -98,7 +98,7 @@ def spark_submit(cluster: LocalSparkCluster, package: Path, command: str, argume
     return subprocess.Popen(
         submit_command(cluster, package, command, arguments, **options),  # type: ignore[arg-type]
         cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal,  # the tests send it Ctrl-C
     )  # fmt: skip
 
 
