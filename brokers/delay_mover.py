@@ -175,46 +175,6 @@ def _count(level_scan: LevelScan, read: in_flight.DueMessage | in_flight.Poison)
 Visitor = Callable[[LevelScan, Any, Any, bytes], object]  # what it returns is kept with a held delivery
 
 
-def scan_queues(
-    side: BrokerSide, queues: Iterable[tuple[int, str]], visit: Visitor
-) -> tuple[list[LevelScan], list[str]]:
-    """Read every message of each ``(level, queue)`` without taking anything: each one is handed back.
-
-    Messages are consumed unacknowledged (no prefetch limit) and returned when the queue's channel
-    closes; the broker keeps their order and their TTL. Returns the scans of the queues that exist
-    and the names of those that do not.
-    """
-    scans: list[LevelScan] = []
-    missing: list[str] = []
-    connection = pika.BlockingConnection(side.amqp)
-    try:
-        for level, queue in queues:
-            channel = connection.channel()
-            try:
-                count = channel.queue_declare(queue, passive=True).method.message_count
-            except pika.exceptions.ChannelClosedByBroker as error:
-                if error.reply_code != 404:
-                    raise
-                missing.append(queue)
-                continue
-            level_scan = LevelScan(level, queue)
-            if count:
-                channel.basic_qos(prefetch_count=0)
-                for method, properties, body in channel.consume(queue, inactivity_timeout=SCAN_IDLE_SECONDS):
-                    if method is None:
-                        break
-                    visit(level_scan, method, properties, body)
-                    level_scan.messages += 1
-                    if level_scan.messages >= count:
-                        break
-            channel.close()  # every message read goes back to its queue
-            scans.append(level_scan)
-    finally:
-        if connection.is_open:
-            connection.close()
-    return scans, missing
-
-
 Delivery = tuple[Any, Any, bytes]  # (Basic.Deliver, BasicProperties, body) as pika hands it to a consumer
 
 
@@ -231,8 +191,8 @@ class HeldLevel:
 class SourceConnection:
     """The source broker's AMQP connection on a pika I/O loop of its own, shared by the preflight and the move.
 
-    ``read`` takes each level's messages with an unlimited prefetch, like ``scan_queues``, but while the
-    estimated size of what it holds stays under ``hold_bytes`` it keeps a level's deliveries unacknowledged
+    ``read`` takes each level's messages with an unlimited prefetch, and while the estimated size of what it
+    holds stays under ``hold_bytes`` (0: nothing, ``scan_queues``) it keeps a level's deliveries unacknowledged
     on that level's channel instead of handing them back: the move (``DelayMover`` on this connection)
     publishes and acks those very deliveries, so a message is read once, not twice. ``close`` (a refusal,
     a dry run, a failure) closes the connection, and the broker puts every delivery not acked back in its
@@ -298,7 +258,8 @@ class SourceConnection:
         return self.held.pop(queue, None)
 
     def read(self, queues: Iterable[tuple[int, str]], visit: Visitor) -> tuple[list[LevelScan], list[str]]:
-        """``scan_queues`` on this connection, holding what fits; the scans of the existing queues and the missing."""
+        """Read each ``(level, queue)`` on this connection, holding what fits; the scans of the existing queues
+        and the names of the missing ones."""
         scans: list[LevelScan] = []
         missing: list[str] = []
         for level, queue in queues:
@@ -403,27 +364,29 @@ class SourceConnection:
         self.close()
 
 
-def scan_delays(
-    side: BrokerSide,
-    generation: str,
-    now_micros: Callable[[], int] | None = None,
-    connection: SourceConnection | None = None,
-) -> DelayScan:
-    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing.
+def scan_queues(
+    side: BrokerSide, queues: Iterable[tuple[int, str]], visit: Visitor
+) -> tuple[list[LevelScan], list[str]]:
+    """Read every message of each ``(level, queue)`` without taking anything: each one is handed back (a
+    ``SourceConnection`` that holds nothing). Returns the scans of the queues that exist and the names of
+    those that do not."""
+    with SourceConnection(side, hold_bytes=0) as connection:
+        return connection.read(queues, visit)
 
-    With ``connection`` what fits stays held on it for the move; without, every message is handed back.
-    """
+
+def scan_delays(
+    connection: SourceConnection, generation: str, now_micros: Callable[[], int] | None = None
+) -> DelayScan:
+    """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing: what
+    fits stays held on ``connection`` for the move, the rest is handed back."""
     clock = now_micros or (lambda: time.time_ns() // 1000)
     levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
 
     def visit(scan: LevelScan, method: Any, properties: Any, _body: bytes) -> in_flight.DueMessage | in_flight.Poison:
         return _read(scan, method, properties, clock())
 
-    if connection is not None:
-        scans, missing = connection.read(levels, visit)
-        return DelayScan(generation, scans, missing, connection.held_messages)
-    scans, missing = scan_queues(side, levels, visit)
-    return DelayScan(generation, scans, missing)
+    scans, missing = connection.read(levels, visit)
+    return DelayScan(generation, scans, missing, connection.held_messages)
 
 
 # --- where moved messages go --------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def plan_move(
     )
     connection = SourceConnection(source, hold_bytes=hold_bytes)
     try:
-        scan = scan_delays(source, source_generation, now_micros, connection)
+        scan = scan_delays(connection, source_generation, now_micros)
         if not scan.levels:
             raise MoveRefused(
                 [

@@ -139,6 +139,8 @@ def _plan(
         raise _unreachable(side, error) from None
     except pika.exceptions.AMQPError as error:
         raise _unreachable(source, error) from None
+    except DispatchError as error:  # a level's channel closed while it was read
+        raise CommandError(str(error), footer=NOTHING_MOVED) from None
     except Exception as error:  # botocore: credentials, endpoint, access denied
         if type(error).__module__.startswith(("botocore", "boto3")):
             raise CommandError(f"SQS: {error}") from None
@@ -287,6 +289,8 @@ def register(cli: click.Group) -> None:
             raise _unreachable(side, error) from None
         except pika.exceptions.AMQPError as error:
             raise _unreachable(side, error) from None
+        except DispatchError as error:  # the parking queue's channel closed while it was read
+            raise CommandError(f"{error}; nothing was changed") from None
         if not present:
             raise CommandError(
                 f"no parking queue ({', '.join(rmq.parking_name(name) for name in generations)}) on {side.describe()}: "

@@ -140,3 +140,29 @@ def test_parked_names_an_unreachable_broker_with_exit_2() -> None:
     assert code == 2, output
     assert f"cannot reach RabbitMQ (AMQP) at 127.0.0.1:{amqp}" in output and "Connection refused" in output
     assert "Traceback" not in output
+
+
+CHANNEL_CLOSED = (
+    "RabbitMQ reading nsb.delay-level-11: channel closed: (406, 'PRECONDITION_FAILED - unknown delivery tag 7')"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "reader", "footer"),
+    [(["migrate"], "plan_move", "nothing was moved"), (["parked"], "read_parked", "nothing was changed")],
+)
+def test_a_channel_closed_while_a_queue_is_read_is_one_line_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, command: list[str], reader: str, footer: str
+) -> None:
+    """The broker closing a channel mid-read (``DispatchError`` from ``SourceConnection``) is named, not a traceback."""
+    from nsb_delays.brokers.confirms import DispatchError
+    from nsb_delays.infra.commands import delays as delays_command
+
+    def closed(*_args: object, **_kwargs: object) -> None:
+        raise DispatchError(CHANNEL_CLOSED)
+
+    monkeypatch.setattr(delays_command, reader, closed)
+    code, output = delays(*command, *BROKER)
+    assert code == 2, output
+    assert CHANNEL_CLOSED in output and footer in output
+    assert "Traceback" not in output
