@@ -14,7 +14,9 @@ ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to
 Prints both rates and the ratio (target >= 10x), the preflight alone (a ``--dry-run``: start-up, every
 level read once and handed back), the CPU each costs per message (the broker's processes and the
 client's), which the load of a shared machine does not distort, and the rate that CPU allows at best on
-this machine's cores (both busy, nothing else running).
+this machine's cores (both busy, nothing else running). Last, the broker's own share of any move, measured
+alone on a third copy: every v1 message taken (consume, ``multiple`` acks) and the same messages put into
+the v2 graph (publish + confirm), and the rate that share alone allows with a client that costs nothing.
 N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``; the broker is
 3.10, or 4.0 with ``NSB_BENCH_RABBITMQ=4.0``. Figures are what
 this run saw on this (shared) machine, never asserted.
@@ -148,6 +150,43 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
     return moved, seconds
 
 
+def take_all(parameters: pika.URLParameters) -> list[OutgoingMessage]:
+    """Every v1 message, consumed and acked (``multiple``, every 500), turned into the v2 message a move sends."""
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=2000)
+    taken: list[OutgoingMessage] = []
+    for level in range(rmq.MAX_LEVEL, -1, -1):
+        queue = rmq.delay_level_name(level, "v1")
+        count = channel.queue_declare(queue, passive=True).method.message_count
+        for got, (method, properties, body) in enumerate(channel.consume(queue), start=1) if count else ():
+            read = in_flight.read_delayed_message(method.routing_key, properties.headers, time.time_ns() // 1000)
+            assert isinstance(read, in_flight.DueMessage)
+            properties.headers = in_flight.republished_headers(properties.headers)
+            taken.append(OutgoingMessage(read.exchange(), read.routing_key(), body, properties))
+            if got % 500 == 0 or got == count:
+                channel.basic_ack(method.delivery_tag, multiple=True)
+            if got == count:
+                break
+        channel.cancel()
+    connection.close()
+    return taken
+
+
+def broker_share(broker: LocalRabbitMq, parameters: pika.URLParameters) -> tuple[float, float]:
+    """The broker's CPU seconds for each half of any move, alone: taking the v1 messages, putting them into v2."""
+    before = broker_cpu_seconds(broker)
+    taken = take_all(parameters)
+    consumed = broker_cpu_seconds(broker) - before
+    before = broker_cpu_seconds(broker)
+    with ConfirmPublisher(parameters) as publisher:
+        for start in range(0, len(taken), 5000):
+            publisher.publish(taken[start : start + 5000])
+    published = broker_cpu_seconds(broker) - before
+    assert waiting(parameters, "v1") == 0 and waiting(parameters, "v2") == len(taken)
+    return consumed, published
+
+
 def delays_migrate(broker: LocalRabbitMq, vhost: str, *options: str) -> tuple[float, str]:
     """``delays migrate`` as a subprocess: its wall time and its last line (``moved …`` / ``dry run: …``)."""
     began = time.perf_counter()
@@ -228,6 +267,13 @@ def main() -> None:
             f"CPU floor on {os.cpu_count()} cores: broker + client {1000 * cpu_per_message:.2f} ms per message -> at "
             f"most {os.cpu_count() / cpu_per_message:,.0f} msg/s with both cores busy and nothing else running "
             f"({os.cpu_count() / cpu_per_message / baseline_rate:.1f}x this baseline)"
+        )
+        consumed, published = broker_share(broker, prepare(broker, "share", count))
+        share = (consumed + published) / count
+        print(
+            f"broker alone, whatever the client: consume + ack {1000 * consumed / count:.3f} ms, publish into v2 + "
+            f"confirm {1000 * published / count:.3f} ms per message -> at most {os.cpu_count() / share:,.0f} msg/s "
+            f"even with a client that costs nothing ({os.cpu_count() / share / baseline_rate:.1f}x this baseline)"
         )
 
 
