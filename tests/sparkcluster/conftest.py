@@ -98,7 +98,7 @@ def spark_submit(cluster: LocalSparkCluster, package: Path, command: str, argume
     return subprocess.Popen(
         submit_command(cluster, package, command, arguments, **options),  # type: ignore[arg-type]
         cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal,  # the tests send it Ctrl-C
+        start_new_session=True,
     )  # fmt: skip
 
 
