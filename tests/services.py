@@ -58,9 +58,10 @@ def ctrl_c_as_from_a_terminal() -> None:
     A shell without job control starts a background command (``make test &``, a CI runner's script, ``setsid
     … &``) with SIGINT ignored, every child inherits that, and Python turns SIGINT into KeyboardInterrupt only
     "if the parent process has not changed it" (the ``signal`` module's documentation, "General rules"): such
-    a child never sees the Ctrl-C. A classic SparkContext hides it by installing its own SIGINT handler
-    (``pyspark/core/context.py``); a Spark Connect client installs none, so its run kept dispatching and the
-    test waited for ever."""
+    a child never sees the Ctrl-C (pytest-xdist's workers inherit it too). A classic SparkContext installs its
+    own SIGINT handler only when created on the main thread (``pyspark/core/context.py``), which
+    ``BackgroundSession`` does not, and a Spark Connect client installs none: the run kept dispatching and
+    the test waited for ever."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
