@@ -36,6 +36,7 @@ __all__ = [
     "LocalPostgres",
     "LocalSparkCluster",
     "LocalSparkConnect",
+    "as_from_a_background_script",
     "broker_processes",
     "ctrl_c_as_from_a_terminal",
     "host_mounts_under",
@@ -63,6 +64,11 @@ def ctrl_c_as_from_a_terminal() -> None:
     ``BackgroundSession`` does not, and a Spark Connect client installs none: the run kept dispatching and
     the test waited for ever."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def as_from_a_background_script() -> None:
+    """``preexec_fn`` for a child started as a script's ``… &`` starts it: SIGINT ignored (see above)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass

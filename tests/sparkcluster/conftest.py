@@ -20,7 +20,13 @@ import pytest
 
 from nsb_delays.pipeline import __main__ as job_file
 from tests.conftest import serve
-from tests.services import POSTGRES_JDBC_JAR, LocalSparkCluster, LocalSparkConnect, ctrl_c_as_from_a_terminal
+from tests.services import (
+    POSTGRES_JDBC_JAR,
+    LocalSparkCluster,
+    LocalSparkConnect,
+    as_from_a_background_script,
+    ctrl_c_as_from_a_terminal,
+)
 
 # the Spark tier's broker (Debian's 3.10: the migration only publishes), vhosts and legacy tables, shared by import
 from tests.spark.conftest import broker_vhost, management, rabbitmq, timeout_table  # noqa: F401
@@ -46,12 +52,16 @@ def spark_connect(spark_cluster: LocalSparkCluster) -> Iterator[LocalSparkConnec
     yield from serve(LocalSparkConnect(spark_cluster, conf=executor_env))
 
 
-def connect_client(connect: LocalSparkConnect, command: str, arguments: list[str]) -> subprocess.Popen[bytes]:
-    """``python -m nsb_delays.pipeline <command> … --remote sc://…`` from the Connect client's own virtualenv."""
+def connect_client(
+    connect: LocalSparkConnect, command: str, arguments: list[str], *, background: bool = False
+) -> subprocess.Popen[bytes]:
+    """``python -m nsb_delays.pipeline <command> … --remote sc://…`` from the Connect client's own virtualenv, as
+    a terminal starts it (Ctrl-C works) or, ``background``, as a script's ``… &`` does (SIGINT ignored)."""
     return subprocess.Popen(
         [str(connect.client_python), "-m", "nsb_delays.pipeline", command, *arguments, "--remote", connect.url],
         cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal,  # the tests send it Ctrl-C
+        start_new_session=True,
+        preexec_fn=as_from_a_background_script if background else ctrl_c_as_from_a_terminal,
     )  # fmt: skip
 
 

@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from nsb_delays.brokers.local import free_port
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.services import SPARK_CONNECT_VENV
@@ -53,26 +55,34 @@ def test_preview_through_spark_connect_counts_every_class_and_sizes_sqs_bodies_o
     assert (report / "preview.html").exists()
 
 
+@pytest.mark.parametrize(
+    ("stop", "background"),
+    [(signal.SIGINT, False), (signal.SIGTERM, True)],
+    ids=["ctrl-c-from-a-terminal", "sigterm-to-a-background-run"],
+)
 def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_undispatched_rows(
-    spark_connect, postgres, timeout_table, moto_server, tmp_path
+    spark_connect, postgres, timeout_table, moto_server, tmp_path, stop: signal.Signals, background: bool
 ) -> None:
-    """Ctrl-C on the client interrupts the server's jobs (``SparkSession.interruptAll``): the rows are either in
-    SQS (their batch marked dispatched) or, after ``abort`` through the same server, back in the legacy table."""
-    run = sqs_run_rows(moto_server, postgres, timeout_table, "ConnectSqs", 300, SQS_PREFIX)
+    """Ctrl-C on the client (or SIGTERM to a run a script started in the background, which ignores Ctrl-C, as
+    the README says) interrupts the server's jobs (``SparkSession.interruptAll``): the rows are either in SQS
+    (their batch marked dispatched) or, after ``abort`` through the same server, back in the legacy table."""
+    endpoint = f"ConnectSqs{stop.value}"  # a table of its own per case
+    run = sqs_run_rows(moto_server, postgres, timeout_table, endpoint, 300, SQS_PREFIX)
     marker = tmp_path / "reached"
     job = connect_client(
         spark_connect, "run",
-        [*source_arguments(postgres, "ConnectSqs"), "--target", "sqs", "--sqs-endpoint-url", moto_server.endpoint_url,
+        [*source_arguments(postgres, endpoint), "--target", "sqs", "--sqs-endpoint-url", moto_server.endpoint_url,
          "--sqs-prefix", SQS_PREFIX, "--batch-size", str(BATCH_SIZE), "--partitions", str(PARTITIONS),
          "--no-progress", "--fault", f"after-publish:2:hang:{marker}"],
+        background=background,
     )  # fmt: skip
     wait_for_marker(job, marker)
-    os.kill(job.pid, signal.SIGINT)  # Ctrl-C on the client: its jobs are interrupted on the server
+    os.kill(job.pid, stop)  # the client is interrupted: its jobs are interrupted on the server
     code, output = finished(job)
     assert code == 130, output
     assert "interrupted. run " in output, output
 
-    code, output = finished(connect_client(spark_connect, "abort", source_arguments(postgres, "ConnectSqs")))
+    code, output = finished(connect_client(spark_connect, "abort", source_arguments(postgres, endpoint)))
     assert code == 0, output
     # Read after the abort, not before: the server's interrupted tasks may still mark a batch meanwhile.
     dispatched = dispatched_ids(postgres, run.table)
