@@ -166,9 +166,12 @@ def dispatch_partition(settings: DispatchSettings, rows: Iterator[Any]) -> Itera
                 del collecting[batch]
                 sender = sender or _Sender(settings)
                 failovers, republished = sender.failovers
-                outcome = send_batch(sender, batch, batch_rows)
-                fault("after-publish")
-                ledger.complete_batch(settings.run, outcome, connection)
+                with connection.transaction():  # the claim holds the batch until its mark commits
+                    if not ledger.claim_batch(settings.run, batch, connection):
+                        continue  # aborted, or sent by another run's task meanwhile: not sent again
+                    outcome = send_batch(sender, batch, batch_rows)
+                    fault("after-publish")
+                    ledger.mark_batch_done(settings.run, outcome, connection)
                 failovers_after, republished_after = sender.failovers
                 sent = len(batch_rows) - len(outcome.quarantined)
                 yield (

@@ -50,6 +50,11 @@ DEFAULT_BATCH_SIZE = 1024  # TMT's batch size
 DUE_ORDER_HORIZON = timedelta(hours=1)  # dispatched in due order; later timeouts in id order
 
 
+# How long ``abort`` waits for a task still sending a batch (a batch takes well under a second; an
+# interrupted task is killed within seconds): beyond it, it refuses and names the wait.
+ABORT_WAIT_SECONDS = 30
+
+
 class LedgerError(RuntimeError):
     """The ledger cannot do what was asked (unsupported dialect, conflicting run, nothing to abort)."""
 
@@ -335,29 +340,36 @@ class Ledger:
             rows = connection.execute(self.sql.pending_destinations(run.migration_table, run.batches_table)).fetchall()
         return {name for (name,) in rows if name is not None and name.strip()}
 
-    def complete_batch(self, run: Run, outcome: BatchOutcome, connection: Db) -> None:
-        """Mark one confirmed batch done, with the reasons of its quarantined rows, in one transaction.
+    def claim_batch(self, run: Run, batch: int, connection: Db) -> bool:
+        """Inside the transaction that will mark it: lock the batch's row and say whether it is still pending.
+
+        A task claims each batch before it sends it and keeps the claim until ``mark_batch_done`` commits, so a
+        batch is never sent while ``abort`` decides what goes back, nor sent again by a resumed run's task while
+        a task of the interrupted run is still sending it (Spark Connect: the server outlives the client). A
+        batch that is no longer pending (aborted, or done by the other task) is not sent.
+        """
+        status = connection.scalar(self.sql.claim_batch(run.batches_table), {"batch": batch})
+        return status is not None and int(status) == PENDING
+
+    def mark_batch_done(self, run: Run, outcome: BatchOutcome, connection: Db) -> None:
+        """Mark one confirmed batch done, with the reasons of its quarantined rows, in the claim's transaction.
 
         Progress is kept per batch (a row is dispatched when its batch is done and it has no reason), so
         marking costs one small update, not a rewrite of every row.
         """
         quarantined = 0
-        with connection.transaction():
-            if outcome.quarantined:  # an exported row may lack its id (key None): that marks every such row
-                connection.executemany(
-                    self.sql.set_reason(run.migration_table),
-                    [
-                        {"reason": reason, "batch": outcome.batch, "key": key}
-                        for key, reason in outcome.quarantined.items()
-                    ],
-                )
-                quarantined = int(
-                    connection.scalar(self.sql.count_quarantined(run.migration_table), {"batch": outcome.batch}) or 0
-                )
-            connection.execute(
-                self.sql.mark_batch(run.batches_table),
-                {"status": DISPATCHED, "quarantined": quarantined, "batch": outcome.batch, "pending": PENDING},
+        if outcome.quarantined:  # an exported row may lack its id (key None): that marks every such row
+            connection.executemany(
+                self.sql.set_reason(run.migration_table),
+                [{"reason": reason, "batch": outcome.batch, "key": key} for key, reason in outcome.quarantined.items()],
             )
+            quarantined = int(
+                connection.scalar(self.sql.count_quarantined(run.migration_table), {"batch": outcome.batch}) or 0
+            )
+        connection.execute(
+            self.sql.mark_batch(run.batches_table),
+            {"status": DISPATCHED, "quarantined": quarantined, "batch": outcome.batch, "pending": PENDING},
+        )
 
     def finish(self, run: Run) -> bool:
         """Mark the run completed if every batch is done; returns whether it is."""
@@ -444,26 +456,29 @@ class Ledger:
             with contextlib.suppress(Exception):
                 connection.raw.close()
 
-    def abort(self, run: Run | None = None) -> tuple[Run, int]:
-        """Move every row of the run that was not dispatched back to the legacy table; returns how many."""
+    def abort(self, run: Run | None = None, *, wait_seconds: int = ABORT_WAIT_SECONDS) -> tuple[Run, int]:
+        """Move every row of the run that was not dispatched back to the legacy table; returns how many.
+
+        It first waits (up to ``wait_seconds``) for the batches tasks still hold (``claim_batch``): what a
+        task is sending is then either marked done and stays, or given back whole when the task died."""
         run = run or self.active_run()
         if run is None:
             raise LedgerError(f"no migration of {self.layout.table} is in progress: nothing to abort")
         if run.status != STORAGE_PREPARED:
             raise LedgerError(f"migration run {run.run_id} is {status_name(run.status)}: only a run in progress aborts")
         with self.run_lock(run):
-            return run, self._abort(run)
+            return run, self._abort(run, wait_seconds)
 
-    def _abort(self, run: Run) -> int:
+    def _abort(self, run: Run, wait_seconds: int) -> int:
         sql, table, batches = self.sql, run.migration_table, run.batches_table
         mark = {"status": ABORTED, "run_id": run.run_id, "aborted": ABORTED, "dispatched": DISPATCHED}
         with self.connect() as connection, connection.transaction():
             columns = self._columns(connection)
+            self._wait_for_batches_in_flight(connection, run, wait_seconds)
             if self.layout.dialect == "postgresql":
                 restored = connection.execute(cast(PostgresSql, sql).move_back(table, batches, columns)).rowcount
                 connection.execute(sql.mark_batches_aborted(batches), mark)
-            else:  # batches marked first: a task finishing now changes nothing of what moves back
-                connection.execute(sql.lock_rows(self._name(batches))).fetchall()
+            else:  # the batches marked first: what moves back is what they say
                 connection.execute(sql.mark_batches_aborted(batches), mark)
                 restored = connection.execute(sql.copy_back(table, batches, columns)).rowcount
                 deleted = connection.execute(sql.delete_given_back(table, batches)).rowcount
@@ -474,6 +489,25 @@ class Ledger:
                     )
             connection.execute(sql.mark_run(), mark)
         return int(restored)
+
+    def _wait_for_batches_in_flight(self, connection: Db, run: Run, wait_seconds: int) -> None:
+        """Lock every batch row of the run: wait for the tasks still sending one (their claim) to mark it."""
+        try:
+            for statement in self.sql.lock_batches(run.batches_table, wait_seconds):
+                _fetch_all(connection.execute(statement))
+        except Exception as error:
+            if not self.sql.lock_wait_exceeded(error):
+                raise
+            raise LedgerError(
+                f"a task of migration run {run.run_id} is still sending a batch (it has held the batch for over "
+                f"{wait_seconds} s): wait until the run's Spark tasks have ended (the Spark UI shows them), then "
+                "rerun abort; nothing was changed"
+            ) from None
+
+
+def _fetch_all(cursor: Any) -> None:
+    if getattr(cursor, "description", None) is not None:
+        cursor.fetchall()
 
 
 def status_name(status: int) -> str:

@@ -614,6 +614,20 @@ class LedgerSql:
         )
 
     # -- abort -----------------------------------------------------------------------------------------------
+    def claim_batch(self, batches: str) -> str:
+        """A task's claim on one batch before it sends it: the batch's status, its row locked until the task's
+        transaction ends with the batch's mark. ``abort`` (``lock_batches``) and another run's task claiming
+        the same batch wait for that commit instead of deciding while the batch is on its way."""
+        return self._(f'select "Status" from {self.name(batches)} where "BatchNumber" = %(batch)s for update')
+
+    def lock_batches(self, batches: str, seconds: int) -> list[str]:
+        """``abort``'s lock of every batch row, waiting at most ``seconds`` for the batches tasks still send."""
+        return [f"set local lock_timeout = '{seconds}s'", self.lock_rows(self.name(batches))]
+
+    def lock_wait_exceeded(self, error: Exception) -> bool:
+        """Whether a statement failed because a lock stayed held past the wait ``lock_batches`` set."""
+        return getattr(error, "sqlstate", None) == "55P03"  # lock_not_available
+
     def mark_batches_aborted(self, batches: str) -> str:
         return self._(f'update {self.name(batches)} set "Status" = %(aborted)s where "Status" <> %(dispatched)s')
 
@@ -691,7 +705,6 @@ class LedgerSql:
             "create_batches_table": self.create_batches_table(batches),
             "lock_rows(state)": self.lock_rows(self.name(STATE_TABLE)),
             "lock_rows(source)": self.lock_rows(self.source, self.selected(latest=True)),
-            "lock_rows(batches)": self.lock_rows(self.name(batches)),
             "copy_selected": self.copy_selected(table, columns, latest=True),
             "copy_selected(no latest)": self.copy_selected(table, columns, latest=False),
             "delete_copied": self.delete_copied(table),
@@ -706,6 +719,7 @@ class LedgerSql:
             "pending_destinations": self.pending_destinations(table, batches),
             "set_reason": self.set_reason(table),
             "count_quarantined": self.count_quarantined(table),
+            "claim_batch": self.claim_batch(batches),
             "mark_batch": self.mark_batch(batches),
             "count_unfinished": self.count_unfinished(batches),
             "quarantined_rows": self.quarantined_rows(table),
@@ -721,6 +735,8 @@ class LedgerSql:
             "create_lock_table": self.create_lock_table(),
             "insert_lock_row": self.insert_lock_row(),
         }
+        for index, statement in enumerate(self.lock_batches(batches, 30)):
+            statements[f"lock_batches[{index}]"] = statement
         if self.dialect != "postgresql":
             for index, statement in enumerate(self.create_migration_table(table)):
                 statements[f"create_migration_table[{index}]"] = statement
@@ -731,6 +747,9 @@ class LedgerSql:
 STATE_TABLE = "TimeoutsMigration_State"
 LOCK_TABLE = "TimeoutsMigration_Lock"  # Oracle's run locks (rows locked by the live run's session)
 ORACLE_RESOURCE_BUSY = 54  # ORA-00054: resource busy and acquire with NOWAIT specified
+ORACLE_LOCK_WAIT_TIMEOUT = 30006  # ORA-30006: resource busy; acquire with WAIT timeout expired
+MYSQL_LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT: Lock wait timeout exceeded
+MSSQL_LOCK_TIMEOUT = 1222  # Lock request time out period exceeded
 PENDING, DISPATCHED, ABORTED = 0, 2, 3
 
 
@@ -792,7 +811,7 @@ class PostgresSql(LedgerSql):
     def every_statement(self, table: str, columns: str) -> dict[str, str]:
         """PostgreSQL runs its own moves instead of the two-step copy and delete."""
         statements = super().every_statement(table, columns)
-        for name in ("lock_rows(state)", "lock_rows(source)", "lock_rows(batches)", "copy_selected",
+        for name in ("lock_rows(state)", "lock_rows(source)", "copy_selected",
                      "copy_selected(no latest)", "delete_copied", "copy_back", "delete_given_back"):  # fmt: skip
             del statements[name]
         batches = table + "_batches"
@@ -802,6 +821,10 @@ class PostgresSql(LedgerSql):
             "move_selected": self.move_selected(table, columns, latest=True),
             "move_back": self.move_back(table, batches, columns),
         }
+
+    def lock_batches(self, batches: str, seconds: int) -> list[str]:
+        # PostgreSQL refuses FOR UPDATE with an aggregate: the rows are locked as they are read.
+        return [f"set local lock_timeout = '{seconds}s'", f"select 1 from {self.name(batches)} for update"]
 
     def try_lock(self) -> str:
         return "select pg_try_advisory_lock(%(key)s)"
@@ -836,6 +859,12 @@ class MySql(LedgerSql):
             "select count(*) from information_schema.tables "
             "where table_schema = coalesce(%(schema)s, database()) and table_name = %(name)s"
         )
+
+    def lock_batches(self, batches: str, seconds: int) -> list[str]:
+        return [f"set session innodb_lock_wait_timeout = {seconds}", self.lock_rows(self.name(batches))]
+
+    def lock_wait_exceeded(self, error: Exception) -> bool:
+        return bool(error.args) and error.args[0] == MYSQL_LOCK_WAIT_TIMEOUT
 
     def try_lock(self) -> str:
         return "select get_lock(%(name)s, 0)"
@@ -872,6 +901,16 @@ class MsSql(LedgerSql):
     def lock_rows(self, table: str, where: str | None = None) -> str:
         condition = f" where {where}" if where else ""
         return f"select count(*) from {table} with (tablockx, holdlock){condition}"
+
+    def claim_batch(self, batches: str) -> str:
+        hints = "with (updlock, rowlock, holdlock)"  # a row lock held to the transaction's end
+        return self._(f'select "Status" from {self.name(batches)} {hints} where "BatchNumber" = %(batch)s')
+
+    def lock_batches(self, batches: str, seconds: int) -> list[str]:
+        return [f"set lock_timeout {seconds * 1000}", self.lock_rows(self.name(batches))]
+
+    def lock_wait_exceeded(self, error: Exception) -> bool:
+        return bool(error.args) and error.args[0] == MSSQL_LOCK_TIMEOUT
 
     def try_lock(self) -> str:
         return (
@@ -921,6 +960,13 @@ class OracleSql(LedgerSql):
         # Oracle refuses FOR UPDATE with an aggregate: the rows are locked when the cursor opens.
         condition = f" where {where}" if where else ""
         return f"select 1 from {table}{condition} for update"
+
+    def lock_batches(self, batches: str, seconds: int) -> list[str]:
+        return [f"{self.lock_rows(self.name(batches))} wait {seconds}"]  # no session setting: the statement waits
+
+    def lock_wait_exceeded(self, error: Exception) -> bool:
+        detail = error.args[0] if error.args else None
+        return getattr(detail, "code", None) == ORACLE_LOCK_WAIT_TIMEOUT
 
     # The run lock is a row of ``TimeoutsMigration_Lock`` locked ``for update nowait`` by the run's session
     # and kept by its open transaction (no DBMS_LOCK grant needed; it ends with the session). No other

@@ -7,11 +7,12 @@ import contextlib
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from nsb_delays.pipeline.faults import Fault
-from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE, LedgerError
+from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE, BatchOutcome, Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 
@@ -121,3 +122,56 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
     run, restored = abort_migration(source)
     assert (run.run_id, restored) == (run_id, len(rows))
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]
+
+
+def test_abort_waits_for_a_batch_a_task_still_sends_and_a_later_task_sends_nothing(
+    spark, postgres, timeout_table, broker_vhost
+) -> None:
+    """A Spark Connect server outlives its client: after Ctrl-C a task can still be sending a batch while the
+    operator runs ``abort``. The task's claim (the batch's row locked until its mark commits) makes ``abort``
+    wait for it — refused, nothing changed, if it waits too long — so that batch ends dispatched and stays
+    out of the legacy table; a task reaching another batch after the abort finds it no longer pending."""
+    rows = [timeout("Sales", 3600 + i, i, now=utc_now()) for i in range(ROWS)]
+    abort_while_a_task_sends_a_batch(spark, timeout_table("Claimed", rows), broker_vhost(["Sales"]))
+
+
+def abort_while_a_task_sends_a_batch(spark, source, broker) -> None:
+    """The scenario above on ``source`` (any dialect): a partial run, then ``abort`` while a task claims a batch."""
+    options = RunOptions(
+        source, broker.target(), batch_size=BATCH_SIZE, partitions=1, fault=Fault.parse("after-publish:3:raise"),
+        show_progress=False,
+    )  # fmt: skip
+    with pytest.raises(Exception, match="injected fault at after-publish"):
+        run_migration(spark, options)  # two batches dispatched, the third sent and not marked, the rest untouched
+    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
+    run = ledger.active_run()
+    assert run is not None
+    pending = ledger.pending_batch_rows(run)
+    in_flight, later = sorted(pending)[:2]
+
+    def legacy_rows() -> int:
+        with ledger.connect() as connection:
+            return int(connection.scalar(f"select count(*) from {source.layout.table}"))
+
+    task = ledger.connect()  # a task of the interrupted run, still sending ``in_flight``
+    operator = ThreadPoolExecutor(1)
+    try:
+        with task.transaction():
+            assert ledger.claim_batch(run, in_flight, task)
+            with pytest.raises(LedgerError, match=f"a task of migration run {run.run_id} is still sending a batch"):
+                ledger.abort(run, wait_seconds=1)
+            assert legacy_rows() == 0 and ledger.pending_batch_rows(run) == pending  # nothing changed
+            aborting = operator.submit(ledger.abort, run, wait_seconds=60)
+            time.sleep(1.5)
+            assert not aborting.done(), "abort did not wait for the batch in flight"
+            ledger.mark_batch_done(run, BatchOutcome(in_flight, {}), task)  # the task's confirms came back
+        # leaving the block committed the mark and ended the claim: abort went on
+        _, restored = aborting.result(timeout=60)
+        with task.transaction():
+            assert not ledger.claim_batch(run, later, task)  # aborted: a task arriving now sends nothing
+    finally:
+        operator.shutdown(wait=False, cancel_futures=True)
+        task.close()
+
+    assert restored == sum(count for batch, count in pending.items() if batch != in_flight)
+    assert legacy_rows() == restored

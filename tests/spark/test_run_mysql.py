@@ -186,6 +186,17 @@ def test_abort_from_mysql_after_a_partial_run_restores_exactly_the_undispatched_
         abort_migration(source)
 
 
+def test_abort_from_mysql_waits_for_a_batch_a_task_still_sends(
+    spark, mariadb, mysql_timeout_table, broker_vhost
+) -> None:
+    """``test_abort_waits_for_a_batch_a_task_still_sends_and_a_later_task_sends_nothing`` on MariaDB (InnoDB row
+    locks, ``innodb_lock_wait_timeout``)."""
+    from tests.spark.test_abort import ROWS, abort_while_a_task_sends_a_batch
+
+    rows = [timeout("Sales", 3600 + i, i, now=utc_now()) for i in range(ROWS)]
+    abort_while_a_task_sends_a_batch(spark, mysql_timeout_table("MyClaimed", rows), broker_vhost(["Sales"]))
+
+
 def test_a_failed_hide_in_mysql_leaves_nothing_half_created(spark, mariadb, mysql_timeout_table, broker_vhost) -> None:
     """MySQL commits DDL at once: a hide that fails after creating its tables drops them, and moves nothing."""
     broker = broker_vhost(["Sales"])

@@ -27,7 +27,7 @@ LAYOUTS = {
     "oracle nhibernate": jdbc_layout("nhibernate", "oracle", "Sales"),
 }
 # Oracle's dictionary view and SQL Server's system procedures, unquoted on purpose
-SYSTEM_NAMES = {"all_tables", "owner", "table_name", "dual", "sp_getapplock", "sp_releaseapplock"}
+SYSTEM_NAMES = {"all_tables", "owner", "table_name", "dual", "sp_getapplock", "sp_releaseapplock", "lock_timeout"}
 
 
 def columns_of(layout) -> str:
@@ -66,7 +66,7 @@ def test_every_public_statement_method_is_listed_for_review() -> None:
     listed = {name.split("(")[0].split("[")[0] for key in LAYOUTS for name in statements(key)}
     helpers = {"every_statement", "name", "not_null_default", "null_safe_equals", "as_text", "integer_division",
                "count_where", "limit_zero", "selected", "batch_numbering", "pending", "given_back", "index_name",
-               "lock_granted", "lock_busy", "create_migration_table", "run_select"}  # fragments, or listed per statement  # fmt: skip
+               "lock_granted", "lock_busy", "lock_wait_exceeded", "create_migration_table", "run_select"}  # fragments, or listed per statement  # fmt: skip
     methods = {name for name in dir(sql) if not name.startswith("_") and callable(getattr(sql, name))}
     assert methods - helpers - listed == set()
 
