@@ -445,13 +445,16 @@ class Ledger:
                     f"{named} of {self.layout.table} is still running (another process holds its lock): "
                     "stop that process first; `migrate abort` refuses to move rows a live run is dispatching"
                 )
-            yield
-            with contextlib.suppress(Exception):
-                if (unlock := sql.unlock()) is not None:
-                    connection.scalar(unlock, names)
-                    connection.raw.commit()
-                else:
-                    connection.raw.rollback()
+            try:
+                yield
+            finally:  # released now, also when the block failed: a closed session frees it only once the
+                # server has noticed, and a rerun right after (resume, abort) would meet it still held
+                with contextlib.suppress(Exception):
+                    if (unlock := sql.unlock()) is not None:
+                        connection.scalar(unlock, names)
+                        connection.raw.commit()
+                    else:
+                        connection.raw.rollback()
         finally:
             with contextlib.suppress(Exception):
                 connection.raw.close()
