@@ -127,13 +127,21 @@ class Ledger:
         return self.sql.name(table)
 
     def ensure_state_table(self, connection: Db) -> None:
+        self._ensure_table(connection, STATE_TABLE, self.sql.create_state_table())
+
+    def _ensure_table(self, connection: Db, table: str, create: str) -> None:
+        """Create a ledger table beside the source unless it exists (where ``if not exists`` is missing:
+        SQL Server, Oracle, ask first)."""
         exists = self.sql.table_exists()
-        if exists is not None and connection.scalar(exists, self._state_table_names()):
+        if exists is not None and connection.scalar(exists, self._table_names(table)):
             return
-        connection.execute(self.sql.create_state_table())
+        connection.execute(create)
 
     def _state_table_names(self) -> dict[str, Any]:
-        return {"table": self._name(STATE_TABLE), "schema": self.schema, "name": STATE_TABLE}
+        return self._table_names(STATE_TABLE)
+
+    def _table_names(self, table: str) -> dict[str, Any]:
+        return {"table": self._name(table), "schema": self.schema, "name": table}
 
     def _this_source(self, **more: Any) -> dict[str, Any]:
         return {"source": self.layout.table, "endpoint": self.layout.endpoint_filter, **more}
