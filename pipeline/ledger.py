@@ -137,9 +137,6 @@ class Ledger:
             return
         connection.execute(create)
 
-    def _state_table_names(self) -> dict[str, Any]:
-        return self._table_names(STATE_TABLE)
-
     def _table_names(self, table: str) -> dict[str, Any]:
         return {"table": self._name(table), "schema": self.schema, "name": table}
 
@@ -148,7 +145,7 @@ class Ledger:
 
     def has_state_table(self, connection: Db) -> bool:
         """Whether the run state table exists (reading the state never creates it: a refused run leaves nothing)."""
-        return bool(connection.scalar(self.sql.state_table_exists(), self._state_table_names()))
+        return bool(connection.scalar(self.sql.state_table_exists(), self._table_names(STATE_TABLE)))
 
     def active_run(self) -> Run | None:
         """The run of this source table (and endpoint, for a shared table) that neither completed nor aborted."""

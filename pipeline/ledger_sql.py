@@ -621,8 +621,9 @@ class LedgerSql:
         return self._(f'select "Status" from {self.name(batches)} where "BatchNumber" = %(batch)s for update')
 
     def lock_batches(self, batches: str, seconds: int) -> list[str]:
-        """``abort``'s lock of every batch row, waiting at most ``seconds`` for the batches tasks still send."""
-        return [f"set local lock_timeout = '{seconds}s'", self.lock_rows(self.name(batches))]
+        """``abort``'s lock of every batch row, waiting at most ``seconds`` for the batches tasks still send.
+        (PostgreSQL refuses FOR UPDATE with an aggregate: the rows are locked as they are read.)"""
+        return [f"set local lock_timeout = '{seconds}s'", f"select 1 from {self.name(batches)} for update"]
 
     def lock_wait_exceeded(self, error: Exception) -> bool:
         """Whether a statement failed because a lock stayed held past the wait ``lock_batches`` set."""
@@ -821,10 +822,6 @@ class PostgresSql(LedgerSql):
             "move_selected": self.move_selected(table, columns, latest=True),
             "move_back": self.move_back(table, batches, columns),
         }
-
-    def lock_batches(self, batches: str, seconds: int) -> list[str]:
-        # PostgreSQL refuses FOR UPDATE with an aggregate: the rows are locked as they are read.
-        return [f"set local lock_timeout = '{seconds}s'", f"select 1 from {self.name(batches)} for update"]
 
     def try_lock(self) -> str:
         return "select pg_try_advisory_lock(%(key)s)"
