@@ -116,7 +116,7 @@ diagram: setup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy components
+	$(VENV)/bin/mypy components brokers infra pipeline policies bench
 
 bench: setup
 	$(PY) -m bench

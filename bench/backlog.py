@@ -314,7 +314,7 @@ def main() -> None:
     # RabbitMQ 3.10 refuses policies that apply to quorum queues only (4.0's delivery limit needs them)
     rabbitmq = replace(stack.rabbitmq, vhost=VHOST, delivery_limit_policies=BROKER != "3.10")
     stack = replace(stack, rabbitmq=rabbitmq, sqs=None)
-    endpoints = [endpoint.name for endpoint in stack.rabbitmq.endpoints]
+    endpoints = [endpoint.name for endpoint in rabbitmq.endpoints]
     broker_type: type[LocalRabbitMq] = LocalRabbitMq
     if BROKER == "4.0":
         from tests.services import ChrootRabbitMq

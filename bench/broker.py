@@ -128,7 +128,7 @@ def main() -> None:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
         api.create_vhost(VHOST)
         api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
-        endpoints = [endpoint.name for endpoint in stack.rabbitmq.endpoints]
+        endpoints = [endpoint.name for endpoint in rabbitmq.endpoints]
         print(f"RabbitMQ {api.overview()['rabbitmq_version']}, v2 graph + {len(endpoints)} endpoints (quorum)")
         lateness(broker, endpoints)
         throughput(broker, endpoints[0])

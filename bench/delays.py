@@ -263,17 +263,20 @@ def main() -> None:
             )
         print(f"ratio {ours_rate / baseline_rate:.1f}x  (target >= 10x); {load()}")
         cpu_per_message = (ours_cpu[0] + ours_cpu[1]) / count
+        cores = os.cpu_count()
+        if cores is None:  # the floors below are per core (it was a TypeError on the division)
+            raise RuntimeError("os.cpu_count() cannot tell this machine's cores: no CPU floor to report")
         print(
-            f"CPU floor on {os.cpu_count()} cores: broker + client {1000 * cpu_per_message:.2f} ms per message -> at "
-            f"most {os.cpu_count() / cpu_per_message:,.0f} msg/s with both cores busy and nothing else running "
-            f"({os.cpu_count() / cpu_per_message / baseline_rate:.1f}x this baseline)"
+            f"CPU floor on {cores} cores: broker + client {1000 * cpu_per_message:.2f} ms per message -> at "
+            f"most {cores / cpu_per_message:,.0f} msg/s with both cores busy and nothing else running "
+            f"({cores / cpu_per_message / baseline_rate:.1f}x this baseline)"
         )
         consumed, published = broker_share(broker, prepare(broker, "share", count))
         share = (consumed + published) / count
         print(
             f"broker alone, whatever the client: consume + ack {1000 * consumed / count:.3f} ms, publish into v2 + "
-            f"confirm {1000 * published / count:.3f} ms per message -> at most {os.cpu_count() / share:,.0f} msg/s "
-            f"even with a client that costs nothing ({os.cpu_count() / share / baseline_rate:.1f}x this baseline)"
+            f"confirm {1000 * published / count:.3f} ms per message -> at most {cores / share:,.0f} msg/s "
+            f"even with a client that costs nothing ({cores / share / baseline_rate:.1f}x this baseline)"
         )
 
 

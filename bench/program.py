@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pulumi_rabbitmq as rabbitmq
 
@@ -19,12 +21,12 @@ from nsb_delays.infra.recording import record
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_ENDPOINTS", "10,100,1000,5000").split(","))
 
 
-def config_for(endpoints: int) -> dict:
+def config_for(endpoints: int) -> dict[str, Any]:
     names = [f"Endpoint{i:05d}" for i in range(endpoints)]
     return {"rabbitmq": {"endpoints": names}, "sqs": {"queueNamePrefix": "bench-", "endpoints": names[:10]}}
 
 
-def timed(build) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+def timed(build: Callable[[], Any]) -> tuple[float, int]:
     start = time.perf_counter()
     count = len(record(build, stack="bench"))
     return time.perf_counter() - start, count

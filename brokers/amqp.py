@@ -25,7 +25,7 @@ def amqp_failure_reason(error: BaseException | str) -> str:
         if isinstance(inner, BaseException):
             current = inner
             continue
-        args = getattr(current, "args", ())
+        args: tuple[object, ...] = getattr(current, "args", ())
         if isinstance(current, OSError):
             return f"[Errno {current.errno}] {current.strerror}" if current.errno else str(current)
         if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):

@@ -49,7 +49,7 @@ def connection_parameters(target: str | pika.ConnectionParameters) -> pika.Conne
     return pika.URLParameters(target) if isinstance(target, str) else target
 
 
-class GatheringConnection(SelectConnection):
+class GatheringConnection(SelectConnection):  # type: ignore[misc]  # pika has no type hints: SelectConnection is Any
     """pika hands every frame (three per message) to the socket on its own: one ``send`` each. While a burst
     is gathered, frames are kept and written as one buffer by ``flush``: a few large writes instead."""
 

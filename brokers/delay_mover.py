@@ -567,10 +567,10 @@ class DelayMover:
         self.processed += 1
         self.last_processed_tag = tag
         read = self._reread(method, properties, earlier)
-        if isinstance(read, in_flight.Poison) and self.poison_queue is None:
-            self._hold(tag, f"({read.reason})")
-            return
         if isinstance(read, in_flight.Poison):
+            if self.poison_queue is None:
+                self._hold(tag, f"({read.reason})")
+                return
             properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
             self.in_flight[tag] = "poison"
             self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
@@ -763,7 +763,8 @@ class DelayMover:
         self.report = MoveReport(self.source.describe(), target_description)
         started = time.monotonic()
         try:
-            if self.poison_queue is not None and (sum(scan.poison.values()) or self.target.makes_poison):
+            poisoned = sum(scan.poison.values())
+            if self.poison_queue is not None and (poisoned or self.target.makes_poison):
                 self._declare_poison_queue()
             results: dict[str, LevelResult] = {}
             for sweep in range(1 + self.sweeps):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.recording import RecordedResource
@@ -89,6 +89,15 @@ class Step:
         if self.reason:
             text += f": {self.reason}"
         return text
+
+
+class _StepSubject(TypedDict):
+    """The fields every step for one program resource shares (``Step(op, …, **subject)``)."""
+
+    urn: str
+    type: str
+    label: str
+    resource: RecordedResource
 
 
 @dataclass(frozen=True)
@@ -202,7 +211,7 @@ class PulumiEngineEmulation:
 
     def _step_for(self, resource: RecordedResource, replaced_first: Mapping[str, str]) -> Step:
         label = describe(resource.type, resource.inputs)
-        base = {"urn": resource.urn, "type": resource.type, "label": label, "resource": resource}
+        base: _StepSubject = {"urn": resource.urn, "type": resource.type, "label": label, "resource": resource}
         failures = check(resource.type, resource.inputs)
         if failures:
             error = f"{label}: one or more inputs failed to validate: {'; '.join(failures)}"
@@ -254,7 +263,7 @@ class PulumiEngineEmulation:
     def _import_step(self, resource: RecordedResource, label: str) -> Step:
         """step.go ``ImportStep.Apply``: Read the id with no state, then Diff the read against the inputs."""
         import_id = resource.import_id or ""
-        base = {"urn": resource.urn, "type": resource.type, "label": label, "resource": resource}
+        base: _StepSubject = {"urn": resource.urn, "type": resource.type, "label": label, "resource": resource}
         try:
             found = self.provider.read(resource.type, import_id, prior=None)
         except ProviderError as failure:

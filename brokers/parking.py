@@ -57,7 +57,7 @@ class ParkedDestination:
 
 def _death_time(headers: dict[str, Any] | None) -> float | None:
     deaths = (headers or {}).get("x-death") or []
-    times = [death.get("time") for death in deaths if isinstance(death, dict)]
+    times: list[object] = [death.get("time") for death in deaths if isinstance(death, dict)]
     moments = [moment.timestamp() for moment in times if hasattr(moment, "timestamp")]
     return max(moments) if moments else None
 

@@ -78,9 +78,9 @@ def requirement_drifts(
     drifts = []
     if generation == "v2":
         if parse_version(version) < rmq.MINIMUM_BROKER_VERSION:
-            minimum = _dotted(rmq.MINIMUM_BROKER_VERSION)
-            fix = f"upgrade RabbitMQ to {minimum} or later (NServiceBus.RabbitMQ refuses older brokers)"
-            drifts.append(Drift("different", "broker", "version", f">= {minimum}", version, fix))
+            oldest = _dotted(rmq.MINIMUM_BROKER_VERSION)
+            fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"
+            drifts.append(Drift("different", "broker", "version", f">= {oldest}", version, fix))
         for flag in rmq.REQUIRED_FEATURE_FLAGS:
             state = feature_flags.get(flag)
             fix = f"{rmq.FEATURE_FLAG_FIX.format(flag=flag)} (NServiceBus.RabbitMQ refuses to start without it)"

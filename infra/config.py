@@ -165,7 +165,9 @@ def _fields(
     return values
 
 
-def _endpoint_fields(raw: Any, path: str, keys: Mapping[str, Any], problems: list[str]) -> list[tuple[str, dict]]:
+def _endpoint_fields(
+    raw: Any, path: str, keys: Mapping[str, Any], problems: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
     """Each endpoint entry (a name, or a mapping with ``name``) type-checked; bad entries become problems."""
     if raw is None:
         return []
@@ -293,14 +295,22 @@ def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
         for _, fields in _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", _SQS_ENDPOINT_KEYS, problems)
     ]
     config = SqsConfig(endpoints=tuple(endpoints), **values)
-    _check_sqs_names(config, path, problems)
+    section_retention_ok = True
+    try:  # with or without endpoints: the section's own setting
+        sqs.check_retention(config.message_retention_seconds)
+    except ValueError as error:
+        problems.append(f"{path}.messageRetentionSeconds: {error}")
+        section_retention_ok = False
+    _check_sqs_names(config, path, problems, section_retention_ok)
     return config
 
 
-def _check_sqs_names(config: SqsConfig, path: str, problems: list[str]) -> None:
+def _check_sqs_names(config: SqsConfig, path: str, problems: list[str], section_retention_ok: bool = True) -> None:
     physical: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
         retention = endpoint.message_retention_seconds
+        if not section_retention_ok and retention == config.message_retention_seconds:
+            retention = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS  # said once, for the section; names still checked
         try:
             specs = sqs.endpoint_queues(
                 endpoint.name,
@@ -334,10 +344,13 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
         if count > 1:
             problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
     schema = values.get("schema", msmq.DEFAULT_SCHEMA)
-    if not schema.strip():
-        problems.append(f"{path}.schema: is empty")
+    try:  # with or without endpoints: the section's own setting
+        msmq.check_schema(schema)
+    except ValueError as error:
+        problems.append(f"{path}.schema: {error}")
+        schema = msmq.DEFAULT_SCHEMA  # said once, for the section; the endpoints' tables are still checked
     for i, name in enumerate(endpoints):
-        if isinstance(name, str) and name.strip() and schema.strip():
+        if isinstance(name, str) and name.strip():
             try:
                 msmq.delayed_store_table(name, schema)
             except ValueError as error:
@@ -375,7 +388,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first given on line {seen[key].line + 1})", key_node.start_mark

@@ -44,7 +44,7 @@ class CommandError(click.ClickException):
             message += f"\n{footer}" if footer else ""
         super().__init__(message)
         if exit_code is not None:
-            self.exit_code = exit_code
+            self.exit_code = exit_code  # type: ignore[misc]  # click 8.5 declares exit_code a ClassVar; this one is per error
         context = click.get_current_context(silent=True)
         self.command_path = context.command_path if context is not None else "nsb-delays"
 
@@ -74,6 +74,12 @@ def unreachable(service: str, address: str, user: str | None, reason: BaseExcept
     """``cannot reach RabbitMQ AMQP at 127.0.0.1:5673 as 'guest': [Errno 111] Connection refused`` (exit 2)."""
     who = f" as {user!r}" if user else ""
     return CommandError(f"cannot reach {service} at {address}{who}: {first_line(reason)}")
+
+
+def is_aws_client_error(error: BaseException) -> bool:
+    """What boto3/botocore raise for credentials, an endpoint or a refused call: an expected failure that the
+    commands report as ``SQS: <reason>`` (exit 2), unlike a bug of ours, which keeps its traceback."""
+    return type(error).__module__.startswith(("botocore", "boto3"))
 
 
 def log_dir() -> Path:
@@ -133,7 +139,7 @@ class Group(click.Group):
     other exception is a bug: one line naming the log file that holds its traceback, exit 1.
     """
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,

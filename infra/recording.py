@@ -74,7 +74,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         vhost = outputs.get("vhost", "/")
         return (f"{physical}@{vhost}" if physical else f"{args.name}_id"), outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    # pulumi declares (outputs, failures) but MockMonitor.Invoke takes a dict as well (and a tuple's None fails)
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]  # pulumi 3 Mocks
         return {}
 
 
@@ -86,7 +87,7 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
         self.recorded: list[RecordedResource] = sink if sink is not None else []
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]  # pulumi MockMonitor
         if request.type != "pulumi:pulumi:Stack":
             self.recorded.append(
                 RecordedResource(
@@ -124,7 +125,7 @@ def record(
     monitor = _CapturingMonitor(RecordingMocks(), sink)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 
-    @pulumi.runtime.test
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi.runtime.test is unannotated
     def program() -> None:
         build()
 

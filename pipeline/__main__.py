@@ -16,17 +16,33 @@ Run as a file, this directory is first on ``sys.path``; every import here and in
 import sys
 from pathlib import Path
 
+import click
+
 from nsb_delays.pipeline.job import migrate
 
-USAGE = (
-    "usage: python -m nsb_delays.pipeline --job-file | --py-files ZIP | --executor-requirements | "
-    "--connect-requirements | "
-    "preview|run|abort [OPTIONS]"
+# The packaging helpers, each alone on the command line: one list for the usage line and --help.
+HELPERS = (
+    ("--job-file", "print this file's path: the job file for spark-submit"),
+    ("--py-files ZIP", "write this package as a zip for spark-submit --py-files"),
+    ("--executor-requirements", "print what the executors' Python needs (pip install -r)"),
+    ("--connect-requirements", "print what a Spark Connect client's Python needs (--remote)"),
 )
+USAGE = f"usage: python -m nsb_delays.pipeline {' | '.join(flag for flag, _ in HELPERS)} | preview|run|abort [OPTIONS]"
+
+
+def help_text() -> str:
+    """``migrate``'s own help, then the packaging helpers (click knows only the migrate group)."""
+    width = max(len(flag) for flag, _ in HELPERS) + 2
+    helpers = "\n".join(f"  {flag.ljust(width)}{text}" for flag, text in HELPERS)
+    own = migrate.get_help(click.Context(migrate, info_name="migrate"))
+    return f"{own}\n\nPackaging helpers (each alone: python -m nsb_delays.pipeline --job-file):\n{helpers}"
 
 
 def _helper(arguments: list[str]) -> int | None:
     """The packaging helpers; None when ``arguments`` are a ``migrate`` command line."""
+    if arguments == ["--help"]:
+        print(help_text())
+        return 0
     if arguments == ["--job-file"]:
         print(__file__)
         return 0
@@ -53,7 +69,7 @@ def _helper(arguments: list[str]) -> int | None:
             return 2
         print(write_package_zip(Path(arguments[1])))
         return 0
-    if arguments[:1] and arguments[0].startswith("--") and arguments[0] != "--help":
+    if arguments[:1] and arguments[0].startswith("--"):
         print(f"unknown option {arguments[0]}\n{USAGE}", file=sys.stderr)
         return 2
     return None

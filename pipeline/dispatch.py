@@ -9,7 +9,7 @@ leaves at most the batch in flight to be sent again, carrying the same message i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,7 +117,7 @@ def send_batch(sender: _Sender, batch: int, rows: list[Any]) -> BatchOutcome:
     return BatchOutcome(batch, quarantined)
 
 
-def rows_of(record_batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
+def rows_of(record_batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Rows of Arrow record batches as dicts (column lists first: far cheaper than Spark ``Row`` objects)."""
     for record_batch in record_batches:
         names = record_batch.schema.names

@@ -513,7 +513,7 @@ def preview(**values: Any) -> None:
 @_ledger_option
 @click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
 @click.pass_context
-def run(context: click.Context, **values: Any) -> None:
+def run(context: click.Context, /, **values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
     from .migration import run_migration

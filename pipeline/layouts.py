@@ -113,7 +113,7 @@ def table_prefix(endpoint: str) -> str:
 def _check_dialect(dialect: str) -> Dialect:
     if dialect not in DIALECTS:
         raise LayoutError(f"unknown SQL dialect {dialect!r}: expected one of {', '.join(DIALECTS)}")
-    return dialect  # type: ignore[return-value]
+    return dialect
 
 
 def sql_persistence_layout(
@@ -163,7 +163,9 @@ def msmq_store_layout(endpoint: str, *, schema: str = msmq.DEFAULT_SCHEMA) -> Ti
     return TimeoutLayout("msmq", "mssql", table, columns, headers_format="msmq-xml")
 
 
-def jdbc_layout(kind: str, dialect: str, endpoint: str, *, schema: str | None = None, table: str | None = None):
+def jdbc_layout(
+    kind: str, dialect: str, endpoint: str, *, schema: str | None = None, table: str | None = None
+) -> TimeoutLayout:
     """The layout for ``--source-kind``; ``table`` overrides the conventional (quoted) table name."""
     if kind == "sqlp":
         layout = sql_persistence_layout(endpoint, dialect, schema=schema)

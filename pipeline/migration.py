@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from nsb_delays.brokers.destinations import check_destinations
@@ -273,10 +273,12 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
     return refused
 
 
-def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run: Run):
+def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run: Run) -> DataFrame | None:
     low, high, count = ledger.pending_batches(run)
     if not count:
         return None
+    if low is None or high is None:  # min and max of the batches' primary key exist once count(*) > 0
+        raise ValueError(f"pending batches of run {run.run_id} have no lowest or highest batch number")
     partitions = max(1, min(count, options.partitions or parallelism(spark)))
     frame = read_jdbc_query(spark, options.source, ledger.pending_rows_query(run), "batch", low, high + 1, partitions)
     present = {name: name for name in ledger.layout.columns if name != "endpoint"}

@@ -64,7 +64,7 @@ def spark_session(
     jars: list[str] | None = None,
     log_path: Path | None = None,
     remote: str | None = None,
-):
+) -> SparkSession:
     """Get (or create) the session; under spark-submit the submitted master and jars win.
 
     With ``log_path``, a JVM this starts writes its stdout and stderr there (Spark's log, executor
@@ -85,7 +85,7 @@ def spark_session(
         conf = SparkConf().setAll(list(settings.items()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]  # pyspark
         SparkContext(conf=conf, gateway=gateway)
     builder = SparkSession.builder
     for key, value in settings.items():
@@ -102,7 +102,7 @@ CONNECT_SETTINGS = {
 }
 
 
-def connect_session(remote: str, app_name: str = "nsb-delays-migrate"):
+def connect_session(remote: str, app_name: str = "nsb-delays-migrate") -> SparkSession:
     """A Spark Connect session on ``remote`` (``sc://host:port``), with this package shipped to its executors.
 
     Only session settings can be made from a client; the server's own start decides the master, the

@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pulumi_policy import PolicyConfigSchema, ReportViolation, Secret, proxy
 from pulumi_policy.proxy import UnknownValueError
@@ -125,16 +125,28 @@ def config_value(config: Mapping[str, Any], schema: PolicyConfigSchema | None, k
     return schema.properties[key].get("default")
 
 
-Validator = Callable[[Any, ReportViolation], None]
+class Report(Protocol):
+    """How a rule reports a violation: ``report(message)``, or ``report(message, urn)`` from a stack rule.
+
+    pulumi-policy's callback is ``report_violation(message, urn=None)``, but its ``ReportViolation`` alias
+    declares ``urn`` required; ``tolerate_unknowns`` hands each rule the callback typed as it is."""
+
+    def __call__(self, message: str, urn: str | None = None) -> None: ...
 
 
-def tolerate_unknowns(validate: Validator) -> Validator:
+Validator = Callable[[Any, Report], None]
+
+
+def tolerate_unknowns(validate: Validator) -> Callable[[Any, ReportViolation], None]:
     """Skip the rest of a check that touched a value unknown during preview (it runs again at ``pulumi up``)."""
 
     @functools.wraps(validate)
     def run(args: Any, report_violation: ReportViolation) -> None:
+        def report(message: str, urn: str | None = None) -> None:
+            report_violation(message, urn)
+
         try:
-            validate(args, report_violation)
+            validate(args, report)
         except UnknownValueError:
             return
 

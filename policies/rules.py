@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
-    ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
 )
@@ -37,6 +36,7 @@ from nsb_delays.components.resource_types import (
 from .props import (
     UNKNOWN,
     DeclaredArguments,
+    Report,
     config_value,
     declared_arguments,
     resolved,
@@ -91,7 +91,7 @@ def _same_argument(actual: Any, expected: Any) -> bool:
 
 
 @tolerate_unknowns
-def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_delay_level_queue(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_QUEUE:
         return
     name = value_at(args.props, "name")
@@ -115,9 +115,7 @@ def validate_delay_level_queue(args: ResourceValidationArgs, report: ReportViola
     _compare_arguments(name, rmq.provider_queue_arguments(spec.arguments), declared, report)
 
 
-def _compare_arguments(
-    name: str, expected: dict[str, Any], declared: DeclaredArguments, report: ReportViolation
-) -> None:
+def _compare_arguments(name: str, expected: dict[str, Any], declared: DeclaredArguments, report: Report) -> None:
     fix = (
         f"Declare exactly components.model.rabbitmq.delay_queue_arguments() for {name!r} through "
         "settings.argumentsJson (RabbitMqDelayInfrastructure does); arguments cannot change on a live queue, "
@@ -155,7 +153,7 @@ delay_level_queue_arguments = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_typed_queue_arguments(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_typed_queue_arguments(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_QUEUE:
         return
     arguments = resolved(value_at(args.props, "settings", "arguments"))
@@ -200,7 +198,7 @@ QUEUE_ARGUMENTS_SCHEMA = PolicyConfigSchema(
 
 
 @tolerate_unknowns
-def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_QUEUE:
         return
     declared = declared_arguments(args.props)
@@ -250,7 +248,7 @@ queue_arguments_as_read = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_delay_exchange(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_delay_exchange(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_EXCHANGE:
         return
     name = value_at(args.props, "name")
@@ -282,7 +280,7 @@ delay_exchange_settings = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_delay_binding(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_delay_binding(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_BINDING:
         return
     source = value_at(args.props, "source")
@@ -322,7 +320,7 @@ delay_binding_keys = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_endpoint_delivery_binding(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_endpoint_delivery_binding(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_BINDING:
         return
     source = value_at(args.props, "source")
@@ -369,7 +367,7 @@ def _sqs_delay_queue_name(args: ResourceValidationArgs) -> str | None:
 
 
 @tolerate_unknowns
-def validate_sqs_delay_queue_settings(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_delay_queue_settings(args: ResourceValidationArgs, report: Report) -> None:
     name = _sqs_delay_queue_name(args)
     if name is None:
         return
@@ -397,7 +395,7 @@ sqs_delay_queue_settings = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_sqs_delay_queue_deduplication(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_delay_queue_deduplication(args: ResourceValidationArgs, report: Report) -> None:
     name = _sqs_delay_queue_name(args)
     deduplication = value_at(args.props, "contentBasedDeduplication") if name else None
     if deduplication is not UNKNOWN and deduplication:
@@ -431,7 +429,7 @@ RETENTION_SCHEMA = PolicyConfigSchema(
 
 
 @tolerate_unknowns
-def validate_sqs_delay_queue_retention(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_delay_queue_retention(args: ResourceValidationArgs, report: Report) -> None:
     name = _sqs_delay_queue_name(args)
     if name is None:
         return
@@ -462,7 +460,7 @@ sqs_delay_queue_retention = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_sqs_delay_queue_no_redrive(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_delay_queue_no_redrive(args: ResourceValidationArgs, report: Report) -> None:
     fix = (
         "NServiceBus refuses to start with a redrive policy on its delay queue, and a redrive moves delayed "
         "messages to a dead-letter queue where nothing delivers them. Remove it."
@@ -492,7 +490,7 @@ sqs_delay_queue_no_redrive = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_sqs_delay_queue_name(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_delay_queue_name(args: ResourceValidationArgs, report: Report) -> None:
     name = _sqs_delay_queue_name(args)
     if name is None:
         return
@@ -538,7 +536,7 @@ ENCRYPTION_SCHEMA = PolicyConfigSchema(
 
 
 @tolerate_unknowns
-def validate_sqs_encryption(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_encryption(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != SQS_QUEUE:
         return
     name = value_at(args.props, "name")
@@ -596,7 +594,7 @@ def _is_loopback(host: str) -> bool:
 
 
 @tolerate_unknowns
-def validate_rabbitmq_https(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_rabbitmq_https(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_PROVIDER:
         return
     endpoint = value_at(args.props, "endpoint")
@@ -631,7 +629,7 @@ rabbitmq_endpoint_https = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_user_password(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_user_password(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_USER:
         return
     name = value_at(args.props, "name")
@@ -664,7 +662,7 @@ rabbitmq_user_password_secret = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_broker_policy(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_broker_policy(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type not in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
         return
     name = value_at(args.props, "name")
@@ -714,7 +712,7 @@ delay_queue_broker_policy = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_delay_queue_protected(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_delay_queue_protected(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_QUEUE:
         return
     name = value_at(args.props, "name")
@@ -740,7 +738,7 @@ delay_queue_protected = ResourceValidationPolicy(
 
 
 @tolerate_unknowns
-def validate_alternate_exchange_argument(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_alternate_exchange_argument(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != RABBITMQ_EXCHANGE:
         return
     name = value_at(args.props, "name")

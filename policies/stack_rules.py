@@ -17,7 +17,6 @@ from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
     PolicyResource,
-    ReportViolation,
     StackValidationArgs,
     StackValidationPolicy,
 )
@@ -36,6 +35,7 @@ from nsb_delays.components.resource_types import (
 
 from .props import (
     UNKNOWN,
+    Report,
     config_value,
     declared_arguments,
     resolved,
@@ -111,7 +111,7 @@ def _where(key: tuple[str, str]) -> str:
 
 def _generations_present(broker: _Broker) -> list[str]:
     """A generation is present when any of its level exchanges/queues or its delivery exchange is declared."""
-    present = []
+    present: list[str] = []
     for generation in rmq.GENERATIONS:
         names = {spec.name for spec in rmq.delay_levels(generation).exchanges}
         if names & (set(broker.exchanges) | set(broker.queues)):
@@ -141,7 +141,7 @@ _BINDING_CONSEQUENCE = {
 
 
 @tolerate_unknowns
-def validate_level_chain(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_level_chain(args: StackValidationArgs, report: Report) -> None:
     for key, broker in sorted(_brokers(args.resources).items()):
         if broker.incomplete:
             continue
@@ -149,7 +149,7 @@ def validate_level_chain(args: StackValidationArgs, report: ReportViolation) -> 
             _check_chain(key, broker, generation, report)
 
 
-def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report: ReportViolation) -> None:
+def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report: Report) -> None:
     topology = rmq.delay_levels(generation)
     where = _where(key)
     fix = (
@@ -189,17 +189,17 @@ def _check_chain(key: tuple[str, str], broker: _Broker, generation: str, report:
             f"{_BINDING_CONSEQUENCE[binding.role]}. {fix}",
             source.urn,
         )
-    for name, queue in sorted(broker.queues.items()):
+    for name, resource in sorted(broker.queues.items()):
         if name not in {q.name for q in topology.queues}:
             continue
-        declared = declared_arguments(queue.props)
+        declared = declared_arguments(resource.props)
         target = declared.values.get(DEAD_LETTER_EXCHANGE_ARGUMENT) if declared is not UNKNOWN else None
         if isinstance(target, str) and target not in broker.exchanges and target not in missing:
             report(
                 f"{generation} chain in {where}: queue {name!r} dead-letters to {target!r}, which no resource in "
                 f"the stack declares; its expired messages are dropped. Dead-letter to "
                 f"{rmq.dead_letter_exchange(queue_level(name), generation)!r}.",
-                queue.urn,
+                resource.urn,
             )
 
 
@@ -238,7 +238,7 @@ ENDPOINT_SCHEMA = PolicyConfigSchema(
 
 
 @tolerate_unknowns
-def validate_endpoint_destinations(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_endpoint_destinations(args: StackValidationArgs, report: Report) -> None:
     external = set(config_value(args.get_config(), ENDPOINT_SCHEMA, "externalEndpoints") or [])
     for key, broker in sorted(_brokers(args.resources).items()):
         if broker.incomplete:
@@ -289,7 +289,7 @@ def _sqs_region(resource: PolicyResource) -> str:
 
 
 @tolerate_unknowns
-def validate_sqs_pairs(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_sqs_pairs(args: StackValidationArgs, report: Report) -> None:
     exempt = set(config_value(args.get_config(), SQS_PAIR_SCHEMA, "withoutDelayedDelivery") or [])
     queues: dict[tuple[str, str], PolicyResource] = {}
     for resource in args.resources:
@@ -363,7 +363,7 @@ def _describe(identity: tuple[str, ...]) -> str:
 
 
 @tolerate_unknowns
-def validate_unique_names(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_unique_names(args: StackValidationArgs, report: Report) -> None:
     owners: dict[tuple[str, ...], list[PolicyResource]] = defaultdict(list)
     for resource in args.resources:
         identity = _identity(resource)
@@ -439,14 +439,14 @@ def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResourc
     for resource in resources:
         name = _name(resource) if resource.resource_type == RABBITMQ_QUEUE else None
         parent = resource.parent
-        legacy = bool(name) and name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES)
+        legacy = bool(name and name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES))
         if name and not legacy and parent is not None and parent.resource_type == endpoint_type:
             queues[name] = resource
     return queues
 
 
 @tolerate_unknowns
-def validate_retirement(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_retirement(args: StackValidationArgs, report: Report) -> None:
     bound = _delivery_destinations(args.resources)
     if not bound:
         return
@@ -497,7 +497,7 @@ def _broker_policy(resource: PolicyResource) -> rmq.BrokerPolicy | None:
 
 
 @tolerate_unknowns
-def validate_endpoint_delivery_limits(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_endpoint_delivery_limits(args: StackValidationArgs, report: Report) -> None:
     policies: dict[tuple[str, str], list[tuple[rmq.BrokerPolicy, PolicyResource]]] = defaultdict(list)
     for resource in args.resources:
         if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
@@ -556,9 +556,10 @@ def _rabbitmq_policies(resources: Iterable[PolicyResource]) -> dict[tuple[str, s
     return found
 
 
-def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> str | object | None:
-    """The alternate exchange the winning policy gives ``exchange`` (RabbitMQ applies the highest-priority
-    policy whose pattern matches and that applies to exchanges); ``UNKNOWN`` while a policy is unknown."""
+def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> object:
+    """The alternate exchange (a str) the winning policy gives ``exchange`` (RabbitMQ applies the highest-priority
+    policy whose pattern matches and that applies to exchanges), None if it gives none; ``UNKNOWN`` while a
+    policy is unknown."""
     matching = []
     for resource in policies:
         block = resolved(value_at(resource.props, "policy"))
@@ -588,7 +589,7 @@ def _parks(broker: _Broker, alternate: str) -> bool:
 
 
 @tolerate_unknowns
-def validate_parking(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_parking(args: StackValidationArgs, report: Report) -> None:
     policies = _rabbitmq_policies(args.resources)
     for key, broker in _brokers(args.resources).items():
         if broker.incomplete:

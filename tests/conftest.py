@@ -22,6 +22,7 @@ import pytest
 from nsb_delays.brokers.local import DEFAULT_PORT_RANGE, LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import parse_version
+from tests.run_summary import FIGURE, RunSummary
 from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
 
 TESTS = Path(__file__).parent
@@ -66,19 +67,29 @@ def xdist_group(item: pytest.Item, tier: str) -> str:
     return group
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # On the controller (or a run without xdist): each tier's time and the tests' figures end the log.
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(RunSummary(), "run-summary")
+
+
 # tryfirst: xdist's own hook (xdist/remote.py) turns the xdist_group marker into the `@group` node-id suffix
 # that --dist loadgroup schedules by; the markers must be there before it runs.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Without xdist (`-p no:xdist`, a debugger session) its marker is unknown under --strict-markers.
     grouped = config.pluginmanager.hasplugin("xdist")
+    summary = config.pluginmanager.get_plugin("run-summary")
     for item in items:
         path = Path(str(item.fspath))
         for tier in TIERS:
             if TESTS / tier in path.parents:
                 item.add_marker(getattr(pytest.mark, tier))
+                group = xdist_group(item, tier)
                 if grouped:
-                    item.add_marker(pytest.mark.xdist_group(xdist_group(item, tier)))
+                    item.add_marker(pytest.mark.xdist_group(group))
+                if summary is not None:
+                    summary.groups[item.nodeid] = group
 
 
 def unavailable(reason: str) -> None:
@@ -109,6 +120,13 @@ def serve(server: LocalRabbitMq | LocalMoto | LocalPostgres | LocalMariaDb) -> I
         yield server
     finally:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """``figure("…")``: a line of measured figures for the end of the run's log (``tests/run_summary.py``),
+    shown under pytest-xdist too, where what a test prints is not."""
+    return lambda line: request.node.user_properties.append((FIGURE, line))
 
 
 @pytest.fixture(scope="session", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")

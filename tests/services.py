@@ -423,7 +423,7 @@ class LocalSparkCluster:
     def _ready(self) -> bool:
         for process in self.processes:
             if process.poll() is not None:
-                raise ServiceUnavailable(f"a Spark process exited with {process.returncode}: {process.args}")
+                raise ServiceUnavailable(f"a Spark process exited with {process.returncode}: {process.args!r}")
         return self.alive_workers() == self.workers
 
     def executor_pids(self) -> list[int]:

@@ -78,15 +78,26 @@ class DelayedStoreTable:
         return INDEX_COLUMNS
 
 
+def _check_identifier(what: str, name: str) -> None:
+    if len(name) > MAX_IDENTIFIER_LENGTH:
+        raise ValueError(
+            f"MSMQ delayed store: {what} name {name!r} is {len(name)} characters; "
+            f"SQL Server identifiers hold at most {MAX_IDENTIFIER_LENGTH}"
+        )
+
+
+def check_schema(schema: str) -> str:
+    """``schema`` if SQL Server can take it (not empty, at most 128 characters); else ``ValueError``."""
+    if not schema or not schema.strip():
+        raise ValueError(f"MSMQ delayed store: schema name {schema!r} is empty")
+    _check_identifier("schema", schema)
+    return schema
+
+
 def delayed_store_table(endpoint: str, schema: str = DEFAULT_SCHEMA) -> DelayedStoreTable:
     """The table for ``endpoint``; raises ``ValueError`` naming the part SQL Server would refuse."""
-    for what, name in (("endpoint", endpoint), ("schema", schema)):
-        if not name or not name.strip():
-            raise ValueError(f"MSMQ delayed store: {what} name {name!r} is empty")
-    for what, name in (("table", table_name(endpoint)), ("schema", schema)):
-        if len(name) > MAX_IDENTIFIER_LENGTH:
-            raise ValueError(
-                f"MSMQ delayed store: {what} name {name!r} is {len(name)} characters; "
-                f"SQL Server identifiers hold at most {MAX_IDENTIFIER_LENGTH}"
-            )
+    if not endpoint or not endpoint.strip():
+        raise ValueError(f"MSMQ delayed store: endpoint name {endpoint!r} is empty")
+    check_schema(schema)
+    _check_identifier("table", table_name(endpoint))
     return DelayedStoreTable(schema, endpoint)

@@ -710,10 +710,16 @@ def delivery_limit_conflicts(
                 )  # fmt: skip
             continue
         if limit is not None:
+            # Below 4.0 NServiceBus creates no policy of its own: no limit, or exactly 100000, is what it takes.
+            wanted_limit = (
+                f"only from {own.name} ({UNLIMITED_DELIVERY_LIMIT})"
+                if on_4x
+                else f"none, or {UNLIMITED_DELIVERY_LIMIT}"
+            )
             conflicts.append(
                 DeliveryLimitConflict(
                     queue, policy.name, policy.operator, DELIVERY_LIMIT_POLICY_KEY,
-                    f"only from {own.name} ({UNLIMITED_DELIVERY_LIMIT})", str(limit), limit_refused, remove_limit,
+                    wanted_limit, str(limit), limit_refused, remove_limit,
                 )
             )  # fmt: skip
         elif not policy.operator and on_4x and policy.priority >= own.priority:
@@ -892,6 +898,11 @@ def delay_infrastructure_names() -> frozenset[str]:
     )
 
 
+def parking_names() -> frozenset[str]:
+    """The parking exchange/queue name of both generations (``parking_name``): reserved like the delay names."""
+    return frozenset(parking_name(generation) for generation in GENERATIONS)
+
+
 def object_name_problems(name: str) -> list[str]:
     """Why ``name`` cannot name a queue or exchange this project declares (empty list when it can).
 
@@ -900,6 +911,12 @@ def object_name_problems(name: str) -> list[str]:
       only a log warning (``rabbit_definitions:add_queue_int/3``, ``add_exchange_int/3``).
     - a delay-infrastructure name of either generation: an endpoint's queue (and, in the conventional
       topology, its fanout exchange) would collide with the level's quorum queue / topic exchange.
+    - a parking name of either generation (``parking_names``): with ``parkUnroutable`` (the default) the
+      graph declares a topic exchange and a quorum queue of that name, so an endpoint's fanout exchange and
+      queue would be declared twice (a definitions file holds both, the broker keeps one). Refused whatever
+      ``parkUnroutable`` says, like the other generation's names: a graph of either generation (another
+      stack, an earlier ``up``) may hold them, the default turns them back on, and ``parking`` and the
+      delay status read the queue of that name as the parking queue.
     - ``@``: the Pulumi provider (terraform-provider-rabbitmq) gives queues, exchanges and policies the
       id ``name@vhost`` and reads it back with ``strings.Split(id, "@")``, wanting exactly two parts
       (``rabbitmq/util.go`` ``parseId``): the object is created, then cannot be read, imported or deleted.
@@ -922,6 +939,12 @@ def object_name_problems(name: str) -> list[str]:
         problems.append(
             "is a name of the delay infrastructure itself (nsb.v2.delay-level-NN / nsb.v2.delay-delivery, "
             "v1: nsb.delay-level-NN / nsb.delay-delivery)"
+        )
+    if name in parking_names():
+        problems.append(
+            "is the name of the parking exchange and queue of the delay infrastructure ("
+            + " / ".join(f"{g}: {parking_name(g)}" for g in reversed(GENERATIONS))
+            + "; declared by nsb-delays:rabbitmq.parkUnroutable, reserved in either generation); rename it"
         )
     if PROVIDER_ID_SEPARATOR in name:
         problems.append(

@@ -36,7 +36,7 @@ from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_p
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.errors import CommandError, Interrupted, RunStopped
+from nsb_delays.infra.errors import CommandError, Interrupted, RunStopped, is_aws_client_error
 
 from .broker_options import (
     broker_options,
@@ -142,7 +142,7 @@ def _plan(
     except DispatchError as error:  # a level's channel closed while it was read
         raise CommandError(str(error), footer=NOTHING_MOVED) from None
     except Exception as error:  # botocore: credentials, endpoint, access denied
-        if type(error).__module__.startswith(("botocore", "boto3")):
+        if is_aws_client_error(error):
             raise CommandError(f"SQS: {error}") from None
         raise
 
@@ -150,12 +150,20 @@ def _plan(
 def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> None:
     """Move as planned, or (``dry_run``) show what would move: the destinations were checked by then."""
     scan = plan.scan
+    poison = sum(scan.poison.values())
     if dry_run:
         plan.close()  # hand back every message the preflight read
         console.print(scan_table(scan))
-        console.print(f"dry run: {scan.messages:,} message(s) would move; every destination can receive")
+        set_aside = ""
+        if poison:
+            where = (
+                f"would go to {plan.poison_queue} on the source" if plan.poison_queue else "would stay where they are"
+            )
+            set_aside = f"; {poison:,} poison message(s) {where}"
+        console.print(
+            f"dry run: {scan.messages - poison:,} message(s) would move{set_aside}; every destination can receive"
+        )
         return
-    poison = sum(scan.poison.values())
     console.print(
         f"{plan.operation}: {scan.messages:,} delayed message(s) in {plan.source.describe()} ({plan.source_generation})"
         f" -> {plan.target_description}; {len(scan.destinations):,} destination(s), {poison:,} poison"

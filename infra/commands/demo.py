@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,7 @@ from .verify import print_drifts
 DEFAULT_DELAYS = (0, 1, 2, 5)
 CLOUDFORMATION_STACK = "nsb-delays-demo"
 SQS_POLL_SECONDS = 0.05
+AMQP_PORT_TIMEOUT_SECONDS = 5
 
 
 class DemoRefused(CommandError):
@@ -59,25 +61,29 @@ class ExistingRabbitMq:
 
 
 def existing_rabbitmq(amqp_url: str | None, management_url: str | None) -> ExistingRabbitMq | None:
-    """``--rabbitmq-url amqp://user:pass@host:port`` and ``--rabbitmq-management-url http://host:port``, checked."""
+    """``--rabbitmq-url amqp://user:pass@host:port`` and ``--rabbitmq-management-url http://host:port``, checked;
+    every problem of both URLs at once."""
     if amqp_url is None and management_url is None:
         return None
+    problems = []
     if amqp_url is None or management_url is None:
         missing = "--rabbitmq-url" if amqp_url is None else "--rabbitmq-management-url"
-        raise DemoRefused(f"{missing} is missing: --rabbitmq-url and --rabbitmq-management-url go together")
-    amqp = urlsplit(amqp_url)
-    if amqp.scheme not in ("amqp", "amqps") or not amqp.hostname:
-        raise DemoRefused(f"--rabbitmq-url {amqp_url!r} is not an AMQP URL: expected amqp://user:password@host:port")
-    if amqp.path not in ("", "/"):
-        raise DemoRefused(
+        problems.append(f"{missing} is missing: --rabbitmq-url and --rabbitmq-management-url go together")
+    amqp = urlsplit(amqp_url or "")
+    if amqp_url is not None and (amqp.scheme not in ("amqp", "amqps") or not amqp.hostname):
+        problems.append(f"--rabbitmq-url {amqp_url!r} is not an AMQP URL: expected amqp://user:password@host:port")
+    elif amqp_url is not None and amqp.path not in ("", "/"):
+        problems.append(
             f"--rabbitmq-url {amqp_url!r} names vhost {amqp.path[1:]!r}: leave it out, the demo provisions the "
             "stack's vhost (nsb-delays:rabbitmq.vhost)"
         )
-    management = urlsplit(management_url)
-    if management.scheme not in ("http", "https") or not management.hostname:
-        raise DemoRefused(
+    management = urlsplit(management_url or "")
+    if management_url is not None and (management.scheme not in ("http", "https") or not management.hostname):
+        problems.append(
             f"--rabbitmq-management-url {management_url!r} is not an http(s) URL: expected http://host:15672"
         )
+    if problems or amqp_url is None or management_url is None:
+        raise DemoRefused(problems)
     username, password = amqp.username or "guest", amqp.password or "guest"
     return ExistingRabbitMq(management_url.rstrip("/"), amqp_url.rstrip("/"), username, password)
 
@@ -139,6 +145,46 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
             f"({POLICIES_SWITCH}: false; that is what a stack for this broker needs)"
         )
         return replace(stack, rabbitmq=replace(config, delivery_limit_policies=False))
+    return stack
+
+
+def check_amqp_port(amqp_url: str) -> None:
+    """Only whether anything listens at the AMQP URL's host:port (when the vhost cannot be looked up)."""
+    parameters = pika.URLParameters(amqp_url)
+    try:
+        socket.create_connection((parameters.host, parameters.port), timeout=AMQP_PORT_TIMEOUT_SECONDS).close()
+    except OSError as error:
+        raise DemoRefused(
+            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {parameters.host}:{parameters.port}: "
+            f"{amqp_failure_reason(error)}"
+        ) from None
+
+
+def check_existing(existing: ExistingRabbitMq, stack: StackConfig, console: Console) -> StackConfig:
+    """Both URLs of a given broker before anything starts: the management API (version) and AMQP (login,
+    vhost); every problem at once. With the API unreachable the vhost is unknown: AMQP's port is tried."""
+    assert stack.rabbitmq is not None
+    stack_vhost = stack.rabbitmq.vhost
+    problems = []
+    api = management_api(existing)
+    try:
+        stack = for_broker(stack, api, console)
+        vhost = stack_vhost if api.vhost_exists(stack_vhost) else "/"
+    except DemoRefused as error:
+        problems += error.problems
+        vhost = None
+    except ManagementError as error:
+        problems.append(str(error))
+        vhost = None
+    try:
+        if vhost is None:
+            check_amqp_port(existing.amqp_url)
+        else:
+            check_amqp(existing.amqp_url, vhost)
+    except DemoRefused as error:
+        problems += error.problems
+    if problems:
+        raise DemoRefused(problems)
     return stack
 
 
@@ -256,7 +302,7 @@ def run_demo(
     if existing and stack.rabbitmq is None:
         raise DemoRefused(f"--rabbitmq-url given, but stack {stack_name!r} has no nsb-delays:rabbitmq section")
     if existing:  # before anything starts: a given broker that cannot be reached ends the demo here
-        stack = for_broker(stack, management_api(existing), console)
+        stack = check_existing(existing, stack, console)
     started = time.monotonic()
     results: list[Measured] = []
     servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)

@@ -25,34 +25,25 @@ def _delay(value: str) -> int:
         raise click.BadParameter(str(error), param_hint="DELAY") from None
 
 
+# The keys of ``--json``, in order: one list for the output and its help text (``DelayPath`` / ``Hop`` attributes).
+PATH_KEYS = ("delay_seconds", "destination", "generation", "routing_key", "first_exchange", "total_seconds")
+HOP_KEYS = ("exchange", "level", "routing_value", "routed_to", "seconds_in_queue", "dead_letter_to")
+JSON_HELP = f"Print a JSON object: {', '.join(PATH_KEYS)}, hops (a list of: {', '.join(HOP_KEYS)})."
+
+
 def path_as_dict(path: model.DelayPath) -> dict[str, object]:
-    return {
-        "delay_seconds": path.delay_seconds,
-        "destination": path.destination,
-        "generation": path.generation,
-        "routing_key": path.routing_key,
-        "first_exchange": path.first_exchange,
-        "total_seconds": path.total_seconds,
-        "hops": [
-            {
-                "exchange": hop.exchange,
-                "level": hop.level,
-                "routing_value": hop.routing_value,
-                "routed_to": hop.routed_to,
-                "seconds_in_queue": hop.seconds_in_queue,
-                "dead_letter_to": hop.dead_letter_to,
-            }
-            for hop in path.hops
-        ],
+    return {key: getattr(path, key) for key in PATH_KEYS} | {
+        "hops": [{key: getattr(hop, key) for key in HOP_KEYS} for hop in path.hops]
     }
 
 
 def _segment(path: model.DelayPath, hop: model.Hop) -> str:
     """The key from the first level's bit on, with the word this hop reads in brackets (seed 001's bold)."""
-    words = path.routing_key[2 * (model.MAX_LEVEL - model.first_level(path.delay_seconds)) :].split(
-        ".", path.hops[0].level + 1
-    )
-    index = len(words) - 1 if hop.level is None else path.hops[0].level - hop.level
+    first = path.hops[0].level
+    if first is None:  # delay_path starts at a level exchange (level 0 at least), never at the delivery exchange
+        raise ValueError(f"delay path {path.routing_key!r} does not start at a delay level")
+    words = path.routing_key[2 * (model.MAX_LEVEL - model.first_level(path.delay_seconds)) :].split(".", first + 1)
+    index = len(words) - 1 if hop.level is None else first - hop.level
     words[index] = f"[{words[index]}]"
     return ".".join(words)
 
@@ -65,7 +56,7 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--generation", type=click.Choice(model.GENERATIONS), default=model.DEFAULT_GENERATION, show_default=True
     )
-    @click.option("--json", "as_json", is_flag=True, help="Print a JSON object (routing_key, first_exchange, hops).")
+    @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
     def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
         """Show how a message delayed by DELAY seconds travels to DESTINATION."""
         problems = model.rabbitmq_address_problems(destination)

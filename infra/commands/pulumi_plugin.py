@@ -64,6 +64,21 @@ runpy.run_module("{package}", run_name="__main__", alter_sys=True)
 '''
 
 
+def local_source(directory: Path) -> str:
+    """``directory`` as ``pulumi package add`` takes it for a folder: absolute, or starting ``./`` / ``..``.
+
+    A bare name (``nsb-delays-provider``) is a plugin to download for the Pulumi CLI: pulumi/pulumi
+    ``sdk/go/common/resource/plugin/host.go`` ``IsLocalPluginPath`` takes a source as local only when it
+    starts with ``./``, ``..`` or ``/``, or does not parse as a plugin spec whose name matches
+    ``workspace.PluginNameRegexp`` (and ``pkg/cmd/pulumi/packages`` ``Resolve`` asks it first).
+    ``Path("./x")`` prints as ``x``, hence the explicit ``./``.
+    """
+    text = directory.as_posix()
+    if directory.is_absolute() or text == ".." or text.startswith("../"):
+        return text
+    return "./" if text == "." else f"./{text}"
+
+
 def plugin_files(kind: PluginKind, requirement: str) -> dict[str, str]:
     """File name -> text of the plugin directory: our packaged manifest with its own ``venv``."""
     manifest = yaml.safe_load(resources.files(kind.package).joinpath(kind.manifest).read_text())
@@ -107,4 +122,4 @@ def register(cli: click.Group) -> None:
         except OSError as error:
             raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None
         click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")
-        click.echo(f"next: {KINDS[kind].use.format(directory=directory)}")
+        click.echo(f"next: {KINDS[kind].use.format(directory=local_source(directory))}")

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from nsb_delays.brokers.delay_status import DelayStatus, rabbitmq_status, sqs_delay_queue_names, sqs_status
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.infra.errors import EXIT_FAILED, CommandError
+from nsb_delays.infra.errors import EXIT_FAILED, CommandError, is_aws_client_error
 
 from .broker_options import broker_options, resolve_broker, resolve_sqs, stack_defaults
 
@@ -97,7 +97,7 @@ def register(cli: click.Group) -> None:
                 client = settings.client()
                 status.sqs = sqs_status(client, sqs_delay_queue_names(client, settings.queue_name_prefix, endpoints))
             except Exception as error:  # botocore: credentials, endpoint, access denied
-                if type(error).__module__.startswith(("botocore", "boto3")):
+                if is_aws_client_error(error):
                     raise CommandError(f"SQS: {error}") from None
                 raise
         if as_json:

@@ -20,7 +20,7 @@ from rich.table import Table
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.infra.errors import EXIT_FAILED, EXIT_OK, CommandError
+from nsb_delays.infra.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 
 from .render import STACK_HELP
 
@@ -66,21 +66,41 @@ def sqs_client(endpoint_url: str | None, region: str | None) -> Any:
     return boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
 
 
-def run_checks(stack: StackConfig, api: ManagementApi | None, sqs: Any | None) -> tuple[list[Drift], list[str]]:
-    """Drifts of every configured section that has a client, and a line per section checked."""
+def _sqs_problem(error: Exception) -> str:
+    """``SQS: <reason>`` for what boto3/botocore raise (credentials, endpoint, access denied); others re-raise."""
+    if isinstance(error, ValueError) or is_aws_client_error(error):
+        return f"SQS: {error}"
+    raise error
+
+
+def run_checks(
+    stack: StackConfig, api: ManagementApi | None, sqs: Any | None
+) -> tuple[list[Drift], list[str], list[str]]:
+    """Drifts of every configured section that has a client, a line per section checked, and the problems
+    that stopped a side (unreachable, refused login): every side is tried, so all of them are reported."""
     drifts: list[Drift] = []
     checked = []
+    problems = []
     if stack.rabbitmq and api is not None:
-        found = verify_rabbitmq(api, stack.rabbitmq)
-        drifts += found
-        checked.append(
-            f"RabbitMQ {api.url} vhost {stack.rabbitmq.vhost!r} ({stack.rabbitmq.generation}): {len(found)} drift(s)"
-        )
+        try:
+            found = verify_rabbitmq(api, stack.rabbitmq)
+        except (ManagementError, ValueError) as error:
+            problems.append(str(error))
+        else:
+            drifts += found
+            checked.append(
+                f"RabbitMQ {api.url} vhost {stack.rabbitmq.vhost!r} ({stack.rabbitmq.generation}): "
+                f"{len(found)} drift(s)"
+            )
     if stack.sqs and sqs is not None:
-        found = verify_sqs(sqs, stack.sqs)
-        drifts += found
-        checked.append(f"SQS {sqs.meta.endpoint_url}: {len(found)} drift(s)")
-    return drifts, checked
+        try:
+            found = verify_sqs(sqs, stack.sqs)
+        except Exception as error:  # botocore: credentials, endpoint, access denied
+            problems.append(_sqs_problem(error))
+        else:
+            drifts += found
+            checked.append(f"SQS {sqs.meta.endpoint_url}: {len(found)} drift(s)")
+    return drifts, checked, problems
 
 
 def register(cli: click.Group) -> None:
@@ -134,42 +154,48 @@ def register(cli: click.Group) -> None:
             raw = read_stack_yaml(stack)
         except ConfigError as error:
             raise CannotVerify(str(error)) from None
+        problems: list[str] = []  # every side's settings and reachability, reported together
         api = None
         if config.rabbitmq and not skip_rabbitmq:
-            url = management_url or provider_setting(raw, "rabbitmq:endpoint", "--management-url")
-            user = username or provider_setting(raw, "rabbitmq:username", "--username")
-            secret = password or provider_setting(raw, "rabbitmq:password", "--password")
-            unset = [
-                flag
-                for flag, value in (("--management-url", url), ("--username", user), ("--password", secret))
-                if not value
-            ]
-            if unset:
-                raise CannotVerify(
-                    f"{', '.join(unset)} not given (flags, RABBITMQ_ENDPOINT/USERNAME/PASSWORD, "
-                    "or rabbitmq:endpoint/username/password in the stack file)"
-                )
-            if insecure is None:
-                insecure = bool(provider_setting(raw, "rabbitmq:insecure", "--insecure"))
-            ca = ca_cert or provider_setting(raw, "rabbitmq:cacertFile", "--ca-cert")
-            cert = client_cert or provider_setting(raw, "rabbitmq:clientcertFile", "--client-cert")
-            key = client_key or provider_setting(raw, "rabbitmq:clientkeyFile", "--client-key")
-            verify_tls: bool | str = False if insecure else (ca or True)
-            if insecure:  # asked for explicitly: one note instead of a warning per request
-                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-                click.echo("note: TLS certificate checks are off (--insecure / rabbitmq:insecure)", err=True)
-            api = ManagementApi(str(url), str(user), str(secret), verify_tls, (cert, key) if cert and key else cert)
-        try:
-            sqs = None
-            if config.sqs and not skip_sqs:
+            try:
+                url = management_url or provider_setting(raw, "rabbitmq:endpoint", "--management-url")
+                user = username or provider_setting(raw, "rabbitmq:username", "--username")
+                secret = password or provider_setting(raw, "rabbitmq:password", "--password")
+                unset = [
+                    flag
+                    for flag, value in (("--management-url", url), ("--username", user), ("--password", secret))
+                    if not value
+                ]
+                if unset:
+                    raise CannotVerify(
+                        f"{', '.join(unset)} not given (flags, RABBITMQ_ENDPOINT/USERNAME/PASSWORD, "
+                        "or rabbitmq:endpoint/username/password in the stack file)"
+                    )
+                if insecure is None:
+                    insecure = bool(provider_setting(raw, "rabbitmq:insecure", "--insecure"))
+                ca = ca_cert or provider_setting(raw, "rabbitmq:cacertFile", "--ca-cert")
+                cert = client_cert or provider_setting(raw, "rabbitmq:clientcertFile", "--client-cert")
+                key = client_key or provider_setting(raw, "rabbitmq:clientkeyFile", "--client-key")
+                verify_tls: bool | str = False if insecure else (ca or True)
+                if insecure:  # asked for explicitly: one note instead of a warning per request
+                    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+                    click.echo("note: TLS certificate checks are off (--insecure / rabbitmq:insecure)", err=True)
+                api = ManagementApi(str(url), str(user), str(secret), verify_tls, (cert, key) if cert and key else cert)
+            except CannotVerify as error:
+                problems += error.problems
+            except (ManagementError, ValueError) as error:
+                problems.append(str(error))
+        sqs = None
+        if config.sqs and not skip_sqs:
+            try:
                 sqs = sqs_client(sqs_endpoint_url, region or provider_setting(raw, "aws:region", "--region"))
-            drifts, checked = run_checks(config, api, sqs)
-        except (ManagementError, ValueError) as error:
-            raise CannotVerify(str(error)) from None
-        except Exception as error:  # botocore: credentials, endpoint, access denied
-            if type(error).__module__.startswith(("botocore", "boto3")):
-                raise CannotVerify(f"SQS: {error}") from None
-            raise
+            except CannotVerify as error:
+                problems += error.problems
+            except Exception as error:  # botocore: no region, a bad endpoint URL
+                problems.append(_sqs_problem(error))
+        drifts, checked, unreachable = run_checks(config, api, sqs)
+        if problems or unreachable:
+            raise CannotVerify(problems + unreachable)
         if not checked:
             raise CannotVerify(f"stack {stack!r} has nothing to verify (no rabbitmq/sqs section, or both skipped)")
         if as_json:

@@ -144,10 +144,15 @@ def endpoint_only_stack(
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
-    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology, "endpoints": endpoints}
     return StackConfig(
         rabbitmq=replace(
-            dev, **changes, delivery_limit_policies=delivery_limit_policies, park_unroutable=park_unroutable
+            dev,
+            vhost=vhost,
+            generation=generation,
+            routing_topology=topology,
+            endpoints=endpoints,
+            delivery_limit_policies=delivery_limit_policies,
+            park_unroutable=park_unroutable,
         )
     )
 

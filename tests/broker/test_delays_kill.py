@@ -89,7 +89,7 @@ def copies_in_both_graphs(
 
 
 def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_window(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, record_property
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, figure
 ) -> None:
     vhost = new_vhost("kill")
     parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(vhost))
@@ -128,9 +128,10 @@ def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_w
             copies.setdefault(properties.message_id, []).append(method.routing_key)
     left_in_v1 = sum(level_depths(parameters, "v1"))
     duplicates = sum(len(keys) - 1 for keys in copies.values())
-    record_property("kills", kills)
-    record_property("duplicates", duplicates)
-    print(f"seed {SEED}: {kills} kills, duplicates {duplicates_per_kill} of {len(waiting):,} messages")
+    figure(
+        f"RabbitMQ {rabbitmq.version()} SIGKILL test, seed {SEED}: {kills} kills, duplicates {duplicates_per_kill}"
+        f" of {len(waiting):,} messages"
+    )
 
     assert left_in_v1 == 0
     lost = [m.message_id for m in waiting if m.message_id not in copies]

@@ -15,7 +15,7 @@ import pytest
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
-from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, publish
+from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, poison_messages, publish
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
 
@@ -137,8 +137,12 @@ def test_a_dry_run_reads_and_checks_but_moves_nothing(rabbitmq: LocalRabbitMq, n
     declare_graphs(channel, ["v1", "v2"])
     channel.connection.close()
     waiting_for(parameters, "v1", {"Sales": 5, "Billing": 2})
+    publish(parameters, [outgoing for _, outgoing in poison_messages("v1")[:2]])  # set aside, never moved
     before = level_depths(parameters, "v1")
     run = cli("migrate", *broker_arguments(rabbitmq, vhost), "--dry-run")
     assert run.returncode == 0, run.stderr
-    assert "dry run: 7 message(s) would move; every destination can receive" in run.stdout
+    assert (
+        f"dry run: 7 message(s) would move; 2 poison message(s) would go to {in_flight.MIGRATE_POISON_QUEUE} on the "
+        "source; every destination can receive"
+    ) in " ".join(run.stdout.split())
     assert level_depths(parameters, "v1") == before and sum(level_depths(parameters, "v2")) == 0

@@ -216,9 +216,9 @@ def test_a_policy_that_would_stop_an_endpoint_is_refused_and_nothing_is_imported
     result = run_demo_cli("--stack", str(dev_stack_file(tmp_path, vhost)), *given_broker(rabbitmq))
     assert result.exit_code == 2, result.output
     assert "policy team-retries over queue Sales" in result.output  # the object
-    assert (
-        "only from nsb.Sales.delivery-limit (100000)" in result.output and "│ 5 " in result.output
-    )  # expected, actual
+    # expected (version-specific: below 4.0 NServiceBus creates no policy of its own), actual
+    expected = "only from nsb.Sales.delivery-limit (100000)" if broker_version >= (4, 0, 0) else "none, or 100000"
+    assert expected in result.output and "│ 5 " in result.output
     assert "fix policy team-retries over queue Sales delivery-limit: remove 'delivery-limit' from it" in result.output
     hidden = "policy team-limits over queue Shipping" in result.output
     assert hidden == (broker_version >= (4, 0, 0))  # version-specific: below 4.0 NServiceBus needs no policy

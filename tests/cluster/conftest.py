@@ -3,7 +3,7 @@
 The cluster is module-scoped and parametrized like the single broker (ids ``rabbitmq-3.10`` /
 ``rabbitmq-4.0``), so ``-k rabbitmq-4.0`` picks one version and a module's tests share one cluster
 in file order (the fault test, which leaves a node stopped for good, comes last). The fault figures are
-printed at the end of the run (``cluster fault figures``), whatever pytest captured.
+printed at the end of the run (``figures the tests measured``), whatever pytest captured.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from tests.services import broker_processes, host_mounts_under, wait_gone
 # rabbit_fifo_dlx_integration_SUITE does with 1 s: a message caught that way is seconds late instead
 # of three minutes, so the fault test waits seconds, not minutes, before it calls a message lost.
 DEAD_LETTER_RETRY_MS = 5000
-
-# Lines of figures the tests add (through the ``cluster_report`` fixture) for the end-of-run summary.
-REPORT_KEY = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="module", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")
@@ -59,16 +56,3 @@ def cluster_vhost(cluster: RabbitMqCluster) -> Iterator[Callable[[str], str]]:
     """``cluster_vhost("label")`` -> a fresh vhost, deleted after the test (fewer queues for later faults)."""
     with vhost_factory(cluster.api()) as make:
         yield make
-
-
-@pytest.fixture(scope="session")
-def cluster_report(pytestconfig: pytest.Config) -> list[str]:
-    return pytestconfig.stash.setdefault(REPORT_KEY, [])
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    lines = config.stash.get(REPORT_KEY, [])
-    if lines:
-        terminalreporter.section("cluster fault figures")
-        for line in lines:
-            terminalreporter.write_line(line)

@@ -20,7 +20,7 @@ A message is "due during" a fault when its due time falls between the fault's st
 every level queue has all its members online again, "after" it when it falls between that (plus 2 s)
 and the next node going down. Counted per fault: messages lost (must be none), duplicates by cause,
 lateness of the messages due during it (reported) and of those due after it (on time again: the
-graph flows). The figures are printed at the end of the run (``cluster fault figures``).
+graph flows). The figures are printed at the end of the run (``figures the tests measured``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,9 +67,11 @@ AFTER_LAST_FAULT_SECONDS = 8  # stream on the two remaining nodes
 # whose dead-lettering stalled behind a failed leader, which shows up as minutes or as loss.
 # A hop refused while a member catches up is retried after DEAD_LETTER_RETRY_MS, and may be refused again
 # (3.10.8: one message 11.4 s late just after the rolling restart; one 16.2 s late after the leader's
-# stop, in a run beside other load): three retries and some room.
+# stop, in a run beside other load; in a quiet run all 43 due after the rolling restart 14.6 s late at the
+# median and 17.5 s at most, three refusals each): five retries and some room, still far below the
+# minutes of a stalled graph.
 SETTLE_SECONDS = 2
-ON_TIME_SECONDS = 3 * DEAD_LETTER_RETRY_MS / 1000 + 5
+ON_TIME_SECONDS = 5 * DEAD_LETTER_RETRY_MS / 1000 + 5
 # "Lost" means not arrived this long after its due time: a dead-letter hop refused during the fault is
 # retried after DEAD_LETTER_RETRY_MS (the cluster's setting), and a retry may meet a leader change again.
 # Waited for up to two minutes (a green run does not wait at all).
@@ -170,7 +172,7 @@ def dead_letter_backlog(cluster: RabbitMqCluster, vhost: str) -> int:
 
 
 def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_node_restarts(
-    cluster: RabbitMqCluster, cluster_vhost, cluster_report: list[str]
+    cluster: RabbitMqCluster, cluster_vhost, figure: Callable[[str], None]
 ) -> None:
     """What the 3.10.8 cluster finding is, and its recovery: messages stranded, not lost.
 
@@ -212,7 +214,7 @@ def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_
     assert cluster.dead_letter_supervisor_running(first)
     new_leaders = {q.leader for q in cluster.quorum_members(vhost, levels).values()}
     wait_until(lambda: status_report(second, vhost)[0] == 0, "status: nothing stuck", 30)
-    cluster_report.append(
+    figure(
         f"RabbitMQ {first.version()}: {len(sends)} messages stranded in the dead-letter backlogs of levels led by "
         f"{first.node} (its dead-letter supervisor stopped); restarting it moved the leaders to {sorted(new_leaders)}"
         f" and all arrived {recovered_after:.0f} s after the restart began, duplicates "
@@ -433,7 +435,7 @@ def duplicate_causes(sends: list[DelayedSend], arrivals: dict[str, list[Arrival]
 
 
 def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
-    cluster: RabbitMqCluster, cluster_report: list[str]
+    cluster: RabbitMqCluster, figure: Callable[[str], None]
 ) -> None:
     vhost = "faults"
     version = cluster.first.version()
@@ -525,7 +527,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
     ]
     misrouted = [s for s in sends if {a.queue for a in arrivals.get(s.message_id, [])} - {s.destination}]
     republished = sum(1 for s in sends if s.attempts > 1)
-    cluster_report.append(
+    figure(
         f"RabbitMQ {version}: {len(sends)} messages ({len(waiting)} waiting before the faults, {len(stream.sends)} "
         f"streamed during them; publisher failovers {stream.failovers}; {len(migration.sends)} through the "
         f"migration's confirm publisher, failovers {migration.failovers}; republished {republished}, collector "
@@ -544,7 +546,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
         causes = duplicate_causes(window, arrivals)
         # Messages the recovery step brought are as late as the step: reported with it, not as graph lateness.
         late_after[fault.name] = late_ms([s for s in after if s.message_id not in recovered], arrivals)
-        cluster_report.append(
+        figure(
             f"  {fault.name} ({fault.node}, {fault.recovered_at - fault.started_at:.0f} s, {fault.waiting} waiting"
             f"; {fault.note}): lost {sum(1 for s in window if s.message_id not in arrivals)}, duplicates "
             f"{sum(causes.values())} {dict(causes) or ''}; lateness due during: {spread(late_ms(during, arrivals))}"

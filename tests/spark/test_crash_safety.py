@@ -66,7 +66,7 @@ def kill_when_marked(process: subprocess.Popen[bytes], marker: Path, timeout: fl
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))
-def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, broker_vhost, tmp_path) -> None:
+def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, broker_vhost, tmp_path, figure) -> None:
     broker = broker_vhost(ENDPOINTS)
     now = utc_now()
     rows = [timeout(ENDPOINTS[i % 2], -1 - i % 60, i, now=now) for i in range(ROWS)]
@@ -124,6 +124,6 @@ def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, 
         assert len(duplicated_batches) <= PARTITIONS, "more than one in-flight batch per partition"
     if point != "mid-dispatch":
         assert not duplicates
-    print(
-        f"\ncrash {point}: lost {len(lost)}, duplicates {len(duplicates)} ({len(in_flight)} batches pending at the kill)"
+    figure(
+        f"crash {point}: lost {len(lost)}, duplicates {len(duplicates)} ({len(in_flight)} batches pending at the kill)"
     )

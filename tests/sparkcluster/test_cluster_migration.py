@@ -150,7 +150,7 @@ def test_preview_on_the_cluster_counts_every_class_and_sizes_sqs_bodies_on_the_e
 
 
 def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_the_quarantine(
-    spark_cluster, package_zip, postgres, timeout_table, broker_vhost, tmp_path
+    spark_cluster, package_zip, postgres, timeout_table, broker_vhost, tmp_path, figure
 ) -> None:
     broker = broker_vhost(ENDPOINTS)
     quarantine = tmp_path / "quarantine.jsonl"
@@ -188,8 +188,8 @@ def test_run_killed_mid_dispatch_on_the_cluster_resumes_without_loss_and_writes_
 
     quarantined = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
-    print(
-        f"\ncluster kill mid-dispatch: {done_before} of {len(batches)} batches done at the kill, executors gone "
+    figure(
+        f"cluster kill mid-dispatch: {done_before} of {len(batches)} batches done at the kill, executors gone "
         f"{gone_after:.1f} s after it, {len(duplicates)} duplicates from {len(duplicated_batches)} in-flight batches"
     )
 
@@ -220,7 +220,7 @@ def test_run_into_sqs_on_the_cluster_then_abort_restores_the_undispatched_rows(
 
 
 def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package_zip, postgres, timeout_table,
-                                                          broker_vhost) -> None:  # fmt: skip
+                                                          broker_vhost, figure) -> None:  # fmt: skip
     """The preflight still refuses under spark-submit on a cluster: the JDBC driver missing from --jars is named
     before anything is hidden, and so is a table that does not exist."""
     broker = broker_vhost(ENDPOINTS)
@@ -241,4 +241,4 @@ def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package
     ) or not ledger_rows(
         postgres.dsn, f'select 1 from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
     )
-    print(f"\ntwo refusals under spark-submit on the cluster: {time.monotonic() - began:.1f} s")
+    figure(f"two refusals under spark-submit on the cluster: {time.monotonic() - began:.1f} s")

@@ -12,9 +12,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,6 +38,10 @@ from tests.sparkcluster.test_cluster_migration import (
 )
 
 BATCH_SIZE, PARTITIONS = 25, 2
+# A task waiting to claim a batch another task holds (the claim is the ledger's only `select … for update`).
+CLAIM_WAITS = (
+    "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and position('for update' in query) > 0"
+)
 SQS_PREFIX = "connect-"
 
 
@@ -113,9 +119,53 @@ def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_qu
     assert sorted(row["id"] for row in quarantined) == sorted(row.id for row in malformed)
 
 
-def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
-    import time
+def test_a_run_resumed_after_its_client_was_killed_sends_no_batch_the_old_tasks_still_send(
+    spark_connect, postgres, timeout_table, broker_vhost, tmp_path, figure
+) -> None:
+    """The server outlives a killed client: the old run's tasks go on sending while the resumed run's tasks start
+    on the same batches. Each batch is sent by the task that claims it (its ledger row locked from before the send
+    to the mark) and skipped by the other, so every timeout arrives exactly once.
 
+    Old run: one task, paused after sending its second batch, with that batch claimed; its client SIGKILLed. The
+    resumed run's task (the other core) waits on that claim; the old task is let go and both race for the rest."""
+    broker = broker_vhost(ENDPOINTS)
+    run = rabbitmq_run_rows(broker, postgres, timeout_table, "ConnectResume", 400, tmp_path / "q.jsonl", BATCH_SIZE)
+    arguments = run.arguments.copy()
+    arguments[arguments.index("--partitions") + 1] = "1"  # one core each: the old task and the resumed one
+    marker = tmp_path / "paused"
+    old = connect_client(spark_connect, "run", [*arguments, "--fault", f"after-publish:2:pause:{marker}"])
+    try:
+        wait_for_marker(old, marker)
+        os.kill(old.pid, signal.SIGKILL)
+        assert finished(old)[0] == -signal.SIGKILL
+        resumed = connect_client(spark_connect, "run", arguments)
+        deadline = time.monotonic() + 120
+        while not ledger_rows(postgres.dsn, CLAIM_WAITS)[0][0]:
+            assert resumed.poll() is None, finished(resumed)[1][-3000:]
+            assert time.monotonic() < deadline, "the resumed run's task never met the old task's claim"
+            time.sleep(0.1)
+    finally:
+        marker.unlink(missing_ok=True)  # the old task carries on (never left paused on a core)
+    code, output = finished(resumed)
+    assert code == 0, output
+    done = re.search(
+        rf"\(resumed\): {len(run.rows):,} of {len(run.rows) + 2:,} dispatched \((\d+) now\), 2 quarantined, completed",
+        output,
+    )
+    assert done, output
+
+    received = broker.drain(ENDPOINTS, len(run.rows), timeout=60, settle=3)
+    ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
+    assert set(ids) == {row.message_id for row in run.rows}
+    twice = sorted(message_id for message_id, count in ids.items() if count > 1)
+    assert not twice, f"{len(twice)} timeouts sent by both runs, e.g. {twice[:3]}"
+    figure(
+        f"Connect client SIGKILLed mid-batch, run resumed beside its old task: {len(run.rows)} timeouts arrived once "
+        f"each, {done.group(1)} of them marked while the resumed run ran (by either task)"
+    )
+
+
+def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not marker.exists():
         assert process.poll() is None, finished(process)[1][-3000:]

@@ -197,3 +197,11 @@ def test_policy_conflicts_as_nservicebus_sees_them_on_each_broker_version() -> N
     assert conflicts(outranking, version=V3) == []  # below 4.0 NServiceBus never needs its own policy applied
     wrong_own = rmq.BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "queues", 0, {"delivery-limit": "100000"})
     assert conflicts(wrong_own) == [("nsb.Sales.delivery-limit", "definition", False)]
+
+
+def test_the_expected_limit_names_nservicebus_policy_only_where_nservicebus_creates_one() -> None:
+    limit = rmq.BrokerPolicy("team-retries", "^Sales$", "queues", 5, {"delivery-limit": 5})
+    (on_4x,) = rmq.delivery_limit_conflicts("Sales", [limit], V4)
+    (on_3x,) = rmq.delivery_limit_conflicts("Sales", [limit], V3)
+    assert (on_4x.expected, on_4x.actual) == ("only from nsb.Sales.delivery-limit (100000)", "5")
+    assert (on_3x.expected, on_3x.actual) == ("none, or 100000", "5")  # as `verify` says it on that broker

@@ -64,3 +64,12 @@ def test_bad_input_is_refused_with_the_rule(args: list[str], message: str) -> No
     code, output = explain(*args)
     assert code == 2
     assert message in output
+
+
+def test_json_help_names_every_key_it_prints() -> None:
+    """The help listed routing_key, first_exchange, hops and left out total_seconds (and five more)."""
+    path = json.loads(explain("10", "destination", "--json")[1])
+    help_text = " ".join(CliRunner().invoke(cli, ["explain", "--help"], terminal_width=200).output.split())
+    keys = set(path) | {key for hop in path["hops"] for key in hop}
+    assert keys == set(path) | set(path["hops"][0]) and "total_seconds" in keys
+    assert [key for key in sorted(keys) if key not in help_text] == []

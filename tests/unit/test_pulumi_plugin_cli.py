@@ -50,6 +50,27 @@ def test_policy_pack_directory_names_a_wheel_and_the_installed_version(tmp_path:
     assert "pulumi preview --policy-pack" in result.output
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [("nsb-delays-provider", "./nsb-delays-provider"), ("./nsb-delays-provider", "./nsb-delays-provider"),
+     ("plugins/provider", "./plugins/provider"), ("../provider", "../provider")],
+)  # fmt: skip
+def test_next_step_names_a_path_pulumi_takes_as_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, shown: str
+) -> None:
+    """A bare name is a plugin to download for ``pulumi package add`` (``IsLocalPluginPath``): ./ is added."""
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # ../provider lands in tmp_path
+    result = invoke("provider", given)
+    assert result.exit_code == 0, result.output
+    assert f"next: pulumi package add {shown}  (in your Pulumi project)" in result.output
+
+
+def test_next_step_keeps_an_absolute_directory(tmp_path: Path) -> None:
+    result = invoke("provider", str(tmp_path / "provider"))
+    assert f"next: pulumi package add {tmp_path / 'provider'}  " in result.output
+
+
 def test_an_empty_existing_directory_is_used(tmp_path: Path) -> None:
     assert invoke("provider", str(tmp_path)).exit_code == 0
     assert (tmp_path / "PulumiPlugin.yaml").is_file()

@@ -79,6 +79,16 @@ def test_the_connect_client_needs_the_migrations_requirements_and_pysparks_conne
     assert set(executor_requirements()) <= set(printed) and {"click>=8.1", "rich>=13", "pandas<3"} <= set(printed)
 
 
+def test_help_lists_the_packaging_helpers_and_the_migrate_commands() -> None:
+    """click knows only the migrate group: --help showed preview/run/abort and none of the helpers."""
+    result = helper("--help")
+    assert result.returncode == 0, result.stderr
+    for line in ("--job-file ", "--py-files ZIP ", "--executor-requirements ", "--connect-requirements "):
+        assert f"\n  {line}" in result.stdout
+    assert "Usage: migrate [OPTIONS] COMMAND" in result.stdout and "preview " in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
 def test_an_unknown_helper_option_is_refused() -> None:
     result = helper("--zip")
     assert result.returncode == 2 and "unknown option --zip" in result.stderr
