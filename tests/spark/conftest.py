@@ -26,6 +26,7 @@ from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
+from nsb_delays.pipeline.ledger_sql import lock_key
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
 from tests.conftest import serve, unavailable, vhost_factory
@@ -232,3 +233,16 @@ def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], g
 def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn) as connection:
         return connection.execute(query, params).fetchall()
+
+
+def wait_for_the_run_lock_to_be_free(dsn: str, source: JdbcSource, seconds: float = 30) -> None:
+    """Wait until PostgreSQL has ended the killed run's session: its backend notices the closed socket and
+    releases the advisory lock a moment after the processes die, not when ``spark-submit`` is reaped (CI once
+    ran ``abort`` inside that moment and was, rightly, refused)."""
+    key = lock_key(source.layout.table, source.layout.endpoint_filter)
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while not connection.execute("select pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            assert time.monotonic() < deadline, f"the killed run's lock was still held {seconds:.0f} s later"
+            time.sleep(0.1)
+        connection.execute("select pg_advisory_unlock(%s)", (key,))

@@ -14,7 +14,7 @@ import pytest
 from nsb_delays.pipeline.faults import Fault
 from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE, BatchOutcome, Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
-from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 ROWS, BATCH_SIZE = 900, 100
 COLUMNS = '"Id"::text, "Destination", "SagaId"::text, "State", "Time", "Headers", "PersistenceVersion"'
@@ -119,6 +119,7 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
             os.killpg(job.pid, signal.SIGKILL)  # the run's driver, JVM and workers: its session (and lock) ends
         job.wait(30)
 
+    wait_for_the_run_lock_to_be_free(postgres.dsn, source)
     run, restored = abort_migration(source)
     assert (run.run_id, restored) == (run_id, len(rows))
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]

@@ -19,7 +19,7 @@ from nsb_delays.pipeline import __main__ as job_file
 from nsb_delays.pipeline.ledger import PENDING, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
-from tests.spark.conftest import ledger_rows, timeout, utc_now
+from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 PROJECT = Path(__file__).resolve().parents[2]
 JOB_FILE = Path(job_file.__file__)  # what `python -m nsb_delays.pipeline --job-file` prints
@@ -101,6 +101,7 @@ def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, 
         assert point == "during hiding"  # the hiding transaction died with the job: nothing moved
         assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(ROWS,)]
 
+    wait_for_the_run_lock_to_be_free(postgres.dsn, source)
     result = run_migration(
         spark,
         RunOptions(source, broker.target(), batch_size=BATCH_SIZE, partitions=PARTITIONS, show_progress=False),
