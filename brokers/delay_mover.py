@@ -56,6 +56,7 @@ from .confirms import (
     close_gathering,
 )
 from .confirms import spin as spin_loop
+from .delay_status import DeadLetterBacklog
 from .management import ManagementApi
 
 DEFAULT_WINDOW = 2000  # unacked source messages at most: the duplicates a kill can leave
@@ -431,6 +432,7 @@ class MoveReport:
     levels: list[LevelResult] = field(default_factory=list)
     seconds: float = 0.0
     left_destinations: Counter[str] = field(default_factory=Counter)
+    backlog: DeadLetterBacklog = field(default_factory=DeadLetterBacklog)  # what stayed behind, read after the move
 
     @property
     def moved(self) -> int:

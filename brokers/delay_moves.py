@@ -28,6 +28,7 @@ from .delay_mover import (
     SourceConnection,
     scan_delays,
 )
+from .delay_status import DeadLetterBacklog, dead_letter_backlog
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
@@ -244,4 +245,13 @@ def run_move(
     except BaseException:
         plan.close()  # the target could not be reached: hand back what the preflight holds
         raise
-    return mover.run(plan.scan, plan.target_description)
+    report = mover.run(plan.scan, plan.target_description)
+    report.backlog = source_backlog(plan)
+    return report
+
+
+def source_backlog(plan: MovePlan) -> DeadLetterBacklog:
+    """The source levels' dead-letter backlog: messages that expired from a level but that its dead-letter worker
+    has not yet handed to the next (a destination gone, or a worker stopped on a cluster), which no consumer can
+    take. A move ends without them; said, so that "moved" is not taken for "the old graph is empty"."""
+    return dead_letter_backlog(plan.source.management, plan.source.vhost, plan.source_generation)

@@ -23,9 +23,13 @@ from typing import Any
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
-from .management import ManagementApi
+from .management import ManagementApi, ManagementError
 
 ISSUE_1407 = "Particular/NServiceBus.RabbitMQ#1407"
+# A second sample one statistics interval (``collect_statistics_interval``: 5000 ms in rabbit's PROJECT_ENV,
+# rabbitmq-server deps/rabbit/Makefile) and a second later: the first can be an old sample, or one taken
+# while a message was on its way between two levels.
+STATISTICS_RECHECK_SECONDS = 6.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,17 @@ class SqsDelayQueueStatus:
     visible: int  # ApproximateNumberOfMessages
     in_flight: int  # ApproximateNumberOfMessagesNotVisible
     delayed: int  # ApproximateNumberOfMessagesDelayed
+
+
+@dataclass(frozen=True)
+class DeadLetterBacklog:
+    levels: list[QueueStatus] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one per level: why it is held, and the fix
+    unknown: str | None = None  # the management API could not be read
+
+    @property
+    def messages(self) -> int:
+        return sum(queue.dead_letter_messages or 0 for queue in self.levels)
 
 
 @dataclass
@@ -151,14 +166,35 @@ def warnings_for(queues: list[QueueStatus], stuck: list[QueueStatus]) -> list[st
     return warnings
 
 
-def rabbitmq_status(api: ManagementApi, vhost: str, recheck_seconds: float = 0) -> DelayStatus:
+def _samples(
+    api: ManagementApi, vhost: str, recheck_seconds: float
+) -> tuple[list[QueueStatus], list[QueueStatus] | None]:
+    """One sample of the vhost's delay-graph queues, and a second ``recheck_seconds`` later only when the first
+    shows a dead-letter backlog (a clean graph costs no wait)."""
     first = queue_statuses(api.queues(vhost))
-    second = None
     if recheck_seconds > 0 and any(q.dead_letter_messages for q in first):
         time.sleep(recheck_seconds)
-        second = queue_statuses(api.queues(vhost))
+        return first, queue_statuses(api.queues(vhost))
+    return first, None
+
+
+def rabbitmq_status(api: ManagementApi, vhost: str, recheck_seconds: float = 0) -> DelayStatus:
+    first, second = _samples(api, vhost, recheck_seconds)
     queues = second or first
     return DelayStatus(f"{api.url} vhost {vhost!r}", queues, warnings=warnings_for(queues, stuck_levels(first, second)))
+
+
+def dead_letter_backlog(
+    api: ManagementApi, vhost: str, generation: str, recheck_seconds: float = STATISTICS_RECHECK_SECONDS
+) -> DeadLetterBacklog:
+    """What a ``delays`` move cannot take from ``generation``'s levels: their at-least-once dead-letter backlog
+    (in both samples), with ``status``'s warning for each level (why, and the fix)."""
+    try:
+        first, second = _samples(api, vhost, recheck_seconds)
+    except ManagementError as error:
+        return DeadLetterBacklog(unknown=str(error))
+    stuck = [queue for queue in stuck_levels(first, second) if queue.generation == generation]
+    return DeadLetterBacklog(stuck, warnings_for([], stuck))
 
 
 def sqs_delay_queue_names(client: Any, prefix: str, endpoints: Iterable[str] = ()) -> list[str]:

@@ -2,8 +2,9 @@
 
 Thin wiring: options -> ``brokers.delay_moves`` (preflight, move) and ``brokers.parking``; a rich
 progress bar per level while moving and a summary table at the end. Exit codes: 0 done, 1 stopped
-part-way or messages left in place, 2 refused before anything moved (bad input, unreachable broker,
-a destination that cannot receive), 130 Ctrl-C (what was in flight is settled first).
+part-way or messages left (in place, or in a source level's dead-letter backlog), 2 refused before
+anything moved (bad input, unreachable broker, a destination that cannot receive), 130 Ctrl-C (what
+was in flight is settled first).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from nsb_delays.brokers.delay_mover import (
     MoveReport,
     MoveStopped,
 )
-from nsb_delays.brokers.delay_moves import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move
+from nsb_delays.brokers.delay_moves import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_parked, redeliver_parked
 from nsb_delays.brokers.sqs_sender import SqsSettings
@@ -163,6 +164,13 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
         console.print(
             f"dry run: {scan.messages - poison:,} message(s) would move{set_aside}; every destination can receive"
         )
+        backlog = source_backlog(plan)
+        if backlog.levels:
+            console.print(
+                f"{backlog.messages:,} message(s) in the dead-letter backlog of "
+                f"{', '.join(queue.queue for queue in backlog.levels)} would stay behind: no consumer can take them "
+                "(`nsb-delays status` on the source says why)"
+            )
         return
     console.print(
         f"{plan.operation}: {scan.messages:,} delayed message(s) in {plan.source.describe()} ({plan.source_generation})"
@@ -200,12 +208,26 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
         f"moved {report.moved:,} message(s) in {report.seconds:.1f} s ({rate:,.0f} msg/s)"
         + (f"; {report.poison:,} poison message(s) in {plan.poison_queue} on the source" if report.poison else "")
     )
+    if report.backlog.unknown:
+        console.print(
+            f"could not read the source's dead-letter backlog ({report.backlog.unknown}): "
+            "`nsb-delays status` on the source shows whether any message stayed behind"
+        )
+    problems = []
     if report.left:
         listed = ", ".join(f"{name} ({count:,})" for name, count in report.left_destinations.most_common(10))
-        raise RunStopped(
+        problems.append(
             f"{report.left:,} message(s) were left in place: their destinations appeared after the preflight and "
             f"cannot receive on the target: {listed}. Create them and rerun the same command."
         )
+    if report.backlog.levels:
+        problems.append(
+            f"{report.backlog.messages:,} message(s) stayed behind in the source's dead-letter backlog, which no "
+            f"consumer can take: {'; '.join(report.backlog.warnings)}. Once they have left it, rerun the same "
+            "command to move those that landed in a lower level (`nsb-delays status` on the source shows the backlog)."
+        )
+    if problems:
+        raise RunStopped(problems)
 
 
 def register(cli: click.Group) -> None:

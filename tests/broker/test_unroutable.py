@@ -191,6 +191,33 @@ def test_with_parking_stranded_messages_are_parked_listed_and_redelivered(
     assert not status(rabbitmq, case.vhost, wanted=False)["stuck"]
 
 
+def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backlog(
+    cases, rabbitmq: LocalRabbitMq
+) -> None:
+    """``delays transfer`` out of the stalled vhost: no consumer can take the 45 messages in level 1's dead-letter
+    backlog, so the move takes none; it says so and exits 1 (it said "moved 0", exit 0, with the old graph still
+    holding them), naming the level, the count and why; its dry run says they would stay behind. Nothing is lost."""
+    topology = rmq.ROUTING_TOPOLOGIES[0]
+    stalled, target = cases[(topology, False)].vhost, cases[(topology, True)].vhost  # the target has a v2 graph
+    held = STRANDED + LIVE
+    status(rabbitmq, stalled, wanted=True, until=lambda report: level_one(report)["dead_letter_messages"] == held)
+    transfer = ["delays", "transfer", "--source-generation", "v2",
+                *broker_arguments(rabbitmq, target, "destination-"), "--no-progress"]  # fmt: skip
+
+    dry = cli(rabbitmq, stalled, *transfer, "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    said = " ".join(dry.stdout.split())  # rich wraps at the terminal's width
+    assert f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(1)} would stay behind" in said
+
+    moved = cli(rabbitmq, stalled, *transfer)
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "moved 0 message(s)" in " ".join(moved.stdout.split())
+    assert f"{held} message(s) stayed behind in the source's dead-letter backlog" in moved.stderr
+    assert f"{rmq.delay_level_name(1)} holds {held} dead-lettered message(s)" in moved.stderr
+    assert "#1407" in moved.stderr and "rerun the same command" in moved.stderr
+    assert level_one(status(rabbitmq, stalled, wanted=True))["dead_letter_messages"] == held  # still there
+
+
 @pytest.mark.parametrize(("topology", "parking"), CASES)
 def test_a_plain_send_to_the_removed_endpoint_is_still_returned(
     cases, rabbitmq: LocalRabbitMq, topology: str, parking: bool

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nsb_delays.brokers.delay_status import queue_statuses, stuck_levels, warnings_for
+from nsb_delays.brokers.delay_status import dead_letter_backlog, queue_statuses, stuck_levels, warnings_for
+from nsb_delays.brokers.management import ManagementError
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 
@@ -69,3 +70,41 @@ def test_parked_and_poison_messages_are_warnings() -> None:
     assert "`nsb-delays delays parked`" in warnings[0]
     assert warnings[1].startswith(f"{in_flight.MIGRATE_POISON_QUEUE} holds 1 message(s) a delays move set aside")
     assert warnings_for(queue_statuses(listing()), []) == []
+
+
+class Samples:
+    """A management API whose queue listings are ``listings``, one per call, as successive statistics samples."""
+
+    def __init__(self, *listings: list[dict]) -> None:
+        self.listings = list(listings)
+
+    def queues(self, _vhost: str) -> list[dict]:
+        if not self.listings:
+            raise ManagementError("GET /api/queues/vhost: 503 Service Unavailable", 503)
+        return self.listings.pop(0)
+
+
+def test_what_a_move_leaves_behind_is_the_backlog_of_its_own_generation_in_both_samples() -> None:
+    """``delays migrate|transfer`` read this after the move: a clean first sample costs no second one (and no
+    wait), a backlog only in the first sample was a message on its way, another generation's is not the move's."""
+    level = rmq.delay_level_name(1)
+    clean = Samples(listing())
+    assert dead_letter_backlog(clean, "/", "v2", recheck_seconds=0.01).levels == []  # type: ignore[arg-type]
+    assert clean.listings == []  # one sample taken
+
+    passing = Samples(listing(**{level: {"messages_dlx": 2}}), listing())
+    assert dead_letter_backlog(passing, "/", "v2", recheck_seconds=0.01).levels == []  # type: ignore[arg-type]
+
+    held = {level: {"messages": 45, "messages_dlx": 45, "message_bytes_dlx": 900}}
+    backlog = dead_letter_backlog(Samples(listing(**held), listing(**held)), "/", "v2", recheck_seconds=0.01)  # type: ignore[arg-type]
+    assert ([q.queue for q in backlog.levels], backlog.messages) == ([level], 45)
+    (warning,) = backlog.warnings
+    assert warning.startswith(f"{level} holds 45 dead-lettered message(s) (900 bytes)") and "#1407" in warning
+    # a v1 -> v2 migrate in the same vhost: the target graph's backlog is not what the move left
+    migrate = dead_letter_backlog(Samples(listing(**held), listing(**held)), "/", "v1", recheck_seconds=0.01)  # type: ignore[arg-type]
+    assert migrate.levels == []
+
+
+def test_a_backlog_that_cannot_be_read_is_said_not_taken_for_none() -> None:
+    backlog = dead_letter_backlog(Samples(), "/", "v2")  # type: ignore[arg-type]
+    assert (backlog.levels, backlog.unknown) == ([], "GET /api/queues/vhost: 503 Service Unavailable")
