@@ -34,8 +34,7 @@ from .ledger_sql import (
     connect,
     connection_from_jdbc,
     ledger_sql,
-    lock_key,
-    lock_name,
+    lock_parameters,
 )
 
 __all__ = ["ABORTED", "DISPATCHED", "PENDING", "STATE_TABLE", "DbConnection"]
@@ -421,10 +420,7 @@ class Ledger:
         Released with the session, so a killed run frees it.
         """
         sql = self.sql
-        names: dict[str, Any] = {
-            "key": lock_key(self.layout.table, self.layout.endpoint_filter),
-            "name": lock_name(self.layout.table, self.layout.endpoint_filter),
-        }
+        names = lock_parameters(self.layout.table, self.layout.endpoint_filter)
         connection = self.connect()
         try:
             if (create := sql.create_lock_table()) is not None and (insert := sql.insert_lock_row()) is not None:
@@ -441,14 +437,15 @@ class Ledger:
                 connection.raw.commit()  # a session lock: no transaction stays open while the run goes on
             if not granted:
                 named = f"migration run {run.run_id}" if run is not None else "a migration run"
+                holder, end_it = self._lock_holder(connection, names)
                 if purpose == "run":
                     raise LedgerError(
                         f"{named} of {self.layout.table} is already running in another process (it holds the run "
-                        "lock): wait for it, or stop it and rerun this command to resume"
+                        f"lock{holder}): wait for it, or stop it and rerun this command to resume{end_it}"
                     )
                 raise LedgerError(
-                    f"{named} of {self.layout.table} is still running (another process holds its lock): "
-                    "stop that process first; `migrate abort` refuses to move rows a live run is dispatching"
+                    f"{named} of {self.layout.table} is still running (another process holds its lock{holder}): "
+                    f"stop that process first; `migrate abort` refuses to move rows a live run is dispatching{end_it}"
                 )
             try:
                 yield
@@ -463,6 +460,30 @@ class Ledger:
         finally:
             with contextlib.suppress(Exception):
                 connection.raw.close()
+
+    def _lock_holder(self, connection: Db, names: dict[str, Any]) -> tuple[str, str]:
+        """The session holding the run lock, for the refusal (``: session 4242 from 10.0.0.7, connected …``), and
+        how to end it if its process is gone; two empty strings where the dialect or the user's rights cannot tell."""
+        sql = self.sql
+        if (query := sql.lock_holder()) is None:
+            return "", ""
+        try:
+            row = connection.execute(query, names).fetchone()
+            connection.raw.commit()
+        except Exception:  # a catalog the user may not read: the refusal stands without the detail
+            with contextlib.suppress(Exception):
+                connection.raw.rollback()
+            return "", ""
+        if not row or row[0] is None:
+            return "", ""  # released meanwhile: the caller still refuses, as it was held when it tried
+        session, client, since = row
+        holder = f": session {session}" + (f" from {client}" if client else "")
+        holder += f", connected {since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if isinstance(since, datetime) else ""
+        end_it = (
+            f". If that process is gone (its host crashed or lost the network) the database keeps the lock until it "
+            f"notices; end the session (`{sql.end_session(int(session))}`) and rerun"
+        )
+        return holder, end_it
 
     def abort(self, run: Run | None = None, *, wait_seconds: int = ABORT_WAIT_SECONDS) -> tuple[Run, int]:
         """Move every row of the run that was not dispatched back to the legacy table; returns how many.

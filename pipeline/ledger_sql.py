@@ -380,6 +380,13 @@ def lock_key(source_table: str, endpoint: str | None) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def lock_parameters(source_table: str, endpoint: str | None) -> dict[str, Any]:
+    """What the lock statements bind: the lock's name, its key, and the key's halves as pg_locks shows them."""
+    key = lock_key(source_table, endpoint)
+    return {"name": lock_name(source_table, endpoint), "key": key, "key_high": (key >> 32) & 0xFFFFFFFF,
+            "key_low": key & 0xFFFFFFFF}  # fmt: skip
+
+
 class LedgerSql:
     """The ledger's statements for one source table, in portable SQL; dialects override the differences.
 
@@ -680,6 +687,16 @@ class LedgerSql:
         """Whether ``try_lock`` failed because another session holds the lock (not for another reason)."""
         return False
 
+    def lock_holder(self) -> str | None:
+        """One row naming the session that holds the run lock: its id, its client, since when (each may be null).
+        For the refusal: a process whose host crashed or lost the network holds the lock until the database
+        notices (TCP keepalive: hours by default), and "stop that process" cannot be done. None: not known."""
+        return None
+
+    def end_session(self, session: int) -> str | None:
+        """What an operator runs to end that session, so its lock goes with it."""
+        return None
+
     def create_lock_table(self) -> str | None:
         """The table of lock rows, for dialects whose lock is a row lock (None: a native lock is used)."""
         return None
@@ -733,6 +750,8 @@ class LedgerSql:
             "count_undated": self.count_undated(),
             "try_lock": self.try_lock(),
             "unlock": self.unlock(),
+            "lock_holder": self.lock_holder(),
+            "end_session": self.end_session(4242),
             "create_lock_table": self.create_lock_table(),
             "insert_lock_row": self.insert_lock_row(),
         }
@@ -829,6 +848,20 @@ class PostgresSql(LedgerSql):
     def unlock(self) -> str:
         return "select pg_advisory_unlock(%(key)s)"
 
+    def lock_holder(self) -> str:
+        """pg_locks shows an advisory lock on one int8 key as ``classid`` (its high half), ``objid`` (its low half)
+        and ``objsubid`` 1, per database (PostgreSQL's pg_locks view; ``SET_LOCKTAG_INT64`` in lockfuncs.c)."""
+        return (
+            "select a.pid, coalesce(host(a.client_addr), 'a local socket'), a.backend_start "
+            "from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+            "where l.locktype = 'advisory' and l.granted and l.objsubid = 1 "
+            "and l.classid::bigint = %(key_high)s and l.objid::bigint = %(key_low)s "
+            "and l.database = (select oid from pg_database where datname = current_database())"
+        )
+
+    def end_session(self, session: int) -> str:
+        return f"select pg_terminate_backend({int(session)})"
+
 
 class MySql(LedgerSql):
     """MySQL / MariaDB (InnoDB): backtick identifiers, ``div``, DDL commits (tables first)."""
@@ -868,6 +901,17 @@ class MySql(LedgerSql):
 
     def unlock(self) -> str:
         return "select release_lock(%(name)s)"
+
+    def lock_holder(self) -> str:
+        """``is_used_lock`` gives the holder's connection id; its client from the process list (a user without
+        the PROCESS privilege sees only its own connections there: then the id alone)."""
+        return (
+            "select is_used_lock(%(name)s), (select host from information_schema.processlist "
+            "where id = is_used_lock(%(name)s)), null"
+        )
+
+    def end_session(self, session: int) -> str:
+        return f"kill {int(session)}"
 
 
 class MsSql(LedgerSql):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -88,19 +89,23 @@ def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgre
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(restored,)]
 
 
+@pytest.mark.parametrize("ended_by", ["SIGKILL", "the refusal's statement"])
 def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
-    spark, postgres, timeout_table, broker_vhost, tmp_path
+    ended_by, spark, postgres, timeout_table, broker_vhost, tmp_path
 ) -> None:
     """A live ``run`` (a real ``spark-submit``, parked right after hiding) holds its session advisory lock:
-    ``abort`` refuses naming the run; once the run's processes are SIGKILLed the lock is gone with them."""
+    ``abort`` refuses, naming the run and the session that holds the lock. Once the run's processes are SIGKILLed
+    the lock is gone with them; or, as for a run whose host crashed and cannot be stopped, the refusal's own
+    statement (``pg_terminate_backend``) ends that session while the process still hangs, and ``abort`` works."""
     from tests.spark.test_crash_safety import spark_submit
 
     broker = broker_vhost(["Sales"])
     rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(50)]
-    source = timeout_table("LiveRun", rows)
+    endpoint = "LiveRun" if ended_by == "SIGKILL" else "LiveRunEnded"
+    source = timeout_table(endpoint, rows)
     marker = tmp_path / "hidden"
     job = spark_submit(
-        ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", "LiveRun",
+        ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint,
          "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
          "--no-progress", "--fault", f"after-hide:1:hang:{marker}"],
     )  # fmt: skip
@@ -111,16 +116,35 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
         assert marker.exists(), "the run never finished hiding"
         ((run_id,),) = ledger_rows(postgres.dsn, f'select "MigrationRunId" from "{STATE_TABLE}" '
                                                  'where "SourceTable" = %s', (source.layout.table,))  # fmt: skip
-        with pytest.raises(LedgerError, match=f"migration run {run_id} of .*LiveRun_TimeoutData.* is still running"):
+        with pytest.raises(
+            LedgerError, match=f"migration run {run_id} of .*{endpoint}_TimeoutData.* is still running"
+        ) as refused:
             abort_migration(source)
         assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(0,)]  # nothing moved
+        holder = re.search(
+            r"holds its lock: session (\d+) from (?:127\.0\.0\.1|::1), connected [0-9-]+ [0-9:]+ UTC\)",
+            str(refused.value),
+        )
+        end_it = re.search(
+            r"end the session \(`(select pg_terminate_backend\((\d+)\))`\) and rerun", str(refused.value)
+        )
+        assert holder and end_it and end_it[2] == holder[1], str(refused.value)
+        session = int(holder[1])
+        assert ledger_rows(postgres.dsn, "select count(*) from pg_stat_activity where pid = %s", (session,)) == [(1,)]
+        if ended_by != "SIGKILL":
+            ledger_rows(postgres.dsn, end_it[1])  # what the operator runs when the run's host is gone
+            wait_for_the_run_lock_to_be_free(postgres.dsn, source)
+            assert job.poll() is None  # the run's process still hangs: only its session ended
+            run, restored = abort_migration(source)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)  # the run's driver, JVM and workers: its session (and lock) ends
         job.wait(30)
 
-    wait_for_the_run_lock_to_be_free(postgres.dsn, source)
-    run, restored = abort_migration(source)
+    if ended_by == "SIGKILL":
+        wait_for_the_run_lock_to_be_free(postgres.dsn, source)
+        run, restored = abort_migration(source)
+    assert ledger_rows(postgres.dsn, "select count(*) from pg_stat_activity where pid = %s", (session,)) == [(0,)]
     assert (run.run_id, restored) == (run_id, len(rows))
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(len(rows),)]
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import json
+import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,7 @@ from nsb_delays.pipeline.ledger import (
     LedgerError,
     conninfo_from_jdbc,
 )
+from nsb_delays.pipeline.ledger_sql import lock_name
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
 from nsb_delays.pipeline.sources import JdbcSource, read_jdbc
 from tests.conftest import unavailable
@@ -167,12 +170,22 @@ def test_abort_from_mysql_after_a_partial_run_restores_exactly_the_undispatched_
 
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     with ledger.run_lock(purpose="run"):  # a live run (here: this session holding GET_LOCK) is never aborted
-        with pytest.raises(LedgerError, match=f"migration run {run_id} .*still running"):
+        with pytest.raises(LedgerError, match=f"migration run {run_id} .*still running") as refused:
             abort_migration(source)
         with pytest.raises(LedgerError, match=f"migration run {run_id} .*already running in another process"):
             run_migration(spark, RunOptions(**{**options.__dict__, "fault": None}))
-
-    run, restored = abort_migration(source)
+        # the refusal names the holding connection and how to end it when its process is gone (a crashed host)
+        end_it = re.search(
+            r"holds its lock: session (\d+) from .*end the session \(`(kill (\d+))`\)", str(refused.value)
+        )
+        assert end_it and end_it[1] == end_it[3], str(refused.value)
+        mysql_rows(mariadb, end_it[2])
+        lock = lock_name(source.layout.table, source.layout.endpoint_filter)
+        deadline = time.monotonic() + 30  # the server ends the killed connection (and frees its lock) a moment later
+        while mysql_rows(mariadb, "select is_used_lock(%s)", (lock,)) != [(None,)]:
+            assert time.monotonic() < deadline, "the killed connection's lock was still held 30 s later"
+            time.sleep(0.1)
+        run, restored = abort_migration(source)  # the lock went with the connection; its holder lives on
 
     assert (run.run_id, restored) == (run_id, len(rows) - len(dispatched))
     back = {row[0]: row for row in mysql_rows(mariadb, f"select {COLUMNS} from {source.layout.table}")}
