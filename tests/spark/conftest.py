@@ -26,7 +26,7 @@ from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
-from nsb_delays.pipeline.ledger_sql import lock_key
+from nsb_delays.pipeline.ledger import Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
 from tests.conftest import serve, unavailable, vhost_factory
@@ -235,14 +235,17 @@ def ledger_rows(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tupl
         return connection.execute(query, params).fetchall()
 
 
-def wait_for_the_run_lock_to_be_free(dsn: str, source: JdbcSource, seconds: float = 30) -> None:
-    """Wait until PostgreSQL has ended the killed run's session: its backend notices the closed socket and
-    releases the advisory lock a moment after the processes die, not when ``spark-submit`` is reaped (CI once
-    ran ``abort`` inside that moment and was, rightly, refused)."""
-    key = lock_key(source.layout.table, source.layout.endpoint_filter)
+def wait_for_the_run_lock_to_be_free(source: JdbcSource, seconds: float = 30) -> None:
+    """Wait until the run lock of ``source`` can be taken (``Ledger.run_lock``, any dialect). A session whose
+    process was killed, or that was ended by ``pg_terminate_backend`` / ``kill``, is ended by the server a moment
+    later, not when the process is reaped or the statement returns (CI once ran ``abort`` inside that moment and
+    was, rightly, refused)."""
+    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     deadline = time.monotonic() + seconds
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        while not connection.execute("select pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-            assert time.monotonic() < deadline, f"the killed run's lock was still held {seconds:.0f} s later"
+    while True:
+        try:
+            with ledger.run_lock(purpose="run"):
+                return
+        except LedgerError:
+            assert time.monotonic() < deadline, f"the run lock was still held {seconds:.0f} s later"
             time.sleep(0.1)
-        connection.execute("select pg_advisory_unlock(%s)", (key,))

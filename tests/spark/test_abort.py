@@ -133,7 +133,7 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
         assert ledger_rows(postgres.dsn, "select count(*) from pg_stat_activity where pid = %s", (session,)) == [(1,)]
         if ended_by != "SIGKILL":
             ledger_rows(postgres.dsn, end_it[1])  # what the operator runs when the run's host is gone
-            wait_for_the_run_lock_to_be_free(postgres.dsn, source)
+            wait_for_the_run_lock_to_be_free(source)
             assert job.poll() is None  # the run's process still hangs: only its session ended
             run, restored = abort_migration(source)
     finally:
@@ -142,7 +142,7 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
         job.wait(30)
 
     if ended_by == "SIGKILL":
-        wait_for_the_run_lock_to_be_free(postgres.dsn, source)
+        wait_for_the_run_lock_to_be_free(source)
         run, restored = abort_migration(source)
     assert ledger_rows(postgres.dsn, "select count(*) from pg_stat_activity where pid = %s", (session,)) == [(0,)]
     assert (run.run_id, restored) == (run_id, len(rows))

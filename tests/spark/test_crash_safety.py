@@ -101,7 +101,7 @@ def test_killed_run_resumes_without_loss(point, spark, postgres, timeout_table, 
         assert point == "during hiding"  # the hiding transaction died with the job: nothing moved
         assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(ROWS,)]
 
-    wait_for_the_run_lock_to_be_free(postgres.dsn, source)
+    wait_for_the_run_lock_to_be_free(source)
     result = run_migration(
         spark,
         RunOptions(source, broker.target(), batch_size=BATCH_SIZE, partitions=PARTITIONS, show_progress=False),

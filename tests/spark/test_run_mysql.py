@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -30,12 +29,18 @@ from nsb_delays.pipeline.ledger import (
     LedgerError,
     conninfo_from_jdbc,
 )
-from nsb_delays.pipeline.ledger_sql import lock_name
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
 from nsb_delays.pipeline.sources import JdbcSource, read_jdbc
 from tests.conftest import unavailable
 from tests.services import MARIADB_JDBC_JAR, LocalMariaDb
-from tests.spark.conftest import SQL_PERSISTENCE_VERSION, StoredTimeout, read_ranges, timeout, utc_now
+from tests.spark.conftest import (
+    SQL_PERSISTENCE_VERSION,
+    StoredTimeout,
+    read_ranges,
+    timeout,
+    utc_now,
+    wait_for_the_run_lock_to_be_free,
+)
 
 COLUMNS = "`Id`, `Destination`, `SagaId`, `State`, `Time`, `Headers`, `PersistenceVersion`"
 
@@ -180,11 +185,7 @@ def test_abort_from_mysql_after_a_partial_run_restores_exactly_the_undispatched_
         )
         assert end_it and end_it[1] == end_it[3], str(refused.value)
         mysql_rows(mariadb, end_it[2])
-        lock = lock_name(source.layout.table, source.layout.endpoint_filter)
-        deadline = time.monotonic() + 30  # the server ends the killed connection (and frees its lock) a moment later
-        while mysql_rows(mariadb, "select is_used_lock(%s)", (lock,)) != [(None,)]:
-            assert time.monotonic() < deadline, "the killed connection's lock was still held 30 s later"
-            time.sleep(0.1)
+        wait_for_the_run_lock_to_be_free(source)
         run, restored = abort_migration(source)  # the lock went with the connection; its holder lives on
 
     assert (run.run_id, restored) == (run_id, len(rows) - len(dispatched))
