@@ -6,6 +6,7 @@ delays migrate`` does not load Pulumi, PySpark or the renderers, which took more
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +43,22 @@ class LazyGroup(Group):
         if cmd_name not in self.commands and cmd_name in self.modules:
             importlib.import_module(self.modules[cmd_name], __package__).register(self)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Suggest from every command name, loaded or not.
+
+        Click 8.4+ ``Group.resolve_command`` suggests only from ``self.commands`` (the modules already
+        imported) and click 8.3 not at all, so ``nsb-delays migrte`` said "Did you mean 'migrate'?" only
+        when an earlier call in the same process had loaded ``migrate``.
+        """
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
 
 @click.group(
