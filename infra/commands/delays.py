@@ -32,6 +32,7 @@ from nsb_delays.brokers.delay_mover import (
     MoveStopped,
 )
 from nsb_delays.brokers.delay_moves import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog
+from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_parked, redeliver_parked
 from nsb_delays.brokers.sqs_sender import SqsSettings
@@ -148,6 +149,15 @@ def _plan(
         raise
 
 
+def _say_if_unread(backlog: DeadLetterBacklog) -> None:
+    """An unreadable management API is said, not taken for "nothing stays behind" (dry run and move alike)."""
+    if backlog.unknown:
+        console.print(
+            f"could not read the source's dead-letter backlog ({backlog.unknown}): "
+            "`nsb-delays status` on the source shows whether any message stayed behind"
+        )
+
+
 def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> None:
     """Move as planned, or (``dry_run``) show what would move: the destinations were checked by then."""
     scan = plan.scan
@@ -165,6 +175,7 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
             f"dry run: {scan.messages - poison:,} message(s) would move{set_aside}; every destination can receive"
         )
         backlog = source_backlog(plan)
+        _say_if_unread(backlog)
         if backlog.levels:
             console.print(
                 f"{backlog.messages:,} message(s) in the dead-letter backlog of "
@@ -208,11 +219,7 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
         f"moved {report.moved:,} message(s) in {report.seconds:.1f} s ({rate:,.0f} msg/s)"
         + (f"; {report.poison:,} poison message(s) in {plan.poison_queue} on the source" if report.poison else "")
     )
-    if report.backlog.unknown:
-        console.print(
-            f"could not read the source's dead-letter backlog ({report.backlog.unknown}): "
-            "`nsb-delays status` on the source shows whether any message stayed behind"
-        )
+    _say_if_unread(report.backlog)
     problems = []
     if report.left:
         listed = ", ".join(f"{name} ({count:,})" for name, count in report.left_destinations.most_common(10))

@@ -12,8 +12,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.local import free_port
 from nsb_delays.infra.cli import cli
+from nsb_delays.infra.commands.delays import _say_if_unread
 from nsb_delays.infra.config import stack_file
 
 BROKER = ["--management-url", "http://127.0.0.1:15672", "--username", "guest", "--password", "guest"]
@@ -166,3 +168,13 @@ def test_a_channel_closed_while_a_queue_is_read_is_one_line_with_exit_2(
     assert code == 2, output
     assert CHANNEL_CLOSED in output and footer in output
     assert "Traceback" not in output
+
+
+def test_a_dead_letter_backlog_that_cannot_be_read_is_said_not_taken_for_none(capsys) -> None:
+    """Said by the dry run and the move alike (the dry run once said nothing, as if none stayed behind)."""
+    _say_if_unread(DeadLetterBacklog(unknown="GET /api/queues/vhost: 503 Service Unavailable"))
+    said = " ".join(capsys.readouterr().out.split())
+    assert "could not read the source's dead-letter backlog (GET /api/queues/vhost: 503 Service Unavailable)" in said
+    assert "`nsb-delays status` on the source shows whether any message stayed behind" in said
+    _say_if_unread(DeadLetterBacklog())
+    assert capsys.readouterr().out == ""
