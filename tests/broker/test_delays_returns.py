@@ -19,7 +19,7 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import parse_version
 from nsb_delays.components.model import rabbitmq as rmq
-from tests.broker.in_flight_messages import declare_graphs, delayed_message, publish
+from tests.broker.in_flight_messages import declare_graphs, delayed_message, depths_once_handed_back, publish
 from tests.broker.test_delays_moves import CLI, broker_arguments
 
 
@@ -46,6 +46,7 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
     for handed_back in range(RETURNS):
         scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)
         assert scans[0].messages == 1, f"read {handed_back + 1} did not get the message back: it is not returned"
+        assert depths_once_handed_back(parameters, [level], [1]) == [1], f"read {handed_back + 1}: it is not returned"
     command = [
         *CLI, "delays", "transfer", *broker_arguments(rabbitmq, source),
         *broker_arguments(rabbitmq, target, "destination-"), "--no-progress",
@@ -57,6 +58,7 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
         return
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"{level}: messages were handed back {RETURNS} times" in run.stderr and "delivery limit is 20" in run.stderr
+    assert depths_once_handed_back(parameters, [level], [1]) == [1]  # handed back by the refusal, not dead-lettered
     scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _m, _p, _b: None)
     assert scans[0].messages == 1  # still waiting in its level, not dead-lettered
 
