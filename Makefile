@@ -20,9 +20,18 @@ EXECUTOR_STAMP := $(EXECUTOR_VENV)/.installed
 CONNECT_VENV := $(or $(NSB_SPARK_CONNECT_VENV),$(CURDIR)/.cache/spark-connect-venv)
 CONNECT_STAMP := $(CONNECT_VENV)/.installed
 
-.PHONY: setup system-packages rabbitmq4-root demo test unit lint bench diagram clean
+# The real Pulumi engine (engine/build.sh): `pulumi` from PATH when there, else the CLI, the Python language host
+# and the RabbitMQ provider built from the pinned Go modules in engine/ into $(ENGINE)/bin, rebuilt only when a
+# pin changes; the provider is installed as a plugin into $(ENGINE)/home, the PULUMI_HOME of the demo and tests.
+ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
+export NSB_ENGINE_DIR := $(ENGINE)
 
-setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP)
+.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench diagram clean
+
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine
+
+engine: $(STAMP)
+	@bash engine/build.sh $(PY)
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
@@ -105,7 +114,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not broker and not spark and not sparkcluster and not packaging and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "not broker and not engine and not spark and not sparkcluster and not packaging and not cluster" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
 # Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.

@@ -1,0 +1,203 @@
+"""The real Pulumi engine (``engine/build.sh``): the ``pulumi`` CLI, the Python language host and the RabbitMQ
+provider, run offline against the session's brokers.
+
+Every command runs with a DIY ``file://`` backend private to the test session, passphrase secrets, no update
+check and no plugin download (``PulumiEngine.environment``). The engine is found on PATH (a machine with
+Pulumi's installer) or in ``.cache/engine`` (built by ``make setup``); without either the tier skips, and fails
+under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nsb_delays.brokers.local import LocalRabbitMq
+from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
+from tests.conftest import unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILT_ENGINE = Path(os.environ.get("NSB_ENGINE_DIR", ROOT / ".cache" / "engine"))
+PASSPHRASE = "nsb-delays-tests"
+# pulumi's own output is long on failure; a failed command's message shows this much of each stream
+SHOWN_OUTPUT = 6000
+
+
+@dataclass
+class Result:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def explain(self) -> str:
+        return (
+            f"pulumi {' '.join(self.args)} exited {self.returncode}\n--- stdout\n{self.stdout[-SHOWN_OUTPUT:]}"
+            f"\n--- stderr\n{self.stderr[-SHOWN_OUTPUT:]}"
+        )
+
+
+@dataclass
+class PulumiEngine:
+    """The CLI and where its plugins and state live; ``run`` is ``pulumi ARGS`` in a project directory."""
+
+    pulumi: Path
+    home: Path
+    backend: Path
+
+    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {
+            **os.environ,
+            # The CLI, its language host and the exec shim beside it; then this virtualenv's python, which the
+            # language host built here (engine/python) runs: it ignores Pulumi.yaml's `virtualenv` option
+            # under this engine (it reads it from a -virtualenv flag the engine no longer passes).
+            "PATH": os.pathsep.join([str(self.pulumi.parent), str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "PULUMI_HOME": str(self.home),
+            "PULUMI_BACKEND_URL": self.backend.as_uri(),
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            # the provider installed in PULUMI_HOME under the SDK's version, not the binary beside the CLI
+            "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+            "PULUMI_SKIP_CONFIRMATIONS": "true",
+            "PULUMI_COPILOT": "false",
+            "NO_COLOR": "1",
+        }
+        env.pop("PULUMI_ACCESS_TOKEN", None)
+        return env | dict(extra or {})
+
+    def run(
+        self,
+        *args: str,
+        cwd: Path = ROOT,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        timeout: float = 900,
+    ) -> Result:
+        completed = subprocess.run(
+            [str(self.pulumi), *args, "--non-interactive", "--color", "never"],
+            cwd=cwd,
+            env=self.environment(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        result = Result(list(args), completed.returncode, completed.stdout, completed.stderr)
+        if check and result.returncode != 0:
+            pytest.fail(result.explain(), pytrace=False)
+        return result
+
+
+def find_engine() -> Path | None:
+    """``pulumi`` on PATH wins (a user's install), else the one ``engine/build.sh`` built."""
+    on_path = shutil.which("pulumi")
+    if on_path:
+        return Path(on_path)
+    built = BUILT_ENGINE / "bin" / "pulumi"
+    missing = [
+        name
+        for name in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-rabbitmq")
+        if not (BUILT_ENGINE / "bin" / name).exists()
+    ]
+    return None if missing else built
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> PulumiEngine:
+    pulumi = find_engine()
+    if pulumi is None:
+        unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; engine/build.sh says why)")
+        raise AssertionError("unreachable")
+    home = BUILT_ENGINE / "home" if pulumi.parent == BUILT_ENGINE / "bin" else Path.home() / ".pulumi"
+    backend = tmp_path_factory.mktemp("pulumi-state")
+    return PulumiEngine(pulumi, home, backend)
+
+
+@dataclass
+class Stack:
+    """A stack of a project, its config in a file of its own (``--config-file``), never in the checkout."""
+
+    engine: PulumiEngine
+    name: str
+    project_dir: Path
+    config_file: Path
+    env: dict[str, str]
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        self.config_file.write_text(yaml.safe_dump({"config": dict(config)}, sort_keys=False))
+
+    def run(self, *args: str, check: bool = True, timeout: float = 900) -> Result:
+        return self.engine.run(
+            *args,
+            "--stack",
+            self.name,
+            "--config-file",
+            str(self.config_file),
+            cwd=self.project_dir,
+            env=self.env,
+            check=check,
+            timeout=timeout,
+        )
+
+    def up(self, *extra: str, check: bool = True) -> Result:
+        return self.run("up", "--yes", "--skip-preview", *extra, check=check)
+
+    def preview(self, *extra: str, check: bool = True) -> Result:
+        return self.run("preview", *extra, check=check)
+
+    def outputs(self) -> dict[str, Any]:
+        return json.loads(self.run("stack", "output", "--json", "--show-secrets").stdout)
+
+
+def broker_environment(broker: LocalRabbitMq) -> dict[str, str]:
+    """The provider's credentials as a deployment pipeline passes them: environment variables the Terraform
+    provider reads (terraform-provider-rabbitmq ``rabbitmq/provider.go``: ``RABBITMQ_USERNAME``/``_PASSWORD``)."""
+    return {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
+
+
+def init_stack(
+    engine: PulumiEngine, broker: LocalRabbitMq, folder: Path, label: str, project_dir: Path = ROOT
+) -> Stack:
+    """A new, empty stack of ``project_dir`` whose config file lives in ``folder``."""
+    name = f"{label}-{uuid.uuid4().hex[:8]}"
+    stack = Stack(engine, name, project_dir, folder / f"Pulumi.{name}.yaml", broker_environment(broker))
+    stack.write_config({"rabbitmq:endpoint": broker.management_url})
+    engine.run("stack", "init", name, cwd=project_dir)
+    return stack
+
+
+def remove_stack(stack: Stack) -> None:
+    """Destroy what the stack still holds (protected objects stay) and forget it."""
+    stack.run("destroy", "--yes", "--skip-preview", check=False)
+    stack.engine.run("stack", "rm", "--yes", "--force", "--stack", stack.name, cwd=stack.project_dir, check=False)
+
+
+@pytest.fixture
+def new_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Any]:
+    """``new_stack(broker, label)`` -> an initialised stack of the project's program; removed afterwards."""
+    made: list[Stack] = []
+
+    def make(broker: LocalRabbitMq, label: str = "t", project_dir: Path = ROOT) -> Stack:
+        made.append(init_stack(engine, broker, tmp_path, label, project_dir))
+        return made[-1]
+
+    yield make
+    for stack in made:
+        remove_stack(stack)
