@@ -74,7 +74,6 @@ def test_delayed_messages_arrive_through_what_up_declared(deployed: Deployed, ra
     assert config is not None
     watched = [q.name for q in rabbitmq_topology(config).queues if not q.holds_delayed_messages]
     with ArrivalCollector(rabbitmq.amqp_url, deployed.vhost, watched) as collector:
-        collector.start()
         with DelayedPublisher(rabbitmq.amqp_url, deployed.vhost, config.generation) as publisher:
             sends = [publisher.send(queue, delay) for delay in DELAYS for queue in receiving_queues(config)]
         assert collector.wait_for([s.message_id for s in sends], timeout=max(DELAYS) + 60)
