@@ -10,7 +10,7 @@ from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
 from nsb_delays.components.sqs import SqsEndpoint
 
-from .config import NAMESPACE, SECTIONS, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
+from .config import NAMESPACE, SECTIONS, ConfigError, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
 
 
 def read_pulumi_config() -> StackConfig:
@@ -98,5 +98,12 @@ def declare(config: StackConfig) -> dict[str, Any]:
 
 
 def main() -> None:
-    for key, value in declare(read_pulumi_config()).items():
+    """``pulumi up``'s entry point. A bad stack config ends the program with ``pulumi.RunError``, which the
+    language host's exec shim reports as the message alone, without a traceback (pulumi/pulumi
+    ``sdk/python/cmd/pulumi-language-python-exec``: ``except pulumi.RunError``), before anything is registered."""
+    try:
+        config = read_pulumi_config()
+    except ConfigError as error:
+        raise pulumi.RunError(str(error)) from None
+    for key, value in declare(config).items():
         pulumi.export(key, value)

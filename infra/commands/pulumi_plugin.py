@@ -42,13 +42,16 @@ class PluginKind:
     package: str  # the sub-package whose __main__ the plugin runs and whose manifest it ships
     manifest: str
     use: str  # what to run next, for the message after writing
+    executable: str | None = None  # a script that starts the plugin without a language host (policies/analyzer)
 
 
 KINDS = {
     "provider": PluginKind(
         "nsb_delays.components", "PulumiPlugin.yaml", "pulumi package add {directory}  (in your Pulumi project)"
     ),
-    "policy-pack": PluginKind("nsb_delays.policies", "PulumiPolicy.yaml", "pulumi preview --policy-pack {directory}"),
+    "policy-pack": PluginKind(
+        "nsb_delays.policies", "PulumiPolicy.yaml", "pulumi preview --policy-pack {directory}", "analyzer"
+    ),
 }
 
 
@@ -85,11 +88,14 @@ def plugin_files(kind: PluginKind, requirement: str) -> dict[str, str]:
     manifest["runtime"].setdefault("options", {})["virtualenv"] = PLUGIN_VIRTUALENV
     if "version" in manifest:  # a policy pack's version: the installed package's
         manifest["version"] = version(DISTRIBUTION)
-    return {
+    files = {
         kind.manifest: yaml.safe_dump(manifest, sort_keys=False, width=1000),
         "requirements.txt": f"{requirement}\n",
         "__main__.py": MAIN.format(package=kind.package, distribution=DISTRIBUTION),
     }
+    if kind.executable:
+        files[kind.executable] = resources.files(kind.package).joinpath(kind.executable).read_text()
+    return files
 
 
 def register(cli: click.Group) -> None:
@@ -119,6 +125,8 @@ def register(cli: click.Group) -> None:
             directory.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
                 (directory / name).write_text(text)
+            if KINDS[kind].executable:
+                (directory / KINDS[kind].executable).chmod(0o755)
         except OSError as error:
             raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None
         click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")

@@ -1,0 +1,107 @@
+"""``pulumi preview --policy-pack`` through the real engine: the pack passes good stacks and refuses, naming the
+rule, a stack that breaks a mandatory one.
+
+The pack starts as the engine starts any analyzer plugin. The Python language host built here (``engine/python``,
+sdk v3.79.0) cannot start a pack *directory* under the v3.274 engine, so the pack is given as its executable,
+``policies/analyzer`` (the engine launches an executable ``--policy-pack`` path directly: pulumi/pulumi
+``pkg/resource/plugin/analyzer_plugin.go`` ``NewPolicyAnalyzer``); with Pulumi's own install,
+``--policy-pack policies`` works as the README says. Previews create nothing, so no broker is needed: the
+provider's endpoint is never called.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, remove_stack
+from tests.engine.policy_cases import CASES
+
+USER_PROGRAM = Path(__file__).parent / "user_program"
+ANALYZER = ROOT / "policies" / "analyzer"
+UNREACHED_ENDPOINT = "http://127.0.0.1:9"  # loopback http, which the pack allows; never called by a preview
+UNREACHED_CREDENTIALS = {"RABBITMQ_USERNAME": "guest", "RABBITMQ_PASSWORD": "guest"}
+GOOD_SECTION = {
+    "vhost": "/",
+    "brokerVersion": "4.0",
+    "endpoints": ["Sales", {"name": "Billing", "instanceDiscriminators": ["blue"]}],
+}
+
+
+@pytest.fixture
+def new_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """``new_stack(project_dir, config)``: a stack whose provider is never called; removed afterwards."""
+    made: list[Stack] = []
+
+    def make(project_dir: Path, config: dict[str, Any]) -> Stack:
+        name = f"policy-{uuid.uuid4().hex[:8]}"
+        env = UNREACHED_CREDENTIALS | {"PYTHONPATH": str(ROOT)}
+        made.append(Stack(engine, name, project_dir, tmp_path / f"Pulumi.{name}.yaml", env))
+        made[-1].write_config({"rabbitmq:endpoint": UNREACHED_ENDPOINT, **config})
+        engine.run("stack", "init", name, cwd=project_dir)
+        return made[-1]
+
+    yield make
+    for stack in made:
+        remove_stack(stack)
+
+
+def preview(stack: Stack, pack: Path = ANALYZER) -> Result:
+    return stack.preview("--policy-pack", str(pack), check=False)
+
+
+def test_the_projects_program_passes_the_pack_from_this_checkout(new_stack: Callable[..., Stack]) -> None:
+    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": GOOD_SECTION})
+    result = preview(stack)
+    assert result.returncode == 0, result.explain()
+    assert "nsb-delays@v" in result.stdout
+    assert "mandatory" not in result.output.lower()
+
+
+def test_a_users_program_passes_the_pack_written_from_the_installed_package(
+    new_stack: Callable[..., Stack], tmp_path: Path
+) -> None:
+    pack = tmp_path / "pack"
+    subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "pulumi-plugin", "policy-pack", str(pack)],
+        check=True,
+        capture_output=True,
+    )
+    stack = new_stack(USER_PROGRAM, {})
+    result = preview(stack, pack / "analyzer")
+    assert result.returncode == 0, result.explain()
+    assert "nsb-delays@v" in result.stdout
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_stack_breaking_a_mandatory_rule_fails_the_preview_naming_it(
+    new_stack: Callable[..., Stack], case: str
+) -> None:
+    stack = new_stack(USER_PROGRAM, {"case:name": case})
+    result = preview(stack)
+    assert result.returncode != 0, result.explain()
+    assert f"[mandatory]  {CASES[case].rule}" in result.stdout, result.explain()
+
+
+@pytest.mark.parametrize(
+    ("section", "endpoint", "rule"),
+    [
+        ({"protectDelayQueues": False}, UNREACHED_ENDPOINT, "delay-queue-protected"),
+        ({}, "http://rabbitmq.example.com:15672", "rabbitmq-endpoint-https"),
+    ],
+    ids=["unprotected-levels", "http-endpoint"],
+)
+def test_the_projects_program_with_a_config_breaking_a_rule_fails_the_preview(
+    new_stack: Callable[..., Stack], section: dict[str, Any], endpoint: str, rule: str
+) -> None:
+    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": GOOD_SECTION | section})
+    stack.write_config({"rabbitmq:endpoint": endpoint, "nsb-delays:rabbitmq": GOOD_SECTION | section})
+    result = preview(stack)
+    assert result.returncode != 0, result.explain()
+    assert rule in result.stdout, result.explain()
