@@ -1,0 +1,195 @@
+"""Taking over what NServiceBus declared, changing a stack, and what the engine refuses, through ``pulumi up``.
+
+- **Adoption:** NServiceBus's own declarations (``tests/broker/nservicebus_declarations.py``) make the graph and
+  the endpoints; ``adoptExisting: true`` imports every object: nothing is created or replaced, the broker's
+  definitions do not change, and the next preview shows no diff. A level NServiceBus declared differently is
+  a refused import and an untouched broker.
+- **Change:** adding an endpoint creates only its objects; removing one while its delayed messages are in
+  flight parks them (none lost) and the level keeps delivering the others (NServiceBus.RabbitMQ#1407).
+- **Refusals:** ``pulumi destroy`` refuses to delete the protected delay queues; a bad stack config ends
+  the program with one message, no traceback, nothing created.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pika
+import pytest
+
+from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters, queue_depths
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.config import NAMESPACE, parse_stack_config
+from tests.broker import nservicebus_declarations as nsb
+from tests.broker.conftest import settled_queues
+from tests.broker.test_nservicebus_compatibility import own_policies, start_endpoints, without_statistics
+from tests.engine.conftest import Stack
+
+GONE_MESSAGES, LIVE_MESSAGES, DELAY_SECONDS = 20, 5, 12
+
+
+def version_text(broker_version: tuple[int, ...]) -> str:
+    return ".".join(map(str, broker_version[:2]))
+
+
+def section(vhost: str, broker_version: tuple[int, ...], endpoints: list[Any], **options: Any) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "brokerVersion": version_text(broker_version),
+        "deliveryLimitPolicies": broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "endpoints": endpoints,
+        **options,
+    }
+
+
+def configure(stack: Stack, broker: LocalRabbitMq, rabbitmq_section: dict[str, Any]) -> None:
+    stack.write_config({"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": rabbitmq_section})
+
+
+def summary(result_output: str) -> dict[str, int]:
+    """``Resources:`` of an up: ``{"created": 3, "imported": 130, "unchanged": 5}``."""
+    counts = re.findall(
+        r"^\s+[+~\-=]?\s*(\d+) (created|imported|updated|deleted|replaced|unchanged)", result_output, re.M
+    )
+    return {kind: int(number) for number, kind in counts}
+
+
+def broker_objects_created(output: str) -> list[str]:
+    """The provider resources an up created (components and the stack are created in the state only)."""
+    return re.findall(r"^\s*\+\s+(rabbitmq:index:\S+ \S+) created", output, re.M)
+
+
+def test_adopt_existing_takes_over_what_nservicebus_declared(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    vhost = new_vhost("engine-adopt")
+    wanted = section(vhost, broker_version, ["Sales", "Billing"], parkUnroutable=False, adoptExisting=True)
+    config = parse_stack_config({"rabbitmq": wanted})
+    nsb.declare_as_nservicebus(rabbitmq, config)
+    delivery_limit_policies = wanted["deliveryLimitPolicies"]
+    start_endpoints(management, config, broker_version)
+    settled_queues(management, vhost, own_policies(config, delivery_limit_policies))
+    before = without_statistics(management.definitions(vhost))
+
+    stack = new_stack(rabbitmq, "adopt")
+    configure(stack, rabbitmq, wanted)
+    result = stack.up()
+    assert not broker_objects_created(result.stdout), result.stdout[-3000:]
+    assert "replaced" not in summary(result.stdout), result.stdout[-3000:]
+    assert summary(result.stdout).get("imported", 0) > rmq.LEVEL_COUNT * 3, result.stdout[-3000:]
+    assert without_statistics(management.definitions(vhost)) == before
+    stack.preview("--expect-no-changes")
+    assert verify_rabbitmq(management, config.rabbitmq) == []
+
+
+def test_an_import_that_differs_from_the_broker_is_refused_and_changes_nothing(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    """NServiceBus's graph, but level 00 re-declared with another TTL."""
+    vhost = new_vhost("engine-adopt-differs")
+    wanted = section(vhost, broker_version, ["Sales"], parkUnroutable=False, adoptExisting=True, generation="v1")
+    nsb.declare_as_nservicebus(rabbitmq, parse_stack_config({"rabbitmq": wanted}))
+    level = rmq.delay_level_name(0, "v1")
+    connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
+    try:
+        channel = connection.channel()
+        channel.queue_delete(level)
+        channel.queue_declare(level, durable=True, arguments={"x-message-ttl": 999, "x-queue-mode": "lazy"})
+        for binding in rmq.delay_levels("v1").bindings:
+            if binding.destination == level:
+                channel.queue_bind(level, binding.source, binding.routing_key)
+    finally:
+        connection.close()
+    before = without_statistics(management.definitions(vhost))
+    stack = new_stack(rabbitmq, "adopt-differs")
+    configure(stack, rabbitmq, wanted)
+    result = stack.run("up", "--yes", check=False)
+    assert result.returncode != 0, result.explain()
+    # the engine's refusal (pulumi/pulumi pkg/resource/deploy/step_generator.go): an imported resource whose
+    # inputs differ would have to be replaced, which an `import` never does
+    assert f'unable to replace resource "urn:pulumi:{stack.name}' in result.output, result.explain()
+    assert f"Queue::delays-v1-{level}" in result.output, result.explain()
+    assert "previously-imported resources that still specify an ID may not be replaced" in result.output
+    assert without_statistics(management.definitions(vhost)) == before
+
+
+def test_adding_an_endpoint_creates_only_its_objects(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    vhost = new_vhost("engine-add")
+    stack = new_stack(rabbitmq, "add")
+    configure(stack, rabbitmq, section(vhost, broker_version, ["Sales"]))
+    stack.up()
+    before = {q["name"] for q in management.queues(vhost)}
+    grown = section(vhost, broker_version, ["Sales", "Shipping"])
+    configure(stack, rabbitmq, grown)
+    result = stack.up()
+    counts = summary(result.stdout)
+    assert set(counts) <= {"created", "unchanged"}, result.stdout[-3000:]
+    assert {q["name"] for q in management.queues(vhost)} - before == {"Shipping"}
+    assert verify_rabbitmq(management, parse_stack_config({"rabbitmq": grown}).rabbitmq) == []
+
+
+def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_level(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    """NServiceBus.RabbitMQ#1407 through a real ``pulumi up``: ``Gone``'s delayed messages are parked when
+    they mature, ``Live``'s, queued behind them in the same level, still arrive."""
+    vhost = new_vhost("engine-remove")
+    stack = new_stack(rabbitmq, "remove")
+    configure(stack, rabbitmq, section(vhost, broker_version, ["Live", "Gone"]))
+    stack.up()
+    with ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]) as collector:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost) as publisher:
+            for _ in range(GONE_MESSAGES):
+                publisher.send("Gone", DELAY_SECONDS)
+            live = [publisher.send("Live", DELAY_SECONDS) for _ in range(LIVE_MESSAGES)]
+        configure(stack, rabbitmq, section(vhost, broker_version, ["Live"]))
+        removed = stack.up()
+        assert summary(removed.stdout).get("deleted", 0) > 0, removed.stdout[-3000:]
+        assert "Gone" not in {q["name"] for q in management.queues(vhost)}
+        assert collector.wait_for([s.message_id for s in live], timeout=DELAY_SECONDS + 60)
+    parking = rmq.parking_name()
+    depths: dict[str, int] = {}
+    for _ in range(60):
+        depths = queue_depths(rabbitmq.amqp_url, vhost, [parking])
+        if depths[parking] >= GONE_MESSAGES:
+            break
+        time.sleep(0.5)
+    assert depths[parking] == GONE_MESSAGES
+
+
+def test_destroy_refuses_to_delete_the_protected_delay_queues(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    vhost = new_vhost("engine-protect")
+    stack = new_stack(rabbitmq, "protect")
+    configure(stack, rabbitmq, section(vhost, broker_version, ["Sales"]))
+    stack.up()
+    result = stack.run("destroy", "--yes", "--skip-preview", check=False)
+    assert result.returncode != 0, result.explain()
+    assert "protected" in result.output, result.explain()
+    levels = {q.name for q in rmq.delay_levels().queues}
+    assert levels <= {q["name"] for q in management.queues(vhost)}
+
+
+@pytest.mark.parametrize("endpoints", [["a b"], "Sales"], ids=["bad-name", "not-a-list"])
+def test_a_bad_stack_config_is_one_message_without_traceback_and_creates_nothing(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, endpoints: Any
+) -> None:
+    vhost = new_vhost("engine-bad-config")
+    stack = new_stack(rabbitmq, "bad-config")
+    configure(stack, rabbitmq, {"vhost": vhost, "generation": "v3", "endpoints": endpoints})
+    before = management.definitions(vhost)
+    result = stack.run("up", "--yes", check=False)
+    assert result.returncode != 0
+    assert "invalid nsb-delays stack config" in result.output, result.explain()
+    assert "nsb-delays:rabbitmq.generation" in result.output, result.explain()
+    assert "Traceback" not in result.output, result.explain()
+    assert "created" not in summary(result.stdout)
+    assert management.definitions(vhost) == before
