@@ -1,8 +1,9 @@
 """``nsb-delays demo --stack dev``: the whole job on a private RabbitMQ and moto, in well under a minute.
 
 Starts both servers on loopback (or uses a RabbitMQ given with ``--rabbitmq-url`` and
-``--rabbitmq-management-url``), checks the broker before changing it, provisions the stack the way a
-team without Pulumi would (definitions import, CloudFormation), verifies it, sends delayed messages
+``--rabbitmq-management-url``), checks the broker before changing it, provisions the stack (the RabbitMQ side
+with a real ``pulumi up`` of the program on a throwaway local state, or the definitions import where no Pulumi
+CLI is found; the SQS side with CloudFormation), verifies it, sends delayed messages
 to every endpoint through both transports and prints requested vs measured delay. Everything it
 started is stopped on the way out, also on errors, Ctrl-C and SIGTERM; a given broker is left running.
 """
@@ -33,8 +34,9 @@ from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, parse_version, preflight_rabbitmq, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
-from nsb_delays.infra.config import ConfigError, StackConfig, load_stack
+from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
 from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
+from nsb_delays.infra.pulumi_engine import LocalStack, PulumiCli, PulumiFailed, find_pulumi, resources_summary
 from nsb_delays.infra.render import render
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
@@ -199,8 +201,12 @@ def check_amqp(amqp_url: str, vhost: str) -> None:
         ) from None
 
 
-def provision_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, stack_name: str, console: Console) -> ManagementApi:
-    """Check the broker, then import the stack's definitions; a refusal changes nothing."""
+def provision_rabbitmq(
+    broker: RabbitMqBroker, stack: StackConfig, stack_name: str, console: Console, cleanup: ExitStack
+) -> tuple[ManagementApi, str]:
+    """Check the broker, then provision the stack's RabbitMQ side: ``pulumi up`` of the program where a Pulumi
+    CLI is found (``infra.pulumi_engine``), else the definitions import. A refusal changes nothing. Returns the
+    API and how it was provisioned."""
     assert stack.rabbitmq is not None
     api = management_api(broker)
     try:
@@ -214,10 +220,34 @@ def provision_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, stack_name: s
             )
         if not api.vhost_exists(stack.rabbitmq.vhost):
             api.create_vhost(stack.rabbitmq.vhost)
-        api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
+        cli = find_pulumi()
+        if cli is None:
+            console.print("no Pulumi CLI found (PATH, or `make setup`'s engine): importing the definitions instead")
+            api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
+            return api, "definitions import"
+        pulumi_up(cli, broker, stack, stack_name, console, cleanup)
     except ManagementError as error:
         raise DemoRefused(f"RabbitMQ: {error}") from None
-    return api
+    return api, "pulumi up"
+
+
+def pulumi_up(
+    cli: PulumiCli, broker: RabbitMqBroker, stack: StackConfig, stack_name: str, console: Console, cleanup: ExitStack
+) -> None:
+    """``pulumi up`` of the RabbitMQ section as the demo provisions it (below 4.0 without the delivery-limit
+    policies), on a local state removed when the demo ends; the provider's credentials as environment
+    variables (terraform-provider-rabbitmq ``rabbitmq/provider.go``: ``RABBITMQ_USERNAME``/``_PASSWORD``)."""
+    assert stack.rabbitmq is not None
+    section = dict(stack.raw["rabbitmq"]) | {DELIVERY_LIMIT_POLICIES_KEY: stack.rabbitmq.delivery_limit_policies}
+    config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section}
+    credentials = {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
+    local = cleanup.enter_context(LocalStack(cli, f"demo-{stack_name}", config, credentials))
+    console.print(f"pulumi up (stack demo-{stack_name}, {cli.executable}, state in {local.backend})")
+    try:
+        output = local.up()
+    except PulumiFailed as error:
+        raise CommandError(f"pulumi up of the demo stack failed: {error}", exit_code=1) from None
+    console.print(f"pulumi up: {resources_summary(output)}")
 
 
 def provision_sqs(moto: LocalMoto, stack: StackConfig, stack_name: str) -> Any:
@@ -306,19 +336,20 @@ def run_demo(
     started = time.monotonic()
     results: list[Measured] = []
     servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)
-    with sigterm_as_interrupt(), servers as (broker, moto):
+    with sigterm_as_interrupt(), ExitStack() as cleanup, servers as (broker, moto):
         api = None
+        how = []
         if broker:
             if not existing:
                 stack = for_broker(stack, management_api(broker), console)
-            api = provision_rabbitmq(broker, stack, stack_name, console)
+            api, provisioned_by = provision_rabbitmq(broker, stack, stack_name, console, cleanup)
+            how.append(provisioned_by)
         sqs = provision_sqs(moto, stack, stack_name) if moto else None
+        how += ["CloudFormation"] if sqs else []
         drifts = (verify_rabbitmq(api, stack.rabbitmq) if api and stack.rabbitmq else []) + (
             verify_sqs(sqs, stack.sqs) if sqs and stack.sqs else []
         )
-        console.print(
-            f"provisioned stack {stack_name!r}: definitions import + CloudFormation; verify: {len(drifts)} drift(s)"
-        )
+        console.print(f"provisioned stack {stack_name!r}: {' + '.join(how)}; verify: {len(drifts)} drift(s)")
         if drifts:
             print_drifts(console, drifts)
         if broker:

@@ -24,12 +24,15 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import load_stack, read_stack_yaml
+from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
 from tests.broker.conftest import settled_queues
-from tests.conftest import require_installed
+from tests.conftest import IN_CI, require_installed
+from tests.engine.conftest import BUILT_ENGINE
 from tests.services import ctrl_c_as_from_a_terminal
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+# the engine `make setup` builds (tests/engine/conftest.py): the demo provisions RabbitMQ with `pulumi up` through it
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", ENGINE_DIR_VARIABLE: str(BUILT_ENGINE)}
 STARTED = re.compile(r"starting RabbitMQ: management http://127\.0\.0\.1:(\d+), AMQP (\d+), state in (\S+)")
 
 
@@ -71,6 +74,9 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
     result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verify: 0 drift(s)" in result.stdout
+    if (BUILT_ENGINE / "bin" / "pulumi").exists() or IN_CI:
+        assert "provisioned stack 'dev': pulumi up + CloudFormation" in result.stdout, result.stdout
+        assert re.search(r"pulumi up: \+ \d+ created", result.stdout), result.stdout
     assert "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in result.stdout
     stack = load_stack("dev")
     rows = re.findall(r"│ (RabbitMQ v2|SQS)\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)

@@ -2,7 +2,7 @@
 provider, run offline against the session's brokers.
 
 Every command runs with a DIY ``file://`` backend private to the test session, passphrase secrets, no update
-check and no plugin download (``PulumiEngine.environment``). The engine is found on PATH (a machine with
+check and no plugin download (``infra.pulumi_engine.offline_environment``). The engine is found on PATH (a machine with
 Pulumi's installer) or in ``.cache/engine`` (built by ``make setup``); without either the tier skips, and fails
 under ``CI=true``.
 """
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,11 +22,12 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE, PulumiCli, find_pulumi, offline_environment
 from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILT_ENGINE = Path(os.environ.get("NSB_ENGINE_DIR", ROOT / ".cache" / "engine"))
+BUILT_ENGINE = Path(os.environ.get(ENGINE_DIR_VARIABLE, ROOT / ".cache" / "engine"))
 PASSPHRASE = "nsb-delays-tests"
 # pulumi's own output is long on failure; a failed command's message shows this much of each stream
 SHOWN_OUTPUT = 6000
@@ -54,33 +53,11 @@ class Result:
 
 @dataclass
 class PulumiEngine:
-    """The CLI and where its plugins and state live; ``run`` is ``pulumi ARGS`` in a project directory."""
+    """The CLI and its private state; ``run`` is ``pulumi ARGS`` in a project directory, offline
+    (``infra.pulumi_engine.offline_environment``, as ``nsb-delays demo`` runs it)."""
 
-    pulumi: Path
-    home: Path
+    cli: PulumiCli
     backend: Path
-
-    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = {
-            **os.environ,
-            # The CLI, its language host and the exec shim beside it; then this virtualenv's python, which the
-            # language host built here (engine/python) runs: it ignores Pulumi.yaml's `virtualenv` option
-            # under this engine (it reads it from a -virtualenv flag the engine no longer passes).
-            "PATH": os.pathsep.join([str(self.pulumi.parent), str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "PULUMI_HOME": str(self.home),
-            "PULUMI_BACKEND_URL": self.backend.as_uri(),
-            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
-            # the provider installed in PULUMI_HOME under the SDK's version, not the binary beside the CLI
-            "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
-            "PULUMI_SKIP_CONFIRMATIONS": "true",
-            "PULUMI_COPILOT": "false",
-            "NO_COLOR": "1",
-        }
-        env.pop("PULUMI_ACCESS_TOKEN", None)
-        return env | dict(extra or {})
 
     def run(
         self,
@@ -91,9 +68,9 @@ class PulumiEngine:
         timeout: float = 900,
     ) -> Result:
         completed = subprocess.run(
-            [str(self.pulumi), *args, "--non-interactive", "--color", "never"],
+            [str(self.cli.executable), *args, "--non-interactive", "--color", "never"],
             cwd=cwd,
-            env=self.environment(env),
+            env=offline_environment(self.cli, self.backend, PASSPHRASE) | {"NO_COLOR": "1", **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -105,29 +82,15 @@ class PulumiEngine:
         return result
 
 
-def find_engine() -> Path | None:
-    """``pulumi`` on PATH wins (a user's install), else the one ``engine/build.sh`` built."""
-    on_path = shutil.which("pulumi")
-    if on_path:
-        return Path(on_path)
-    built = BUILT_ENGINE / "bin" / "pulumi"
-    missing = [
-        name
-        for name in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-rabbitmq")
-        if not (BUILT_ENGINE / "bin" / name).exists()
-    ]
-    return None if missing else built
-
-
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> PulumiEngine:
-    pulumi = find_engine()
-    if pulumi is None:
+    """``pulumi`` on PATH (a user's install) or the one ``engine/build.sh`` built (``make setup``)."""
+    os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
+    cli = find_pulumi()
+    if cli is None or (cli.built and not (cli.executable.parent / "pulumi-language-python-exec").exists()):
         unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; engine/build.sh says why)")
         raise AssertionError("unreachable")
-    home = BUILT_ENGINE / "home" if pulumi.parent == BUILT_ENGINE / "bin" else Path.home() / ".pulumi"
-    backend = tmp_path_factory.mktemp("pulumi-state")
-    return PulumiEngine(pulumi, home, backend)
+    return PulumiEngine(cli, tmp_path_factory.mktemp("pulumi-state"))
 
 
 @dataclass

@@ -1,0 +1,139 @@
+"""The real ``pulumi`` CLI, run on this package's program with a private, local state (``nsb-delays demo``).
+
+Which CLI: ``pulumi`` on PATH (Pulumi's own install, with its own plugins and ``PULUMI_HOME``), else the one
+``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``), whose RabbitMQ provider
+is installed in ``$NSB_ENGINE_DIR/home``. The environment keeps a run offline and self-contained, as
+``../shared/reference/real-pulumi-engine.md`` §4 lists it: a DIY ``file://`` backend, a passphrase secrets
+provider, no update check; for the built engine also no plugin download and no ambient plugins. The program
+runs in this interpreter: its directory goes first on PATH, where the language host looks for ``python``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENGINE_DIR_VARIABLE = "NSB_ENGINE_DIR"
+PROJECT_NAME = "nsb-delays"
+# The project's own entry point (infra/__main__.py), written beside a Pulumi.yaml of its own so that an installed
+# package runs the same program as the checkout.
+PROGRAM_MAIN = (
+    '"""Written by nsb-delays: runs its Pulumi program."""\n\nfrom nsb_delays.infra.program import main\n\nmain()\n'
+)
+LOCAL_STATE_PASSPHRASE = "nsb-delays-local-state"  # protects only a throwaway state that never leaves the machine
+
+
+@dataclass(frozen=True)
+class PulumiCli:
+    executable: Path
+    home: Path | None  # PULUMI_HOME of a built engine; None: the user's own install decides
+
+    @property
+    def built(self) -> bool:
+        return self.home is not None
+
+
+def find_pulumi() -> PulumiCli | None:
+    """``pulumi`` on PATH, else the engine ``make setup`` built, else None."""
+    on_path = shutil.which("pulumi")
+    if on_path:
+        return PulumiCli(Path(on_path), None)
+    engine_dir = os.environ.get(ENGINE_DIR_VARIABLE)
+    if engine_dir and (Path(engine_dir) / "bin" / "pulumi").is_file():
+        return PulumiCli(Path(engine_dir) / "bin" / "pulumi", Path(engine_dir) / "home")
+    return None
+
+
+def offline_environment(cli: PulumiCli, backend: Path, passphrase: str) -> dict[str, str]:
+    """The environment of every ``pulumi`` command run on a local state in ``backend``."""
+    path = [str(cli.executable.parent), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join(path),
+        "PULUMI_BACKEND_URL": backend.as_uri(),
+        "PULUMI_CONFIG_PASSPHRASE": passphrase,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_SKIP_CONFIRMATIONS": "true",
+    }
+    env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+    env.pop("PULUMI_ACCESS_TOKEN", None)
+    if cli.home is not None:
+        env |= {
+            "PULUMI_HOME": str(cli.home),
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            # the provider installed in PULUMI_HOME under the SDK's version, not the binary beside the CLI
+            "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+        }
+    return env
+
+
+class PulumiFailed(RuntimeError):
+    """A ``pulumi`` command exited non-zero; the message ends with the tail of its output."""
+
+
+class LocalStack:
+    """A stack of this package's program in a temporary project with a local state, removed on exit."""
+
+    def __init__(self, cli: PulumiCli, name: str, config: Mapping[str, Any], env: Mapping[str, str]) -> None:
+        self.cli = cli
+        self.name = name
+        self.config = dict(config)
+        self.extra_env = dict(env)
+        self.folder: Path | None = None
+
+    def __enter__(self) -> LocalStack:
+        self.folder = Path(tempfile.mkdtemp(prefix="nsb-delays-pulumi-"))
+        (self.folder / "state").mkdir()
+        project = {"name": PROJECT_NAME, "runtime": "python", "description": "nsb-delays (written by nsb-delays)"}
+        (self.folder / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
+        (self.folder / "__main__.py").write_text(PROGRAM_MAIN)
+        (self.folder / f"Pulumi.{self.name}.yaml").write_text(yaml.safe_dump({"config": self.config}, sort_keys=False))
+        self.run("stack", "init", self.name, stack=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    @property
+    def backend(self) -> Path:
+        assert self.folder is not None, "use LocalStack as a context manager"
+        return self.folder / "state"
+
+    def run(self, *args: str, stack: bool = True) -> str:
+        """``pulumi ARGS`` (with ``--stack``); its output, or PulumiFailed with the tail of it."""
+        assert self.folder is not None, "use LocalStack as a context manager"
+        command = [str(self.cli.executable), *args, "--non-interactive", "--color", "never"]
+        if stack:
+            command += ["--stack", self.name]
+        env = offline_environment(self.cli, self.backend, LOCAL_STATE_PASSPHRASE) | self.extra_env
+        completed = subprocess.run(command, cwd=self.folder, env=env, capture_output=True, text=True, check=False)
+        output = completed.stdout + completed.stderr
+        if completed.returncode != 0:
+            tail = "\n".join(output.strip().splitlines()[-15:])
+            raise PulumiFailed(f"`pulumi {' '.join(args)}` exited {completed.returncode}:\n{tail}")
+        return output
+
+    def up(self) -> str:
+        return self.run("up", "--yes", "--skip-preview")
+
+
+def resources_summary(output: str) -> str:
+    """The ``Resources:`` lines of an up, on one line: ``+ 132 created``, ``Duration: 6s``."""
+    lines = output.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Resources:")
+    except StopIteration:
+        return ""
+    picked = [line.strip() for line in lines[start + 1 :] if line.strip()]
+    return ", ".join(picked)
