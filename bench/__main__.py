@@ -15,6 +15,7 @@ BENCHMARKS = {
     "migrate": "bench.migrate",
     "delays": "bench.delays",
     "backlog": "bench.backlog",
+    "pulumi": "bench.pulumi",
 }
 
 
