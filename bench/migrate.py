@@ -42,12 +42,12 @@ import psycopg
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.commands.demo import import_definitions
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
@@ -407,8 +407,9 @@ def bench_run(options: argparse.Namespace) -> None:
     with LocalPostgres() as postgres, LocalRabbitMq() as broker:
         # deliveryLimitPolicies off: Debian's RabbitMQ 3.10 refuses their apply-to 'quorum_queues'
         rabbitmq = {"endpoints": ENDPOINTS, "protectDelayQueues": False, "deliveryLimitPolicies": False}
-        PulumiEngineEmulation.connect(broker.management_url).up(
-            record_stack(parse_stack_config({"rabbitmq": rabbitmq}))
+        import_definitions(
+            ManagementApi(broker.management_url, broker.username, broker.password),
+            parse_stack_config({"rabbitmq": rabbitmq}),
         )
         ceiling_table = sql_persistence_layout("Bench.Ceiling", "postgresql").table
         print(f"filled {rows:,} timeouts in {fill_timeouts(postgres.dsn, ceiling_table, rows):.1f} s", flush=True)

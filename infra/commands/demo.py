@@ -218,17 +218,26 @@ def provision_rabbitmq(
                 f"RabbitMQ {broker.management_url} cannot take stack {stack_name!r} as it is "
                 f"({len(problems)} problem(s) above); nothing was changed"
             )
-        if not api.vhost_exists(stack.rabbitmq.vhost):
-            api.create_vhost(stack.rabbitmq.vhost)
         cli = find_pulumi()
         if cli is None:
             console.print("no Pulumi CLI found (PATH, or `make setup`'s engine): importing the definitions instead")
-            api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
+            import_definitions(api, stack, stack_name)
             return api, "definitions import"
+        if not api.vhost_exists(stack.rabbitmq.vhost):
+            api.create_vhost(stack.rabbitmq.vhost)
         pulumi_up(cli, broker, stack, stack_name, console, cleanup)
     except ManagementError as error:
         raise DemoRefused(f"RabbitMQ: {error}") from None
     return api, "pulumi up"
+
+
+def import_definitions(api: ManagementApi, stack: StackConfig, stack_name: str = "") -> None:
+    """The stack's RabbitMQ side the way a team without Pulumi provisions it: the vhost (with our user's
+    permissions) when missing, then ``render --format rabbitmq-definitions`` through ``POST /api/definitions``."""
+    assert stack.rabbitmq is not None
+    if not api.vhost_exists(stack.rabbitmq.vhost):
+        api.create_vhost(stack.rabbitmq.vhost)
+    api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", stack_name)))
 
 
 def pulumi_up(
@@ -250,14 +259,17 @@ def pulumi_up(
     console.print(f"pulumi up: {resources_summary(output)}")
 
 
-def provision_sqs(moto: LocalMoto, stack: StackConfig, stack_name: str) -> Any:
+def provision_sqs(
+    moto: LocalMoto, stack: StackConfig, stack_name: str, cloudformation_stack: str = CLOUDFORMATION_STACK
+) -> Any:
+    """``render --format cloudformation`` as a CloudFormation stack in moto; returns moto's SQS client."""
     cloudformation = moto.client("cloudformation")
     cloudformation.create_stack(
-        StackName=CLOUDFORMATION_STACK, TemplateBody=render(stack, "cloudformation", stack_name)
+        StackName=cloudformation_stack, TemplateBody=render(stack, "cloudformation", stack_name)
     )
-    status = cloudformation.describe_stacks(StackName=CLOUDFORMATION_STACK)["Stacks"][0]["StackStatus"]
+    status = cloudformation.describe_stacks(StackName=cloudformation_stack)["Stacks"][0]["StackStatus"]
     if status != "CREATE_COMPLETE":
-        raise CommandError(f"CloudFormation stack {CLOUDFORMATION_STACK} ended in {status}", exit_code=1)
+        raise CommandError(f"CloudFormation stack {cloudformation_stack} ended in {status}", exit_code=1)
     return moto.client("sqs")
 
 

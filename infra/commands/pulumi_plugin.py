@@ -125,8 +125,9 @@ def register(cli: click.Group) -> None:
             directory.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
                 (directory / name).write_text(text)
-            if KINDS[kind].executable:
-                (directory / KINDS[kind].executable).chmod(0o755)
+            executable = KINDS[kind].executable
+            if executable:
+                (directory / executable).chmod(0o755)
         except OSError as error:
             raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None
         click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +20,13 @@ import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.local import LocalRabbitMq
-from nsb_delays.infra.config import StackConfig, load_stack
+from nsb_delays.infra.config import (
+    DELIVERY_LIMIT_POLICIES_KEY,
+    NAMESPACE,
+    StackConfig,
+    parse_stack_config,
+    read_stack_yaml,
+)
 from nsb_delays.infra.stack_topology import receiving_queues
 
 NAMES = {
@@ -136,25 +141,36 @@ def validate_delivery_limit(api: Any, vhost: str, queue_name: str, broker_versio
 # --- a stack's topology declared as NServiceBus would (which names: the stack config; how: above) ---------
 
 
+def endpoint_only_section(
+    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False, park_unroutable: bool = True
+) -> dict[str, Any]:
+    """The dev stack's ``nsb-delays:rabbitmq`` without the legacy timeout queues that ``endpoint create`` doesn't
+    make; ``park_unroutable=False`` leaves out the parking objects, which NServiceBus never declares."""
+    dev = read_stack_yaml("dev")[f"{NAMESPACE}:rabbitmq"]
+    endpoints = [
+        {key: value for key, value in endpoint.items() if key != "legacyTimeoutManager"}
+        if isinstance(endpoint, dict)
+        else endpoint
+        for endpoint in dev["endpoints"]
+    ]
+    section: dict[str, Any] = {
+        **dev,
+        "vhost": vhost,
+        "generation": generation,
+        "routingTopology": topology,
+        "endpoints": endpoints,
+        DELIVERY_LIMIT_POLICIES_KEY: delivery_limit_policies,
+        "parkUnroutable": park_unroutable,
+    }
+    return section
+
+
 def endpoint_only_stack(
     vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False, park_unroutable: bool = True
 ) -> StackConfig:
-    """The dev stack's endpoints, without the legacy timeout queues that ``endpoint create`` doesn't make;
-    ``park_unroutable=False`` leaves out the parking objects, which NServiceBus never declares."""
-    dev = load_stack("dev").rabbitmq
-    assert dev is not None
-    endpoints = tuple(replace(e, legacy_timeout_manager=False) for e in dev.endpoints)
-    return StackConfig(
-        rabbitmq=replace(
-            dev,
-            vhost=vhost,
-            generation=generation,
-            routing_topology=topology,
-            endpoints=endpoints,
-            delivery_limit_policies=delivery_limit_policies,
-            park_unroutable=park_unroutable,
-        )
-    )
+    """``endpoint_only_section`` parsed."""
+    section = endpoint_only_section(vhost, generation, topology, delivery_limit_policies, park_unroutable)
+    return parse_stack_config({"rabbitmq": section})
 
 
 def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options: Any) -> None:

@@ -14,13 +14,12 @@ import time
 from dataclasses import replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import StackConfig, load_stack
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
+from tests.provisioning import provision_rabbitmq
 
 DELAYS = (3, 6, 9, 13)
 # Arrival may precede sent+delay by at most the broker's millisecond timestamp rounding.
@@ -34,7 +33,7 @@ def test_restart_with_messages_in_delay_queues_loses_none(
     dev = load_stack("dev").rabbitmq
     assert dev is not None
     config = replace(dev, vhost=new_vhost("restart"), generation="v2", delivery_limit_policies=delivery_limit_policies)
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(StackConfig(rabbitmq=config)))
+    provision_rabbitmq(rabbitmq.management_url, StackConfig(rabbitmq=config))
     destinations = receiving_queues(config)
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
         sends = [publisher.send(destination, delay) for delay in DELAYS for destination in destinations]

@@ -34,11 +34,9 @@ import pika
 import pytest
 
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
-from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
 from tests.broker.in_flight_messages import (
     ENDPOINTS,
     PoisonMessage,
@@ -53,6 +51,7 @@ from tests.broker.in_flight_messages import (
     spread_over_levels,
 )
 from tests.broker.test_delays_moves import CLI, broker_arguments
+from tests.provisioning import provision_sqs_queues
 
 SEED = random.randrange(1 << 30)
 PREFIX = "t-"
@@ -86,7 +85,7 @@ class ToSqs:
 def to_sqs(rabbitmq: LocalRabbitMq, moto_server: LocalMoto, module_vhost) -> ToSqs:
     moto_server.reset()
     config = parse_stack_config({"sqs": {"queueNamePrefix": PREFIX, "endpoints": list(ENDPOINTS)}})
-    urls = apply_sqs(record_stack(config), moto_server.client())
+    urls = provision_sqs_queues(moto_server, config)
     vhost = module_vhost("to-sqs")
     parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(vhost))
     connection = pika.BlockingConnection(parameters)

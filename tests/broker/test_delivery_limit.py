@@ -8,21 +8,22 @@ broker refuses the policy's apply-to 'quorum_queues': stacks for 3.10 set ``deli
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
-from nsb_delays.brokers.engine_emulation import ApplyError, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, Drift, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import StackConfig, parse_stack_config
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
 from nsb_delays.infra.stack_topology import rabbitmq_topology
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
+from tests.provisioning import provision_rabbitmq, pulumi_up
 
 RECEIVING = ("Sales", "team.orders")  # a dotted name: its policy pattern is ^team\.orders$
 UNLIMITED = rmq.UNLIMITED_DELIVERY_LIMIT
@@ -52,7 +53,7 @@ def test_endpoint_queues_get_nservicebus_unlimited_delivery_limit_on_4_0(
     stack = small_stack(new_vhost(f"limit-{provisioning}"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
     if provisioning == "program":
-        PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+        pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, stack.raw["rabbitmq"])
     else:
         management.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "t")))
     queues = settled_queues(management, vhost, own(delivery_limit_policies) | {"error": None, "audit": None})
@@ -71,20 +72,20 @@ def test_endpoint_queues_get_nservicebus_unlimited_delivery_limit_on_4_0(
 def test_the_nservicebus_policy_on_each_broker_version(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, broker_version: tuple[int, ...]
 ) -> None:
-    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so the update stops at
-    the first policy (after the queues: the provider has no preflight either), and verify names the switch."""
+    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so a real ``pulumi up``
+    fails on the policies (the provider has no preflight), and verify names the switch."""
     stack = small_stack(new_vhost("policy-on"), True)
-    engine = PulumiEngineEmulation.connect(rabbitmq.management_url)
+    up = functools.partial(
+        pulumi_up, rabbitmq.management_url, rabbitmq.username, rabbitmq.password, stack.raw["rabbitmq"]
+    )
     if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
-        engine.up(record_stack(stack))
+        up()
         policies = {p["name"]: p for p in management.policies(stack.rabbitmq.vhost)}
         assert policies[r"nsb.team.orders.delivery-limit"]["pattern"] == r"^team\.orders$"
         assert verify_rabbitmq(management, stack.rabbitmq) == []
         return
-    with pytest.raises(
-        ApplyError, match=r"(?s)policy 'nsb\.\S+\.delivery-limit'.*apply-to 'quorum_queues' unrecognised"
-    ):
-        engine.up(record_stack(stack))
+    with pytest.raises(PulumiFailed, match=r"(?s)nsb\.\S+\.delivery-limit.*apply-to 'quorum_queues' unrecognised"):
+        up()
     (requirement,) = [d for d in verify_rabbitmq(management, stack.rabbitmq) if d.subject == "broker"]
     reported = rabbitmq.version()
     assert requirement == Drift("different", "broker", f"version ({POLICIES_SWITCH})", ">= 4.0.0", reported)
@@ -109,7 +110,7 @@ def test_verify_reports_a_missing_policy_a_foreign_limit_and_an_argument(
 ) -> None:
     stack = small_stack(new_vhost("limit-drift"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    provision_rabbitmq(rabbitmq.management_url, stack)
     settled_queues(management, vhost, own(delivery_limit_policies))
     if delivery_limit_policies:  # 4.0: the policy of team.orders deleted
         management.request("DELETE", f"policies/{vhost}/nsb.team.orders.delivery-limit")
@@ -154,7 +155,7 @@ def test_a_delivery_limit_argument_is_drift_and_stops_the_endpoint(
     """Someone re-created Sales with x-delivery-limit 3 (a live queue's arguments cannot change in place)."""
     stack = small_stack(new_vhost("limit-argument"), delivery_limit_policies)
     vhost = stack.rabbitmq.vhost
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    provision_rabbitmq(rabbitmq.management_url, stack)
     management.delete_queue(vhost, "Sales")
     arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3}
     management.request("PUT", f"queues/{vhost}/Sales", {"durable": True, "arguments": arguments})

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import binding_properties_key
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
+from tests.provisioning import provision_rabbitmq
 
 
 def test_binding_properties_keys_match_the_management_api(
@@ -25,7 +24,7 @@ def test_binding_properties_keys_match_the_management_api(
     config = parse_stack_config(
         {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales", "a.b"], "deliveryLimitPolicies": delivery_limit_policies}}
     )
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(config))
+    provision_rabbitmq(rabbitmq.management_url, config)
     reported = api.get(f"{base}/bindings/{quote(vhost, safe='')}").json()
     ours = [b for b in reported if b["source"]]  # skip the default exchange's implicit bindings
     # delay graph + (fanout + delivery binding) per endpoint + error/audit + the parking queue's binding

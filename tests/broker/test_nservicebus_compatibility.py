@@ -1,4 +1,5 @@
-"""A graph NServiceBus declared is adopted by the program's resources without PRECONDITION_FAILED, and vice versa.
+"""A graph NServiceBus declared is adopted by a real ``pulumi up`` of the program without PRECONDITION_FAILED, and
+vice versa.
 
 RabbitMQ refuses a redeclaration whose arguments differ in value or type class
 (``PRECONDITION_FAILED - inequivalent arg``), so each direction is a real equivalence check; the
@@ -12,16 +13,16 @@ import pika.exceptions
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
-from nsb_delays.brokers.engine_emulation import ApplyError, PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import StackConfig
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.config import StackConfig, parse_stack_config
+from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.stack_topology import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
+from tests.provisioning import pulumi_up
 
 CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
 
@@ -56,17 +57,18 @@ def test_program_adopts_what_nservicebus_declared(
 ) -> None:
     """NServiceBus declares the graph; on 4.0 its endpoints, started with policymaker rights, add their
     delivery-limit policies (3.10 has no default limit: they create none). The program adopts all of it.
-    Without parking, which NServiceBus never declares (its creation beside an adoption: test_provider_emulation)."""
-    stack = nsb.endpoint_only_stack(
+    Without parking, which NServiceBus never declares."""
+    section = nsb.endpoint_only_section(
         new_vhost("nsb-first"), generation, topology, delivery_limit_policies, park_unroutable=False
     )
+    stack = parse_stack_config({"rabbitmq": section})
     nsb.declare_as_nservicebus(rabbitmq, stack)
     started = start_endpoints(management, stack, broker_version)
     assert started == ({"created policy"} if delivery_limit_policies else {"ok"})
     settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     assert verify_rabbitmq(management, stack.rabbitmq) == []  # the verifier accepts what NServiceBus made
     before = management.definitions(stack.rabbitmq.vhost)
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
 
 
@@ -82,8 +84,9 @@ def test_nservicebus_adopts_what_the_program_declared(
 ) -> None:
     """The program declares everything, policies included on 4.0; NServiceBus's endpoints then declare and
     validate without a difference and without creating anything."""
-    stack = nsb.endpoint_only_stack(new_vhost("program-first"), generation, topology, delivery_limit_policies)
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    section = nsb.endpoint_only_section(new_vhost("program-first"), generation, topology, delivery_limit_policies)
+    stack = parse_stack_config({"rabbitmq": section})
+    pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)
     settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))
     before = management.definitions(stack.rabbitmq.vhost)
     nsb.declare_as_nservicebus(rabbitmq, stack)  # raises ChannelClosedByBroker(406, PRECONDITION_FAILED) on a mismatch
@@ -99,8 +102,9 @@ def test_nservicebus_adopts_what_the_program_declared(
 
 def test_a_declaration_differing_only_in_ttl_type_is_refused(rabbitmq: LocalRabbitMq, new_vhost) -> None:
     """The control: the same graph with a string TTL (what the provider's ``arguments`` map would send)."""
-    stack = nsb.endpoint_only_stack(new_vhost("string-ttl"), "v2", "conventional")
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    section = nsb.endpoint_only_section(new_vhost("string-ttl"), "v2", "conventional")
+    stack = parse_stack_config({"rabbitmq": section})
+    pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
         nsb.declare_as_nservicebus(rabbitmq, stack, ttl_as_string=True)
     assert refused.value.reply_code == 406 and "inequivalent arg 'x-message-ttl'" in refused.value.reply_text
@@ -109,7 +113,8 @@ def test_a_declaration_differing_only_in_ttl_type_is_refused(rabbitmq: LocalRabb
 def test_the_provider_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbitMq, new_vhost) -> None:
     """NServiceBus declared the graph; creating a queue whose TTL differs is refused by the broker, not
     silently adopted."""
-    stack = nsb.endpoint_only_stack(new_vhost("conflict"), "v1", "direct")
+    section = nsb.endpoint_only_section(new_vhost("conflict"), "v1", "direct")
+    stack = parse_stack_config({"rabbitmq": section})
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, stack.rabbitmq.vhost))
     try:
         channel = connection.channel()
@@ -117,5 +122,5 @@ def test_the_provider_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbit
         channel.queue_declare(level, durable=True, arguments={"x-message-ttl": 999, "x-queue-mode": "lazy"})
     finally:
         connection.close()
-    with pytest.raises(ApplyError, match="inequivalent arg 'x-message-ttl'"):
-        PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(stack))
+    with pytest.raises(PulumiFailed, match="inequivalent arg 'x-message-ttl'"):
+        pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)

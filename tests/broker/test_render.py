@@ -15,16 +15,15 @@ from click.testing import CliRunner
 from sqlglot import exp
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import msmq, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.config import MsmqConfig, StackConfig, load_stack
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, MsmqConfig, StackConfig, load_stack, read_stack_yaml
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.infra.stack_topology import rabbitmq_topology, receiving_queues, sqs_queue_specs
+from tests.provisioning import pulumi_up
 
 DELAYS = (0, 1, 2, 3)
 CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
@@ -76,7 +75,13 @@ def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_mess
     management.import_definitions(document)
 
     applied = dev_in_vhost(new_vhost("applied"), generation, topology, delivery_limit_policies)
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(applied))
+    section = read_stack_yaml("dev")["nsb-delays:rabbitmq"] | {
+        "vhost": applied.rabbitmq.vhost,
+        "generation": generation,
+        "routingTopology": topology,
+        DELIVERY_LIMIT_POLICIES_KEY: delivery_limit_policies,
+    }
+    pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)  # the real engine
     assert shape(management.definitions(imported.rabbitmq.vhost)) == shape(
         management.definitions(applied.rabbitmq.vhost)
     )

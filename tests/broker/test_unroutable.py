@@ -25,7 +25,6 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pika
@@ -33,14 +32,13 @@ import pika.exceptions
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, connection_parameters
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import RabbitMqConfig, RabbitMqEndpointConfig, StackConfig
-from nsb_delays.infra.recording import record_stack
 from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
+from tests.provisioning import provision_rabbitmq
 
 STRANDED, LIVE, DELAY = 40, 5, 2
 CLOCK_GRANULARITY_SECONDS = 0.005
@@ -105,14 +103,9 @@ def cases(
                 RabbitMqEndpointConfig("Retired"),
             ),
         )
-        stacks[(topology, parking)] = (vhost, record_stack(StackConfig(rabbitmq=config)))
-    with ThreadPoolExecutor(len(stacks)) as pool:  # four vhosts applied at once: mostly HTTP round trips
-        applied = [
-            pool.submit(PulumiEngineEmulation.connect(rabbitmq.management_url).up, resources)
-            for _vhost, resources in stacks.values()
-        ]
-        for plan in applied:
-            plan.result()
+        stacks[(topology, parking)] = (vhost, StackConfig(rabbitmq=config))
+    for _vhost, stack in stacks.values():
+        provision_rabbitmq(rabbitmq.management_url, stack)
     prepared = {}
     for (topology, parking), (vhost, _resources) in stacks.items():
         collector = ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]).start()

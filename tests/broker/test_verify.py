@@ -13,10 +13,8 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.brokers.verify import (
     Drift,
     parse_version,
@@ -29,7 +27,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
-from nsb_delays.infra.recording import record_stack
+from tests.provisioning import provision_rabbitmq, provision_sqs_queues
 
 
 @pytest.fixture
@@ -49,9 +47,9 @@ def provisioned_stack(
     raw["nsb-delays:sqs"]["queueNamePrefix"] = prefix
     path = tmp_path / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump({"config": raw}))
-    resources = record_stack(load_stack(str(path)))
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(resources)
-    apply_sqs(resources, moto.client("sqs"))
+    stack = load_stack(str(path))
+    provision_rabbitmq(rabbitmq.management_url, stack)
+    provision_sqs_queues(moto, stack)
     return path
 
 

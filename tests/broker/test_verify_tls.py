@@ -15,12 +15,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import HOST, LocalRabbitMq, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import StackConfig, parse_stack_config
-from nsb_delays.infra.recording import record_stack
+from tests.provisioning import provision_rabbitmq
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -97,7 +96,7 @@ def test_verify_over_https_trusts_only_the_given_ca(
 ) -> None:
     url, ca = https_management
     vhost = new_vhost("tls")
-    PulumiEngineEmulation.connect(rabbitmq.management_url).up(record_stack(tls_stack(vhost, delivery_limit_policies)))
+    provision_rabbitmq(rabbitmq.management_url, tls_stack(vhost, delivery_limit_policies))
     stack_file = tmp_path / "Pulumi.tls.yaml"
     stack_file.write_text(
         f"config:\n  nsb-delays:rabbitmq:\n    vhost: {vhost}\n    endpoints: [Sales]\n"

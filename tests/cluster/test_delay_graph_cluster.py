@@ -1,6 +1,6 @@
 """The v2 delay graph on a three-node RabbitMQ cluster: replicated on every node, and no message lost to a node fault.
 
-First the dev stack goes into the cluster twice, through the program's resources (applier, node 1's
+First the dev stack goes into the cluster twice, through a real ``pulumi up`` of the program (node 1's
 management API) and through ``render --format rabbitmq-definitions`` (imported on node 2): every
 level queue reports three members, ``verify`` (node 3) finds no drift, and messages published on one
 node arrive through another.
@@ -43,16 +43,15 @@ from click.testing import CliRunner
 from nsb_delays.brokers.cluster import RabbitMqCluster
 from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
 from nsb_delays.brokers.delivery import Arrival, ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq, wait_until
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.infra.stack_topology import receiving_queues
 from tests.cluster.conftest import DEAD_LETTER_RETRY_MS
+from tests.provisioning import provision_rabbitmq, pulumi_up
 
 CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
 WAITING_MESSAGES = 1200  # published before the first fault
@@ -121,7 +120,9 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
     version = first.version()
 
     applied = dev_config(cluster_vhost("applied"), version)
-    PulumiEngineEmulation.connect(first.management_url).up(record_stack(StackConfig(rabbitmq=applied)))
+    pulumi_up(
+        first.management_url, first.username, first.password, dev_stack_in_vhost(tmp_path, applied.vhost, version)
+    )
 
     rendered_vhost = cluster_vhost("rendered")
     rendered_file = tmp_path / "definitions.json"
@@ -185,7 +186,7 @@ def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_
     first, second, third = cluster.nodes
     vhost = cluster_vhost("stranded")
     config = dev_config(vhost, first.version())
-    PulumiEngineEmulation.connect(first.management_url).up(record_stack(StackConfig(rabbitmq=config)))
+    provision_rabbitmq(first.management_url, StackConfig(rabbitmq=config))
     levels = level_queues()
     assert {q.leader for q in cluster.quorum_members(vhost, levels).values()} == {first.node}  # client-local
     assert cluster.dead_letter_workers(first) >= len(levels)
@@ -441,7 +442,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
     version = cluster.first.version()
     config = dev_config(vhost, version)
     cluster.api().create_vhost(vhost)
-    PulumiEngineEmulation.connect(cluster.first.management_url).up(record_stack(StackConfig(rabbitmq=config)))
+    provision_rabbitmq(cluster.first.management_url, StackConfig(rabbitmq=config))
     destinations = receiving_queues(config)
     levels = level_queues()
     urls = cluster.amqp_urls

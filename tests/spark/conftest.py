@@ -19,17 +19,16 @@ import psycopg
 import pytest
 from pyspark.sql import functions as F
 
-from nsb_delays.brokers.engine_emulation import PulumiEngineEmulation
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.ledger import Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
 from tests.conftest import serve, unavailable, vhost_factory
+from tests.provisioning import provision_rabbitmq
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres
 
 SQL_PERSISTENCE_VERSION = "6.6.5"
@@ -224,9 +223,7 @@ def provision_vhost(rabbitmq: LocalRabbitMq, vhost: str, endpoints: list[str], g
     Debian's 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here."""
     rabbitmq_config = {"vhost": vhost, "generation": generation, "endpoints": endpoints, "deliveryLimitPolicies": False}
     config = parse_stack_config({"rabbitmq": rabbitmq_config})
-    PulumiEngineEmulation.connect(rabbitmq.management_url, rabbitmq.username, rabbitmq.password).up(
-        record_stack(config)
-    )
+    provision_rabbitmq(rabbitmq.management_url, config, rabbitmq.username, rabbitmq.password)
     return BrokerVhost(rabbitmq, vhost)
 
 

@@ -19,13 +19,12 @@ import pytest
 
 from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
-from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.brokers.sqs_sender import SqsSender, SqsSettings
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.migration import RunOptions, TargetSettings, run_migration
+from tests.provisioning import provision_sqs_queues
 from tests.spark.conftest import timeout, utc_now
 
 PREFIX = "mig-"
@@ -37,7 +36,7 @@ def sqs_queues(moto_server):
     """The program's SQS queues for Sales and Billing (input + -delay.fifo), created in moto."""
     moto_server.reset()
     config = parse_stack_config({"sqs": {"queueNamePrefix": PREFIX, "endpoints": ["Sales", "Billing"]}})
-    return apply_sqs(record_stack(config), moto_server.client())
+    return provision_sqs_queues(moto_server, config)
 
 
 def stored_messages(queue_name: str) -> list:

@@ -14,11 +14,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from nsb_delays.brokers.sqs_emulation import apply_sqs
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
 from nsb_delays.pipeline.ledger import DISPATCHED, PENDING, STATE_TABLE
+from tests.provisioning import provision_sqs_queues
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 from tests.sparkcluster.conftest import (
     AWS_TEST_CREDENTIALS,
@@ -102,7 +101,7 @@ def sqs_run_rows(moto_server, postgres, timeout_table, endpoint: str, count: int
     """moto reset, the SQS stack of ``ENDPOINTS`` under ``prefix`` applied, ``count`` timeouts in ``endpoint``'s table."""
     moto_server.reset()
     config = parse_stack_config({"sqs": {"queueNamePrefix": prefix, "endpoints": ENDPOINTS}})
-    apply_sqs(record_stack(config), moto_server.client())
+    provision_sqs_queues(moto_server, config)
     now = utc_now()
     rows = [timeout(ENDPOINTS[i % 2], [-5, 300, 3600][i % 3], i, now=now) for i in range(count)]
     table = timeout_table(endpoint, rows).layout.table

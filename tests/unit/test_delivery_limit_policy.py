@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-from nsb_delays.brokers.provider_emulation import policy_declaration
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
@@ -83,32 +82,8 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
         "priority": 0,
         "definition": {"delivery-limit": "100000"},  # pulumi-rabbitmq's definition is a map of strings
     }
-    # ... which the provider's putPolicy sends as the integer the broker and NServiceBus expect
-    assert policy_declaration(policy.inputs)[1]["definition"] == {"delivery-limit": 100_000}
-
-
-def test_put_policy_converts_only_what_strconv_parseint_accepts() -> None:
-    path, body = policy_declaration(
-        {
-            "name": "p",
-            "vhost": "/",
-            "policy": {
-                "pattern": ".",
-                "applyTo": "all",
-                "priority": 1.0,
-                "definition": {"a": "+7", "b": "1_000", "c": " 5", "d": "x"},
-            },
-        }
-    )
-    assert path == "policies/%2F/p"
-    assert body == {
-        "vhost": "/",
-        "name": "p",
-        "pattern": ".",
-        "apply-to": "all",
-        "priority": 1,
-        "definition": {"a": 7, "b": "1_000", "c": " 5", "d": "x"},
-    }
+    # ... which the provider's putPolicy sends as the integer the broker and NServiceBus expect: proven through the
+    # real provider by tests/engine (verify after `pulumi up` on RabbitMQ 4.0, and NServiceBus's start-up check)
 
 
 def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() -> None:

@@ -1,0 +1,52 @@
+"""Provisioning a stack for tests whose subject is not Pulumi: the package's own routes for teams without Pulumi
+(``nsb-delays demo``'s definitions import and CloudFormation), real on a real broker and in moto.
+
+What ``pulumi up`` itself declares is proven by the real engine in ``tests/engine`` (including that it
+leaves the same objects as the definitions import: ``test_project_program.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from nsb_delays.brokers.local import LocalMoto
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
+from nsb_delays.infra.config import NAMESPACE, StackConfig
+from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE, LocalStack, find_pulumi
+from nsb_delays.infra.stack_topology import sqs_queue_specs
+from tests.conftest import unavailable
+from tests.engine.conftest import BUILT_ENGINE
+
+
+def provision_rabbitmq(
+    management_url: str, stack: StackConfig, username: str = "guest", password: str = "guest"
+) -> None:
+    """The stack's RabbitMQ side on the broker behind ``management_url`` (its vhost created when missing)."""
+    import_definitions(ManagementApi(management_url, username, password), stack)
+
+
+def provision_sqs_queues(moto: LocalMoto, stack: StackConfig) -> dict[str, str]:
+    """The stack's SQS queues as a CloudFormation stack of their own in moto; queue name -> URL."""
+    assert stack.sqs is not None
+    client = provision_sqs(moto, stack, "test", cloudformation_stack=f"nsb-delays-test-{uuid.uuid4().hex[:8]}")
+    names = [spec.name for _endpoint, spec in sqs_queue_specs(stack.sqs)]
+    return {name: client.get_queue_url(QueueName=name)["QueueUrl"] for name in names}
+
+
+def pulumi_up(management_url: str, username: str, password: str, section: Mapping[str, Any]) -> str:
+    """A real ``pulumi up`` of the project's program for a stack whose ``nsb-delays:rabbitmq`` is ``section``, on
+    the broker behind ``management_url`` (the engine ``make setup`` built, a throwaway local state); its output.
+    A failed up raises ``PulumiFailed`` with the tail of pulumi's output."""
+    os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
+    cli = find_pulumi()
+    if cli is None:
+        unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`)")
+        raise AssertionError("unreachable")
+    config = {"rabbitmq:endpoint": management_url, f"{NAMESPACE}:rabbitmq": dict(section)}
+    credentials = {"RABBITMQ_USERNAME": username, "RABBITMQ_PASSWORD": password}
+    with LocalStack(cli, f"test-{uuid.uuid4().hex[:8]}", config, credentials) as stack:
+        return stack.up()
