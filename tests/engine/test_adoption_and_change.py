@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import NAMESPACE, parse_stack_config
+from nsb_delays.infra.recording import RecordedResource, record_stack
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.broker.test_nservicebus_compatibility import own_policies, start_endpoints, without_statistics
@@ -193,3 +195,45 @@ def test_a_bad_stack_config_is_one_message_without_traceback_and_creates_nothing
     assert "Traceback" not in result.output, result.explain()
     assert "created" not in summary(result.stdout)
     assert management.definitions(vhost) == before
+
+
+def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
+    """A ``pulumi import --file`` document for what the program declares: its components (``component: true``) and,
+    under them, every provider resource with the import id the components compute (``adoptExisting``'s)."""
+    keys = {r.urn: f"r{i}" for i, r in enumerate(resources)}
+    entries = []
+    for resource in resources:
+        entry: dict[str, Any] = {"type": resource.type, "name": keys[resource.urn], "logicalName": resource.name}
+        if resource.custom:
+            entry["id"] = resource.import_id
+        else:
+            entry["component"] = True
+        if resource.parent in keys:
+            entry["parent"] = keys[resource.parent]
+        entries.append(entry)
+    return {"resources": entries}
+
+
+def test_pulumi_import_takes_over_what_nservicebus_declared(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...], tmp_path
+) -> None:
+    """``pulumi import --file`` of the ids the components compute, into a stack of the program: nothing is created or
+    replaced, the broker does not change, and the program's next preview shows no diff."""
+    vhost = new_vhost("engine-import")
+    wanted = nsb.endpoint_only_section(vhost, "v2", "conventional", park_unroutable=False) | {
+        "brokerVersion": version_text(broker_version)
+    }
+    nsb.declare_as_nservicebus(rabbitmq, parse_stack_config({"rabbitmq": wanted}))
+    before = without_statistics(management.definitions(vhost))
+    stack = new_stack(rabbitmq, "import")
+    configure(stack, rabbitmq, wanted)
+    recorded = record_stack(parse_stack_config({"rabbitmq": wanted | {"adoptExisting": True}}), stack=stack.name)
+    document = tmp_path / "import.json"
+    document.write_text(
+        json.dumps(import_file([r for r in recorded if r.type.startswith(("rabbitmq:", "nsb-delays:"))]))
+    )
+    result = stack.run("import", "--file", str(document), "--yes", "--generate-code=false", "--protect=false")
+    assert not broker_objects_created(result.stdout), result.stdout[-3000:]
+    assert summary(result.stdout).get("imported", 0) == sum(1 for r in recorded if r.type.startswith("rabbitmq:"))
+    stack.preview("--expect-no-changes")
+    assert without_statistics(management.definitions(vhost)) == before

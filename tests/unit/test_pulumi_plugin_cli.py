@@ -6,6 +6,7 @@ every refusal leaves the file system as it was.
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -47,6 +48,10 @@ def test_policy_pack_directory_names_a_wheel_and_the_installed_version(tmp_path:
     assert manifest["runtime"]["options"]["virtualenv"] == "venv"
     assert (tmp_path / "pack" / "requirements.txt").read_text() == f"{wheel}\n"
     assert 'run_module("nsb_delays.policies"' in (tmp_path / "pack" / "__main__.py").read_text()
+    # the pack as an executable analyzer too (tests/engine/test_policy_pack.py starts it through the engine)
+    analyzer = tmp_path / "pack" / "analyzer"
+    assert analyzer.read_text() == (PROJECT / "policies" / "analyzer").read_text()
+    assert os.access(analyzer, os.X_OK)
     assert "pulumi preview --policy-pack" in result.output
 
 
