@@ -21,12 +21,14 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import NAMESPACE, RabbitMqConfig, parse_stack_config
+from nsb_delays.infra.errors import sigterm_as_interrupt
 from nsb_delays.infra.program import declare
 from nsb_delays.infra.pulumi_engine import LocalStack, find_pulumi
 from nsb_delays.infra.recording import record
@@ -111,11 +113,11 @@ def main() -> None:
     print(f"pulumi {cli.executable}; --parallel {PARALLEL}; RabbitMQ {BROKER_VERSION}", flush=True)
     header = ("state", "endpoints", "objects", "up s", "obj/s", "bare s", "obj/s", "ratio")
     print(" ".join(f"{title:>{width}}" for title, width in zip(header, (16, 9, 7, 7, 7, 7, 7, 6), strict=True)))
-    with LocalRabbitMq() as broker:
+    # SIGTERM unwinds like Ctrl-C: the broker and the stacks' temporary folders are removed either way
+    with sigterm_as_interrupt(), LocalRabbitMq() as broker, ExitStack() as cleanup:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
         credentials = {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
         largest: tuple[LocalStack, dict[str, Any]] | None = None
-        stacks = []
         for mode, mode_env in MODES.items():
             for size in SIZES:
                 if mode == "checkpoints" and size > CHECKPOINTED_MAX:
@@ -123,8 +125,7 @@ def main() -> None:
                 vhost = f"{mode}-{size}"
                 config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section(vhost, size)}
                 api.create_vhost(vhost)
-                stack = LocalStack(cli, f"bench-{mode}-{size}", config, credentials | mode_env).__enter__()
-                stacks.append(stack)
+                stack = cleanup.enter_context(LocalStack(cli, f"bench-{mode}-{size}", config, credentials | mode_env))
                 start = time.perf_counter()
                 output = stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL))
                 up_seconds = time.perf_counter() - start
@@ -154,8 +155,6 @@ def main() -> None:
             f"(ratio {preview_seconds / mocks_seconds:.1f})",
             flush=True,
         )
-        for stack in stacks:
-            stack.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
