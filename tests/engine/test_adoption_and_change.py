@@ -175,7 +175,9 @@ def test_destroy_refuses_to_delete_the_protected_delay_queues(
     stack.up()
     result = stack.run("destroy", "--yes", "--skip-preview", check=False)
     assert result.returncode != 0, result.explain()
-    assert "protected" in result.output, result.explain()
+    # the engine's deleteProtectedError (pulumi/pulumi pkg/resource/deploy/step.go), as the README shows it
+    assert re.search(r"cannot be deleted\s+because it is protected", result.output), result.explain()
+    assert "pulumi state unprotect" in result.output, result.explain()
     levels = {q.name for q in rmq.delay_levels().queues}
     assert levels <= {q["name"] for q in management.queues(vhost)}
 
