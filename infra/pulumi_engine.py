@@ -120,12 +120,19 @@ class LocalStack:
         completed = subprocess.run(command, cwd=self.folder, env=env, capture_output=True, text=True, check=False)
         output = completed.stdout + completed.stderr
         if completed.returncode != 0:
-            tail = "\n".join(output.strip().splitlines()[-15:])
-            raise PulumiFailed(f"`pulumi {' '.join(args)}` exited {completed.returncode}:\n{tail}")
+            raise PulumiFailed(f"`pulumi {' '.join(args)}` exited {completed.returncode}:\n{failure_summary(output)}")
         return output
 
     def up(self) -> str:
         return self.run("up", "--yes", "--skip-preview")
+
+
+def failure_summary(output: str, most: int = 12) -> str:
+    """What a failed command said: its distinct ``error:`` lines (the provider's and the engine's reasons, which
+    pulumi prints above its outputs), then its last lines."""
+    errors = list(dict.fromkeys(line.strip() for line in output.splitlines() if "error:" in line))
+    tail = [line for line in output.strip().splitlines()[-6:] if line.strip()]
+    return "\n".join([*errors[:most], *(["…"] if len(errors) > most else []), *tail])
 
 
 def resources_summary(output: str) -> str:

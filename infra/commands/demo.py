@@ -44,6 +44,7 @@ from .verify import print_drifts
 
 DEFAULT_DELAYS = (0, 1, 2, 5)
 CLOUDFORMATION_STACK = "nsb-delays-demo"
+DEMO_PULUMI_STACK = "demo"  # in a throwaway local state: --stack may be a file path, which no stack name can be
 SQS_POLL_SECONDS = 0.05
 AMQP_PORT_TIMEOUT_SECONDS = 5
 
@@ -250,8 +251,8 @@ def pulumi_up(
     section = dict(stack.raw["rabbitmq"]) | {DELIVERY_LIMIT_POLICIES_KEY: stack.rabbitmq.delivery_limit_policies}
     config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section}
     credentials = {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
-    local = cleanup.enter_context(LocalStack(cli, f"demo-{stack_name}", config, credentials))
-    console.print(f"pulumi up (stack demo-{stack_name}, {cli.executable}, state in {local.backend})")
+    local = cleanup.enter_context(LocalStack(cli, DEMO_PULUMI_STACK, config, credentials))
+    console.print(f"pulumi up (stack {DEMO_PULUMI_STACK}, {cli.executable}, state in {local.backend})")
     try:
         output = local.up()
     except PulumiFailed as error:

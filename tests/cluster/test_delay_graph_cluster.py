@@ -120,9 +120,9 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
     version = first.version()
 
     applied = dev_config(cluster_vhost("applied"), version)
-    pulumi_up(
-        first.management_url, first.username, first.password, dev_stack_in_vhost(tmp_path, applied.vhost, version)
-    )
+    applied_file = dev_stack_in_vhost(tmp_path, applied.vhost, version)
+    section = yaml.safe_load(applied_file.read_text())["config"]["nsb-delays:rabbitmq"]
+    pulumi_up(first.management_url, first.username, first.password, section)
 
     rendered_vhost = cluster_vhost("rendered")
     rendered_file = tmp_path / "definitions.json"
