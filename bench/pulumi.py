@@ -17,7 +17,6 @@ Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 10,100,1000), NSB_BENCH_PULUMI_PAR
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import NAMESPACE, RabbitMqConfig, parse_stack_config
 from nsb_delays.infra.errors import sigterm_as_interrupt
 from nsb_delays.infra.program import declare
-from nsb_delays.infra.pulumi_engine import LocalStack, find_pulumi
+from nsb_delays.infra.pulumi_engine import LocalStack, created_provider_objects, find_pulumi, provider_credentials
 from nsb_delays.infra.recording import record
 from nsb_delays.infra.stack_topology import rabbitmq_topology
 
@@ -101,11 +100,6 @@ def baseline(api: ManagementApi, config: RabbitMqConfig) -> tuple[float, int]:
     return time.perf_counter() - start, len(first) + len(second)
 
 
-def created(output: str) -> int:
-    """Provider resources an ``up`` created (its ``+ N created`` counts components and the stack too)."""
-    return len(re.findall(r"^\s*\+\s+rabbitmq:index:\S+ \S+ created", output, re.M))
-
-
 def main() -> None:
     cli = find_pulumi()
     if cli is None:
@@ -116,7 +110,7 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C: the broker and the stacks' temporary folders are removed either way
     with sigterm_as_interrupt(), LocalRabbitMq() as broker, ExitStack() as cleanup:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
-        credentials = {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
+        credentials = provider_credentials(broker.username, broker.password)
         largest: tuple[LocalStack, dict[str, Any]] | None = None
         for mode, mode_env in MODES.items():
             for size in SIZES:
@@ -129,7 +123,7 @@ def main() -> None:
                 start = time.perf_counter()
                 output = stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL))
                 up_seconds = time.perf_counter() - start
-                objects = created(output)
+                objects = len(created_provider_objects(output))
                 parsed = parse_stack_config({"rabbitmq": section(f"bare-{vhost}", size)}).rabbitmq
                 assert parsed is not None
                 api.create_vhost(parsed.vhost)

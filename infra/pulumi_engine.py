@@ -11,6 +11,7 @@ runs in this interpreter: its directory goes first on PATH, where the language h
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,8 +78,15 @@ def offline_environment(cli: PulumiCli, backend: Path, passphrase: str) -> dict[
     return env
 
 
+def provider_credentials(username: str, password: str) -> dict[str, str]:
+    """The RabbitMQ provider's credentials as a deployment pipeline passes them: the environment variables the
+    Terraform provider reads (terraform-provider-rabbitmq ``rabbitmq/provider.go``: ``RABBITMQ_USERNAME``,
+    ``RABBITMQ_PASSWORD``)."""
+    return {"RABBITMQ_USERNAME": username, "RABBITMQ_PASSWORD": password}
+
+
 class PulumiFailed(RuntimeError):
-    """A ``pulumi`` command exited non-zero; the message ends with the tail of its output."""
+    """A ``pulumi`` command exited non-zero; the message has its ``error:`` lines and its last lines."""
 
 
 class LocalStack:
@@ -133,6 +141,12 @@ def failure_summary(output: str, most: int = 12) -> str:
     errors = list(dict.fromkeys(line.strip() for line in output.splitlines() if "error:" in line))
     tail = [line for line in output.strip().splitlines()[-6:] if line.strip()]
     return "\n".join([*errors[:most], *(["…"] if len(errors) > most else []), *tail])
+
+
+def created_provider_objects(output: str) -> list[str]:
+    """``type name`` of each provider resource an ``up`` created (its ``+ N created`` also counts the stack and
+    the components, which exist in the state only)."""
+    return re.findall(r"^\s*\+\s+(rabbitmq:index:\S+ \S+) created", output, re.M)
 
 
 def resources_summary(output: str) -> str:

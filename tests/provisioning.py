@@ -7,7 +7,6 @@ leaves the same objects as the definitions import: ``test_project_program.py``).
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -16,10 +15,9 @@ from nsb_delays.brokers.local import LocalMoto
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.config import NAMESPACE, StackConfig
-from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE, LocalStack, find_pulumi
+from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.infra.stack_topology import sqs_queue_specs
-from tests.conftest import unavailable
-from tests.engine.conftest import BUILT_ENGINE
+from tests.engine.conftest import require_pulumi
 
 
 def provision_rabbitmq(
@@ -40,15 +38,10 @@ def provision_sqs_queues(moto: LocalMoto, stack: StackConfig) -> dict[str, str]:
 def pulumi_up(management_url: str, username: str, password: str, section: Mapping[str, Any]) -> str:
     """A real ``pulumi up`` of the project's program for a stack whose ``nsb-delays:rabbitmq`` is ``section``, on
     the broker behind ``management_url`` (the engine ``make setup`` built, a throwaway local state); its output.
-    A failed up raises ``PulumiFailed`` with the tail of pulumi's output."""
-    os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
-    cli = find_pulumi()
-    if cli is None:
-        unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`)")
-        raise AssertionError("unreachable")
+    A failed up raises ``PulumiFailed`` with pulumi's error lines."""
     config = {"rabbitmq:endpoint": management_url, f"{NAMESPACE}:rabbitmq": dict(section)}
     # one state write at the end instead of one per step (a DIY backend's cost grows with the square of the stack:
     # bench/pulumi.py); these tests check what the program declares, tests/engine the default engine behaviour
-    credentials = {"RABBITMQ_USERNAME": username, "RABBITMQ_PASSWORD": password, "PULUMI_SKIP_CHECKPOINTS": "true"}
-    with LocalStack(cli, f"test-{uuid.uuid4().hex[:8]}", config, credentials) as stack:
+    env = provider_credentials(username, password) | {"PULUMI_SKIP_CHECKPOINTS": "true"}
+    with LocalStack(require_pulumi(), f"test-{uuid.uuid4().hex[:8]}", config, env) as stack:
         return stack.up()

@@ -36,7 +36,14 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
 from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
-from nsb_delays.infra.pulumi_engine import LocalStack, PulumiCli, PulumiFailed, find_pulumi, resources_summary
+from nsb_delays.infra.pulumi_engine import (
+    LocalStack,
+    PulumiCli,
+    PulumiFailed,
+    find_pulumi,
+    provider_credentials,
+    resources_summary,
+)
 from nsb_delays.infra.render import render
 from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
 
@@ -246,11 +253,11 @@ def pulumi_up(
 ) -> None:
     """``pulumi up`` of the RabbitMQ section as the demo provisions it (below 4.0 without the delivery-limit
     policies), on a local state removed when the demo ends; the provider's credentials as environment
-    variables (terraform-provider-rabbitmq ``rabbitmq/provider.go``: ``RABBITMQ_USERNAME``/``_PASSWORD``)."""
+    variables (``provider_credentials``)."""
     assert stack.rabbitmq is not None
     section = dict(stack.raw["rabbitmq"]) | {DELIVERY_LIMIT_POLICIES_KEY: stack.rabbitmq.delivery_limit_policies}
     config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section}
-    credentials = {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
+    credentials = provider_credentials(broker.username, broker.password)
     local = cleanup.enter_context(LocalStack(cli, DEMO_PULUMI_STACK, config, credentials))
     console.print(f"pulumi up (stack {DEMO_PULUMI_STACK}, {cli.executable}, state in {local.backend})")
     try:

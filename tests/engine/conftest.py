@@ -9,7 +9,6 @@ under ``CI=true``.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import uuid
@@ -22,7 +21,13 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.local import LocalRabbitMq
-from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE, PulumiCli, find_pulumi, offline_environment
+from nsb_delays.infra.pulumi_engine import (
+    ENGINE_DIR_VARIABLE,
+    PulumiCli,
+    find_pulumi,
+    offline_environment,
+    provider_credentials,
+)
 from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
 from tests.conftest import unavailable
 
@@ -82,15 +87,20 @@ class PulumiEngine:
         return result
 
 
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> PulumiEngine:
-    """``pulumi`` on PATH (a user's install) or the one ``engine/build.sh`` built (``make setup``)."""
+def require_pulumi() -> PulumiCli:
+    """``pulumi`` on PATH (a user's install) or the one ``engine/build.sh`` built (``make setup``); without either,
+    skip (fail under CI=true)."""
     os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
     cli = find_pulumi()
     if cli is None or (cli.built and not (cli.executable.parent / "pulumi-language-python-exec").exists()):
         unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; engine/build.sh says why)")
         raise AssertionError("unreachable")
-    return PulumiEngine(cli, tmp_path_factory.mktemp("pulumi-state"))
+    return cli
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> PulumiEngine:
+    return PulumiEngine(require_pulumi(), tmp_path_factory.mktemp("pulumi-state"))
 
 
 @dataclass
@@ -125,22 +135,14 @@ class Stack:
     def preview(self, *extra: str, check: bool = True) -> Result:
         return self.run("preview", *extra, check=check)
 
-    def outputs(self) -> dict[str, Any]:
-        return json.loads(self.run("stack", "output", "--json", "--show-secrets").stdout)
-
-
-def broker_environment(broker: LocalRabbitMq) -> dict[str, str]:
-    """The provider's credentials as a deployment pipeline passes them: environment variables the Terraform
-    provider reads (terraform-provider-rabbitmq ``rabbitmq/provider.go``: ``RABBITMQ_USERNAME``/``_PASSWORD``)."""
-    return {"RABBITMQ_USERNAME": broker.username, "RABBITMQ_PASSWORD": broker.password}
-
 
 def init_stack(
     engine: PulumiEngine, broker: LocalRabbitMq, folder: Path, label: str, project_dir: Path = ROOT
 ) -> Stack:
     """A new, empty stack of ``project_dir`` whose config file lives in ``folder``."""
     name = f"{label}-{uuid.uuid4().hex[:8]}"
-    stack = Stack(engine, name, project_dir, folder / f"Pulumi.{name}.yaml", broker_environment(broker))
+    credentials = provider_credentials(broker.username, broker.password)
+    stack = Stack(engine, name, project_dir, folder / f"Pulumi.{name}.yaml", credentials)
     stack.write_config({"rabbitmq:endpoint": broker.management_url})
     engine.run("stack", "init", name, cwd=project_dir)
     return stack

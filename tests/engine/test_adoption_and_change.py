@@ -26,6 +26,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import NAMESPACE, parse_stack_config
+from nsb_delays.infra.pulumi_engine import created_provider_objects
 from nsb_delays.infra.recording import RecordedResource, record_stack
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
@@ -61,11 +62,6 @@ def summary(result_output: str) -> dict[str, int]:
     return {kind: int(number) for number, kind in counts}
 
 
-def broker_objects_created(output: str) -> list[str]:
-    """The provider resources an up created (components and the stack are created in the state only)."""
-    return re.findall(r"^\s*\+\s+(rabbitmq:index:\S+ \S+) created", output, re.M)
-
-
 def test_adopt_existing_takes_over_what_nservicebus_declared(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
 ) -> None:
@@ -81,7 +77,7 @@ def test_adopt_existing_takes_over_what_nservicebus_declared(
     stack = new_stack(rabbitmq, "adopt")
     configure(stack, rabbitmq, wanted)
     result = stack.up()
-    assert not broker_objects_created(result.stdout), result.stdout[-3000:]
+    assert not created_provider_objects(result.stdout), result.stdout[-3000:]
     assert "replaced" not in summary(result.stdout), result.stdout[-3000:]
     assert summary(result.stdout).get("imported", 0) > rmq.LEVEL_COUNT * 3, result.stdout[-3000:]
     assert without_statistics(management.definitions(vhost)) == before
@@ -234,7 +230,7 @@ def test_pulumi_import_takes_over_what_nservicebus_declared(
     entries = [r for r in recorded if r.type.startswith(("rabbitmq:", "nsb-delays:"))]
     document.write_text(json.dumps(import_file(entries)))
     result = stack.run("import", "--file", str(document), "--yes", "--generate-code=false", "--protect=false")
-    assert not broker_objects_created(result.stdout), result.stdout[-3000:]
+    assert not created_provider_objects(result.stdout), result.stdout[-3000:]
     # every provider resource and every component (``component: true``) is an import
     assert summary(result.stdout).get("imported", 0) == len(entries)
     stack.preview("--expect-no-changes")

@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 
+from nsb_delays.infra.pulumi_engine import provider_credentials
 from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, remove_stack
 from tests.engine.policy_cases import CASES
 
 USER_PROGRAM = Path(__file__).parent / "user_program"
 ANALYZER = ROOT / "policies" / "analyzer"
 UNREACHED_ENDPOINT = "http://127.0.0.1:9"  # loopback http, which the pack allows; never called by a preview
-UNREACHED_CREDENTIALS = {"RABBITMQ_USERNAME": "guest", "RABBITMQ_PASSWORD": "guest"}
+UNREACHED_CREDENTIALS = provider_credentials("guest", "guest")
 GOOD_SECTION = {
     "vhost": "/",
     "brokerVersion": "4.0",
