@@ -7,9 +7,16 @@ the ``(name, args, opts)`` signature the provider host calls; resource type toke
 resources exist, so they must be known when the component is constructed.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import version
 from typing import Any, NotRequired, Optional, TypedDict, get_type_hints
 
 import pulumi
+from pulumi import Inputs
+from pulumi.provider import ConstructResult
+from pulumi.provider.experimental.component import ComponentProvider
+from pulumi.provider.server import ComponentInitError, main
 
 from . import rabbitmq, sqs
 
@@ -71,19 +78,47 @@ class SqsEndpointArgs(TypedDict):
     """SQS-managed server-side encryption (default true)."""
 
 
+def camel_case(key: str) -> str:
+    """An input's name as the schema (and so the calling program) spells it."""
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def python_arguments(args_type: type, args: Any) -> dict[str, Any]:
-    """The inputs as the Python component takes them: whole numbers for ``int`` inputs.
+    """The inputs as the Python component takes them: whole numbers for ``int`` inputs, and a refusal naming
+    the input for a number where the schema says string.
 
     Inputs from other languages travel as a protobuf ``Struct``, whose numbers are all doubles, and
-    the provider host hands them on as floats (``86400.0``); the model refuses a float retention.
+    the provider host hands them on as floats (``86400.0``); the model refuses a float retention. A
+    string can arrive as a number too: Pulumi YAML turns every config value that parses as a number into
+    one, whatever the config's declared type (pulumi/pulumi-yaml ``pkg/server/server.go`` ``Run``), so
+    ``brokerVersion: ${brokerVersion}`` with ``"3.10"`` in the stack's config reaches here as ``3.1``.
     """
-    integers = {key for key, hint in get_type_hints(args_type).items() if hint is int}
+    hints = get_type_hints(args_type)
     converted = dict(args)
-    for key in integers & set(converted):
-        value = converted[key]
-        if isinstance(value, float) and value.is_integer():
+    for key, value in args.items():
+        hint = hints.get(key)
+        if hint is int and isinstance(value, float) and value.is_integer():
             converted[key] = int(value)
+        elif hint is str and isinstance(value, int | float) and not isinstance(value, bool):
+            raise pulumi.InputPropertyError(
+                camel_case(key),
+                "a number where a string belongs. Pulumi YAML turns a config value that looks like a number into "
+                'one: write the value in the program ("3.10"), or in a form that is not a number (a broker version '
+                'with its patch level: "3.10.0")',
+            )
     return converted
+
+
+@contextmanager
+def refusals_as_input_errors(component: str, name: str) -> Iterator[None]:
+    """The model's refusal of an input (a ``ValueError`` naming it and the rule) as the engine shows a bad input:
+    one line, no Python traceback (``pulumi.provider.server`` ``Construct`` reports ``InputPropertiesError``
+    as invalid arguments and anything else as an unexpected exception with its stack)."""
+    try:
+        yield
+    except ValueError as error:
+        raise pulumi.InputPropertiesError(f"{component} {name!r}: {error}") from None
 
 
 class RabbitMqDelayInfrastructure(rabbitmq.RabbitMqDelayInfrastructure):
@@ -94,7 +129,8 @@ class RabbitMqDelayInfrastructure(rabbitmq.RabbitMqDelayInfrastructure):
     generation: pulumi.Output[str]
 
     def __init__(self, name: str, args: RabbitMqDelayInfrastructureArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, opts=opts, **args)
+        with refusals_as_input_errors(type(self).__name__, name):
+            super().__init__(name, opts=opts, **python_arguments(RabbitMqDelayInfrastructureArgs, args))
 
 
 class RabbitMqEndpoint(rabbitmq.RabbitMqEndpoint):
@@ -105,7 +141,8 @@ class RabbitMqEndpoint(rabbitmq.RabbitMqEndpoint):
     delivery_binding_key: pulumi.Output[str]
 
     def __init__(self, name: str, args: RabbitMqEndpointArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, opts=opts, **args)
+        with refusals_as_input_errors(type(self).__name__, name):
+            super().__init__(name, opts=opts, **python_arguments(RabbitMqEndpointArgs, args))
 
 
 class SqsEndpoint(sqs.SqsEndpoint):
@@ -119,7 +156,32 @@ class SqsEndpoint(sqs.SqsEndpoint):
     delay_queue_arn: Optional[pulumi.Output[str]]  # noqa: UP045
 
     def __init__(self, name: str, args: SqsEndpointArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, opts=opts, **python_arguments(SqsEndpointArgs, args))
+        with refusals_as_input_errors(type(self).__name__, name):
+            super().__init__(name, opts=opts, **python_arguments(SqsEndpointArgs, args))
 
 
 COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint]
+
+
+class NsbDelaysProvider(ComponentProvider):
+    """The SDK's component provider, with bad inputs reported as bad inputs.
+
+    ``ComponentProvider.construct`` wraps whatever a component's ``__init__`` raises in ``ComponentInitError``,
+    which ``pulumi.provider.server`` ``Construct`` reports as an unexpected exception with its Python stack. An
+    input error is unwrapped here, so the engine shows it as one: the input's name and the rule, no traceback.
+    """
+
+    def construct(
+        self, name: str, resource_type: str, inputs: Inputs, options: pulumi.ResourceOptions | None = None
+    ) -> ConstructResult:
+        try:
+            return super().construct(name, resource_type, inputs, options)
+        except ComponentInitError as error:
+            if isinstance(error.inner, pulumi.InputPropertyError | pulumi.InputPropertiesError):
+                raise error.inner from None
+            raise
+
+
+def serve(arguments: list[str]) -> None:
+    """Serve the components to the engine (what ``component_provider_host`` does, with ``NsbDelaysProvider``)."""
+    main(NsbDelaysProvider(COMPONENTS, PACKAGE, None, version(PACKAGE)), arguments)

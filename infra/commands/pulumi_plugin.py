@@ -42,12 +42,18 @@ class PluginKind:
     package: str  # the sub-package whose __main__ the plugin runs and whose manifest it ships
     manifest: str
     use: str  # what to run next, for the message after writing
-    executable: str | None = None  # a script that starts the plugin without a language host (policies/analyzer)
+    # a script that starts the plugin without a language host (policies/analyzer, components/executable/...)
+    executable: str | None = None
 
 
 KINDS = {
     "provider": PluginKind(
-        "nsb_delays.components", "PulumiPlugin.yaml", "pulumi package add {directory}  (in your Pulumi project)"
+        "nsb_delays.components",
+        "PulumiPlugin.yaml",
+        "pulumi package add {directory}  (in your Pulumi project)\n"
+        "  (where the language host cannot start a plugin directory: `packages: {{nsb-delays: {directory}/executable}}`"
+        " in Pulumi.yaml)",
+        "executable/pulumi-resource-nsb-delays",
     ),
     "policy-pack": PluginKind(
         "nsb_delays.policies", "PulumiPolicy.yaml", "pulumi preview --policy-pack {directory}", "analyzer"
@@ -124,6 +130,7 @@ def register(cli: click.Group) -> None:
         try:
             directory.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
+                (directory / name).parent.mkdir(exist_ok=True)
                 (directory / name).write_text(text)
             executable = KINDS[kind].executable
             if executable:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+import pulumi
 from pulumi.provider.experimental.component import ComponentProvider
 
-from nsb_delays.components.provider import COMPONENTS, PACKAGE
+from nsb_delays.components.provider import COMPONENTS, PACKAGE, NsbDelaysProvider
 from nsb_delays.infra.recording import record
 from tests.unit.helpers import SQS_QUEUE, bindings, of_type, queues
 
 
 @pytest.fixture(scope="module")
-def provider() -> ComponentProvider:
-    return ComponentProvider(COMPONENTS, PACKAGE, None, "0.1.0")
+def provider() -> NsbDelaysProvider:
+    return NsbDelaysProvider(COMPONENTS, PACKAGE, None, "0.1.0")
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +98,20 @@ def test_whole_numbers_from_other_languages_arrive_as_floats_and_are_accepted(pr
     resources = record(lambda: provider._components["SqsEndpoint"]("sales", args))
     retention = {r.inputs["name"]: r.inputs["messageRetentionSeconds"] for r in of_type(resources, SQS_QUEUE)}
     assert retention["Sales"] == 86400
+
+
+def construct(provider: ComponentProvider, component: str, inputs: dict) -> None:
+    record(lambda: provider.construct("c", f"nsb-delays:index:{component}", inputs))
+
+
+def test_a_number_where_a_string_belongs_names_the_input_and_the_way_out(provider: NsbDelaysProvider) -> None:
+    """Pulumi YAML turns ``"3.10"`` from config into the number 3.1 (tests/engine/test_components_from_yaml.py)."""
+    with pytest.raises(pulumi.InputPropertyError) as refused:
+        construct(provider, "RabbitMqDelayInfrastructure", {"brokerVersion": 3.1})
+    assert refused.value.property_path == "brokerVersion"
+    assert '"3.10.0"' in refused.value.reason
+
+
+def test_a_refusal_of_the_model_is_an_input_error_not_a_stack_trace(provider: NsbDelaysProvider) -> None:
+    with pytest.raises(pulumi.InputPropertiesError, match="RabbitMqEndpoint 'c': .*routing topology"):
+        construct(provider, "RabbitMqEndpoint", {"endpoint": "Sales", "routingTopology": "fanout"})

@@ -26,8 +26,10 @@ def invoke(*args: str):
 def test_provider_directory_runs_the_provider_host_in_its_own_virtualenv(tmp_path: Path) -> None:
     result = invoke("provider", str(tmp_path / "provider"))
     assert result.exit_code == 0, result.output
-    written = {path.name: path.read_text() for path in (tmp_path / "provider").iterdir()}
-    assert set(written) == {"PulumiPlugin.yaml", "requirements.txt", "__main__.py"}
+    root = tmp_path / "provider"
+    written = {path.relative_to(root).as_posix(): path.read_text() for path in root.rglob("*") if path.is_file()}
+    executable = "executable/pulumi-resource-nsb-delays"
+    assert set(written) == {"PulumiPlugin.yaml", "requirements.txt", "__main__.py", executable}
     manifest = yaml.safe_load(written["PulumiPlugin.yaml"])
     checkout = yaml.safe_load((PROJECT / "components" / "PulumiPlugin.yaml").read_text())
     assert checkout["runtime"]["options"]["virtualenv"] == "../.venv"
@@ -36,6 +38,9 @@ def test_provider_directory_runs_the_provider_host_in_its_own_virtualenv(tmp_pat
     assert written["requirements.txt"] == f"nsb-delays=={version('nsb-delays')}\n"
     assert 'runpy.run_module("nsb_delays.components", run_name="__main__", alter_sys=True)' in written["__main__.py"]
     assert "pulumi package add" in result.output
+    # the provider as an executable plugin too (tests/engine/test_components_from_yaml.py runs it through the engine)
+    assert written[executable] == (PROJECT / "components" / executable).read_text()
+    assert os.access(root / executable, os.X_OK)
 
 
 def test_policy_pack_directory_names_a_wheel_and_the_installed_version(tmp_path: Path) -> None:

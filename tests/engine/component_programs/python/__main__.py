@@ -1,0 +1,34 @@
+"""The Python twin of ``../yaml/Pulumi.yaml``: the same components, names and arguments, in Python."""
+
+import pulumi
+
+from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
+
+config = pulumi.Config()
+vhost = config.require("vhost")
+broker_version = config.require("brokerVersion")
+delivery_limit_policies = config.require_bool("deliveryLimitPolicies")
+
+delays = RabbitMqDelayInfrastructure("delays", vhost=vhost, broker_version=broker_version)
+RabbitMqEndpoint(
+    "sales",
+    endpoint="Sales",
+    vhost=vhost,
+    instance_discriminators=["blue"],
+    legacy_timeout_manager=True,
+    delivery_limit_policies=delivery_limit_policies,
+    broker_version=broker_version,
+    opts=pulumi.ResourceOptions(depends_on=[delays]),
+)
+RabbitMqEndpoint(
+    "billing",
+    endpoint="Billing",
+    vhost=vhost,
+    routing_topology="direct",
+    queue_type="classic",
+    delivery_limit_policies=delivery_limit_policies,
+    broker_version=broker_version,
+    opts=pulumi.ResourceOptions(depends_on=[delays]),
+)
+pulumi.export("deliveryExchange", delays.delivery_exchange)
+pulumi.export("levelNames", delays.level_names)

@@ -1,0 +1,195 @@
+"""The component provider through the real engine: a Pulumi YAML program declares the components on the broker,
+exactly as the Python components do.
+
+``component_programs/yaml`` and ``component_programs/python`` declare the same components with the same names and
+arguments. The YAML program reaches them through the provider (``packages:`` in its ``Pulumi.yaml``); the engine
+starts ``components/executable/pulumi-resource-nsb-delays``, the executable form of the plugin (the Python host
+built here cannot start a plugin directory, see that script), asks it for the schema and calls ``Construct`` for
+each component. Both go up into vhosts of their own; afterwards the two vhosts hold the same objects, the two
+stacks the same resources (types, names, parents, inputs as the provider checked them, protection), and a
+preview of the YAML stack shows no changes.
+
+``pulumi package add`` of the plugin fetches the schema and generates the YAML package declaration, and then stops
+at its last step: ``pulumi-language-yaml`` v1.25.0 (the newest the Go module proxy serves) has no ``Link``
+("method Link not implemented"); so the program names the package in ``packages:`` itself, which is what the
+step would have written. A TypeScript program needs ``pulumi-language-nodejs``, which the proxy does not serve.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nsb_delays.brokers.local import LocalRabbitMq
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.provider import PACKAGE
+from nsb_delays.infra.pulumi_engine import provider_credentials
+from tests.engine.conftest import ROOT, PulumiEngine, Stack, init_stack, remove_stack
+
+PROGRAMS = Path(__file__).parent / "component_programs"
+PLUGIN_EXECUTABLE = ROOT / "components" / "executable" / f"pulumi-resource-{PACKAGE}"
+DEFINITION_KINDS = ("queues", "exchanges", "bindings", "policies")
+
+
+@dataclass
+class Twin:
+    stack: Stack
+    vhost: str
+
+
+@pytest.fixture(scope="module")
+def twins(
+    rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
+) -> Iterator[dict[str, Twin]]:
+    """The YAML and the Python program, each up in a vhost of its own with the same settings."""
+    made: dict[str, Twin] = {}
+    try:
+        for language in ("yaml", "python"):
+            vhost = module_vhost(f"components-{language}")
+            stack = init_stack(
+                engine, rabbitmq, tmp_path_factory.mktemp(language), f"components-{language}", PROGRAMS / language
+            )
+            made[language] = Twin(stack, vhost)  # removed afterwards even when its up fails
+            stack.write_config(
+                {
+                    "rabbitmq:endpoint": rabbitmq.management_url,
+                    "nsb-delays-components:vhost": vhost,
+                    # with its patch level: Pulumi YAML would turn "3.10" from config into the number 3.1
+                    "nsb-delays-components:brokerVersion": ".".join(map(str, broker_version[:2])) + ".0",
+                    "nsb-delays-components:deliveryLimitPolicies": broker_version
+                    >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+                }
+            )
+            stack.up()
+        yield made
+    finally:
+        for twin in made.values():
+            remove_stack(twin.stack)
+
+
+def broker_objects(management: ManagementApi, vhost: str) -> dict[str, list[str]]:
+    definitions = management.definitions(vhost)
+    return {
+        kind: sorted(
+            json.dumps({k: v for k, v in item.items() if k != "vhost"}, sort_keys=True) for item in definitions[kind]
+        )
+        for kind in DEFINITION_KINDS
+    }
+
+
+def stack_command(stack: Stack, *args: str) -> str:
+    """``pulumi stack ARGS`` of the stack (these take no ``--config-file``): its stdout."""
+    return stack.engine.run("stack", *args, "--stack", stack.name, cwd=stack.project_dir).stdout
+
+
+def stack_resources(twin: Twin) -> list[str]:
+    """The stack's resources as the engine recorded them, with the stack's name and vhost left out."""
+    state = json.loads(stack_command(twin.stack, "export"))
+    comparable = []
+    for resource in state["deployment"]["resources"]:
+        if resource["type"].startswith("pulumi:"):
+            continue  # the stack itself and the default provider: named after the stack
+        kept = {key: resource.get(key) for key in ("urn", "type", "parent", "inputs", "protect", "custom")}
+        comparable.append(
+            json.dumps(kept, sort_keys=True).replace(twin.stack.name, "<stack>").replace(twin.vhost, "<vhost>")
+        )
+    return sorted(comparable)
+
+
+def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> None:
+    result = engine.run("package", "get-schema", str(PLUGIN_EXECUTABLE))
+    schema = json.loads(result.stdout)
+    assert schema["name"] == PACKAGE
+    assert set(schema["resources"]) == {
+        f"{PACKAGE}:index:{name}" for name in ("RabbitMqDelayInfrastructure", "RabbitMqEndpoint", "SqsEndpoint")
+    }
+
+
+def test_the_yaml_program_puts_on_the_broker_what_the_python_program_does(
+    twins: dict[str, Twin], management: ManagementApi
+) -> None:
+    yaml_objects = broker_objects(management, twins["yaml"].vhost)
+    assert len(yaml_objects["queues"]) > rmq.LEVEL_COUNT
+    assert yaml_objects == broker_objects(management, twins["python"].vhost)
+
+
+def test_the_yaml_program_declares_the_resources_the_python_program_declares(twins: dict[str, Twin]) -> None:
+    declared = stack_resources(twins["yaml"])
+    assert any('"protect": true' in resource for resource in declared), "the delay levels are protected"
+    assert declared == stack_resources(twins["python"])
+
+
+def test_the_outputs_reach_the_yaml_program(twins: dict[str, Twin]) -> None:
+    outputs = {language: json.loads(stack_command(twin.stack, "output", "--json")) for language, twin in twins.items()}
+    assert outputs["yaml"]["deliveryExchange"] == rmq.delivery_exchange_name("v2")
+    assert outputs["yaml"] == outputs["python"]
+
+
+def test_a_preview_of_the_yaml_program_after_up_shows_no_changes(twins: dict[str, Twin]) -> None:
+    twins["yaml"].stack.preview("--expect-no-changes")
+
+
+@pytest.fixture
+def preview_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Callable[[Path, str], Stack]]:
+    """``preview_stack(project, broker_version)``: a stack of a copy of the YAML program whose provider endpoint is
+    never called (previews create nothing)."""
+    made: list[Stack] = []
+
+    def make(plugin_folder: Path, broker_version: str) -> Stack:
+        project = tmp_path / f"project-{len(made)}"
+        shutil.copytree(PROGRAMS / "yaml", project)
+        manifest = yaml.safe_load((project / "Pulumi.yaml").read_text())
+        manifest["packages"] = {PACKAGE: str(plugin_folder)}
+        (project / "Pulumi.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        name = f"preview-{len(made)}"
+        credentials = provider_credentials("guest", "guest")
+        made.append(Stack(engine, name, project, tmp_path / f"Pulumi.{name}.yaml", credentials))
+        made[-1].write_config(
+            {
+                "rabbitmq:endpoint": "http://127.0.0.1:9",
+                "nsb-delays-components:vhost": "/",
+                "nsb-delays-components:brokerVersion": broker_version,
+                "nsb-delays-components:deliveryLimitPolicies": True,
+            }
+        )
+        engine.run("stack", "init", name, cwd=project)
+        return made[-1]
+
+    yield make
+    for stack in made:
+        remove_stack(stack)
+
+
+def test_the_plugin_written_for_an_installed_package_serves_a_yaml_program(
+    preview_stack: Callable[[Path, str], Stack], tmp_path: Path
+) -> None:
+    """``nsb-delays pulumi-plugin provider DIR`` writes the executable form too."""
+    plugin = tmp_path / "plugin"
+    subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "pulumi-plugin", "provider", str(plugin)],
+        check=True,
+        capture_output=True,
+    )
+    result = preview_stack(plugin / "executable", "4.0.0").preview()
+    assert f"{PACKAGE}:index:RabbitMqEndpoint" in result.stdout
+    assert "error" not in result.stderr.lower(), result.explain()
+
+
+def test_a_number_where_a_string_belongs_is_refused_naming_the_input(
+    preview_stack: Callable[[Path, str], Stack],
+) -> None:
+    """``"4.0"`` in a YAML program's config arrives as the number 4: one error per component, naming the input and
+    the way out, no Python traceback, nothing created."""
+    result = preview_stack(PLUGIN_EXECUTABLE.parent, "4.0").preview(check=False)
+    assert result.returncode != 0
+    assert "property brokerVersion with value 4 has a problem: a number where a string belongs" in result.stdout
+    assert "Traceback" not in result.output and 'File "' not in result.output
