@@ -5,6 +5,8 @@
 #   rabbitmq/ the RabbitMQ resource provider  cyrilgdn/terraform-provider-rabbitmq through pulumi-terraform-bridge
 #   yaml/     the Pulumi YAML language host   github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml (for the
 #             component provider's YAML programs; its own pulumi pkg/sdk pins, which its code needs)
+#   nodejs/   the Node.js language host       github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs
+#             (for its TypeScript programs; sdk v3.68.0, the last release with the host inside sdk/v3)
 # Each folder is a Go module of its own: its go.mod and go.sum are the pins. Binaries go to $ENGINE/bin (git-ignored);
 # a component is rebuilt only when its pins or sources change. The provider is installed into $ENGINE/home (the
 # PULUMI_HOME of everything this project runs) under the version the installed pulumi_rabbitmq SDK asks for.
@@ -60,6 +62,7 @@ module_version() { (cd "$here/$1" && go list -m -f '{{.Version}}' "$2"); }
 cli_version=$(module_version cli github.com/pulumi/pulumi/pkg/v3) || cli_version=unknown
 host_version=$(module_version python github.com/pulumi/pulumi/sdk/v3) || host_version=unknown
 yaml_version=$(module_version yaml github.com/pulumi/pulumi-yaml) || yaml_version=unknown
+nodejs_version=$(module_version nodejs github.com/pulumi/pulumi/sdk/v3) || nodejs_version=unknown
 
 build cli github.com/pulumi/pulumi/pkg/v3/cmd/pulumi pulumi \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$cli_version"
@@ -68,6 +71,8 @@ build python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python p
 build rabbitmq . pulumi-resource-rabbitmq "-X main.version=$sdk_version"
 build yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml pulumi-language-yaml \
   "-X github.com/pulumi/pulumi-yaml/pkg/version.Version=$yaml_version"
+build nodejs github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs pulumi-language-nodejs \
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$nodejs_version"
 
 # The language host runs programs through this script, found beside its own binary; the one shipped with the CLI's
 # SDK module takes the arguments the host passes (--monitor, --engine, --project, --stack, --pwd, ...).
@@ -88,7 +93,7 @@ fi
 if [ -n "$failed" ]; then
   echo "engine: not built:$failed; the real-engine tests skip (fail under CI=true)" >&2
 else
-  echo "engine: pulumi $cli_version, python host $host_version, yaml host $yaml_version," \
+  echo "engine: pulumi $cli_version, python host $host_version, yaml host $yaml_version, nodejs host $nodejs_version," \
        "rabbitmq provider $sdk_version in $bin"
 fi
 exit 0

@@ -1,6 +1,6 @@
 """The component provider's ``SqsEndpoint`` as the Pulumi engine drives it: a real plugin process, called over gRPC.
 
-The RabbitMQ components go through the real engine (``tests/engine/test_components_from_yaml.py``: a YAML program
+The RabbitMQ components go through the real engine (``tests/engine/test_components_from_other_languages.py``: a YAML program
 up on a broker). ``SqsEndpoint`` cannot: its children need pulumi-aws's provider, which does not build from Go
 modules here (its upstream is patched). So for it this test stands in for the engine. The engine's
 Python language host starts a source-based plugin as ``python <plugin directory> <engine address>``

@@ -105,7 +105,7 @@ def construct(provider: ComponentProvider, component: str, inputs: dict) -> None
 
 
 def test_a_number_where_a_string_belongs_names_the_input_and_the_way_out(provider: NsbDelaysProvider) -> None:
-    """Pulumi YAML turns ``"3.10"`` from config into the number 3.1 (tests/engine/test_components_from_yaml.py)."""
+    """Pulumi YAML turns ``"3.10"`` from config into the number 3.1 (tests/engine/test_components_from_other_languages.py)."""
     with pytest.raises(pulumi.InputPropertyError) as refused:
         construct(provider, "RabbitMqDelayInfrastructure", {"brokerVersion": 3.1})
     assert refused.value.property_path == "brokerVersion"

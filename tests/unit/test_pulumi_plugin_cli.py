@@ -38,7 +38,7 @@ def test_provider_directory_runs_the_provider_host_in_its_own_virtualenv(tmp_pat
     assert written["requirements.txt"] == f"nsb-delays=={version('nsb-delays')}\n"
     assert 'runpy.run_module("nsb_delays.components", run_name="__main__", alter_sys=True)' in written["__main__.py"]
     assert "pulumi package add" in result.output
-    # the provider as an executable plugin too (tests/engine/test_components_from_yaml.py runs it through the engine)
+    # the provider as an executable plugin too (tests/engine/test_components_from_other_languages.py runs it through the engine)
     assert written[executable] == (PROJECT / "components" / executable).read_text()
     assert os.access(root / executable, os.X_OK)
 

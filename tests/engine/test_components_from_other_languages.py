@@ -1,18 +1,20 @@
-"""The component provider through the real engine: a Pulumi YAML program declares the components on the broker,
-exactly as the Python components do.
+"""The component provider through the real engine: Pulumi YAML and TypeScript programs declare the components on
+the broker exactly as the Python components do.
 
-``component_programs/yaml`` and ``component_programs/python`` declare the same components with the same names and
-arguments. The YAML program reaches them through the provider (``packages:`` in its ``Pulumi.yaml``); the engine
-starts ``components/executable/pulumi-resource-nsb-delays``, the executable form of the plugin (the Python host
-built here cannot start a plugin directory, see that script), asks it for the schema and calls ``Construct`` for
-each component. Both go up into vhosts of their own; afterwards the two vhosts hold the same objects, the two
-stacks the same resources (types, names, parents, inputs as the provider checked them, protection), and a
-preview of the YAML stack shows no changes.
+``component_programs/{yaml,typescript,python}`` declare the same components with the same names and arguments.
+The YAML and TypeScript programs reach them through the provider (``packages:`` in their ``Pulumi.yaml``): the
+engine starts ``components/executable/pulumi-resource-nsb-delays``, the executable form of the plugin (the
+Python host built here cannot start a plugin directory, see that script), asks it for the schema and calls
+``Construct`` for each component. Each program goes up into a vhost of its own; afterwards every vhost holds the
+same objects, every stack the same resources (types, names, parents, inputs as the provider checked them,
+protection) and outputs, and a preview shows no changes.
 
-``pulumi package add`` of the plugin fetches the schema and generates the YAML package declaration, and then stops
-at its last step: ``pulumi-language-yaml`` v1.25.0 (the newest the Go module proxy serves) has no ``Link``
-("method Link not implemented"); so the program names the package in ``packages:`` itself, which is what the
-step would have written. A TypeScript program needs ``pulumi-language-nodejs``, which the proxy does not serve.
+What the language hosts built here (``engine/``) cannot do, so the programs do it themselves:
+``pulumi package add`` of the plugin fetches the schema and generates the YAML package declaration, then stops
+at its last step: ``pulumi-language-yaml`` v1.25.0 has no ``Link`` ("method Link not implemented"); the
+``packages:`` entry is what that step writes. ``pulumi package gen-sdk --language nodejs`` needs the host's
+``GeneratePackage``, which ``pulumi-language-nodejs`` v3.68.0 does not have ("method GeneratePackage not
+implemented"), so ``index.ts`` writes out the two remote component classes a generated SDK would hold.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.provider import PACKAGE
 from nsb_delays.infra.pulumi_engine import provider_credentials
+from tests.conftest import unavailable
 from tests.engine.conftest import ROOT, PulumiEngine, Stack, init_stack, remove_stack
 
 PROGRAMS = Path(__file__).parent / "component_programs"
@@ -46,14 +49,31 @@ class Twin:
     vhost: str
 
 
+OTHER_LANGUAGES = ("yaml", "typescript")
+LANGUAGE_HOSTS = {"yaml": "pulumi-language-yaml", "typescript": "pulumi-language-nodejs"}
+
+
+def require_language_hosts(engine: PulumiEngine) -> None:
+    """The hosts ``engine/build.sh`` builds (a user's Pulumi install has them) and ``@pulumi/pulumi`` from the
+    checkout's package.json (``make setup``); without them skip, and fail under CI=true."""
+    missing = [
+        host for host in LANGUAGE_HOSTS.values() if shutil.which(host, path=str(engine.cli.executable.parent)) is None
+    ]
+    if not (ROOT / "node_modules" / "@pulumi" / "pulumi" / "package.json").exists():
+        missing.append("@pulumi/pulumi in node_modules")
+    if engine.cli.built and missing:
+        unavailable(f"not built or installed: {', '.join(missing)} (run `make setup`; engine/build.sh says why)")
+
+
 @pytest.fixture(scope="module")
 def twins(
     rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
 ) -> Iterator[dict[str, Twin]]:
-    """The YAML and the Python program, each up in a vhost of its own with the same settings."""
+    """The three programs, each up in a vhost of its own with the same settings."""
+    require_language_hosts(engine)
     made: dict[str, Twin] = {}
     try:
-        for language in ("yaml", "python"):
+        for language in (*OTHER_LANGUAGES, "python"):
             vhost = module_vhost(f"components-{language}")
             stack = init_stack(
                 engine, rabbitmq, tmp_path_factory.mktemp(language), f"components-{language}", PROGRAMS / language
@@ -114,34 +134,39 @@ def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> Non
     }
 
 
-def test_the_yaml_program_puts_on_the_broker_what_the_python_program_does(
-    twins: dict[str, Twin], management: ManagementApi
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_the_program_puts_on_the_broker_what_the_python_program_does(
+    twins: dict[str, Twin], management: ManagementApi, language: str
 ) -> None:
-    yaml_objects = broker_objects(management, twins["yaml"].vhost)
-    assert len(yaml_objects["queues"]) > rmq.LEVEL_COUNT
-    assert yaml_objects == broker_objects(management, twins["python"].vhost)
+    objects = broker_objects(management, twins[language].vhost)
+    assert len(objects["queues"]) > rmq.LEVEL_COUNT
+    assert objects == broker_objects(management, twins["python"].vhost)
 
 
-def test_the_yaml_program_declares_the_resources_the_python_program_declares(twins: dict[str, Twin]) -> None:
-    declared = stack_resources(twins["yaml"])
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_the_program_declares_the_resources_the_python_program_declares(twins: dict[str, Twin], language: str) -> None:
+    declared = stack_resources(twins[language])
     assert any('"protect": true' in resource for resource in declared), "the delay levels are protected"
     assert declared == stack_resources(twins["python"])
 
 
-def test_the_outputs_reach_the_yaml_program(twins: dict[str, Twin]) -> None:
-    outputs = {language: json.loads(stack_command(twin.stack, "output", "--json")) for language, twin in twins.items()}
-    assert outputs["yaml"]["deliveryExchange"] == rmq.delivery_exchange_name("v2")
-    assert outputs["yaml"] == outputs["python"]
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_the_outputs_reach_the_program(twins: dict[str, Twin], language: str) -> None:
+    outputs = json.loads(stack_command(twins[language].stack, "output", "--json"))
+    assert outputs["deliveryExchange"] == rmq.delivery_exchange_name("v2")
+    assert outputs == json.loads(stack_command(twins["python"].stack, "output", "--json"))
 
 
-def test_a_preview_of_the_yaml_program_after_up_shows_no_changes(twins: dict[str, Twin]) -> None:
-    twins["yaml"].stack.preview("--expect-no-changes")
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_a_preview_after_up_shows_no_changes(twins: dict[str, Twin], language: str) -> None:
+    twins[language].stack.preview("--expect-no-changes")
 
 
 @pytest.fixture
 def preview_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Callable[[Path, str], Stack]]:
     """``preview_stack(project, broker_version)``: a stack of a copy of the YAML program whose provider endpoint is
     never called (previews create nothing)."""
+    require_language_hosts(engine)
     made: list[Stack] = []
 
     def make(plugin_folder: Path, broker_version: str) -> Stack:
