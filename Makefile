@@ -93,7 +93,8 @@ $(CONNECT_STAMP): pyproject.toml pipeline/shipping.py $(STAMP)
 	"$(CONNECT_VENV)/bin/python" -m pip install -q --no-deps -e .
 	touch "$(CONNECT_STAMP)"
 
-# mermaid-cli (pinned in package-lock.json) without Puppeteer's browser download: it drives Debian's
+# mermaid-cli and, for the TypeScript program of tests/engine, @pulumi/pulumi and typescript (all pinned in
+# package-lock.json), without Puppeteer's browser download: mermaid-cli drives Debian's
 # /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
 $(NODE_STAMP): package.json package-lock.json
 	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error

@@ -68,6 +68,70 @@ def lone_level_with_wrong_ttl(vhost: str) -> None:
     )
 
 
+def ttl_in_the_string_map(vhost: str) -> None:
+    rabbitmq.Queue(
+        "reports",
+        name="Reports",
+        vhost=vhost,
+        settings=rabbitmq.QueueSettingsArgs(durable=True, arguments={"x-message-ttl": "60000"}),
+    )
+
+
+def fanout_level_exchange(vhost: str) -> None:
+    """A level exchange declared as NServiceBus does not, in a vhost of its own (no duplicate of the components')."""
+    rabbitmq.Exchange(
+        "stray-level-exchange",
+        name=rmq.delay_level_name(5, "v2"),
+        vhost="other",
+        settings=rabbitmq.ExchangeSettingsArgs(type="fanout", durable=True),
+    )
+
+
+def level_binding_with_a_catch_all_key(vhost: str) -> None:
+    level = rmq.delay_level_name(3, "v2")
+    rabbitmq.Binding(
+        "stray-level-binding",
+        source=level,
+        vhost="other",
+        destination=level,
+        destination_type="queue",
+        routing_key="#",
+    )
+
+
+def delivery_binding_without_the_wildcard(vhost: str) -> None:
+    rabbitmq.Binding(
+        "sales-exact-key",
+        source=rmq.delivery_exchange_name("v2"),
+        vhost=vhost,
+        destination="Sales",
+        destination_type="exchange",
+        routing_key="Sales",
+    )
+
+
+def alternate_exchange_as_argument(vhost: str) -> None:
+    rabbitmq.Exchange(
+        "level-with-alternate",
+        name=rmq.delay_level_name(7, "v2"),
+        vhost="other",
+        settings=rabbitmq.ExchangeSettingsArgs(
+            type="topic", durable=True, arguments={rmq.ALTERNATE_EXCHANGE_ARGUMENT: "nsb-delays.unroutable"}
+        ),
+    )
+
+
+def delivery_limit_policy_over_sales(vhost: str) -> None:
+    rabbitmq.Policy(
+        "sales-limit",
+        name="sales-limit",
+        vhost=vhost,
+        policy=rabbitmq.PolicyPolicyArgs(
+            pattern="^Sales$", priority=10, apply_to="queues", definition={"delivery-limit": "5"}
+        ),
+    )
+
+
 CASES: dict[str, Case] = {
     "empty-password": Case("rabbitmq-user-password-secret", empty_password_user),
     "ttl-policy": Case("delay-queue-broker-policy", ttl_policy_over_the_levels),
@@ -75,4 +139,10 @@ CASES: dict[str, Case] = {
     "binding-to-nobody": Case("endpoint-destinations-exist", delivery_binding_to_nobody),
     "stray-level-ttl": Case("delay-level-queue-arguments", lone_level_with_wrong_ttl),
     "stray-level-chain": Case("delay-level-chain-complete", lone_level_with_wrong_ttl),
+    "ttl-as-string": Case("queue-arguments-typed", ttl_in_the_string_map),
+    "fanout-level": Case("delay-exchange-settings", fanout_level_exchange),
+    "catch-all-level-binding": Case("delay-level-binding-keys", level_binding_with_a_catch_all_key),
+    "delivery-key-without-wildcard": Case("endpoint-delivery-binding", delivery_binding_without_the_wildcard),
+    "alternate-exchange-argument": Case("exchange-alternate-by-policy", alternate_exchange_as_argument),
+    "delivery-limit-policy": Case("endpoint-queue-delivery-limit", delivery_limit_policy_over_sales),
 }

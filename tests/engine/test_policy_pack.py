@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pulumi_policy import EnforcementLevel
 
 from nsb_delays.infra.pulumi_engine import provider_credentials
+from nsb_delays.policies.pack import POLICIES
 from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, remove_stack
 from tests.engine.policy_cases import CASES
 
@@ -90,14 +92,23 @@ def test_a_stack_breaking_a_mandatory_rule_fails_the_preview_naming_it(
     assert f"[mandatory]  {CASES[case].rule}" in result.stdout, result.explain()
 
 
-@pytest.mark.parametrize(
-    ("section", "endpoint", "rule"),
-    [
-        ({"protectDelayQueues": False}, UNREACHED_ENDPOINT, "delay-queue-protected"),
-        ({}, "http://rabbitmq.example.com:15672", "rabbitmq-endpoint-https"),
-    ],
-    ids=["unprotected-levels", "http-endpoint"],
-)
+CONFIG_CASES = [
+    ({"protectDelayQueues": False}, UNREACHED_ENDPOINT, "delay-queue-protected"),
+    ({}, "http://rabbitmq.example.com:15672", "rabbitmq-endpoint-https"),
+]
+
+
+def test_every_mandatory_rule_a_rabbitmq_stack_can_break_has_a_case() -> None:
+    """The SQS rules are left to the mocks: pulumi-aws's provider does not build here."""
+    mandatory = {
+        policy.name
+        for policy in POLICIES
+        if policy.enforcement_level == EnforcementLevel.MANDATORY and not policy.name.startswith("sqs-")
+    }
+    assert mandatory == {case.rule for case in CASES.values()} | {rule for _, _, rule in CONFIG_CASES}
+
+
+@pytest.mark.parametrize(("section", "endpoint", "rule"), CONFIG_CASES, ids=["unprotected-levels", "http-endpoint"])
 def test_the_projects_program_with_a_config_breaking_a_rule_fails_the_preview(
     new_stack: Callable[..., Stack], section: dict[str, Any], endpoint: str, rule: str
 ) -> None:
