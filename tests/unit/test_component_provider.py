@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import pulumi
+import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 
 from nsb_delays.components.provider import COMPONENTS, PACKAGE, NsbDelaysProvider
@@ -113,5 +113,5 @@ def test_a_number_where_a_string_belongs_names_the_input_and_the_way_out(provide
 
 
 def test_a_refusal_of_the_model_is_an_input_error_not_a_stack_trace(provider: NsbDelaysProvider) -> None:
-    with pytest.raises(pulumi.InputPropertiesError, match="RabbitMqEndpoint 'c': .*routing topology"):
+    with pytest.raises(pulumi.InputPropertiesError, match=r"RabbitMqEndpoint .c.: .*routing topology"):
         construct(provider, "RabbitMqEndpoint", {"endpoint": "Sales", "routingTopology": "fanout"})
