@@ -57,7 +57,7 @@ def configure(stack: Stack, broker: LocalRabbitMq, rabbitmq_section: dict[str, A
 def summary(result_output: str) -> dict[str, int]:
     """``Resources:`` of an up: ``{"created": 3, "imported": 130, "unchanged": 5}``."""
     counts = re.findall(
-        r"^\s+[+~\-=]?\s*(\d+) (created|imported|updated|deleted|replaced|unchanged)", result_output, re.M
+        r"^\s+[+~\-=]*\s*(\d+) (created|imported|updated|deleted|replaced|unchanged)", result_output, re.M
     )
     return {kind: int(number) for number, kind in counts}
 
