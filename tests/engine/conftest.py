@@ -36,6 +36,11 @@ BUILT_ENGINE = Path(os.environ.get(ENGINE_DIR_VARIABLE, ROOT / ".cache" / "engin
 PASSPHRASE = "nsb-delays-tests"
 # pulumi's own output is long on failure; a failed command's message shows this much of each stream
 SHOWN_OUTPUT = 6000
+# A DIY backend writes the whole state after every step by default, quadratic in the stack's size (bench/pulumi.py:
+# about half of a 10-endpoint up). The tests write it once, at the end (pulumi/pulumi sdk/go/common/env/env.go
+# SkipCheckpoints), except test_project_program.py, which runs the default (CHECKPOINTS).
+SKIP_CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "true"}
+CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "false"}
 
 
 @dataclass
@@ -75,7 +80,9 @@ class PulumiEngine:
         completed = subprocess.run(
             [str(self.cli.executable), *args, "--non-interactive", "--color", "never"],
             cwd=cwd,
-            env=offline_environment(self.cli, self.backend, PASSPHRASE) | {"NO_COLOR": "1", **(env or {})},
+            env=offline_environment(self.cli, self.backend, PASSPHRASE)
+            | SKIP_CHECKPOINTS
+            | {"NO_COLOR": "1", **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -4,7 +4,8 @@ Two stacks per broker version cover both generations, both routing topologies, i
 queues, parking and (from RabbitMQ 4.0) the delivery-limit policies. After ``up`` the broker holds exactly the
 model (``verify_rabbitmq``, the comparison the broker tier makes), delayed messages arrive not before they are
 due, and the real provider's read of everything equals the program: ``preview`` and ``refresh`` with
-``--expect-no-changes``.
+``--expect-no-changes``. These stacks run as a DIY backend does by default, writing the state after every step
+(the other engine tests write it once, at the end: ``conftest.SKIP_CHECKPOINTS``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.config import NAMESPACE, StackConfig, parse_stack_config
 from nsb_delays.infra.stack_topology import rabbitmq_topology, receiving_queues
-from tests.engine.conftest import Stack, init_stack, remove_stack
+from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)
 # Arrival may precede sent+delay by at most the broker's millisecond timestamp rounding.
@@ -59,6 +60,7 @@ def deployed(request, rabbitmq: LocalRabbitMq, broker_version, module_vhost, eng
     vhost = module_vhost(f"engine-{generation}-{topology}")
     section = rabbitmq_section(vhost, generation, topology, broker_version)
     stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("stack"), f"program-{generation}")
+    stack.env |= CHECKPOINTS  # as a DIY backend runs by default: the state written after every step
     stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
     stack.up()
     yield Deployed(stack, parse_stack_config({"rabbitmq": section}), vhost)
