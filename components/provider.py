@@ -55,7 +55,7 @@ class RabbitMqEndpointArgs(TypedDict):
     legacy_timeout_manager: NotRequired[bool]
     """Also declare "<endpoint>.Timeouts" and "<endpoint>.TimeoutsDispatcher" for old endpoints."""
     delivery_limit_policies: NotRequired[bool]
-    """NServiceBus's "nsb.<queue>.delivery-limit" policy per quorum receiving queue (default true; RabbitMQ 4.0+)."""
+    """NServiceBus's "nsb.<queue>.delivery-limit" policy per quorum receiving queue (default: brokerVersion >= 4.0)."""
     park_unroutable: NotRequired[bool]
     """Conventional topology: the parking exchange as each receiving queue's exchange's alternate (default true)."""
     adopt_existing: NotRequired[bool]

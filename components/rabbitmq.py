@@ -243,8 +243,8 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     The endpoint queue (and instance queues), for conventional topology the fanout exchange of the
     same name bound to it, the ``#.<endpoint>`` delivery binding for each receiving queue, with
     ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues, and for quorum
-    receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (RabbitMQ 4.0+; turn off
-    with ``delivery_limit_policies=False`` for older brokers or when policies are managed elsewhere).
+    receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (by default when ``broker_version`` is
+    4.0 or later; ``delivery_limit_policies=False`` when policies are managed elsewhere).
     In the conventional topology with ``park_unroutable`` (default) each receiving queue's exchange gets
     the parking exchange as alternate exchange by policy: a delayed message routed to the exchange of a
     deleted queue is parked instead of stalling its level.
@@ -265,7 +265,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         vhost: str = "/",
         instance_discriminators: Sequence[str] = (),
         legacy_timeout_manager: bool = False,
-        delivery_limit_policies: bool = True,
+        delivery_limit_policies: bool | None = None,
         park_unroutable: bool = True,
         delivery_exchange: rabbitmq.Exchange | None = None,
         parking_exchange: rabbitmq.Exchange | None = None,
@@ -284,7 +284,11 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             queue_type=queue_type,
             instance_discriminators=instance_discriminators,
             legacy_timeout_manager=legacy_timeout_manager,
-            delivery_limit_policies=delivery_limit_policies,
+            delivery_limit_policies=(
+                model.delivery_limit_policies_by_default(broker_version)
+                if delivery_limit_policies is None
+                else delivery_limit_policies
+            ),
             park_unroutable=park_unroutable,
         )
         existing = {

@@ -70,6 +70,7 @@ class RabbitMqConfig:
     protect_delay_queues: bool = True
     park_unroutable: bool = True  # the parking exchange as the delivery (and endpoint) exchanges' alternate (#1407)
     adopt_existing: bool = False
+    # from brokerVersion when the stack does not say (rmq.delivery_limit_policies_by_default; parse_stack_config)
     delivery_limit_policies: bool = True
     broker_version: str = rmq.DEFAULT_BROKER_VERSION  # MAJOR.MINOR[.PATCH]: decides x-queue-type and policies
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE
@@ -208,6 +209,10 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
             discriminators = [d for d in discriminators if d not in bad]
         fields.setdefault("queue_type", values.get("queue_type", RabbitMqConfig.queue_type))
         endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), **fields))
+    if "delivery_limit_policies" not in values:
+        values["delivery_limit_policies"] = rmq.delivery_limit_policies_by_default(
+            values.get("broker_version", RabbitMqConfig.broker_version)
+        )
     config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
     _check_rabbitmq_names(config, path, problems)
     _check_broker_version_rules(config, path, problems)
@@ -239,10 +244,10 @@ def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: lis
     if config.delivery_limit_policies and has_quorum_endpoints and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
         accepted = ".".join(map(str, rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM[:2]))
         problems.append(
-            f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true (its default) with {BROKER_VERSION_KEY} "
+            f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true with {BROKER_VERSION_KEY} "
             f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
-            f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); set {DELIVERY_LIMIT_POLICIES_KEY}: false "
-            f"(a broker below 4.0 has no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
+            f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
+            f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
         )
 
 

@@ -493,6 +493,14 @@ DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
 # from v3.12.0 (v3.11.28 refuses it); 'delivery-limit' is a policy key (rabbit_policies.erl, register) since
 # before 3.10. Below 3.12 the broker refuses NServiceBus's delivery-limit policy.
 DELIVERY_LIMIT_POLICY_ACCEPTED_FROM = (3, 12, 0)
+
+
+def delivery_limit_policies_by_default(broker_version: str) -> bool:
+    """Whether a stack declares NServiceBus's delivery-limit policies when it does not say: on RabbitMQ 4.0 and
+    later, where quorum queues have a default delivery limit (20) the transport overrides with its policy at start
+    (``BrokerVerifier.ValidateDeliveryLimit``); below 4.0 there is no default limit, the transport never creates
+    the policy, and 3.10 refuses its apply-to outright."""
+    return parse_broker_version(broker_version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 RECEIVING_ROLES: tuple[Role, ...] = ("endpoint", "instance")
 
 # System.Text.RegularExpressions.RegexParser.Escape (dotnet/runtime, RegexParser.cs): these characters

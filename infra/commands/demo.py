@@ -45,7 +45,7 @@ from nsb_delays.infra.pulumi_engine import (
     resources_summary,
 )
 from nsb_delays.infra.render import render
-from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.infra.stack_topology import sqs_queue_specs
 
 from .verify import print_drifts
 
@@ -149,10 +149,10 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
         version = str(api.overview().get("rabbitmq_version", "0"))
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
-    if rabbitmq_topology(config).policies and parse_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+    if config.delivery_limit_policies and parse_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         console.print(
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
-            f"({POLICIES_SWITCH}: false; that is what a stack for this broker needs)"
+            f"({POLICIES_SWITCH}: false, the default of a stack whose brokerVersion is below 4.0)"
         )
         return replace(stack, rabbitmq=replace(config, delivery_limit_policies=False))
     return stack

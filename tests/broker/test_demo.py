@@ -73,11 +73,12 @@ def servers_available(moto_server: LocalMoto) -> None:
 def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None:
     result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "verify: 0 drift(s)" in result.stdout
+    flat = " ".join(result.stdout.split())  # rich wraps at 80 columns
+    assert "verify: 0 drift(s)" in flat
     if (BUILT_ENGINE / "bin" / "pulumi").exists() or IN_CI:
-        assert "provisioned stack 'dev': pulumi up + CloudFormation" in result.stdout, result.stdout
-        assert re.search(r"pulumi up: \+ \d+ created", result.stdout), result.stdout
-    assert "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in result.stdout
+        assert "provisioned stack 'dev': pulumi up + CloudFormation" in flat, result.stdout
+        assert re.search(r"pulumi up: \+ \d+ created", flat), result.stdout
+    assert "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in flat
     stack = load_stack("dev")
     rows = re.findall(r"│ (RabbitMQ v2|SQS)\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
     expected_rows = 3 * (len(stack.rabbitmq.endpoints) + len(stack.sqs.endpoints))
@@ -155,10 +156,10 @@ def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
     result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"RabbitMQ {rabbitmq.management_url} (given; the demo leaves it running)" in result.stdout
-    assert "verify: 0 drift(s)" in result.stdout
+    assert "verify: 0 drift(s)" in " ".join(result.stdout.split()), result.stdout  # rich wraps at 80 columns
     rows = re.findall(r"│ RabbitMQ v2\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
     assert len(rows) == 2 * 3 and all(float(measured) >= int(asked) - 0.005 for _, asked, measured in rows)
-    notice = "is older than 4.0: provisioning without the delivery-limit policies" in result.stdout
+    notice = "is older than 4.0: provisioning without the delivery-limit policies" in " ".join(result.stdout.split())
     assert notice == (not delivery_limit_policies)  # version-specific: 3.10 gets the stack without policies
     applied = {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in ("Sales", "Shipping")}
     queues = settled_queues(management, vhost, applied)  # the broker still runs, the stack stays provisioned

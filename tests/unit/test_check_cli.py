@@ -139,8 +139,8 @@ def test_markdown_cells_survive_github_rendering() -> None:
 
 
 def test_a_broker_version_the_stack_cannot_work_with_exits_2_naming_both_settings(tmp_path: Path) -> None:
-    """brokerVersion unquoted (YAML reads 3.10 as 3.1), and 3.11 with the default deliveryLimitPolicies (the
-    broker would refuse the policies half-way through ``up``): refused before anything is declared."""
+    """brokerVersion unquoted (YAML reads 3.10 as 3.1), and 3.11 with deliveryLimitPolicies: true (the broker
+    would refuse the policies half-way through ``up``): refused before anything is declared."""
 
     def unquoted(config: dict[str, Any]) -> None:
         config["nsb-delays:rabbitmq"]["brokerVersion"] = 3.10
@@ -151,12 +151,12 @@ def test_a_broker_version_the_stack_cannot_work_with_exits_2_naming_both_setting
 
     def old_broker(config: dict[str, Any]) -> None:
         config["nsb-delays:rabbitmq"]["brokerVersion"] = "3.11"
-        config["nsb-delays:rabbitmq"].pop("deliveryLimitPolicies", None)
+        config["nsb-delays:rabbitmq"]["deliveryLimitPolicies"] = True
 
     code, output = check("--stack", write_stack(tmp_path, "old", old_broker))
     assert code == 2 and "Traceback" not in output
-    assert "deliveryLimitPolicies is true (its default) with brokerVersion '3.11'" in output
-    assert "set deliveryLimitPolicies: false" in output
+    assert "deliveryLimitPolicies is true with brokerVersion '3.11'" in output
+    assert "remove deliveryLimitPolicies (below 4.0 it defaults to false" in output
 
 
 def test_the_stack_broker_version_reaches_the_queue_arguments_advice(tmp_path: Path) -> None:

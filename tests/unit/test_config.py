@@ -107,10 +107,11 @@ BAD_CONFIGS = [
         id="broker-version-too-old",
     ),
     pytest.param(
-        rabbitmq(brokerVersion="3.11"),
+        rabbitmq(brokerVersion="3.11", deliveryLimitPolicies=True),
         [
-            "rabbitmq.deliveryLimitPolicies is true (its default) with brokerVersion '3.11': RabbitMQ below 3.12 "
-            "refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'); set deliveryLimitPolicies: false"
+            "rabbitmq.deliveryLimitPolicies is true with brokerVersion '3.11': RabbitMQ below 3.12 refuses "
+            "NServiceBus's delivery-limit policies (apply-to 'quorum_queues'); remove deliveryLimitPolicies (below "
+            "4.0 it defaults to false: no default delivery limit to override) or raise brokerVersion"
         ],
         id="delivery-limit-policies-on-3.11",
     ),
@@ -161,14 +162,29 @@ def test_defaults_and_shorthand_endpoints() -> None:
 
 def test_broker_version_defaults_to_4_0_and_decides_what_the_broker_accepts() -> None:
     """brokerVersion: 3.12 accepts apply-to 'quorum_queues' (rabbit_policy.erl apply_to_validation), so
-    the policies may stay on; below it they must be off; without quorum endpoint queues there is none."""
+    the policies may be asked for; below it they must be off; without quorum endpoint queues there is none."""
     assert parse_stack_config(rabbitmq()).rabbitmq.broker_version == "4.0"
-    assert parse_stack_config(rabbitmq(brokerVersion="3.12")).rabbitmq.delivery_limit_policies
+    assert parse_stack_config(
+        rabbitmq(brokerVersion="3.12", deliveryLimitPolicies=True)
+    ).rabbitmq.delivery_limit_policies
     assert parse_stack_config(rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)).rabbitmq.broker_version == (
         "3.10"
     )
     assert parse_stack_config(rabbitmq(brokerVersion="3.10.8", queueType="classic")).rabbitmq.broker_version == (
         "3.10.8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("broker_version", "default"), [("3.10", False), ("3.13.7", False), ("4.0", True), ("4.1.2", True)]
+)
+def test_delivery_limit_policies_follow_the_broker_version_unless_given(broker_version: str, default: bool) -> None:
+    """RabbitMQ 4.0 brings the default quorum delivery limit NServiceBus overrides with its policy; older brokers
+    have none to override (``rmq.delivery_limit_policies_by_default``). Given, the setting wins."""
+    section = {"brokerVersion": broker_version}
+    assert parse_stack_config(rabbitmq(**section)).rabbitmq.delivery_limit_policies is default
+    assert (
+        parse_stack_config(rabbitmq(**section, deliveryLimitPolicies=False)).rabbitmq.delivery_limit_policies is False
     )
 
 
