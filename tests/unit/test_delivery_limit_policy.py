@@ -86,6 +86,17 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
     # real provider by tests/engine (verify after `pulumi up` on RabbitMQ 4.0, and NServiceBus's start-up check)
 
 
+@pytest.mark.parametrize(("broker_version", "policies"), [("3.10", 0), ("3.13", 0), ("4.0", 1), ("4.1", 1)])
+def test_the_component_declares_the_policy_by_default_from_rabbitmq_4_0(broker_version: str, policies: int) -> None:
+    """Below 4.0 there is no default delivery limit to override, and NServiceBus creates no policy there."""
+    build = lambda: RabbitMqEndpoint("ep", endpoint="Sales", park_unroutable=False, broker_version=broker_version)  # noqa: E731
+    assert len(of_type(declared(build), RABBITMQ_POLICY)) == policies
+    forced = lambda: RabbitMqEndpoint(  # noqa: E731
+        "ep", endpoint="Sales", park_unroutable=False, broker_version=broker_version, delivery_limit_policies=False
+    )
+    assert of_type(declared(forced), RABBITMQ_POLICY) == []
+
+
 def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() -> None:
     on = record_stack(
         parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, "parkUnroutable": False}})
