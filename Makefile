@@ -126,12 +126,13 @@ diagram: setup
 
 # The folders installed as nsb_delays.<folder>. .mypy-path/nsb_delays/<folder> are committed symlinks to them (see
 # pyproject's [tool.mypy]); lint re-makes them, for a checkout that turned them into plain files.
-PACKAGES := components brokers infra pipeline policies
+PACKAGES := components brokers infra pipeline policies stack
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	for package in $(PACKAGES); do ln -sfn "../../$$package" ".mypy-path/nsb_delays/$$package"; done
 	$(VENV)/bin/mypy $(PACKAGES) bench
+	PYTHONPATH=.mypy-path $(VENV)/bin/lint-imports --no-cache
 
 bench: setup
 	$(PY) -m bench

@@ -51,8 +51,8 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.messages import RabbitMqMessage, outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import render
+from nsb_delays.stack.config import load_stack
 
 from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
 from .measures import load

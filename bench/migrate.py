@@ -47,9 +47,9 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions
-from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
+from nsb_delays.stack.config import parse_stack_config
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
 
 from .measures import TreeSampler, load, machine_cpu_seconds, tree_cpu_seconds

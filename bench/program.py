@@ -14,9 +14,9 @@ from typing import Any
 
 import pulumi_rabbitmq as rabbitmq
 
-from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.components.recording import record
 from nsb_delays.infra.program import declare
-from nsb_delays.infra.recording import record
+from nsb_delays.stack.config import parse_stack_config
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_ENDPOINTS", "10,100,1000,5000").split(","))
 

@@ -8,9 +8,17 @@ import pulumi
 
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
+from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.sqs import SqsEndpoint
-
-from .config import NAMESPACE, SECTIONS, ConfigError, RabbitMqConfig, SqsConfig, StackConfig, parse_stack_config
+from nsb_delays.stack.config import (
+    NAMESPACE,
+    SECTIONS,
+    ConfigError,
+    RabbitMqConfig,
+    SqsConfig,
+    StackConfig,
+    parse_stack_config,
+)
 
 
 def read_pulumi_config() -> StackConfig:
@@ -107,3 +115,8 @@ def main() -> None:
         raise pulumi.RunError(str(error)) from None
     for key, value in declare(config).items():
         pulumi.export(key, value)
+
+
+def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedResource]:
+    """What this program declares for ``config``, recorded under Pulumi mocks (``components.recording``)."""
+    return record(lambda: declare(config), stack=stack)

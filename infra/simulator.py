@@ -16,8 +16,7 @@ from functools import cache
 from typing import Any
 
 from nsb_delays.components import resource_types
-
-from .recording import RecordedResource
+from nsb_delays.components.recording import RecordedResource
 
 
 @cache

@@ -24,7 +24,7 @@ from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.errors import (
+from nsb_delays.stack.errors import (
     CommandError,
     Group,
     Interrupted,

@@ -31,7 +31,7 @@ from pulumi_policy import (
 from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from nsb_delays.infra.recording import RecordedResource
+from nsb_delays.components.recording import RecordedResource
 
 from .pack import POLICIES, POLICIES_BY_NAME
 

@@ -501,6 +501,8 @@ def delivery_limit_policies_by_default(broker_version: str) -> bool:
     (``BrokerVerifier.ValidateDeliveryLimit``); below 4.0 there is no default limit, the transport never creates
     the policy, and 3.10 refuses its apply-to outright."""
     return parse_broker_version(broker_version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+
+
 RECEIVING_ROLES: tuple[Role, ...] = ("endpoint", "instance")
 
 # System.Text.RegularExpressions.RegexParser.Escape (dotnet/runtime, RegexParser.cs): these characters

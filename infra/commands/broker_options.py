@@ -25,8 +25,8 @@ import urllib3
 from nsb_delays.brokers.delay_mover import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.sqs_sender import SqsSettings
-from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.infra.errors import CommandError
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.stack.errors import CommandError
 
 AMQP_PORT, AMQPS_PORT = 5672, 5671
 ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables, as `verify` reads them

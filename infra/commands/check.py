@@ -20,9 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from nsb_delays.components.model import sqs as sqs_model
-from nsb_delays.infra.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
-from nsb_delays.infra.errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
-from nsb_delays.infra.recording import PROJECT, record_stack
+from nsb_delays.components.recording import PROJECT
+from nsb_delays.infra.program import record_stack
 from nsb_delays.policies.offline import (
     PackConfig,
     PolicyConfigError,
@@ -39,6 +38,8 @@ from nsb_delays.policies.stack_rules import (
     previous_endpoint_names,
     sqs_delay_queue_pairs,
 )
+from nsb_delays.stack.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
+from nsb_delays.stack.errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 
 from .render import STACK_HELP
 

@@ -38,7 +38,7 @@ from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_p
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.errors import CommandError, Interrupted, RunStopped, is_aws_client_error
+from nsb_delays.stack.errors import CommandError, Interrupted, RunStopped, is_aws_client_error
 
 from .broker_options import (
     broker_options,

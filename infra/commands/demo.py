@@ -34,8 +34,6 @@ from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, parse_version, preflight_rabbitmq, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
-from nsb_delays.infra.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
-from nsb_delays.infra.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from nsb_delays.infra.pulumi_engine import (
     LocalStack,
     PulumiCli,
@@ -45,7 +43,9 @@ from nsb_delays.infra.pulumi_engine import (
     resources_summary,
 )
 from nsb_delays.infra.render import render
-from nsb_delays.infra.stack_topology import sqs_queue_specs
+from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
+from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
+from nsb_delays.stack.topology import sqs_queue_specs
 
 from .verify import print_drifts
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from nsb_delays.infra.config import ConfigError, load_stack
-from nsb_delays.infra.errors import CommandError
 from nsb_delays.infra.render import FORMATS, RenderError, render
+from nsb_delays.stack.config import ConfigError, load_stack
+from nsb_delays.stack.errors import CommandError
 
 STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
 

@@ -19,8 +19,8 @@ from rich.table import Table
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
-from nsb_delays.infra.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.infra.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.stack.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 
 from .render import STACK_HELP
 

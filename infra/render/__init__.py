@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 
 from nsb_delays.components.model import msmq
-from nsb_delays.infra.config import StackConfig
+from nsb_delays.stack.config import StackConfig
 
 from . import contexts
 

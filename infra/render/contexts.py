@@ -1,6 +1,6 @@
 """Template contexts: the model's objects for a stack, arranged for each output format.
 
-Every value here is read from ``components.model`` (via ``infra.stack_topology``); the only things
+Every value here is read from ``components.model`` (via ``stack.topology``); the only things
 added are the output formats' own structure (CloudFormation logical ids, Mermaid node ids).
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from nsb_delays.components.model import msmq, sqs
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import StackConfig
-from nsb_delays.infra.stack_topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.stack.config import StackConfig
+from nsb_delays.stack.topology import rabbitmq_topology, sqs_queue_specs
 
 
 def definitions_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:

@@ -20,14 +20,14 @@ import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.local import LocalRabbitMq
-from nsb_delays.infra.config import (
+from nsb_delays.stack.config import (
     DELIVERY_LIMIT_POLICIES_KEY,
     NAMESPACE,
     StackConfig,
     parse_stack_config,
     read_stack_yaml,
 )
-from nsb_delays.infra.stack_topology import receiving_queues
+from nsb_delays.stack.topology import receiving_queues
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),

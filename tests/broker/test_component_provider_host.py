@@ -13,7 +13,7 @@ resource monitor, where the component registers itself and its children.
 It lives in the broker tier for its time (a plugin process), not for a service. Here the test is the engine and the resource monitor: it records every ``RegisterResource`` and
 answers like the engine (URN ``urn:pulumi:<stack>::<project>::<parent types>$<type>::<name>``,
 a custom resource's inputs echoed as its outputs), then compares the registrations with what the
-Python components register under ``infra.recording`` for the same arguments.
+Python components register under ``components.recording`` for the same arguments.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from pulumi.runtime.proto import (
 
 from nsb_delays.components import rabbitmq, sqs
 from nsb_delays.components.provider import PACKAGE
+from nsb_delays.components.recording import PROJECT, RecordedResource, record
 from nsb_delays.components.resource_types import SQS_QUEUE
-from nsb_delays.infra.recording import PROJECT, RecordedResource, record
 
 COMPONENTS_DIR = Path(rabbitmq.__file__).parent
 STACK = "test"

@@ -36,7 +36,7 @@ import pytest
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.stack.config import parse_stack_config
 from tests.broker.in_flight_messages import (
     ENDPOINTS,
     PoisonMessage,

@@ -7,7 +7,7 @@ from urllib.parse import quote
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import binding_properties_key
-from nsb_delays.infra.config import parse_stack_config
+from nsb_delays.stack.config import parse_stack_config
 from tests.provisioning import provision_rabbitmq
 
 

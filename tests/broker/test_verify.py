@@ -26,7 +26,7 @@ from nsb_delays.brokers.verify import (
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
+from nsb_delays.stack.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
 from tests.provisioning import provision_rabbitmq, provision_sqs_queues
 
 

@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 from nsb_delays.brokers.local import HOST, LocalRabbitMq, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.config import StackConfig, parse_stack_config
+from nsb_delays.stack.config import StackConfig, parse_stack_config
 from tests.provisioning import provision_rabbitmq
 
 

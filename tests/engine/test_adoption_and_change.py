@@ -25,9 +25,10 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import NAMESPACE, parse_stack_config
+from nsb_delays.components.recording import RecordedResource
+from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.pulumi_engine import created_provider_objects
-from nsb_delays.infra.recording import RecordedResource, record_stack
+from nsb_delays.stack.config import NAMESPACE, parse_stack_config
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.broker.test_nservicebus_compatibility import own_policies, start_endpoints, without_statistics

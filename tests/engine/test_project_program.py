@@ -20,8 +20,8 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import NAMESPACE, StackConfig, parse_stack_config
-from nsb_delays.infra.stack_topology import rabbitmq_topology, receiving_queues
+from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
+from nsb_delays.stack.topology import rabbitmq_topology, receiving_queues
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)

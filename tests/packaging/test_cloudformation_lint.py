@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cfnlint.api import ManualArgs, lint
 
-from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import render
+from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import DEV_STACK, STACKS
 
 STACK_FILES = [DEV_STACK, *sorted(STACKS.glob("*.yaml"))]

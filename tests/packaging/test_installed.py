@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import FORMATS, render
+from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import PROJECT, Built, Venv, in_user_project, run
 
 VERSION_LINE = "nsb-delays, version 0.1.0"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import load_stack
 from nsb_delays.infra.render import render
+from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import DEV_STACK, PROJECT, STACKS, mermaid_cli, run
 
 SVG = "{http://www.w3.org/2000/svg}svg"

@@ -21,12 +21,12 @@ from pyspark.sql import functions as F
 
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.ledger import Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
+from nsb_delays.stack.config import parse_stack_config
 from tests.conftest import serve, unavailable, vhost_factory
 from tests.provisioning import provision_rabbitmq
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres

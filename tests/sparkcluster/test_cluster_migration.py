@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass
 
 from nsb_delays.components.model import sqs
-from nsb_delays.infra.config import parse_stack_config
 from nsb_delays.pipeline.ledger import DISPATCHED, PENDING, STATE_TABLE
+from nsb_delays.stack.config import parse_stack_config
 from tests.provisioning import provision_sqs_queues
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 from tests.sparkcluster.conftest import (

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.resource_types import RABBITMQ_BINDING as BINDING
 from nsb_delays.components.resource_types import RABBITMQ_EXCHANGE as EXCHANGE
 from nsb_delays.components.resource_types import RABBITMQ_QUEUE as QUEUE
 from nsb_delays.components.resource_types import SQS_QUEUE
-from nsb_delays.infra.recording import RecordedResource, record
 
 __all__ = ["BINDING", "EXCHANGE", "QUEUE", "SQS_QUEUE"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import binding_import_id, binding_properties_key
-from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.program import record_stack
+from nsb_delays.stack.config import parse_stack_config
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE
 
 

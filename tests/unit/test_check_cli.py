@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.config import stack_file
 from nsb_delays.policies.pack import POLICIES
+from nsb_delays.stack.config import stack_file
 
 RABBITMQ_PROVIDER_URN = "urn:pulumi:broken::nsb-delays::pulumi:providers:rabbitmq::default"
 

@@ -9,7 +9,7 @@ import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 
 from nsb_delays.components.provider import COMPONENTS, PACKAGE, NsbDelaysProvider
-from nsb_delays.infra.recording import record
+from nsb_delays.components.recording import record
 from tests.unit.helpers import SQS_QUEUE, bindings, of_type, queues
 
 

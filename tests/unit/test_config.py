@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.infra.config import ConfigError, load_stack, parse_stack_config
+from nsb_delays.components.recording import record
 from nsb_delays.infra.program import declare
-from nsb_delays.infra.recording import record
+from nsb_delays.stack.config import ConfigError, load_stack, parse_stack_config
 
 GOOD_RABBITMQ: dict[str, Any] = {
     "vhost": "/",

@@ -16,7 +16,7 @@ from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.local import free_port
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands.delays import _say_if_unread
-from nsb_delays.infra.config import stack_file
+from nsb_delays.stack.config import stack_file
 
 BROKER = ["--management-url", "http://127.0.0.1:15672", "--username", "guest", "--password", "guest"]
 

@@ -15,9 +15,9 @@ import pytest
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
-from nsb_delays.infra.config import ConfigError, parse_stack_config
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render import render
+from nsb_delays.stack.config import ConfigError, parse_stack_config
 from tests.unit.helpers import declared, of_type
 
 V4, V3 = (4, 0, 5), (3, 13, 7)

@@ -57,6 +57,7 @@ def test_every_folder_maps_into_the_namespace() -> None:
         "policies": "nsb_delays.policies",
         "pipeline": "nsb_delays.pipeline",
         "brokers": "nsb_delays.brokers",
+        "stack": "nsb_delays.stack",
     }
 
 

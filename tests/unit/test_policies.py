@@ -35,6 +35,7 @@ from pulumi_policy.proxy import (
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
+from nsb_delays.components.recording import PROJECT, RecordedResource, record
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
@@ -42,8 +43,7 @@ from nsb_delays.components.resource_types import (
     RABBITMQ_QUEUE,
     SQS_QUEUE,
 )
-from nsb_delays.infra.config import load_stack, parse_stack_config, read_stack_yaml
-from nsb_delays.infra.recording import PROJECT, RecordedResource, record, record_stack
+from nsb_delays.infra.program import record_stack
 from nsb_delays.policies import rules
 from nsb_delays.policies.offline import (
     PackConfig,
@@ -55,6 +55,7 @@ from nsb_delays.policies.offline import (
     run_policies,
 )
 from nsb_delays.policies.pack import POLICIES, POLICIES_BY_NAME
+from nsb_delays.stack.config import load_stack, parse_stack_config, read_stack_yaml
 
 STACK = "dev"
 

@@ -17,7 +17,7 @@ from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from nsb_delays.infra.recording import RecordedResource
+from nsb_delays.components.recording import RecordedResource
 from nsb_delays.policies.pack import PACK_NAME, POLICIES
 from tests.unit.test_policies import changed, dev_recorded, level_queue, providers_for, set_queue_argument
 from tests.unit.test_policies_stack import touches

@@ -9,8 +9,8 @@ import dataclasses
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_POLICY, RABBITMQ_QUEUE
-from nsb_delays.infra.config import load_stack
-from nsb_delays.infra.recording import record_stack
+from nsb_delays.infra.program import record_stack
+from nsb_delays.stack.config import load_stack
 from tests.unit.test_policies import STACK, changed, dev_recorded, find, reported, run
 
 

@@ -10,8 +10,8 @@ import pulumi_rabbitmq as rabbitmq
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
-from nsb_delays.infra.recording import RecordedResource, record
 from tests.unit.test_policies import (
     binding,
     changed,

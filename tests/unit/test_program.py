@@ -8,10 +8,10 @@ from collections import Counter
 import pulumi
 import pytest
 
+from nsb_delays.components.recording import record
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
-from nsb_delays.infra.config import load_stack
-from nsb_delays.infra.program import main
-from nsb_delays.infra.recording import record, record_stack
+from nsb_delays.infra.program import main, record_stack
+from nsb_delays.stack.config import load_stack
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE, SQS_QUEUE
 
 

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.config import parse_stack_config
-from nsb_delays.infra.recording import record, record_stack
+from nsb_delays.components.recording import record
+from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.simulator import Graph, deliver, topic_matches
+from nsb_delays.stack.config import parse_stack_config
 
 WORD = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=12)
 ENDPOINT_NAME = st.lists(WORD, min_size=1, max_size=4).map(".".join)

@@ -54,7 +54,7 @@ mine = UserRabbitMqEndpoint("mine")
 def policy_verdict() -> list[str]:
     """The CrossGuard pack's rules, with the pack's offline runner, over the same declarations plus one
     unencrypted SQS endpoint (which the mandatory rule `sqs-queue-encrypted` must catch)."""
-    from nsb_delays.infra.recording import record
+    from nsb_delays.components.recording import record
     from nsb_delays.policies.offline import policy_resources, run_policies
 
     def declare() -> None:

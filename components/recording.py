@@ -15,8 +15,7 @@ from typing import Any
 import pulumi
 
 from nsb_delays.components.resource_types import SQS_QUEUE
-
-from .config import NAMESPACE, StackConfig
+from nsb_delays.stack.config import NAMESPACE
 
 PROJECT = NAMESPACE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
@@ -131,13 +130,6 @@ def record(
 
     program()
     return list(monitor.recorded)
-
-
-def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedResource]:
-    """Record what the real program declares for ``config``."""
-    from .program import declare
-
-    return record(lambda: declare(config), stack=stack)
 
 
 def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:
