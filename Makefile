@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
 DIAGRAM := docs/dev-stack-graph.png
-# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (tests/services.py
+# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/local.py
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -131,8 +131,8 @@ PACKAGES := components brokers infra pipeline policies stack
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	for package in $(PACKAGES); do ln -sfn "../../$$package" ".mypy-path/nsb_delays/$$package"; done
-	$(VENV)/bin/mypy $(PACKAGES) bench
-	PYTHONPATH=.mypy-path $(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy $(PACKAGES) bench servers
+	PYTHONPATH=.mypy-path:. $(VENV)/bin/lint-imports --no-cache
 
 bench: setup
 	$(PY) -m bench

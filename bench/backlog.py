@@ -317,7 +317,7 @@ def main() -> None:
     endpoints = [endpoint.name for endpoint in rabbitmq.endpoints]
     broker_type: type[LocalRabbitMq] = LocalRabbitMq
     if BROKER == "4.0":
-        from tests.services import ChrootRabbitMq
+        from servers.local import ChrootRabbitMq
 
         broker_type = ChrootRabbitMq
     with broker_type() as broker, broker_type() as twin:

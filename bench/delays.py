@@ -1,6 +1,6 @@
 """``delays migrate`` benchmark: N in-flight messages v1 -> v2 against NServiceBus's own loop, in the same run.
 
-Two vhosts of one private RabbitMQ 3.10 get the v1 and v2 graphs (as NServiceBus declares them) and
+Two vhosts of one private RabbitMQ 3.10 get the v1 and v2 graphs (the definitions import, as the demo provisions) and
 ten endpoints, and the same N delayed messages in their v1 levels (due 1 hour to 30 days out: levels
 11..21, the NServiceBus headers, TimeSent). Then:
 
@@ -40,7 +40,8 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
-from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
+from nsb_delays.infra.commands.demo import import_definitions
+from nsb_delays.stack.config import parse_stack_config
 
 from .measures import load, tree_cpu_seconds
 
@@ -54,14 +55,12 @@ def size() -> int:
 
 def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters:
     """Both graphs, the endpoints, and ``count`` messages in v1 as NServiceBus endpoints send them."""
-    ManagementApi(broker.management_url).create_vhost(vhost)
+    api = ManagementApi(broker.management_url)
+    version = str(api.overview()["rabbitmq_version"])
+    for generation, endpoints in (("v1", []), ("v2", ENDPOINTS)):
+        section = {"vhost": vhost, "generation": generation, "brokerVersion": version, "endpoints": endpoints}
+        import_definitions(api, parse_stack_config({"rabbitmq": section}))
     parameters = pika.URLParameters(broker.vhost_amqp_url(vhost))
-    connection = pika.BlockingConnection(parameters)
-    channel = connection.channel()
-    for generation in ("v1", "v2"):
-        declare_delay_infrastructure(channel, generation)
-    declare_endpoint(channel, "v2", "conventional", ENDPOINTS)
-    connection.close()
     sent = datetime.now(UTC) - timedelta(minutes=5)
     messages = []
     for index in range(count):
@@ -209,7 +208,7 @@ def delays_migrate(broker: LocalRabbitMq, vhost: str, *options: str) -> tuple[fl
 def broker_under_test() -> LocalRabbitMq:
     """RabbitMQ 3.10 (Debian 12), or 4.0 (the test tier's chroot) with ``NSB_BENCH_RABBITMQ=4.0``."""
     if os.environ.get("NSB_BENCH_RABBITMQ", "3.10") == "4.0":
-        from tests.services import ChrootRabbitMq
+        from servers.local import ChrootRabbitMq
 
         return ChrootRabbitMq()
     return LocalRabbitMq()

@@ -8,7 +8,7 @@ table from PostgreSQL against the same rows as Parquet.
    whether the broker's CPU is the limit.
 2. **End to end**: ``migrate run`` of N stored timeouts PostgreSQL -> RabbitMQ v2 as an operator runs it (a
    subprocess, JVM start included): in local mode, and through ``spark-submit`` on a standalone cluster of two
-   one-core workers (``tests.services.LocalSparkCluster``, the cluster tier's). Printed: wall time, rows/s, the
+   one-core workers (``servers.local.LocalSparkCluster``, the cluster tier's). Printed: wall time, rows/s, the
    ratio to one publisher and to the ceiling, the run's own phases, and the CPU seconds of broker, PostgreSQL and
    Spark during it (where the two cores went).
 3. **Preview**: ``migrate preview`` of M rows from PostgreSQL (made server-side with ``generate_series``) and of
@@ -50,7 +50,7 @@ from nsb_delays.infra.commands.demo import import_definitions
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
 from nsb_delays.stack.config import parse_stack_config
-from tests.services import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
+from servers.local import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
 
 from .measures import TreeSampler, load, machine_cpu_seconds, tree_cpu_seconds
 

@@ -1,5 +1,5 @@
 """``migrate preview``, ``run`` and ``abort`` through Spark Connect (``--remote sc://127.0.0.1:P``) on the standalone
-cluster: a Connect server (``tests.services.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
+cluster: a Connect server (``servers.local.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
 executors' Python in ``PYSPARK_PYTHON``; the client runs from its own virtualenv (``make setup`` builds it from
 ``python -m nsb_delays.pipeline --connect-requirements``) and ships the package itself (``addArtifacts``).
 
