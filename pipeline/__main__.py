@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from nsb_delays.pipeline.job import migrate
+from nsb_delays.infra.commands.migrate_command import migrate
 
 # The packaging helpers, each alone on the command line: one list for the usage line and --help.
 HELPERS = (

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 NAMESPACE = "nsb_delays"
-SUBPACKAGES = ("components", "infra", "policies", "pipeline", "brokers")
+SUBPACKAGES = ("components", "infra", "policies", "pipeline", "brokers", "stack")
 EXECUTOR_REQUIREMENTS = Path(__file__).with_name("executor-requirements.txt")
 DISTRIBUTION = "nsb-delays"
 SPARK_EXTRA = "spark"

@@ -1,4 +1,4 @@
-"""``nsb-delays migrate preview|run|abort``: the PySpark timeout migration (``pipeline.job``).
+"""``nsb-delays migrate preview|run|abort``: the PySpark timeout migration (``infra.commands.migrate_command``).
 
 The migration needs the ``[spark]`` extra (pyspark, pyarrow, pandas, matplotlib, the ledger drivers);
 the base install runs every other command. Without the extra, ``migrate`` says what to install
@@ -19,7 +19,7 @@ SPARK_MODULES = frozenset({"pyspark", "py4j"})
 
 def register(cli: click.Group) -> None:
     try:
-        from nsb_delays.pipeline.job import migrate
+        from nsb_delays.infra.commands.migrate_command import migrate
     except ModuleNotFoundError as missing:
         if (missing.name or "").split(".")[0] not in SPARK_MODULES:
             raise

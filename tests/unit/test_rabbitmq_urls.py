@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsb_delays.infra.cli import cli
-from nsb_delays.pipeline.job import amqp_urls, command_line, run, target_settings
+from nsb_delays.infra.commands.migrate_command import amqp_urls, command_line, run, target_settings
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot
 
 DOWN, OTHER_DOWN = closed_port(), closed_port()

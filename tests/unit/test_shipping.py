@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.pipeline import preflight
-from nsb_delays.pipeline.shipping import connect_client_requirements, executor_requirements, write_package_zip
+from nsb_delays.pipeline.shipping import (
+    SUBPACKAGES,
+    connect_client_requirements,
+    executor_requirements,
+    write_package_zip,
+)
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -116,3 +121,10 @@ def test_a_connect_url_where_no_server_listens_is_named_with_host_port_and_reaso
     (problem,) = preflight.connect_server_problems(f"sc://127.0.0.1:{port}/;token=x", timeout=2)
     assert problem.startswith(f"--remote sc://127.0.0.1:{port}/;token=x: no Spark Connect server answers on "
                               f"127.0.0.1:{port} (Connection refused)"), problem  # fmt: skip
+
+
+def test_the_zip_holds_every_sub_package_the_wheel_holds() -> None:
+    """A sub-package missing from the zip fails on the executors only, with ``No module named``."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    folders = {name.split(".")[1] for name in pyproject["tool"]["setuptools"]["package-dir"]}
+    assert set(SUBPACKAGES) == folders

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from nsb_delays.pipeline.job import migrate, target_settings
+from nsb_delays.infra.commands.migrate_command import migrate, target_settings
 
 VALUES = {
     "target": "sqs",

@@ -1,5 +1,6 @@
-"""The migration job: ``nsb-delays migrate preview|run|abort``; ``spark-submit`` runs it through this
-package's ``__main__.py`` (the job file: ``python -m nsb_delays.pipeline --job-file`` prints its path).
+"""The migration's command: ``nsb-delays migrate preview|run|abort`` over the PySpark job in ``pipeline/``;
+``spark-submit`` runs it through ``pipeline/__main__.py`` (the job file: ``python -m nsb_delays.pipeline --job-file``
+prints its path). Needs the ``[spark]`` extra; ``migrate.py`` registers it, or says what to install.
 
 Options name the source (a JDBC table or an export), the target (RabbitMQ or SQS), the cutoff,
 an endpoint, the batch size and the Spark master; see ``--help`` of each command.
@@ -24,6 +25,21 @@ from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.pipeline import preflight
+from nsb_delays.pipeline.dispatch import TARGETS
+from nsb_delays.pipeline.faults import Fault
+from nsb_delays.pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
+from nsb_delays.pipeline.ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
+from nsb_delays.pipeline.ledger_sql import DatabaseUnreachable, DbConnection
+from nsb_delays.pipeline.migration import (
+    DEFAULT_CUTOFF,
+    RunOptions,
+    RunTracker,
+    TargetSettings,
+    export_location,
+    export_path_of,
+)
+from nsb_delays.pipeline.sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
 from nsb_delays.stack.errors import (
     CommandError,
     Group,
@@ -33,19 +49,10 @@ from nsb_delays.stack.errors import (
     new_log_path,
 )
 
-from . import preflight
-from .dispatch import TARGETS
-from .faults import Fault
-from .layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
-from .ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
-from .ledger_sql import DatabaseUnreachable, DbConnection
-from .migration import DEFAULT_CUTOFF, RunOptions, RunTracker, TargetSettings, export_location, export_path_of
-from .sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from .spark import SessionSource
+    from nsb_delays.pipeline.spark import SessionSource
 
 DEFAULT_REPORT_DIR = "migration-preview"
 JDBC_ONLY = ("source_kind", "dialect", "schema", "table")
@@ -295,7 +302,7 @@ def _ledger_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def export_source(values: dict[str, Any], command: str) -> tuple[ExportSource, JdbcSource]:
     """The export (identified by its content) and the ledger database its rows are staged in."""
-    from .migration import export_ledger_source
+    from nsb_delays.pipeline.migration import export_ledger_source
 
     export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
     try:
@@ -351,7 +358,7 @@ def environment_problems(
 def _ledger_database_problems(connection: DbConnection, export: ExportSource, command: str, where: str) -> list[str]:
     """The ledger database of an export must be reachable; a run of the same export path with other
     content must not be in progress (its rows would be dispatched twice, or never)."""
-    from .migration import export_layout
+    from nsb_delays.pipeline.migration import export_layout
 
     try:
         with connection.connect():
@@ -466,10 +473,10 @@ def _spark_failure(error: BaseException, log: Path, what: str) -> CommandError:
 )
 def preview(**values: Any) -> None:
     """Count what a run would do (per destination, per first level, SQS, past-due, beyond-max, malformed)."""
-    from .preview import preview as build_preview
-    from .report import print_summary, write_html
-    from .sources import read_export, read_jdbc, validated
-    from .spark import spark_session
+    from nsb_delays.pipeline.preview import preview as build_preview
+    from nsb_delays.pipeline.report import print_summary, write_html
+    from nsb_delays.pipeline.sources import read_export, read_jdbc, validated
+    from nsb_delays.pipeline.spark import spark_session
 
     problems = source_option_problems(values, "preview") + spark_problems(values)
     problems += preflight.writable_directory_problems("--report-dir", values["report_dir"])
@@ -516,8 +523,8 @@ def preview(**values: Any) -> None:
 def run(context: click.Context, /, **values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
     then dispatch them batch by batch (resumable)."""
-    from .migration import run_migration
-    from .spark import BackgroundSession
+    from nsb_delays.pipeline.migration import run_migration
+    from nsb_delays.pipeline.spark import BackgroundSession
 
     problems = source_option_problems(values, "run") + target_option_problems(values)
     problems += spark_problems(values)
@@ -599,7 +606,7 @@ def run(context: click.Context, /, **values: Any) -> None:
 def _connect_session_checked(remote: str, source: JdbcSource, log: Path) -> SparkSession:
     """A Connect session is only a gRPC channel here (no JVM to overlap with the hiding): start it now, and have
     the server prove it can read the source through JDBC before anything is hidden."""
-    from .spark import spark_session
+    from nsb_delays.pipeline.spark import spark_session
 
     try:
         session = spark_session(remote=remote)
@@ -644,8 +651,8 @@ def _interrupted(context: click.Context, tracker: RunTracker) -> Interrupted:
 def abort(**values: Any) -> None:
     """Restore every timeout the run in progress has not dispatched to the legacy table
     (an export: write them out as an export of the same format)."""
-    from .migration import abort_export, abort_migration
-    from .spark import spark_session
+    from nsb_delays.pipeline.migration import abort_export, abort_migration
+    from nsb_delays.pipeline.spark import spark_session
 
     problems = source_option_problems(values, "abort") + spark_problems(values)
     output = values["abort_output"]
