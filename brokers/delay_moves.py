@@ -32,7 +32,6 @@ from .delay_status import DeadLetterBacklog, dead_letter_backlog
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
-from .verify import parse_version
 
 NOTHING_MOVED = "nothing was moved"
 # RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
@@ -65,7 +64,7 @@ def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
     """v2 levels whose messages came back so often that one more return could dead-letter them early."""
     if scan.generation != "v2" or not any(level.most_returned for level in scan.levels):
         return []
-    version = parse_version(str(source.management.overview().get("rabbitmq_version", "0")))
+    version = rmq.parse_reported_broker_version(str(source.management.overview().get("rabbitmq_version", "0")))
     queues = {queue["name"]: queue for queue in source.management.queues(source.vhost)}
     problems = []
     for level in scan.levels:

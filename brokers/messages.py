@@ -25,14 +25,16 @@ import pika
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.in_flight import (
+    CONTENT_TYPE_HEADER,
+    CORRELATION_ID_HEADER,
+    ENCLOSED_MESSAGE_TYPES_HEADER,
+    MESSAGE_ID_HEADER,
+    REPLY_TO_ADDRESS_HEADER,
+)
 
 from .confirms import OutgoingMessage
 
-MESSAGE_ID_HEADER = "NServiceBus.MessageId"
-CORRELATION_ID_HEADER = "NServiceBus.CorrelationId"
-ENCLOSED_MESSAGE_TYPES_HEADER = "NServiceBus.EnclosedMessageTypes"
-CONTENT_TYPE_HEADER = "NServiceBus.ContentType"
-REPLY_TO_ADDRESS_HEADER = "NServiceBus.ReplyToAddress"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 PERSISTENT_DELIVERY_MODE = 2
 SQS_EMPTY_BODY = "empty message"  # SQS refuses an empty body; the transport sends this text instead

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,14 +54,6 @@ def shown(value: Any) -> str:
     return ABSENT if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    """``3.10.8`` -> (3, 10, 8); a pre-release or build suffix (``3.13.0-rc.2``, ``3.12.1+1``) is dropped."""
-    match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not match:
-        raise ValueError(f"broker version {text!r} is not of the form MAJOR.MINOR[.PATCH]")
-    return tuple(int(part or 0) for part in match.groups())
-
-
 def _dotted(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -77,7 +68,7 @@ def requirement_drifts(
     as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
     drifts = []
     if generation == "v2":
-        if parse_version(version) < rmq.MINIMUM_BROKER_VERSION:
+        if rmq.parse_reported_broker_version(version) < rmq.MINIMUM_BROKER_VERSION:
             oldest = _dotted(rmq.MINIMUM_BROKER_VERSION)
             fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"
             drifts.append(Drift("different", "broker", "version", f">= {oldest}", version, fix))
@@ -89,7 +80,7 @@ def requirement_drifts(
             elif state != "enabled":
                 drifts.append(Drift("different", "broker", f"feature flag {flag}", "enabled", state, fix))
     minimum = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    if delivery_limit_policies and parse_version(version) < minimum:
+    if delivery_limit_policies and rmq.parse_reported_broker_version(version) < minimum:
         fix = (
             f"set {POLICIES_SWITCH}: false for a broker older than {_dotted(minimum)} (it has no default delivery "
             "limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
@@ -226,7 +217,7 @@ def preflight_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return drifts
-    broker_version = parse_version(version)
+    broker_version = rmq.parse_reported_broker_version(version)
     policies = broker_policies(api.policies(config.vhost)) + broker_policies(api.operator_policies(config.vhost), True)
     live_queues = {q["name"]: q for q in api.queues(config.vhost)}
     for queue in _receiving_quorum_queues(topology):
@@ -377,7 +368,9 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     exchanges = api.exchanges(config.vhost)
     drifts += topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost))
     drifts += alternate_exchange_drifts(topology, exchanges)
-    return drifts + delivery_limit_drifts(topology, parse_version(version), api.policies(config.vhost), queues)
+    return drifts + delivery_limit_drifts(
+        topology, rmq.parse_reported_broker_version(version), api.policies(config.vhost), queues
+    )
 
 
 def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from .layouts import Dialect, TimeoutLayout, qualified, quote_identifier
+from nsb_delays.stack.redaction import without_password
+
+from .layouts import Dialect, LayoutError, TimeoutLayout, dialect_of_jdbc_url, qualified, quote_identifier
 
 DEFAULT_PORTS: dict[Dialect, int] = {"postgresql": 5432, "mssql": 1433, "mysql": 3306, "oracle": 1521}
 JDBC_URL_FORMS = (
@@ -138,17 +140,22 @@ class DbConnection:
 
 def connection_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> DbConnection:
     """A JDBC URL (plus the ``--jdbc-user``/``--jdbc-password``, which win) -> a ``DbConnection``."""
-    if url.startswith("jdbc:postgresql://"):
-        connection = _url_connection("postgresql", url, default_database="postgres")
-    elif url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
-        connection = _url_connection("mysql", url, default_database=None)
-    elif url.startswith("jdbc:sqlserver://"):
+    try:
+        dialect = dialect_of_jdbc_url(url)  # the one JDBC URL -> dialect rule
+    except LayoutError:
+        dialect = None
+    # the forms the ledger's own drivers connect with (a dialect's other JDBC forms, e.g. Oracle OCI, they do not)
+    if dialect == "postgresql" and url.startswith("jdbc:postgresql://"):
+        connection = _url_connection(dialect, url, default_database="postgres")
+    elif dialect == "mysql" and url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
+        connection = _url_connection(dialect, url, default_database=None)
+    elif dialect == "mssql" and url.startswith("jdbc:sqlserver://"):
         connection = _sqlserver_connection(url)
-    elif url.startswith("jdbc:oracle:thin:"):
+    elif dialect == "oracle" and url.startswith("jdbc:oracle:thin:"):
         connection = _oracle_connection(url)
     else:
         raise JdbcUrlError(
-            f"the ledger cannot connect to JDBC URL {_hide_password(url)!r}: expected one of "
+            f"the ledger cannot connect to JDBC URL {without_password(url)!r}: expected one of "
             + "; ".join(JDBC_URL_FORMS)
         )
     return DbConnection(
@@ -162,19 +169,15 @@ def connection_from_jdbc(url: str, user: str | None = None, password: str | None
     )
 
 
-def _hide_password(url: str) -> str:
-    return re.sub(r"(password=)[^;&]*", r"\1***", url, flags=re.IGNORECASE)
-
-
 def _url_connection(dialect: Dialect, url: str, *, default_database: str | None) -> DbConnection:
     parsed = urlparse(url.removeprefix("jdbc:"))
     try:
         port = parsed.port
     except ValueError:
-        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port") from None
+        raise JdbcUrlError(f"JDBC URL {without_password(url)!r} has an invalid port") from None
     if "," in parsed.netloc or parsed.netloc.startswith("address="):
         raise JdbcUrlError(
-            f"JDBC URL {_hide_password(url)!r} names several hosts or an address list; the ledger needs one "
+            f"JDBC URL {without_password(url)!r} names several hosts or an address list; the ledger needs one "
             f"host: {JDBC_URL_FORMS[0] if dialect == 'postgresql' else JDBC_URL_FORMS[1]}"
         )
     query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
@@ -195,15 +198,15 @@ def _sqlserver_connection(url: str) -> DbConnection:
     for item in filter(None, properties):
         key, sep, value = item.partition("=")
         if not sep:
-            raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r}: property {key!r} has no '=value'")
+            raise JdbcUrlError(f"JDBC URL {without_password(url)!r}: property {key!r} has no '=value'")
         values[key.strip().lower()] = value.strip()
     host, _, port_text = address.partition(":")
     host = host or values.get("servername", "")
     port_text = port_text or values.get("portnumber", "")
     if not host:
-        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} names no server: {JDBC_URL_FORMS[2]}")
+        raise JdbcUrlError(f"JDBC URL {without_password(url)!r} names no server: {JDBC_URL_FORMS[2]}")
     if port_text and not port_text.isdigit():
-        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has an invalid port {port_text!r}")
+        raise JdbcUrlError(f"JDBC URL {without_password(url)!r} has an invalid port {port_text!r}")
     return DbConnection(
         "mssql",
         host,
@@ -222,7 +225,7 @@ def _oracle_connection(url: str) -> DbConnection:
     rest = url.removeprefix("jdbc:oracle:thin:")
     credentials, at, address = rest.rpartition("@")
     if not at:
-        raise JdbcUrlError(f"JDBC URL {_hide_password(url)!r} has no '@address': {JDBC_URL_FORMS[3]}")
+        raise JdbcUrlError(f"JDBC URL {without_password(url)!r} has no '@address': {JDBC_URL_FORMS[3]}")
     user, _, password = credentials.partition("/")
     if match := _ORACLE_SERVICE.match(address):
         port = match["port"]
@@ -234,7 +237,7 @@ def _oracle_connection(url: str) -> DbConnection:
             "oracle", match["host"], int(match["port"]), None, user or None, password or None, sid=match["sid"]
         )
     raise JdbcUrlError(
-        f"JDBC URL {_hide_password(url)!r}: Oracle address {address!r} is neither //host[:port]/service nor "
+        f"JDBC URL {without_password(url)!r}: Oracle address {address!r} is neither //host[:port]/service nor "
         "host:port:SID (TNS descriptors are not supported)"
     )
 

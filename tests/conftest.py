@@ -21,7 +21,7 @@ import pytest
 
 from nsb_delays.brokers.local import DEFAULT_PORT_RANGE, LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.brokers.verify import parse_version
+from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
 from tests.run_summary import FIGURE, RunSummary
 from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
 
@@ -143,7 +143,7 @@ def rabbitmq(request: pytest.FixtureRequest) -> Iterator[LocalRabbitMq]:
 @pytest.fixture(scope="session")
 def broker_version(rabbitmq: LocalRabbitMq) -> tuple[int, ...]:
     """The broker's reported version: a version-specific expectation branches on this, never skips."""
-    return parse_version(rabbitmq.version())
+    return parse_reported_broker_version(rabbitmq.version())
 
 
 @pytest.fixture(scope="session")

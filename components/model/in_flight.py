@@ -38,7 +38,12 @@ TIME_SENT_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"  # .NET "yyyy-MM-dd HH:mm:ss:ffffff 
 TIME_SENT_DOTNET_FORMAT = "yyyy-MM-dd HH:mm:ss:ffffff Z"
 _EPOCH_ORDINAL = datetime(1970, 1, 1).toordinal()
 _TIME_SENT = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}):(\d{6}) Z")
+# NServiceBus's message headers (NServiceBus Headers.cs), in one place for every package that reads or writes them.
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
+CORRELATION_ID_HEADER = "NServiceBus.CorrelationId"
+ENCLOSED_MESSAGE_TYPES_HEADER = "NServiceBus.EnclosedMessageTypes"
+CONTENT_TYPE_HEADER = "NServiceBus.ContentType"
+REPLY_TO_ADDRESS_HEADER = "NServiceBus.ReplyToAddress"
 # DelayInfrastructure.XDeathHeader / XFirstDeath*Header: the old graph's dead-letter history.
 DEATH_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason")
 # A quorum source queue adds x-delivery-count when a message comes back (e.g. an interrupted run returned it);
@@ -221,10 +226,6 @@ RECEIVE_STRIPPED_HEADERS = (
     "x-dotnet-pub-seq-no",  # RabbitMQ.Client Constants.PublishSequenceNumberHeader
     DELIVERY_COUNT_HEADER,
 )
-REPLY_TO_ADDRESS_HEADER = "NServiceBus.ReplyToAddress"
-CORRELATION_ID_HEADER = "NServiceBus.CorrelationId"
-ENCLOSED_MESSAGE_TYPES_HEADER = "NServiceBus.EnclosedMessageTypes"
-CONTENT_TYPE_HEADER = "NServiceBus.ContentType"
 CALLBACK_QUEUE_HEADER = "NServiceBus.RabbitMQ.CallbackQueue"
 NON_PERSISTENT_HEADER = "NServiceBus.Transport.RabbitMQ.UseNonPersistentDelivery"  # BasicPropertiesExtensions
 TRANSIENT_DELIVERY_MODE = 1

@@ -313,13 +313,25 @@ DEFAULT_BROKER_VERSION = "4.0"
 MINIMUM_BROKER_VERSION = (3, 10, 0)  # the oldest broker this project supports (verify refuses older)
 
 
+_BROKER_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_reported_broker_version(text: str) -> tuple[int, int, int]:
+    """The version a broker reports (``GET /api/overview`` ``rabbitmq_version``, ``rabbitmqctl version``):
+    ``"3.10.8"`` -> ``(3, 10, 8)``; a pre-release or build suffix (``3.13.0-rc.2``, ``3.12.1+1``) is dropped."""
+    match = _BROKER_VERSION.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"broker version {text!r} is not of the form MAJOR.MINOR[.PATCH]")
+    major, minor, patch = (int(part or 0) for part in match.groups())
+    return major, minor, patch
+
+
 def parse_broker_version(text: str) -> tuple[int, int, int]:
-    """``"3.10"`` or ``"4.0.5"`` -> ``(3, 10, 0)`` / ``(4, 0, 5)``; ValueError naming the value and the rule."""
-    parts = text.split(".") if isinstance(text, str) else []
-    if not 2 <= len(parts) <= 3 or not all(part.isdigit() for part in parts):
+    """A stack's ``brokerVersion``: exactly ``"3.10"`` or ``"4.0.5"`` -> ``(3, 10, 0)`` / ``(4, 0, 5)``, no older than
+    the oldest broker supported; ValueError naming the value and the rule."""
+    if not isinstance(text, str) or not _BROKER_VERSION.fullmatch(text):
         raise ValueError(f"{text!r} is not a RabbitMQ version: expected MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. '3.10'")
-    major, minor, patch = (int(part) for part in (*parts, "0")[:3])
-    version = (major, minor, patch)
+    version = parse_reported_broker_version(text)
     if version < MINIMUM_BROKER_VERSION:
         minimum = ".".join(map(str, MINIMUM_BROKER_VERSION[:2]))
         raise ValueError(f"{text!r} is below RabbitMQ {minimum}, the oldest broker supported")

@@ -31,7 +31,7 @@ from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.brokers.verify import POLICIES_SWITCH, parse_version, preflight_rabbitmq, verify_rabbitmq, verify_sqs
+from nsb_delays.brokers.verify import POLICIES_SWITCH, preflight_rabbitmq, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.pulumi_engine import (
@@ -149,7 +149,10 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
         version = str(api.overview().get("rabbitmq_version", "0"))
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
-    if config.delivery_limit_policies and parse_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+    if (
+        config.delivery_limit_policies
+        and rmq.parse_reported_broker_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    ):
         console.print(
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
             f"({POLICIES_SWITCH}: false, the default of a stack whose brokerVersion is below 4.0)"

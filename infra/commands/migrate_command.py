@@ -48,6 +48,7 @@ from nsb_delays.stack.errors import (
     exception_log,
     new_log_path,
 )
+from nsb_delays.stack.redaction import without_password
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -237,30 +238,24 @@ def amqp_url_problems(urls: list[str]) -> list[str]:
     for url in urls:
         parts = urlsplit(url)
         if parts.scheme not in ("amqp", "amqps"):
-            problems.append(f"--rabbitmq-url {_hide(url)!r} is not an amqp:// or amqps:// URL")
+            problems.append(f"--rabbitmq-url {without_password(url)!r} is not an amqp:// or amqps:// URL")
             continue
         try:
             parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
         except ValueError:
-            problems.append(f"--rabbitmq-url {_hide(url)!r} has an invalid port (a number, 1-65535)")
+            problems.append(f"--rabbitmq-url {without_password(url)!r} has an invalid port (a number, 1-65535)")
             continue
         if not parts.hostname:
-            problems.append(f"--rabbitmq-url {_hide(url)!r} names no host: amqp://user:pass@host:5672/vhost")
+            problems.append(f"--rabbitmq-url {without_password(url)!r} names no host: amqp://user:pass@host:5672/vhost")
             continue
         vhosts[url] = pika.URLParameters(url).virtual_host
     if len(set(vhosts.values())) > 1:
-        named = ", ".join(f"{_hide(url)!r} -> {vhost!r}" for url, vhost in vhosts.items())
+        named = ", ".join(f"{without_password(url)!r} -> {vhost!r}" for url, vhost in vhosts.items())
         problems.append(f"--rabbitmq-url: the nodes of one cluster must name the same vhost, not {named}")
-    twice = sorted({_hide(url) for url in urls if urls.count(url) > 1})
+    twice = sorted({without_password(url) for url in urls if urls.count(url) > 1})
     if twice:
         problems.append(f"--rabbitmq-url given twice: {', '.join(twice)} (give each node once)")
     return problems
-
-
-def _hide(url: str) -> str:
-    """A URL with its password replaced by ``***`` (amqp://user:***@host, jdbc:…?password=***)."""
-    url = re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
-    return re.sub(r"(password=)[^;&]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def target_settings(values: dict[str, Any]) -> TargetSettings:
@@ -406,9 +401,9 @@ def command_line(context: click.Context, command: str, names: tuple[str, ...] | 
             words.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, tuple):  # a repeatable option (--rabbitmq-url)
             for item in value:
-                words += [flag, _hide(str(item))]
+                words += [flag, without_password(str(item))]
         elif value is not None:
-            text = "***" if name in SECRET_OPTIONS else _hide(str(value))
+            text = "***" if name in SECRET_OPTIONS else without_password(str(value))
             words += [flag, text]
     for name, value in more.items():
         words += [option_flag(name), value]

@@ -17,8 +17,8 @@ import pika
 from nsb_delays.brokers.delay_mover import BrokerSide, scan_queues
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.brokers.verify import parse_version
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, depths_once_handed_back, publish
 from tests.broker.test_delays_moves import CLI, broker_arguments
 
@@ -51,7 +51,7 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
         *CLI, "delays", "transfer", *broker_arguments(rabbitmq, source),
         *broker_arguments(rabbitmq, target, "destination-"), "--no-progress",
     ]  # fmt: skip
-    version = parse_version(management.overview()["rabbitmq_version"])
+    version = parse_reported_broker_version(management.overview()["rabbitmq_version"])
     run = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if version < (4, 0, 0):
         assert run.returncode == 0, run.stdout + run.stderr  # no delivery limit: nothing to fear

@@ -17,7 +17,6 @@ from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import (
     Drift,
-    parse_version,
     requirement_drifts,
     sqs_queue_drifts,
     topology_drifts,
@@ -168,9 +167,9 @@ def test_broker_requirements_for_v2() -> None:
     assert requirement_drifts("3.9.29", {}, "v1") == []
     missing = requirement_drifts("3.13.0-rc.2", {"quorum_queue": "enabled", "stream_queue": "disabled"}, "v2")
     assert missing == [Drift("different", "broker", "feature flag stream_queue", "enabled", "disabled")]
-    assert parse_version("3.13.0-rc.2") == (3, 13, 0)
+    assert rmq.parse_reported_broker_version("3.13.0-rc.2") == (3, 13, 0)
     with pytest.raises(ValueError, match="'latest' is not of the form"):
-        parse_version("latest")
+        rmq.parse_reported_broker_version("latest")
 
 
 def test_delay_queue_retention_may_exceed_four_days_and_content_deduplication_is_drift_with_its_reason() -> None:

@@ -18,9 +18,10 @@ import uuid
 import pytest
 
 from nsb_delays.brokers.destinations import DestinationsRefused
-from nsb_delays.brokers.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION, sqs_message
 from nsb_delays.brokers.sqs_sender import SqsSender, SqsSettings
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.in_flight import MESSAGE_ID_HEADER
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.migration import RunOptions, TargetSettings, run_migration
 from nsb_delays.stack.config import parse_stack_config

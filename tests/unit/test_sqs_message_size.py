@@ -12,8 +12,9 @@ import json
 
 import pytest
 
-from nsb_delays.brokers.messages import MESSAGE_ID_HEADER, SQS_S3_BUCKET_OPTION, sqs_message
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION, sqs_message
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.in_flight import MESSAGE_ID_HEADER
 
 MIB = 1024 * 1024
 
