@@ -37,7 +37,7 @@ from nsb_delays.infra.pulumi_engine import (
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
 from nsb_delays.stack.errors import sigterm_as_interrupt
-from nsb_delays.stack.topology import rabbitmq_topology
+from nsb_delays.stack.plan import rabbitmq_topology
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))

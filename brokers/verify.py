@@ -24,7 +24,7 @@ from typing import Any, Literal
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
-from nsb_delays.stack.topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.stack.plan import rabbitmq_topology, sqs_queue_specs
 
 from .management import ManagementApi
 

@@ -19,6 +19,7 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 
 from .model import rabbitmq as model
+from .model.settings import DelayInfrastructureSettings, EndpointSettings, SharedQueuesSettings
 
 TYPE_PREFIX = "nsb-delays:index:"
 
@@ -214,9 +215,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
-        topology = model.delay_levels(generation)
-        if park_unroutable:
-            topology = topology + model.parking_topology(generation)
+        topology = DelayInfrastructureSettings(generation, park_unroutable).topology()
         self.resources = declare_topology(
             self,
             name,
@@ -274,23 +273,17 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqEndpoint", name, None, opts)
-        problems = model.rabbitmq_address_problems(endpoint)
-        if problems:
-            raise ValueError(f"endpoint {endpoint!r} {'; '.join(problems)}")
-        topology = model.endpoint_topology(
+        topology = EndpointSettings(
             endpoint,
             generation=generation,
             routing_topology=routing_topology,
             queue_type=queue_type,
-            instance_discriminators=instance_discriminators,
+            instance_discriminators=tuple(instance_discriminators),
             legacy_timeout_manager=legacy_timeout_manager,
-            delivery_limit_policies=(
-                model.delivery_limit_policies_by_default(broker_version)
-                if delivery_limit_policies is None
-                else delivery_limit_policies
-            ),
+            delivery_limit_policies=delivery_limit_policies,
             park_unroutable=park_unroutable,
-        )
+            broker_version=broker_version,
+        ).topology()
         existing = {
             name: resource
             for name, resource in (
@@ -342,9 +335,7 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TYPE_PREFIX}RabbitMqSharedQueues", name, None, opts)
-        topology = model.shared_queues(
-            routing_topology=routing_topology, queue_type=queue_type, error_queue=error_queue, audit_queue=audit_queue
-        )
+        topology = SharedQueuesSettings(routing_topology, queue_type, error_queue, audit_queue).topology()
         self.resources = declare_topology(
             self, name, topology, vhost=vhost, adopt_existing=adopt_existing, broker_version=broker_version
         )

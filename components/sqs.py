@@ -11,6 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .model import sqs as model
+from .model.settings import SqsEndpointSettings
 from .rabbitmq import TYPE_PREFIX
 
 
@@ -48,13 +49,13 @@ class SqsEndpoint(pulumi.ComponentResource):
         encrypted: bool = True,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        specs = model.endpoint_queues(
+        specs = SqsEndpointSettings(
             endpoint,
-            prefix=queue_name_prefix,
+            queue_name_prefix=queue_name_prefix,
             delayed_delivery=delayed_delivery,
             message_retention_seconds=message_retention_seconds,
             encrypted=encrypted,
-        )
+        ).queues()
         super().__init__(f"{TYPE_PREFIX}SqsEndpoint", name, None, opts)
         tags = {model.ENDPOINT_TAG: model.sanitize_queue_name(endpoint)}
         queues = {spec.role: _queue(name, spec, self, tags) for spec in specs}

@@ -1,7 +1,8 @@
-"""The Pulumi program: validated stack config -> components. No fact is derived here."""
+"""The Pulumi program: validated stack config -> the stack plan -> components. No fact is derived here."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import pulumi
@@ -14,11 +15,10 @@ from nsb_delays.stack.config import (
     NAMESPACE,
     SECTIONS,
     ConfigError,
-    RabbitMqConfig,
-    SqsConfig,
     StackConfig,
     parse_stack_config,
 )
+from nsb_delays.stack.plan import RabbitMqPlan, SqsPlan, stack_plan
 
 
 def read_pulumi_config() -> StackConfig:
@@ -28,45 +28,35 @@ def read_pulumi_config() -> StackConfig:
     return parse_stack_config({key: value for key, value in raw.items() if value is not None})
 
 
-def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
+def declare_rabbitmq(plan: RabbitMqPlan) -> dict[str, Any]:
+    """The plan's RabbitMQ settings as components, where its config says (vhost, protection, adoption)."""
+    config = plan.config
     infrastructure = RabbitMqDelayInfrastructure(
-        f"delays-{config.generation}",
-        generation=config.generation,
+        f"delays-{plan.infrastructure.generation}",
+        **asdict(plan.infrastructure),
         vhost=config.vhost,
         protect_delay_queues=config.protect_delay_queues,
-        park_unroutable=config.park_unroutable,
         adopt_existing=config.adopt_existing,
         broker_version=config.broker_version,
     )
     RabbitMqSharedQueues(
         "shared-queues",
-        routing_topology=config.routing_topology,
-        queue_type=config.queue_type,
-        error_queue=config.error_queue,
-        audit_queue=config.audit_queue,
+        **asdict(plan.shared_queues),
         vhost=config.vhost,
         adopt_existing=config.adopt_existing,
         broker_version=config.broker_version,
     )
     endpoints = {
-        endpoint.name: RabbitMqEndpoint(
-            f"rabbitmq-{endpoint.name}",
-            endpoint=endpoint.name,
-            generation=config.generation,
-            routing_topology=config.routing_topology,
-            queue_type=endpoint.queue_type,
+        settings.endpoint: RabbitMqEndpoint(
+            f"rabbitmq-{settings.endpoint}",
+            **asdict(settings),
             vhost=config.vhost,
-            instance_discriminators=endpoint.instance_discriminators,
-            legacy_timeout_manager=endpoint.legacy_timeout_manager,
-            delivery_limit_policies=config.delivery_limit_policies,
-            park_unroutable=config.park_unroutable,
+            adopt_existing=config.adopt_existing,
             parking_exchange=infrastructure.parking_exchange_resource,
             delivery_exchange=infrastructure.delivery_exchange_resource,
-            adopt_existing=config.adopt_existing,
-            broker_version=config.broker_version,
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
         )
-        for endpoint in config.endpoints
+        for settings in plan.endpoints
     }
     return {
         "rabbitmqDeliveryExchange": infrastructure.delivery_exchange,
@@ -75,17 +65,10 @@ def declare_rabbitmq(config: RabbitMqConfig) -> dict[str, Any]:
     }
 
 
-def declare_sqs(config: SqsConfig) -> dict[str, Any]:
+def declare_sqs(plan: SqsPlan) -> dict[str, Any]:
     endpoints = {
-        endpoint.name: SqsEndpoint(
-            f"sqs-{sqs_model.sanitize_queue_name(endpoint.name)}",
-            endpoint=endpoint.name,
-            queue_name_prefix=config.queue_name_prefix,
-            delayed_delivery=endpoint.delayed_delivery,
-            message_retention_seconds=endpoint.message_retention_seconds,
-            encrypted=config.encrypted,
-        )
-        for endpoint in config.endpoints
+        settings.endpoint: SqsEndpoint(f"sqs-{sqs_model.sanitize_queue_name(settings.endpoint)}", **asdict(settings))
+        for settings in plan.endpoints
     }
     return {
         "sqsQueueUrls": {name: c.queue_url for name, c in endpoints.items()},
@@ -97,11 +80,12 @@ def declare_sqs(config: SqsConfig) -> dict[str, Any]:
 
 def declare(config: StackConfig) -> dict[str, Any]:
     """Declare everything the config asks for; returns the stack outputs."""
+    plan = stack_plan(config)
     outputs: dict[str, Any] = {}
-    if config.rabbitmq:
-        outputs |= declare_rabbitmq(config.rabbitmq)
-    if config.sqs:
-        outputs |= declare_sqs(config.sqs)
+    if plan.rabbitmq:
+        outputs |= declare_rabbitmq(plan.rabbitmq)
+    if plan.sqs:
+        outputs |= declare_sqs(plan.sqs)
     return outputs
 
 

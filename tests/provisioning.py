@@ -16,7 +16,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.stack.config import NAMESPACE, StackConfig
-from nsb_delays.stack.topology import sqs_queue_specs
+from nsb_delays.stack.plan import sqs_queue_specs
 from tests.engine.conftest import require_pulumi
 
 

@@ -45,7 +45,7 @@ from nsb_delays.infra.pulumi_engine import (
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
 from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
-from nsb_delays.stack.topology import sqs_queue_specs
+from nsb_delays.stack.plan import sqs_queue_specs
 
 from .verify import print_drifts
 

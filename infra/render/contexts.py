@@ -1,6 +1,6 @@
 """Template contexts: the model's objects for a stack, arranged for each output format.
 
-Every value here is read from ``components.model`` (via ``stack.topology``); the only things
+Every value here is read from ``components.model`` (via ``stack.plan``); the only things
 added are the output formats' own structure (CloudFormation logical ids, Mermaid node ids).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from nsb_delays.components.model import msmq, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig
-from nsb_delays.stack.topology import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.stack.plan import rabbitmq_topology, sqs_queue_specs
 
 
 def definitions_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:

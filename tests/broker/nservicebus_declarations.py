@@ -27,7 +27,7 @@ from nsb_delays.stack.config import (
     parse_stack_config,
     read_stack_yaml,
 )
-from nsb_delays.stack.topology import receiving_queues
+from nsb_delays.stack.plan import receiving_queues
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),

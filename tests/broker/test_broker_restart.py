@@ -18,7 +18,7 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig, load_stack
-from nsb_delays.stack.topology import receiving_queues
+from nsb_delays.stack.plan import receiving_queues
 from tests.provisioning import provision_rabbitmq
 
 DELAYS = (3, 6, 9, 13)

@@ -20,7 +20,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import StackConfig, parse_stack_config
-from nsb_delays.stack.topology import rabbitmq_topology
+from nsb_delays.stack.plan import rabbitmq_topology
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import provision_rabbitmq, pulumi_up

@@ -19,7 +19,7 @@ from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.stack.config import StackConfig, parse_stack_config
-from nsb_delays.stack.topology import receiving_queues
+from nsb_delays.stack.plan import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import pulumi_up

@@ -22,7 +22,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, MsmqConfig, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.topology import rabbitmq_topology, receiving_queues, sqs_queue_specs
+from nsb_delays.stack.plan import rabbitmq_topology, receiving_queues, sqs_queue_specs
 from tests.provisioning import pulumi_up
 
 DELAYS = (0, 1, 2, 3)

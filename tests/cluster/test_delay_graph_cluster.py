@@ -49,7 +49,7 @@ from nsb_delays.brokers.messages import outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
-from nsb_delays.stack.topology import receiving_queues
+from nsb_delays.stack.plan import receiving_queues
 from tests.cluster.conftest import DEAD_LETTER_RETRY_MS
 from tests.provisioning import provision_rabbitmq, pulumi_up
 

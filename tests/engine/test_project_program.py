@@ -21,7 +21,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
-from nsb_delays.stack.topology import rabbitmq_topology, receiving_queues
+from nsb_delays.stack.plan import rabbitmq_topology, receiving_queues
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)

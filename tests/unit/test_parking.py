@@ -17,7 +17,7 @@ from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
 from nsb_delays.stack.config import parse_stack_config
-from nsb_delays.stack.topology import rabbitmq_topology
+from nsb_delays.stack.plan import rabbitmq_topology
 from tests.unit.helpers import bindings, declared, exchanges, of_type, queues, raw_arguments
 
 

@@ -1,0 +1,115 @@
+"""The stack plan: everything a stack declares, built once from its config by ``stack_plan``.
+
+Each slice is the settings of one component (``components.model.settings``), so the Pulumi program declares the
+components from the same values the renderers, ``verify``, ``check``, the demo, ``status`` and the moves read as
+model objects (``rabbitmq_topology``, ``receiving_queues``, ``sqs_queue_specs``): there is one mapping from a
+config to the model, here, and one from settings to objects, in the model. The broker tests prove the program
+declares exactly what the plan holds (``test_render``: definitions import == ``pulumi up``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model import sqs
+from nsb_delays.components.model.settings import (
+    DelayInfrastructureSettings,
+    EndpointSettings,
+    SharedQueuesSettings,
+    SqsEndpointSettings,
+)
+
+from .config import MsmqConfig, RabbitMqConfig, SqsConfig, StackConfig
+
+
+@dataclass(frozen=True)
+class RabbitMqPlan:
+    """The RabbitMQ side: where (``config``: vhost, protection, adoption, broker version) and what."""
+
+    config: RabbitMqConfig
+    infrastructure: DelayInfrastructureSettings
+    shared_queues: SharedQueuesSettings
+    endpoints: tuple[EndpointSettings, ...]
+
+    @property
+    def topology(self) -> rmq.Topology:
+        """Every object, in the order the program declares them: exchanges and queues before the policies that
+        name them."""
+        parts = [self.infrastructure.topology(), self.shared_queues.topology()]
+        return rmq.Topology.join(parts + [endpoint.topology() for endpoint in self.endpoints])
+
+
+@dataclass(frozen=True)
+class SqsPlan:
+    config: SqsConfig
+    endpoints: tuple[SqsEndpointSettings, ...]
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    rabbitmq: RabbitMqPlan | None
+    sqs: SqsPlan | None
+    msmq: MsmqConfig | None
+
+
+def rabbitmq_plan(config: RabbitMqConfig) -> RabbitMqPlan:
+    return RabbitMqPlan(
+        config,
+        DelayInfrastructureSettings(config.generation, config.park_unroutable),
+        SharedQueuesSettings(config.routing_topology, config.queue_type, config.error_queue, config.audit_queue),
+        tuple(
+            EndpointSettings(
+                endpoint.name,
+                generation=config.generation,
+                routing_topology=config.routing_topology,
+                queue_type=endpoint.queue_type,
+                instance_discriminators=endpoint.instance_discriminators,
+                legacy_timeout_manager=endpoint.legacy_timeout_manager,
+                delivery_limit_policies=config.delivery_limit_policies,
+                park_unroutable=config.park_unroutable,
+                broker_version=config.broker_version,
+            )
+            for endpoint in config.endpoints
+        ),
+    )
+
+
+def sqs_plan(config: SqsConfig) -> SqsPlan:
+    return SqsPlan(
+        config,
+        tuple(
+            SqsEndpointSettings(
+                endpoint.name,
+                queue_name_prefix=config.queue_name_prefix,
+                delayed_delivery=endpoint.delayed_delivery,
+                message_retention_seconds=endpoint.message_retention_seconds,
+                encrypted=config.encrypted,
+            )
+            for endpoint in config.endpoints
+        ),
+    )
+
+
+def stack_plan(config: StackConfig) -> StackPlan:
+    """The one function from a stack's config to what it declares."""
+    return StackPlan(
+        rabbitmq_plan(config.rabbitmq) if config.rabbitmq else None,
+        sqs_plan(config.sqs) if config.sqs else None,
+        config.msmq,
+    )
+
+
+def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
+    """The delay levels (and parking), the shared error/audit queues and every configured endpoint's objects."""
+    return rabbitmq_plan(config).topology
+
+
+def receiving_queues(config: RabbitMqConfig) -> tuple[str, ...]:
+    """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
+    return tuple(queue for endpoint in config.endpoints for queue in endpoint.receiving_queues())
+
+
+def sqs_queue_specs(config: SqsConfig) -> tuple[tuple[str, sqs.SqsQueueSpec], ...]:
+    """``(endpoint, spec)`` for every input and ``-delay.fifo`` queue the config declares."""
+    return tuple((endpoint.endpoint, spec) for endpoint in sqs_plan(config).endpoints for spec in endpoint.queues())
