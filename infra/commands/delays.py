@@ -1,6 +1,6 @@
 """``nsb-delays delays migrate|transfer|parked``: act on the delayed messages already inside a broker.
 
-Thin wiring: options -> ``brokers.delay_moves`` (preflight, move) and ``brokers.parking``; a rich
+Thin wiring: options -> ``brokers.move_plan`` (preflight, move) and ``brokers.parking``; a rich
 progress bar per level while moving and a summary table at the end. Exit codes: 0 done, 1 stopped
 part-way or messages left (in place, or in a source level's dead-letter backlog), 2 refused before
 anything moved (bad input, unreachable broker, a destination that cannot receive), 130 Ctrl-C (what
@@ -31,9 +31,9 @@ from nsb_delays.brokers.delay_mover import (
     MoveReport,
     MoveStopped,
 )
-from nsb_delays.brokers.delay_moves import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog
 from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.management import ManagementError
+from nsb_delays.brokers.move_plan import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog
 from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_parked, redeliver_parked
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight

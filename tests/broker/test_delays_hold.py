@@ -18,11 +18,11 @@ from __future__ import annotations
 import pika
 import pytest
 
-from nsb_delays.brokers import delay_moves
+from nsb_delays.brokers import move_plan
 from nsb_delays.brokers.delay_mover import HELD_OVERHEAD_BYTES, BrokerSide
-from nsb_delays.brokers.delay_moves import MoveRefused, plan_move, run_move
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.move_plan import MoveRefused, plan_move, run_move
 from nsb_delays.components.model import rabbitmq as rmq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, publish, read_levels
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
@@ -65,13 +65,13 @@ def test_a_refusal_hands_back_the_held_deliveries_and_changes_nothing(source, mo
     before = depths(parameters, "v1")
     assert before == dict.fromkeys(LEVELS, PER_LEVEL)
     at_the_check: list[dict[int, int]] = []
-    check = delay_moves._rabbitmq_problems
+    check = move_plan._rabbitmq_problems
 
     def check_and_look(*arguments):  # the real check; the levels as the broker shows them meanwhile
         at_the_check.append(depths(parameters, "v1"))
         return check(*arguments)
 
-    monkeypatch.setattr(delay_moves, "_rabbitmq_problems", check_and_look)
+    monkeypatch.setattr(move_plan, "_rabbitmq_problems", check_and_look)
     with pytest.raises(MoveRefused) as refused:
         plan_move("migrate", side, "v1", side, hold_bytes=first_level_bytes)
     assert "Retired (9 message(s))" in str(refused.value)
