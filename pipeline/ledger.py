@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+from .databases import Db, DbConnection, JdbcUrlError, connect, connection_from_jdbc
 from .layouts import TimeoutLayout, quote_identifier
 from .ledger_sql import (
     ABORTED,
@@ -27,12 +28,7 @@ from .ledger_sql import (
     LOCK_TABLE,
     PENDING,
     STATE_TABLE,
-    Db,
-    DbConnection,
-    JdbcUrlError,
     PostgresSql,
-    connect,
-    connection_from_jdbc,
     ledger_sql,
     lock_parameters,
 )

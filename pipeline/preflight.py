@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .databases import DEFAULT_PORTS, DatabaseUnreachable, DbConnection
 from .layouts import EXPORT_COLUMNS, JDBC_DRIVERS, MARIADB_DRIVER, MARIADB_SCHEME, Dialect, TimeoutLayout
-from .ledger_sql import DEFAULT_PORTS, DatabaseUnreachable, DbConnection, split_qualified
+from .ledger_sql import split_qualified
 from .sources import ExportSource, ExportSummary, export_files, is_local_path, local_path
 from .spark import under_spark_submit
 
@@ -127,7 +128,8 @@ def source_table_problems(connection: DbConnection, layout: TimeoutLayout, *, wh
     Read with ``select * … where 1 = 0`` through the ledger's own driver: the DB-API description gives
     the names and type codes, and nothing is locked or changed.
     """
-    from .ledger_sql import connect, ledger_sql
+    from .databases import connect
+    from .ledger_sql import ledger_sql
 
     try:
         db = connect(connection)

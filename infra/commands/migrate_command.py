@@ -26,11 +26,11 @@ from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.pipeline import preflight
+from nsb_delays.pipeline.databases import DatabaseUnreachable, DbConnection
 from nsb_delays.pipeline.dispatch import TARGETS
 from nsb_delays.pipeline.faults import Fault
 from nsb_delays.pipeline.layouts import SOURCE_KINDS, LayoutError, dialect_of_jdbc_url, jdbc_layout
 from nsb_delays.pipeline.ledger import DEFAULT_BATCH_SIZE, Ledger, LedgerError, conninfo_from_jdbc, status_name
-from nsb_delays.pipeline.ledger_sql import DatabaseUnreachable, DbConnection
 from nsb_delays.pipeline.migration import (
     DEFAULT_CUTOFF,
     RunOptions,

@@ -13,9 +13,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from nsb_delays.pipeline.databases import DbConnection, driver_text
 from nsb_delays.pipeline.layouts import jdbc_layout, quote_identifier, spark_jdbc, sql_persistence_layout
 from nsb_delays.pipeline.ledger import LedgerError, conninfo_from_jdbc
-from nsb_delays.pipeline.ledger_sql import DbConnection, driver_text, ledger_sql, split_qualified
+from nsb_delays.pipeline.ledger_sql import ledger_sql, split_qualified
 
 RUN = "TimeoutData_migration_0123456789abcdef0123456789abcdef"
 SQLGLOT_DIALECT = {"mssql": "tsql", "oracle": "oracle"}
@@ -259,7 +260,7 @@ def test_spark_reads_mariadb_urls_with_its_mysql_dialect_and_the_mariadb_driver(
 @pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
 def test_an_unreachable_database_is_named_with_its_address_and_user(dialect) -> None:
     from nsb_delays.brokers.local import free_port
-    from nsb_delays.pipeline.ledger_sql import DatabaseUnreachable
+    from nsb_delays.pipeline.databases import DatabaseUnreachable
 
     port = free_port()  # nothing listens there
     with pytest.raises(
