@@ -189,6 +189,17 @@ class HeldLevel:
     reads: list[object]  # what the preflight's visitor made of each delivery (scan_delays: its DueMessage)
 
 
+@dataclass
+class LevelRead:
+    """What ``SourceConnection`` knows while it reads one level: what it holds of it and since when it waits."""
+
+    keeping: bool  # holding the deliveries for the move (until the level would pass the hold limit)
+    deliveries: list[Delivery] = field(default_factory=list)
+    reads: list[object] = field(default_factory=list)
+    bytes: int = 0
+    last_delivery: float = field(default_factory=time.monotonic)
+
+
 class SourceConnection:
     """The source broker's AMQP connection on a pika I/O loop of its own, shared by the preflight and the move.
 
@@ -288,11 +299,8 @@ class SourceConnection:
             raise DispatchError(f"RabbitMQ reading {queue}: channel closed: {reason}")
         count = declared[0].method.message_count
         level_scan = LevelScan(level, queue)
-        deliveries: list[Delivery] = []
-        reads: list[object] = []
-        keeping = [self.hold_bytes > 0 and not self.handed_back]
-        level_bytes = [0]
-        last_delivery = [time.monotonic()]
+        read_state = LevelRead(keeping=self.hold_bytes > 0 and not self.handed_back)
+        deliveries, reads = read_state.deliveries, read_state.reads
         cancelled: list[Any] = []
 
         def cancel() -> None:
@@ -301,13 +309,13 @@ class SourceConnection:
                 channel.basic_cancel(consumer_tag, callback=lambda _frame: cancelled.append(True))
 
         def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
-            last_delivery[0] = time.monotonic()
+            read_state.last_delivery = time.monotonic()
             read = visit(level_scan, method, properties, body)
             level_scan.messages += 1
-            if keeping[0]:
-                level_bytes[0] += len(body) + HELD_OVERHEAD_BYTES
-                if self.held_bytes + level_bytes[0] > self.hold_bytes:
-                    keeping[0] = False  # over the limit: this level goes back when its channel closes
+            if read_state.keeping:
+                read_state.bytes += len(body) + HELD_OVERHEAD_BYTES
+                if self.held_bytes + read_state.bytes > self.hold_bytes:
+                    read_state.keeping = False  # over the limit: this level goes back when its channel closes
                     deliveries.clear()
                     reads.clear()
                 else:
@@ -319,16 +327,20 @@ class SourceConnection:
         if count:
             consumer_tag = channel.basic_consume(queue, on_message)  # the channel's prefetch: unlimited (0)
             self.spin(
-                lambda: len(cancelled) > 1 or bool(closed) or time.monotonic() - last_delivery[0] > SCAN_IDLE_SECONDS,
+                lambda: (
+                    len(cancelled) > 1
+                    or bool(closed)
+                    or time.monotonic() - read_state.last_delivery > SCAN_IDLE_SECONDS
+                ),
                 f"reading {queue}",
             )
             if closed:
                 raise DispatchError(f"RabbitMQ reading {queue}: channel closed: {closed[0]}")
             cancel()  # idle: some left meanwhile (expired to the next level)
             self.spin(lambda: len(cancelled) > 1, f"reading {queue}")
-        if keeping[0] and deliveries:
+        if read_state.keeping and deliveries:
             self.held[queue] = HeldLevel(queue, channel, deliveries, reads)
-            self.held_bytes += level_bytes[0]
+            self.held_bytes += read_state.bytes
 
             def closed_while_held(_channel: Any, reason: Any) -> None:
                 if queue in self.held:  # not yet the mover's: closed by the broker
@@ -336,7 +348,7 @@ class SourceConnection:
 
             channel.add_on_close_callback(closed_while_held)
             return level_scan
-        if count and not keeping[0]:
+        if count and not read_state.keeping:
             self.handed_back.append(queue)
         self._close_channel(channel, closed)  # every message read goes back to its queue
         return level_scan
@@ -450,6 +462,30 @@ class MoveReport:
 ProgressCallback = Callable[[LevelResult], None]
 
 
+@dataclass
+class LevelMove:
+    """What ``DelayMover`` knows about the level it is moving; a new one for each level."""
+
+    result: LevelResult | None
+    channel: Any = None
+    consumer_tag: str | None = None
+    cancelled: bool = False
+    received: int = 0
+    processed: int = 0
+    expected: int = 0
+    last_processed_tag: int = 0
+    acked_upto: int = 0
+    in_flight: dict[int, str] = field(default_factory=dict)  # delivery tag -> "move" or "poison", in tag order
+    destinations_in_flight: dict[int, str] = field(default_factory=dict)
+    done: list[int] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)
+    # held by the preflight (with its read), not yet fed
+    pending: deque[tuple[Delivery, object]] = field(default_factory=deque)
+    last_delivery: float = field(default_factory=time.monotonic)
+    last_settled: float = field(default_factory=time.monotonic)
+    stop_reason: str | None = None
+
+
 class DelayMover:
     """Moves the level queues of ``source_generation`` on ``source`` into ``target``, level 27 down to 0.
 
@@ -515,22 +551,7 @@ class DelayMover:
         spin_loop(self.ioloop, done, self._errors, what, timeout or self.timeout, self._flush)
 
     def _reset_level(self, result: LevelResult | None) -> None:
-        self.result = result
-        self.channel: Any = None
-        self.consumer_tag: str | None = None
-        self.cancelled = False
-        self.received = 0
-        self.processed = 0
-        self.expected = 0
-        self.last_processed_tag = 0
-        self.acked_upto = 0
-        self.in_flight: dict[int, str] = {}  # delivery tag -> "move" or "poison", in tag order
-        self.destinations_in_flight: dict[int, str] = {}
-        self.done: list[int] = []
-        self.held: set[int] = set()
-        self.pending: deque[tuple[Delivery, object]] = deque()  # held by the preflight (with its read), not yet fed
-        self.last_delivery = self.last_settled = time.monotonic()
-        self.stop_reason: str | None = None
+        self.level = LevelMove(result)
 
     def _declare_poison_queue(self) -> None:
         """Declared durable (a classic queue, as ``QueueDeclareAsync(poisonMessageQueue, true, false, false)``)."""
@@ -561,91 +582,95 @@ class DelayMover:
         return self.reader(method.routing_key, properties.headers, now)
 
     def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes, earlier: object = None) -> None:
-        self.last_delivery = time.monotonic()
-        self.received += 1
-        if self.cancelled or self.stop_reason or self.processed >= self.expected:
+        self.level.last_delivery = time.monotonic()
+        self.level.received += 1
+        if self.level.cancelled or self.level.stop_reason or self.level.processed >= self.level.expected:
             return  # beyond the level's count: it goes back when the channel closes
         tag = method.delivery_tag
-        self.processed += 1
-        self.last_processed_tag = tag
+        self.level.processed += 1
+        self.level.last_processed_tag = tag
         read = self._reread(method, properties, earlier)
         if isinstance(read, in_flight.Poison):
             if self.poison_queue is None:
                 self._hold(tag, f"({read.reason})")
                 return
             properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
-            self.in_flight[tag] = "poison"
+            self.level.in_flight[tag] = "poison"
             self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
             return
         if not self.target.can_receive(read.destination, read.remaining_seconds):
             self._hold(tag, read.destination)
             return
-        self.in_flight[tag] = "move"
-        self.destinations_in_flight[tag] = read.destination
+        self.level.in_flight[tag] = "move"
+        self.level.destinations_in_flight[tag] = read.destination
         try:
             self.target.send(method, properties, body, read, tag)
         except Unsendable as error:  # e.g. too large for SQS without an S3 bucket
             if self.poison_queue is None:
-                self.destinations_in_flight.pop(tag, None)
-                self.in_flight.pop(tag, None)
+                self.level.destinations_in_flight.pop(tag, None)
+                self.level.in_flight.pop(tag, None)
                 self._hold(tag, f"({error})")
                 return
-            self.in_flight[tag] = "poison"
-            self.destinations_in_flight.pop(tag, None)
+            self.level.in_flight[tag] = "poison"
+            self.level.destinations_in_flight.pop(tag, None)
             properties.headers = in_flight.poison_headers(properties.headers, str(error))
             self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
 
     def _hold(self, tag: int, why: str) -> None:
         """Leave a message where it is (never acked this run): it goes back when the channel closes."""
-        self.held.add(tag)
-        assert self.result is not None
-        self.result.left += 1
+        self.level.held.add(tag)
+        assert self.level.result is not None
+        self.level.result.left += 1
         self.report.left_destinations[why] += 1
 
     def _settled(self, tag: int, outcome: str) -> None:
-        self.last_settled = time.monotonic()
-        kind = self.in_flight.pop(tag, None)
-        destination = self.destinations_in_flight.pop(tag, None)
-        if kind is None or self.result is None:
+        self.level.last_settled = time.monotonic()
+        kind = self.level.in_flight.pop(tag, None)
+        destination = self.level.destinations_in_flight.pop(tag, None)
+        if kind is None or self.level.result is None:
             return
         if outcome != "confirmed":
-            self.held.add(tag)
+            self.level.held.add(tag)
             what = "the poison queue" if kind == "poison" else self.target.description
-            self.stop_reason = self.stop_reason or (
-                f"{what} {outcome} a message of {self.result.queue} (delivery {tag})"
+            self.level.stop_reason = self.level.stop_reason or (
+                f"{what} {outcome} a message of {self.level.result.queue} (delivery {tag})"
                 + (f" for {destination!r}" if destination else "")
             )
             return
-        self.done.append(tag)
+        self.level.done.append(tag)
         if kind == "poison":
-            self.result.poison += 1
+            self.level.result.poison += 1
         else:
-            self.result.moved += 1
+            self.level.result.moved += 1
             if destination is not None:
-                self.result.destinations[destination] += 1
+                self.level.result.destinations[destination] += 1
 
     def _ack_settled(self) -> None:
         """Ack every settled message; ``multiple`` up to the first one still in flight when nothing is held."""
-        if not self.done or self.channel is None:
+        if not self.level.done or self.level.channel is None:
             return
-        if self.held:
-            for tag in self.done:
-                self.channel.basic_ack(tag)
-            self.done.clear()
+        if self.level.held:
+            for tag in self.level.done:
+                self.level.channel.basic_ack(tag)
+            self.level.done.clear()
             return
-        upto = next(iter(self.in_flight)) - 1 if self.in_flight else self.last_processed_tag
-        if upto > self.acked_upto:
-            self.channel.basic_ack(upto, multiple=True)
-            self.acked_upto = upto
-            self.done = [tag for tag in self.done if tag > upto]
+        upto = next(iter(self.level.in_flight)) - 1 if self.level.in_flight else self.level.last_processed_tag
+        if upto > self.level.acked_upto:
+            self.level.channel.basic_ack(upto, multiple=True)
+            self.level.acked_upto = upto
+            self.level.done = [tag for tag in self.level.done if tag > upto]
 
     # --- one level -----------------------------------------------------------------------------------
 
     def _feed(self) -> None:
         """Hand held deliveries to ``_on_message`` while fewer than the window are published and not yet acked."""
-        while self.pending and not self.stop_reason and len(self.in_flight) + len(self.done) < self.window:
-            (method, properties, body), read = self.pending.popleft()
-            self._on_message(self.channel, method, properties, body, read)
+        while (
+            self.level.pending
+            and not self.level.stop_reason
+            and len(self.level.in_flight) + len(self.level.done) < self.window
+        ):
+            (method, properties, body), read = self.level.pending.popleft()
+            self._on_message(self.level.channel, method, properties, body, read)
 
     def _take_held(self, queue: str) -> bool:
         """The level's deliveries the preflight holds, if any: the level's channel is theirs, no consumer."""
@@ -655,13 +680,13 @@ class DelayMover:
         channel = held.channel
 
         def closed(_channel: Any, reason: Any) -> None:
-            if channel is self.channel:  # not closed by _close_level
+            if channel is self.level.channel:  # not closed by _close_level
                 self._fail(f"channel of {queue} closed: {reason}")
 
         channel.add_on_close_callback(closed)
-        self.channel = channel
-        self.pending = deque(zip(held.deliveries, held.reads, strict=True))
-        self.expected = len(held.deliveries)  # no consumer (the preflight's is cancelled): nothing more arrives
+        self.level.channel = channel
+        self.level.pending = deque(zip(held.deliveries, held.reads, strict=True))
+        self.level.expected = len(held.deliveries)  # no consumer (the preflight's is cancelled): nothing more arrives
         return True
 
     def _open_level(self, queue: str) -> None:
@@ -671,7 +696,7 @@ class DelayMover:
         channel = opened[0]
 
         def closed(_channel: Any, reason: Any) -> None:
-            if channel is self.channel:  # not closed by _close_level
+            if channel is self.level.channel:  # not closed by _close_level
                 self._fail(f"channel of {queue} closed: {reason}")
 
         channel.add_on_close_callback(closed)
@@ -679,11 +704,11 @@ class DelayMover:
         channel.basic_qos(prefetch_count=self.window, callback=ready.append)
         channel.queue_declare(queue, passive=True, callback=ready.append)
         self._spin(lambda: len(ready) == 2, f"reading {queue}")
-        self.channel = channel
-        self.expected = ready[1].method.message_count
+        self.level.channel = channel
+        self.level.expected = ready[1].method.message_count
 
     def _close_level(self) -> None:
-        channel, self.channel = self.channel, None
+        channel, self.level.channel = self.level.channel, None
         if channel is not None and channel.is_open:
             closed: list[bool] = []
             channel.add_on_close_callback(lambda _channel, _reason: closed.append(True))
@@ -691,51 +716,57 @@ class DelayMover:
             self._spin(lambda: bool(closed), "closing the level's channel", timeout=30)
 
     def _level_done(self) -> bool:
-        if self.in_flight or self.target.unsettled:
+        if self.level.in_flight or self.target.unsettled:
             return False
-        if self.stop_reason or self.processed >= self.expected:
+        if self.level.stop_reason or self.level.processed >= self.level.expected:
             return True
-        if self.pending:  # held deliveries still to feed: no broker to wait for
+        if self.level.pending:  # held deliveries still to feed: no broker to wait for
             return False
-        return time.monotonic() - self.last_delivery > IDLE_SECONDS
+        return time.monotonic() - self.level.last_delivery > IDLE_SECONDS
 
     def move_level(self, level_scan: LevelScan, into: LevelResult | None = None) -> LevelResult:
         """Move what the level holds now; a sweep counts into the level's result from the earlier pass."""
         queue = level_scan.queue
         self._reset_level(into or LevelResult(level_scan.level, queue, 0))
-        assert self.result is not None
+        assert self.level.result is not None
         held = self._take_held(queue)
         if not held:
             self._open_level(queue)
-        self.result.expected += self.expected
-        self.on_progress(self.result)
-        if self.expected == 0:
+        self.level.result.expected += self.level.expected
+        self.on_progress(self.level.result)
+        if self.level.expected == 0:
             self._close_level()
-            return self.result
-        self.last_delivery = time.monotonic()
+            return self.level.result
+        self.level.last_delivery = time.monotonic()
         if not held:
-            self.consumer_tag = self.channel.basic_consume(queue, self._on_message)
+            self.level.consumer_tag = self.level.channel.basic_consume(queue, self._on_message)
         last_progress = 0.0
         try:
             while not self._level_done():
                 self._feed()
-                self.target.flush(force=time.monotonic() - self.last_delivery > BATCH_WAIT_SECONDS)
+                self.target.flush(force=time.monotonic() - self.level.last_delivery > BATCH_WAIT_SECONDS)
                 self._ack_settled()
                 self._flush()
                 self.ioloop.poll()
                 self.ioloop.process_timeouts()
                 error = self._errors()
                 if error:
-                    self.stop_reason = self.stop_reason or error
+                    self.level.stop_reason = self.level.stop_reason or error
                     raise DispatchError(error)
-                if (self.processed >= self.expected or self.stop_reason) and self.consumer_tag and not self.cancelled:
-                    self.channel.basic_cancel(self.consumer_tag)
-                    self.cancelled = True
+                if (
+                    (self.level.processed >= self.level.expected or self.level.stop_reason)
+                    and self.level.consumer_tag
+                    and not self.level.cancelled
+                ):
+                    self.level.channel.basic_cancel(self.level.consumer_tag)
+                    self.level.cancelled = True
                 now = time.monotonic()
-                if self.in_flight and now - max(self.last_settled, self.last_delivery) > self.timeout:
-                    raise DispatchError(f"no confirm for {len(self.in_flight)} message(s) within {self.timeout:.0f} s")
+                if self.level.in_flight and now - max(self.level.last_settled, self.level.last_delivery) > self.timeout:
+                    raise DispatchError(
+                        f"no confirm for {len(self.level.in_flight)} message(s) within {self.timeout:.0f} s"
+                    )
                 if now - last_progress > PROGRESS_EVERY_SECONDS:
-                    self.on_progress(self.result)
+                    self.on_progress(self.level.result)
                     last_progress = now
         except KeyboardInterrupt:
             self._drain()
@@ -743,18 +774,25 @@ class DelayMover:
         self._ack_settled()
         self._flush()
         self._close_level()
-        self.on_progress(self.result)
-        return self.result
+        self.on_progress(self.level.result)
+        return self.level.result
 
     def _drain(self) -> None:
         """Stop taking messages, let the ones in flight settle, ack them (best effort), close the level."""
-        self.pending.clear()  # held ones not fed go back when the channel closes
+        self.level.pending.clear()  # held ones not fed go back when the channel closes
         try:
-            if self.channel is not None and self.channel.is_open and self.consumer_tag and not self.cancelled:
-                self.channel.basic_cancel(self.consumer_tag)
-                self.cancelled = True
+            if (
+                self.level.channel is not None
+                and self.level.channel.is_open
+                and self.level.consumer_tag
+                and not self.level.cancelled
+            ):
+                self.level.channel.basic_cancel(self.level.consumer_tag)
+                self.level.cancelled = True
             self.target.flush(force=True)
-            self._spin(lambda: not self.in_flight and not self.target.unsettled, "settling messages in flight", 30)
+            self._spin(
+                lambda: not self.level.in_flight and not self.target.unsettled, "settling messages in flight", 30
+            )
             self._ack_settled()
             self._flush()
             self._close_level()
@@ -782,16 +820,16 @@ class DelayMover:
                         self._drain()
                         self._record(results)
                         self.report.seconds = time.monotonic() - started
-                        raise MoveStopped(self.stop_reason or str(error), self.report) from None
+                        raise MoveStopped(self.level.stop_reason or str(error), self.report) from None
                     except KeyboardInterrupt:
                         self._record(results)
                         self.report.seconds = time.monotonic() - started
                         raise MoveInterrupted(self.report) from None
                     self._record(results)
                     found += result.expected - before
-                    if self.stop_reason:
+                    if self.level.stop_reason:
                         self.report.seconds = time.monotonic() - started
-                        raise MoveStopped(self.stop_reason, self.report)
+                        raise MoveStopped(self.level.stop_reason, self.report)
                 if sweep and not found:
                     break
         finally:
@@ -801,9 +839,9 @@ class DelayMover:
 
     def _record(self, results: dict[str, LevelResult]) -> None:
         """The level just taken into the report: once per level, however many passes counted into it."""
-        if self.result is not None and self.result.queue not in results:
-            results[self.result.queue] = self.result
-            self.report.levels.append(self.result)
+        if self.level.result is not None and self.level.result.queue not in results:
+            results[self.level.result.queue] = self.level.result
+            self.report.levels.append(self.level.result)
 
     def close(self) -> None:
         for part in (self.target, self.poison_channel):
