@@ -69,6 +69,7 @@ def test_the_wheel_is_one_namespace_holding_every_file_of_our_folders(built: Bui
     data = sorted(path for path in expected if not path.endswith(".py"))
     assert data == [
         "nsb_delays/components/PulumiPlugin.yaml",
+        "nsb_delays/components/executable/pulumi-resource-nsb-delays",
         "nsb_delays/infra/commands/check.md.j2",
         "nsb_delays/infra/render/templates/cloudformation.json.j2",
         "nsb_delays/infra/render/templates/mermaid.mmd.j2",
