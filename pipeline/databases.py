@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from nsb_delays.stack.redaction import without_password
 
-from .layouts import Dialect, LayoutError, dialect_of_jdbc_url
+from .layouts import Dialect
 
 DEFAULT_PORTS: dict[Dialect, int] = {"postgresql": 5432, "mssql": 1433, "mysql": 3306, "oracle": 1521}
 JDBC_URL_FORMS = (
@@ -129,18 +129,15 @@ class DbConnection:
 
 def connection_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> DbConnection:
     """A JDBC URL (plus the ``--jdbc-user``/``--jdbc-password``, which win) -> a ``DbConnection``."""
-    try:
-        dialect = dialect_of_jdbc_url(url)  # the one JDBC URL -> dialect rule
-    except LayoutError:
-        dialect = None
-    # the forms the ledger's own drivers connect with (a dialect's other JDBC forms, e.g. Oracle OCI, they do not)
-    if dialect == "postgresql" and url.startswith("jdbc:postgresql://"):
-        connection = _url_connection(dialect, url, default_database="postgres")
-    elif dialect == "mysql" and url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
-        connection = _url_connection(dialect, url, default_database=None)
-    elif dialect == "mssql" and url.startswith("jdbc:sqlserver://"):
+    # the forms the ledger's drivers connect with: narrower than the dialects layouts.dialect_of_jdbc_url names
+    # (Oracle's OCI URLs, for one, are an Oracle dialect the thin driver cannot open)
+    if url.startswith("jdbc:postgresql://"):
+        connection = _url_connection("postgresql", url, default_database="postgres")
+    elif url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
+        connection = _url_connection("mysql", url, default_database=None)
+    elif url.startswith("jdbc:sqlserver://"):
         connection = _sqlserver_connection(url)
-    elif dialect == "oracle" and url.startswith("jdbc:oracle:thin:"):
+    elif url.startswith("jdbc:oracle:thin:"):
         connection = _oracle_connection(url)
     else:
         raise JdbcUrlError(

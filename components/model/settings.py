@@ -93,12 +93,10 @@ class SqsEndpointSettings:
     encrypted: bool = True
 
     def queues(self) -> tuple[sqs.SqsQueueSpec, ...]:
-        return tuple(
-            sqs.endpoint_queues(
-                self.endpoint,
-                prefix=self.queue_name_prefix,
-                delayed_delivery=self.delayed_delivery,
-                message_retention_seconds=self.message_retention_seconds,
-                encrypted=self.encrypted,
-            )
+        return sqs.endpoint_queues(
+            self.endpoint,
+            prefix=self.queue_name_prefix,
+            delayed_delivery=self.delayed_delivery,
+            message_retention_seconds=self.message_retention_seconds,
+            encrypted=self.encrypted,
         )
