@@ -356,7 +356,7 @@ def end_to_end(
     print(f"filled {rows:,} timeouts into {table} in {fill_timeouts(postgres.dsn, table, rows):.1f} s", flush=True)
     arguments = [
         "run", "--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint,
-        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.management_url, "--no-progress",
+        "--amqp-url", broker.amqp_url, "--management-url", broker.management_url, "--no-progress",
         *(["--batch-size", str(options.batch_size)] if options.batch_size else []),
     ]  # fmt: skip
     package = Path(tempfile.mkdtemp(prefix="nsb-bench-ship-")) / "nsb_delays.zip"

@@ -17,10 +17,12 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
+import pika
 import pika.exceptions
 
+from .amqp import amqp_address
 from .confirms import ConfirmPublisher, DispatchError
 
 FAILOVER_SECONDS = 60.0  # how long the nodes are tried in turn before the batch fails
@@ -31,17 +33,27 @@ UNROUTABLE = re.compile(r"broker nacked \d+ and returned [1-9]")
 CONNECTION_LOST = (DispatchError, pika.exceptions.AMQPError, OSError)
 
 
+Node: TypeAlias = str | pika.ConnectionParameters
+
+
+def _where(node: Node) -> str:
+    """A node as an error names it, never with its password: a URL's part after the login, or host, port,
+    vhost and user."""
+    return node.rsplit("@", 1)[-1] if isinstance(node, str) else amqp_address(node)
+
+
 class FailoverConfirmPublisher:
-    """``ConfirmPublisher``'s ``publish``/``close`` over ``urls``; moves to the next node when its own goes away."""
+    """``ConfirmPublisher``'s ``publish``/``close`` over ``nodes`` (URLs or pika parameters); moves to the next
+    node when its own goes away."""
 
     def __init__(
         self,
-        urls: str | Sequence[str],
-        open_publisher: Callable[[str], Any] = ConfirmPublisher,
+        nodes: Node | Sequence[Node],
+        open_publisher: Callable[[Node], Any] = ConfirmPublisher,
         failover_seconds: float = FAILOVER_SECONDS,
     ) -> None:
-        self.urls = [urls] if isinstance(urls, str) else list(urls)
-        if not self.urls:
+        self.nodes = [nodes] if isinstance(nodes, str | pika.ConnectionParameters) else list(nodes)
+        if not self.nodes:
             raise ValueError("at least one AMQP URL is needed")
         self.open_publisher = open_publisher
         self.failover_seconds = failover_seconds
@@ -55,15 +67,15 @@ class FailoverConfirmPublisher:
         deadline = time.monotonic() + self.failover_seconds
         errors: dict[str, str] = {}
         while True:
-            for _ in self.urls:
-                url = self.urls[self._next % len(self.urls)]
+            for _ in self.nodes:
+                node = self.nodes[self._next % len(self.nodes)]
                 self._next += 1
                 try:
-                    return self.open_publisher(url)
+                    return self.open_publisher(node)
                 except CONNECTION_LOST as error:
-                    errors[url.rsplit("@", 1)[-1]] = str(error)
+                    errors[_where(node)] = str(error)
             if time.monotonic() > deadline:
-                tried = "; ".join(f"{node}: {why}" for node, why in errors.items())
+                tried = "; ".join(f"{where}: {why}" for where, why in errors.items())
                 raise DispatchError(
                     f"no RabbitMQ node accepted a publisher within {self.failover_seconds:.0f} s ({tried})"
                 )

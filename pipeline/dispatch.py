@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.confirms import DispatchError
 from nsb_delays.brokers.messages import outgoing, rabbitmq_message, sqs_message
 from nsb_delays.brokers.sqs_sender import SqsSettings
@@ -35,8 +36,7 @@ class DispatchSettings:
     conninfo: DbConnection | str  # where the ledger is (a libpq string: PostgreSQL)
     layout: TimeoutLayout
     run: Run
-    amqp_url: str | None = None
-    more_amqp_urls: tuple[str, ...] = ()  # further cluster nodes: a FailoverConfirmPublisher over all of them
+    amqp: AmqpNodes | None = None  # several nodes (a cluster): a FailoverConfirmPublisher over all of them
     generation: str = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
@@ -51,13 +51,11 @@ class _Sender:
             from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
             from nsb_delays.brokers.confirms import ConfirmPublisher
 
-            if not settings.amqp_url:
-                raise ValueError("the RabbitMQ target needs an AMQP URL (--rabbitmq-url)")
-            # Built here, on the executor, from the URLs (a publisher holds a socket: it does not pickle).
-            if settings.more_amqp_urls:
-                self.publisher: Any = FailoverConfirmPublisher([settings.amqp_url, *settings.more_amqp_urls])
-            else:
-                self.publisher = ConfirmPublisher(settings.amqp_url)
+            if settings.amqp is None:
+                raise ValueError("the RabbitMQ target needs an AMQP URL (--amqp-url)")
+            # Built here, on the executor (a publisher holds a socket, an SSL context: neither pickles).
+            nodes = settings.amqp.every_node()
+            self.publisher: Any = FailoverConfirmPublisher(nodes) if len(nodes) > 1 else ConfirmPublisher(nodes[0])
         else:
             from nsb_delays.brokers.sqs_sender import SqsSender
 

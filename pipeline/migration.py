@@ -27,6 +27,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.sqs_sender import SqsSettings, check_bucket, check_queues
@@ -71,11 +72,8 @@ JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 @dataclass(frozen=True)
 class TargetSettings:
     kind: str = "rabbitmq"
-    amqp_url: str | None = None
-    more_amqp_urls: tuple[str, ...] = ()  # further nodes of amqp_url's cluster: the dispatch fails over to them
-    management_url: str | None = None
-    management_auth: tuple[str, str] = ("guest", "guest")
-    vhost: str = "/"
+    amqp: AmqpNodes | None = None  # every node of the cluster, vhost, login and TLS: the dispatch fails over
+    management: ManagementApi | None = None  # checks that the delay graph and each destination exist
     generation: str = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
 
@@ -85,9 +83,8 @@ class TargetSettings:
         rmq.generation_spec(self.generation)
 
     @property
-    def amqp_urls(self) -> list[str]:
-        """Every node's URL, ``amqp_url`` first."""
-        return ([self.amqp_url] if self.amqp_url else []) + list(self.more_amqp_urls)
+    def vhost(self) -> str:
+        return self.amqp.vhost if self.amqp else "/"
 
     def destination_problem(self, destination: str) -> str | None:
         """Why no message can be addressed to ``destination`` on this target (None when it can)."""
@@ -248,11 +245,10 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
     refused = {name: problem for name in destinations if (problem := target.destination_problem(name))}
     usable = {name: latest for name, latest in destinations.items() if name not in refused}
     if target.kind == "rabbitmq":
-        if not target.management_url:
-            raise ValueError("the RabbitMQ target needs the management URL (--rabbitmq-management-url) to check it")
-        user, password = target.management_auth
+        if target.management is None:
+            raise ValueError("the RabbitMQ target needs the management API (--management-url) to check it")
         check_destinations(
-            ManagementApi(target.management_url, user, password),
+            target.management,
             usable,
             vhost=target.vhost,
             generation=target.generation,
@@ -412,8 +408,7 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         conninfo=ledger.conninfo,
         layout=source.layout,
         run=run,
-        amqp_url=options.target.amqp_url,
-        more_amqp_urls=options.target.more_amqp_urls,
+        amqp=options.target.amqp,
         generation=options.target.generation,
         sqs=options.target.sqs,
         refused=refused,

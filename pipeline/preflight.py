@@ -11,21 +11,26 @@ refuse with all of them at once. Nothing here writes: no table, no file, no mess
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .databases import DEFAULT_PORTS, DatabaseUnreachable, DbConnection
 from .layouts import EXPORT_COLUMNS, JDBC_DRIVERS, MARIADB_DRIVER, MARIADB_SCHEME, Dialect, TimeoutLayout
 from .ledger_sql import split_qualified
 from .sources import ExportSource, ExportSummary, export_files, is_local_path, local_path
 from .spark import under_spark_submit
+
+if TYPE_CHECKING:
+    from nsb_delays.brokers.amqp import AmqpNodes
+    from nsb_delays.brokers.management import ManagementApi
 
 
 class PreflightRefused(ValueError):
@@ -457,8 +462,8 @@ def export_summary_problems(export: ExportSource, summary: ExportSummary) -> lis
 PREFLIGHT_TIMEOUT_SECONDS = 10
 
 
-def rabbitmq_problems(amqp_urls: Sequence[str], management_url: str, management_auth: tuple[str, str]) -> list[str]:
-    """Log in over AMQP with the URLs the executors will use (their vhost included), then to the management
+def rabbitmq_problems(nodes: AmqpNodes, api: ManagementApi) -> list[str]:
+    """Log in over AMQP as the executors will (each node's URL, the vhost, login and TLS), then to the management
     API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason.
 
     Several URLs (the nodes of a cluster): the first that accepts a login is enough, as the dispatch starts
@@ -466,34 +471,31 @@ def rabbitmq_problems(amqp_urls: Sequence[str], management_url: str, management_
     import pika
 
     from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
-    from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
+    from nsb_delays.brokers.management import ManagementError, path_segment
 
     unreachable = []
-    vhost = pika.URLParameters(amqp_urls[0]).virtual_host
-    for url in amqp_urls:
-        parameters = pika.URLParameters(url)
+    for parameters in nodes.every_node():
         parameters.connection_attempts, parameters.retry_delay = 1, 0
         parameters.socket_timeout = parameters.stack_timeout = PREFLIGHT_TIMEOUT_SECONDS
         try:
             pika.BlockingConnection(parameters).close()
         except Exception as error:
             unreachable.append(
-                f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {amqp_address(parameters)}: "
-                f"{amqp_failure_reason(error)}"
+                f"cannot reach RabbitMQ (AMQP, --amqp-url) at {amqp_address(parameters)}: {amqp_failure_reason(error)}"
             )
         else:
             break  # one node that accepts the run is enough
-    problems = [] if len(unreachable) < len(amqp_urls) else unreachable
-    api = ManagementApi(management_url, *management_auth, timeout=PREFLIGHT_TIMEOUT_SECONDS)
+    problems = [] if len(unreachable) < len(nodes.urls) else unreachable
+    api = dataclasses.replace(api, timeout=PREFLIGHT_TIMEOUT_SECONDS)
     try:
         api.request("GET", "whoami")
-        api.request("GET", f"vhosts/{path_segment(vhost)}")
+        api.request("GET", f"vhosts/{path_segment(nodes.vhost)}")
     except ManagementError as error:
         if error.status == 404:
             if not any("vhost" in problem for problem in problems):
-                problems.append(f"vhost {vhost!r} (from --rabbitmq-url) does not exist on the broker at {api.address}")
+                problems.append(f"vhost {nodes.vhost!r} does not exist on the broker at {api.address}")
         else:
-            problems.append(f"{error} (--rabbitmq-management-url)")
+            problems.append(f"{error} (--management-url)")
     return problems
 
 

@@ -1,40 +1,48 @@
-"""Broker connection options shared by the commands that work on a live RabbitMQ (and SQS).
+"""Broker connection options, one set for every command that works on a live RabbitMQ (and SQS).
 
-The options are named as ``verify`` names them (``--management-url``, ``--username``, ``--password``,
-``--ca-cert``, ``--client-cert``, ``--client-key``, ``--insecure``) plus ``--amqp-url`` and ``--vhost``;
-``--stack`` supplies defaults from ``Pulumi.<stack>.yaml``: the pulumi-rabbitmq provider's
+``--management-url``, ``--username``, ``--password``, ``--ca-cert``, ``--client-cert``, ``--client-key``,
+``--insecure`` (what ``verify`` needs), plus ``--amqp-url`` and ``--vhost``; ``--stack`` supplies defaults from
+``Pulumi.<stack>.yaml``: the pulumi-rabbitmq provider's
 ``rabbitmq:endpoint|username|password|cacertFile|clientcertFile|clientkeyFile|insecure`` and the
 stack's ``nsb-delays:rabbitmq.vhost``. A second broker's options carry a prefix
 (``--destination-management-url`` …). First found wins: flag, environment variable (unprefixed options
-only: the provider's ``RABBITMQ_*``), stack file.
+only: the provider's ``RABBITMQ_*``), the credentials in ``--amqp-url``, stack file. ``migrate`` takes
+several ``--amqp-url`` (the nodes of one cluster) and keeps its old spellings (``DEPRECATED``) with a note.
 """
 
 from __future__ import annotations
 
 import functools
-import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import click
-import pika
 import urllib3
 
+from nsb_delays.brokers.amqp import AmqpNodes, TlsMaterial
 from nsb_delays.brokers.delay_mover import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
 from nsb_delays.stack.errors import CommandError
+from nsb_delays.stack.redaction import without_password
 
 AMQP_PORT, AMQPS_PORT = 5672, 5671
-ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables, as `verify` reads them
+ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables
     "management_url": "RABBITMQ_ENDPOINT",
     "username": "RABBITMQ_USERNAME",
     "password": "RABBITMQ_PASSWORD",
     "ca_cert": "RABBITMQ_CACERT",
 }
+DEPRECATED = {  # an old spelling -> (its parameter, the option that replaces it, that option's parameter)
+    "--rabbitmq-url": ("rabbitmq_url", "--amqp-url", "amqp_url"),
+    "--rabbitmq-management-url": ("rabbitmq_management_url", "--management-url", "management_url"),
+    "--sqs-region": ("sqs_region", "--region", "region"),
+}
+DEPRECATED_ENVIRONMENT = {"rabbitmq_url": "NSB_RABBITMQ_URL", "rabbitmq_management_url": "NSB_RABBITMQ_MANAGEMENT_URL"}
 
 
 def _name(prefix: str, option: str) -> str:
@@ -45,8 +53,15 @@ def _param(prefix: str, option: str) -> str:
     return f"{prefix}{option}".replace("-", "_")
 
 
-def broker_options(prefix: str = "", what: str = "the broker") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Connection options for one broker; ``prefix`` (e.g. ``"destination-"``) names a second one."""
+def _apply(options: list[Callable[..., Any]], command: Callable[..., Any]) -> Callable[..., Any]:
+    return functools.reduce(lambda f, option: option(f), reversed(options), command)
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def management_options(prefix: str = "", what: str = "the broker") -> Decorator:
+    """The management API's URL, login and TLS; ``prefix`` (e.g. ``"destination-"``) names a second broker."""
     env = not prefix
 
     def envvar(key: str) -> str | None:
@@ -54,28 +69,22 @@ def broker_options(prefix: str = "", what: str = "the broker") -> Callable[[Call
 
     options = [
         click.option(
-            _name(prefix, "stack"),
-            _param(prefix, "stack"),
-            help=f"Stack name (Pulumi.<stack>.yaml) or a stack YAML path: defaults for {what}.",
-        ),
-        click.option(
             _name(prefix, "management-url"),
             _param(prefix, "management_url"),
             envvar=envvar("management_url"),
             help=f"Management API of {what} (http[s]://host:15672). Default: stack rabbitmq:endpoint.",
         ),
-        click.option(_name(prefix, "username"), _param(prefix, "username"), envvar=envvar("username")),
-        click.option(_name(prefix, "password"), _param(prefix, "password"), envvar=envvar("password")),
         click.option(
-            _name(prefix, "amqp-url"),
-            _param(prefix, "amqp_url"),
-            help="AMQP URL (amqp[s]://user:pass@host:port/vhost). Default: the management host on 5672 "
-            "(amqps on 5671 for an https management URL), the same credentials.",
+            _name(prefix, "username"),
+            _param(prefix, "username"),
+            envvar=envvar("username"),
+            help="User for the management API and AMQP. Default: the --amqp-url's, else stack rabbitmq:username.",
         ),
         click.option(
-            _name(prefix, "vhost"),
-            _param(prefix, "vhost"),
-            help="Virtual host. Default: the --amqp-url's, else the stack's nsb-delays:rabbitmq.vhost, else /.",
+            _name(prefix, "password"),
+            _param(prefix, "password"),
+            envvar=envvar("password"),
+            help="Its password. Default: the --amqp-url's, else stack rabbitmq:password (not a Pulumi secret).",
         ),
         click.option(
             _name(prefix, "ca-cert"),
@@ -104,7 +113,107 @@ def broker_options(prefix: str = "", what: str = "the broker") -> Callable[[Call
             help="Skip TLS certificate checks (stack rabbitmq:insecure).",
         ),
     ]
-    return lambda command: functools.reduce(lambda f, option: option(f), reversed(options), command)
+    return lambda command: _apply(options, command)
+
+
+def broker_options(prefix: str = "", what: str = "the broker", *, nodes: bool = False) -> Decorator:
+    """``--stack``, the management options and AMQP's URL and vhost for one broker; ``nodes``: ``--amqp-url``
+    may be repeated (or comma-separated), one URL per node of a cluster."""
+    amqp_help = (
+        "AMQP URL (amqp[s]://[user:pass@]host:port[/vhost]). Default: the management host on 5672 "
+        "(amqps on 5671 for an https management URL), the same credentials."
+    )
+    if nodes:
+        amqp_help += (
+            " A cluster: repeat it or separate URLs with commas, one per node (same vhost); the run carries on "
+            "from the next node when its own goes away."
+        )
+    options: list[Callable[..., Any]] = [
+        click.option(
+            _name(prefix, "stack"),
+            _param(prefix, "stack"),
+            help=f"Stack name (Pulumi.<stack>.yaml) or a stack YAML path: defaults for {what}.",
+        ),
+        management_options(prefix, what),
+        click.option(_name(prefix, "amqp-url"), _param(prefix, "amqp_url"), multiple=nodes, help=amqp_help),
+        click.option(
+            _name(prefix, "vhost"),
+            _param(prefix, "vhost"),
+            help="Virtual host. Default: the --amqp-url's, else the stack's nsb-delays:rabbitmq.vhost, else /.",
+        ),
+    ]
+    return lambda command: _apply(options, command)
+
+
+def deprecated_options(*spellings: str, nodes: bool = False) -> Decorator:
+    """Old spellings, still accepted but hidden from ``--help``; ``take_deprecated`` moves them to the new ones.
+    ``nodes``: ``--rabbitmq-url`` may be repeated, as the ``--amqp-url`` it stands for."""
+    options = [
+        click.option(
+            old,
+            DEPRECATED[old][0],
+            envvar=DEPRECATED_ENVIRONMENT.get(DEPRECATED[old][0]),
+            multiple=nodes and old == "--rabbitmq-url",
+            hidden=True,
+        )
+        for old in spellings
+    ]
+    return lambda command: _apply(options, command)
+
+
+def take_deprecated(values: dict[str, Any]) -> list[str]:
+    """Move each old spelling's value to its new option (in place) and return the notes to print; refuse both
+    spellings at once (``CommandError``) before anything else runs."""
+    notes, both = [], []
+    for old, (param, new, new_param) in DEPRECATED.items():
+        value = values.pop(param, None)
+        if not value:
+            continue
+        variable = DEPRECATED_ENVIRONMENT.get(param)
+        spelled = f"{old} (or {variable})" if variable else old
+        if values.get(new_param):
+            both.append(f"{spelled} and {new} both given: give {new} only (the old spelling means the same)")
+            continue
+        values[new_param] = value
+        notes.append(f"note: {spelled} is deprecated; use {new} (same meaning)")
+    if both:
+        raise CommandError(both)
+    return notes
+
+
+def amqp_url_list(given: str | tuple[str, ...] | None) -> list[str]:
+    """Every ``--amqp-url`` (repeated, or comma-separated), in order. A comma inside a URL (a password) must be
+    percent-encoded (%2C), as pika's URL parsing decodes it."""
+    texts = (given,) if isinstance(given, str) else given or ()
+    return [url.strip() for text in texts for url in text.split(",") if url.strip()]
+
+
+def amqp_url_problems(urls: list[str], flag: str = "--amqp-url") -> list[str]:
+    """Each URL an amqp(s):// URL with a host and a numeric port; several URLs (the nodes of one cluster)
+    name the same vhost, and none twice."""
+    problems: list[str] = []
+    vhosts: dict[str, str] = {}
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("amqp", "amqps"):
+            problems.append(f"{flag} {without_password(url)!r} is not an amqp:// or amqps:// URL")
+            continue
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
+        except ValueError:
+            problems.append(f"{flag} {without_password(url)!r} has an invalid port (a number, 1-65535)")
+            continue
+        if not parts.hostname:
+            problems.append(f"{flag} {without_password(url)!r} names no host: amqp://user:pass@host:5672/vhost")
+            continue
+        vhosts[url] = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    if len(set(vhosts.values())) > 1:
+        named = ", ".join(f"{without_password(url)!r} -> {vhost!r}" for url, vhost in vhosts.items())
+        problems.append(f"{flag}: the nodes of one cluster must name the same vhost, not {named}")
+    twice = sorted({without_password(url) for url in urls if urls.count(url) > 1})
+    if twice:
+        problems.append(f"{flag} given twice: {', '.join(twice)} (give each node once)")
+    return problems
 
 
 def sqs_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,9 +226,13 @@ def sqs_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--sqs-s3-bucket",
             help="S3 bucket for bodies over the SQS limit (S3BucketForLargeMessages); without it they are poison.",
         ),
-        click.option("--sqs-s3-key-prefix", default="", help="Key prefix in --sqs-s3-bucket."),
+        click.option(
+            "--sqs-s3-key-prefix",
+            default="",
+            help=f"Key prefix in {SQS_S3_BUCKET_OPTION} (keys: <prefix>/<message id>).",
+        ),
     ]
-    return functools.reduce(lambda f, option: option(f), reversed(options), command)
+    return _apply(options, command)
 
 
 @dataclass(frozen=True)
@@ -144,27 +257,103 @@ def stack_defaults(stack: str | None, flag: str = "--stack") -> StackDefaults:
         raise CommandError(f"{flag} {stack!r}: {error}") from None
 
 
-def _tls_context(ca: str | None, client_cert: str | None, client_key: str | None, insecure: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=ca)
-    if insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if client_cert:
-        context.load_cert_chain(client_cert, client_key)
-    return context
+@dataclass(frozen=True)
+class ResolvedBroker:
+    """One broker as the options describe it: its management API and its AMQP nodes (vhost, login, TLS)."""
+
+    management: ManagementApi
+    nodes: AmqpNodes
+
+    def side(self) -> BrokerSide:
+        return BrokerSide(self.management, self.nodes.parameters(), self.nodes.vhost)
 
 
-def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name: str = "nsb-delays") -> BrokerSide:
-    """The management client and AMQP parameters of the broker ``values`` describe (``CommandError`` if unusable)."""
+def resolve_rabbitmq(
+    values: Mapping[str, Any], prefix: str = "", connection_name: str = "nsb-delays"
+) -> ResolvedBroker:
+    """The management client and AMQP nodes of the broker ``values`` describe (``CommandError`` if unusable)."""
 
     def value(option: str) -> Any:
         return values.get(_param(prefix, option))
 
     stack_flag = _name(prefix, "stack")
     defaults = stack_defaults(value("stack"), stack_flag)
-    url = value("management_url") or defaults.provider("rabbitmq:endpoint", _name(prefix, "management-url"))
-    user = value("username") or defaults.provider("rabbitmq:username", _name(prefix, "username"))
-    password = value("password") or defaults.provider("rabbitmq:password", _name(prefix, "password"))
+    urls = amqp_url_list(value("amqp_url"))
+    refused = amqp_url_problems(urls, _name(prefix, "amqp-url"))
+    if refused:
+        raise CommandError(refused)
+    in_url = urlsplit(urls[0]) if urls else None
+    user = value("username") or (in_url and in_url.username and unquote(in_url.username))
+    password = value("password") or (in_url and in_url.password and unquote(in_url.password))
+    # An AMQP URL without a login means pika's default, guest: so for the management API too, unless the stack says.
+    url_default = ("guest", "guest") if urls else None
+    management = resolve_management(values, prefix, defaults, user or None, password or None, url_default)
+    if not urls:
+        endpoint = urlsplit(management.url)
+        scheme, port = ("amqps", AMQPS_PORT) if endpoint.scheme == "https" else ("amqp", AMQP_PORT)
+        urls = [f"{scheme}://{endpoint.hostname}:{port}/"]
+    url_vhost = urlsplit(urls[0]).path[1:]
+    stack_vhost = defaults.config.rabbitmq.vhost if defaults.config and defaults.config.rabbitmq else None
+    vhost = value("vhost") or (unquote(url_vhost) if url_vhost else None) or stack_vhost or "/"
+    nodes = AmqpNodes(
+        tuple(urls), vhost, (management.username, management.password), tls_material(values, prefix, defaults),
+        connection_name,
+    )  # fmt: skip
+    return ResolvedBroker(management, nodes)
+
+
+def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name: str = "nsb-delays") -> BrokerSide:
+    """``resolve_rabbitmq`` as the moves use it: the management API and the first node's AMQP parameters."""
+    return resolve_rabbitmq(values, prefix, connection_name).side()
+
+
+def _tls_files(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) -> tuple[Any, Any, Any, bool]:
+    def value(option: str) -> Any:
+        return values.get(_param(prefix, option))
+
+    insecure = value("insecure")
+    if insecure is None:
+        insecure = bool(defaults.provider("rabbitmq:insecure", _name(prefix, "insecure")))
+    ca = value("ca_cert") or defaults.provider("rabbitmq:cacertFile", _name(prefix, "ca-cert"))
+    cert = value("client_cert") or defaults.provider("rabbitmq:clientcertFile", _name(prefix, "client-cert"))
+    key = value("client_key") or defaults.provider("rabbitmq:clientkeyFile", _name(prefix, "client-key"))
+    return ca, cert, key, bool(insecure)
+
+
+def tls_material(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) -> TlsMaterial:
+    ca, cert, key, insecure = _tls_files(values, prefix, defaults)
+    try:
+        return TlsMaterial.from_files(ca, cert, key, insecure)
+    except OSError as error:
+        raise CommandError(f"cannot read a TLS file: {error}") from None
+
+
+def resolve_management(
+    values: Mapping[str, Any],
+    prefix: str = "",
+    defaults: StackDefaults | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    last_resort: tuple[str, str] | None = None,
+) -> ManagementApi:
+    """The management API client from flags, environment, ``user``/``password`` (an AMQP URL's), the stack,
+    then ``last_resort``."""
+    defaults = defaults or stack_defaults(values.get(_param(prefix, "stack")), _name(prefix, "stack"))
+    url = values.get(_param(prefix, "management_url")) or defaults.provider(
+        "rabbitmq:endpoint", _name(prefix, "management-url")
+    )
+    user = (
+        user
+        or values.get(_param(prefix, "username"))
+        or defaults.provider("rabbitmq:username", _name(prefix, "username"))
+    )
+    password = (
+        password
+        or values.get(_param(prefix, "password"))
+        or defaults.provider("rabbitmq:password", _name(prefix, "password"))
+    )
+    if last_resort and not user and not password:
+        user, password = last_resort
     unset = [
         _name(prefix, option)
         for option, given in (("management-url", url), ("username", user), ("password", password))
@@ -172,47 +361,19 @@ def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name:
     ]
     if unset:
         where = "flags, RABBITMQ_ENDPOINT/USERNAME/PASSWORD, " if not prefix else "flags or "
+        stack_flag = _name(prefix, "stack")
         raise CommandError(
             f"{', '.join(unset)} not given ({where}rabbitmq:endpoint/username/password in the {stack_flag} file)"
         )
     url = str(url)
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         raise CommandError(f"{_name(prefix, 'management-url')} {url!r} is not an http:// or https:// URL")
-    insecure = value("insecure")
-    if insecure is None:
-        insecure = bool(defaults.provider("rabbitmq:insecure", _name(prefix, "insecure")))
-    ca = value("ca_cert") or defaults.provider("rabbitmq:cacertFile", _name(prefix, "ca-cert"))
-    cert = value("client_cert") or defaults.provider("rabbitmq:clientcertFile", _name(prefix, "client-cert"))
-    key = value("client_key") or defaults.provider("rabbitmq:clientkeyFile", _name(prefix, "client-key"))
-    verify_tls: bool | str = False if insecure else (ca or True)
-    if insecure:
+    ca, cert, key, insecure = _tls_files(values, prefix, defaults)
+    if insecure:  # asked for explicitly: one note instead of a warning per request
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    api = ManagementApi(url, str(user), str(password), verify_tls, (cert, key) if cert and key else cert)
-
-    amqp_url = value("amqp_url")
-    if amqp_url:
-        parts = urlsplit(amqp_url)
-        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-            raise CommandError(f"{_name(prefix, 'amqp-url')} {amqp_url!r} is not an amqp:// or amqps:// URL")
-        url_vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else None
-    else:
-        management = urlsplit(url)
-        scheme, port = ("amqps", AMQPS_PORT) if management.scheme == "https" else ("amqp", AMQP_PORT)
-        amqp_url = (
-            f"{scheme}://{quote(str(user), safe='')}:{quote(str(password), safe='')}@{management.hostname}:{port}/"
-        )
-        url_vhost = None
-    stack_vhost = defaults.config.rabbitmq.vhost if defaults.config and defaults.config.rabbitmq else None
-    vhost = value("vhost") or url_vhost or stack_vhost or "/"
-    parameters = pika.URLParameters(amqp_url)
-    if urlsplit(amqp_url).username is None:  # no credentials in the URL: the management ones
-        parameters.credentials = pika.PlainCredentials(str(user), str(password))
-    parameters.virtual_host = vhost
-    parameters.client_properties = {"connection_name": connection_name}
-    if urlsplit(amqp_url).scheme == "amqps":
-        host = urlsplit(amqp_url).hostname or ""
-        parameters.ssl_options = pika.SSLOptions(_tls_context(ca, cert, key, bool(insecure)), host)
-    return BrokerSide(api, parameters, vhost)
+        click.echo(f"note: TLS certificate checks are off ({_name(prefix, 'insecure')} / rabbitmq:insecure)", err=True)
+    verify_tls: bool | str = False if insecure else (ca or True)
+    return ManagementApi(url, str(user), str(password), verify_tls, (cert, key) if cert and key else cert)
 
 
 def resolve_sqs(values: Mapping[str, Any], stack: str | None, stack_flag: str = "--stack") -> SqsSettings:

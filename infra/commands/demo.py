@@ -1,7 +1,7 @@
 """``nsb-delays demo --stack dev``: the whole job on a private RabbitMQ and moto, in well under a minute.
 
-Starts both servers on loopback (or uses a RabbitMQ given with ``--rabbitmq-url`` and
-``--rabbitmq-management-url``), checks the broker before changing it, provisions the stack (the RabbitMQ side
+Starts both servers on loopback (or uses a RabbitMQ given with ``--amqp-url`` and
+``--management-url``), checks the broker before changing it, provisions the stack (the RabbitMQ side
 with a real ``pulumi up`` of the program on a throwaway local state, or the definitions import where no Pulumi
 CLI is found; the SQS side with CloudFormation), verifies it, sends delayed messages
 to every endpoint through both transports and prints requested vs measured delay. Everything it
@@ -47,6 +47,7 @@ from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, Conf
 from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from nsb_delays.stack.plan import sqs_queue_specs
 
+from .broker_options import deprecated_options, take_deprecated
 from .verify import print_drifts
 
 DEFAULT_DELAYS = (0, 1, 2, 5)
@@ -71,27 +72,25 @@ class ExistingRabbitMq:
 
 
 def existing_rabbitmq(amqp_url: str | None, management_url: str | None) -> ExistingRabbitMq | None:
-    """``--rabbitmq-url amqp://user:pass@host:port`` and ``--rabbitmq-management-url http://host:port``, checked;
+    """``--amqp-url amqp://user:pass@host:port`` and ``--management-url http://host:port``, checked;
     every problem of both URLs at once."""
     if amqp_url is None and management_url is None:
         return None
     problems = []
     if amqp_url is None or management_url is None:
-        missing = "--rabbitmq-url" if amqp_url is None else "--rabbitmq-management-url"
-        problems.append(f"{missing} is missing: --rabbitmq-url and --rabbitmq-management-url go together")
+        missing = "--amqp-url" if amqp_url is None else "--management-url"
+        problems.append(f"{missing} is missing: --amqp-url and --management-url go together")
     amqp = urlsplit(amqp_url or "")
     if amqp_url is not None and (amqp.scheme not in ("amqp", "amqps") or not amqp.hostname):
-        problems.append(f"--rabbitmq-url {amqp_url!r} is not an AMQP URL: expected amqp://user:password@host:port")
+        problems.append(f"--amqp-url {amqp_url!r} is not an AMQP URL: expected amqp://user:password@host:port")
     elif amqp_url is not None and amqp.path not in ("", "/"):
         problems.append(
-            f"--rabbitmq-url {amqp_url!r} names vhost {amqp.path[1:]!r}: leave it out, the demo provisions the "
+            f"--amqp-url {amqp_url!r} names vhost {amqp.path[1:]!r}: leave it out, the demo provisions the "
             "stack's vhost (nsb-delays:rabbitmq.vhost)"
         )
     management = urlsplit(management_url or "")
     if management_url is not None and (management.scheme not in ("http", "https") or not management.hostname):
-        problems.append(
-            f"--rabbitmq-management-url {management_url!r} is not an http(s) URL: expected http://host:15672"
-        )
+        problems.append(f"--management-url {management_url!r} is not an http(s) URL: expected http://host:15672")
     if problems or amqp_url is None or management_url is None:
         raise DemoRefused(problems)
     username, password = amqp.username or "guest", amqp.password or "guest"
@@ -168,7 +167,7 @@ def check_amqp_port(amqp_url: str) -> None:
         socket.create_connection((parameters.host, parameters.port), timeout=AMQP_PORT_TIMEOUT_SECONDS).close()
     except OSError as error:
         raise DemoRefused(
-            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {parameters.host}:{parameters.port}: "
+            f"cannot reach RabbitMQ (AMQP, --amqp-url) at {parameters.host}:{parameters.port}: "
             f"{amqp_failure_reason(error)}"
         ) from None
 
@@ -208,7 +207,7 @@ def check_amqp(amqp_url: str, vhost: str) -> None:
     except pika.exceptions.AMQPError as error:
         where = amqp_address(connection_parameters(amqp_url, vhost))  # without the password
         raise DemoRefused(
-            f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at {where}: {amqp_failure_reason(error)}"
+            f"cannot reach RabbitMQ (AMQP, --amqp-url) at {where}: {amqp_failure_reason(error)}"
         ) from None
 
 
@@ -353,7 +352,7 @@ def run_demo(
     if stack.rabbitmq is None and stack.sqs is None:
         raise DemoRefused(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs: nothing to demo")
     if existing and stack.rabbitmq is None:
-        raise DemoRefused(f"--rabbitmq-url given, but stack {stack_name!r} has no nsb-delays:rabbitmq section")
+        raise DemoRefused(f"--amqp-url given, but stack {stack_name!r} has no nsb-delays:rabbitmq section")
     if existing:  # before anything starts: a given broker that cannot be reached ends the demo here
         stack = check_existing(existing, stack, console)
     started = time.monotonic()
@@ -404,17 +403,20 @@ def register(cli: click.Group) -> None:
         help="Comma-separated delays in seconds sent to every endpoint.",
     )
     @click.option(
-        "--rabbitmq-url",
+        "--amqp-url",
         help="Use this running RabbitMQ instead of starting one: amqp://user:password@host:port "
-        "(no vhost; with --rabbitmq-management-url).",
+        "(no vhost; with --management-url).",
     )
-    @click.option("--rabbitmq-management-url", help="Its management API, http://host:15672 (with --rabbitmq-url).")
-    def demo(stack: str, delays: str, rabbitmq_url: str | None, rabbitmq_management_url: str | None) -> None:
+    @click.option("--management-url", help="Its management API, http://host:15672 (with --amqp-url).")
+    @deprecated_options("--rabbitmq-url", "--rabbitmq-management-url")
+    def demo(stack: str, delays: str, **connection: Any) -> None:
         """Start a private RabbitMQ and moto, provision STACK, send delayed messages, show measured delays, stop."""
         console = Console(width=140)
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request log lines
+        for note in take_deprecated(connection):
+            click.echo(note, err=True)
         try:
-            existing = existing_rabbitmq(rabbitmq_url, rabbitmq_management_url)
+            existing = existing_rabbitmq(connection["amqp_url"], connection["management_url"])
             results = run_demo(stack, _delays(delays), console, existing)
         except (ConfigError, ServiceUnavailable) as error:
             raise DemoRefused(str(error)) from None

@@ -14,7 +14,6 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import click
 from click.core import ParameterSource
@@ -23,7 +22,6 @@ from nsb_delays.brokers.confirms import DispatchError
 from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
-from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.pipeline import preflight
 from nsb_delays.pipeline.databases import DatabaseUnreachable, DbConnection
@@ -50,6 +48,16 @@ from nsb_delays.stack.errors import (
 )
 from nsb_delays.stack.redaction import without_password
 
+from .broker_options import (
+    DEPRECATED,
+    broker_options,
+    deprecated_options,
+    resolve_rabbitmq,
+    resolve_sqs,
+    sqs_options,
+    take_deprecated,
+)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -58,9 +66,11 @@ if TYPE_CHECKING:
 DEFAULT_REPORT_DIR = "migration-preview"
 JDBC_ONLY = ("source_kind", "dialect", "schema", "table")
 EXPORT_ONLY = ("source_format", "ledger_jdbc_url", "abort_output")
-RABBITMQ_ONLY = ("rabbitmq_url", "rabbitmq_management_url", "generation")
-SQS_ONLY = ("sqs_endpoint_url", "sqs_prefix", "sqs_s3_bucket", "sqs_s3_key_prefix")
-SECRET_OPTIONS = ("jdbc_password",)
+RABBITMQ_ONLY = ("amqp_url", "management_url", "username", "password", "vhost", "ca_cert", "client_cert", "client_key",
+                 "insecure", "generation", "rabbitmq_url", "rabbitmq_management_url")  # fmt: skip
+SQS_ONLY = ("sqs_endpoint_url", "region", "sqs_prefix", "sqs_s3_bucket", "sqs_s3_key_prefix", "sqs_region")
+SECRET_OPTIONS = ("jdbc_password", "password")
+NEW_SPELLING = {param: new for param, new, _ in DEPRECATED.values()}  # the resume advice writes the new spellings
 CUTOFF_FORMATS = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
 
 
@@ -98,32 +108,16 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
+    """The target: the same connection options as every other command (``broker_options``), several AMQP URLs
+    for a cluster's nodes, and the old spellings (``--rabbitmq-url`` …) with a deprecation note."""
+    options: list[Callable[..., Any]] = [
         click.option("--target", type=click.Choice(TARGETS), default="rabbitmq", show_default=True),
-        click.option(
-            "--rabbitmq-url",
-            envvar="NSB_RABBITMQ_URL",
-            multiple=True,
-            help="AMQP URL incl. vhost (amqp://u:p@host/%2F). A cluster: repeat it or separate URLs with commas, "
-            "one per node (same vhost); the run carries on from the next node when its own goes away.",
-        ),
-        click.option("--rabbitmq-management-url", envvar="NSB_RABBITMQ_MANAGEMENT_URL", help="http://host:15672"),
+        broker_options(what="the target broker", nodes=True),
+        deprecated_options(*DEPRECATED, nodes=True),
         click.option(
             "--generation", type=click.Choice(rmq.GENERATIONS), default=rmq.DEFAULT_GENERATION, show_default=True
         ),
-        click.option("--sqs-region", envvar="AWS_REGION", default="us-east-1", show_default=True),
-        click.option("--sqs-endpoint-url", help="SQS endpoint (an emulator); default: AWS."),
-        click.option("--sqs-prefix", default="", help="QueueNamePrefix of the SQS transport."),
-        click.option(
-            SQS_S3_BUCKET_OPTION,
-            help="S3 bucket for bodies over the SQS limit (the transport's S3BucketForLargeMessages); "
-            "without it such messages are quarantined.",
-        ),
-        click.option(
-            "--sqs-s3-key-prefix",
-            default="",
-            help=f"Key prefix in {SQS_S3_BUCKET_OPTION} (keys: <prefix>/<message id>).",
-        ),
+        sqs_options,
         click.option("--cutoff", type=click.DateTime(CUTOFF_FORMATS), help="Only timeouts due at or after it (UTC)."),
     ]
     return functools.reduce(lambda f, option: option(f), reversed(options), command)
@@ -140,7 +134,7 @@ def given(name: str) -> bool:
 
 
 def _misplaced(values: dict[str, Any], names: tuple[str, ...], only: str) -> list[str]:
-    flags = [option_flag(name) for name in names if name in values and given(name)]
+    flags = [option_flag(name) for name in names if given(name)]
     return [f"{', '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} only {only}"] if flags else []
 
 
@@ -194,96 +188,32 @@ def source_option_problems(values: dict[str, Any], command: str) -> list[str]:
 
 
 def target_option_problems(values: dict[str, Any]) -> list[str]:
-    """The target's own options, and a RabbitMQ URL pair that can be used."""
+    """The target's own options: none of the other target's, and an S3 key prefix only with its bucket."""
     if values["target"] == "sqs":
         problems = _misplaced(values, RABBITMQ_ONLY, "to --target rabbitmq")
-        if values.get("sqs_s3_key_prefix") and not values.get("sqs_s3_bucket"):
-            problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
-        return problems
-    problems = _misplaced(values, SQS_ONLY, "to --target sqs")
-    management = values.get("rabbitmq_management_url")
-    urls = amqp_urls(values)
-    if not urls:
-        problems.append(
-            "--target rabbitmq needs --rabbitmq-url (or NSB_RABBITMQ_URL): amqp://user:pass@host:5672/vhost"
-        )
-    problems += amqp_url_problems(urls)
-    if not management:
-        problems.append(
-            "--target rabbitmq needs --rabbitmq-management-url (or NSB_RABBITMQ_MANAGEMENT_URL): http://host:15672, "
-            "to check that the delay infrastructure and every destination exist before anything moves"
-        )
-    elif urlsplit(management).scheme not in ("http", "https") or not urlsplit(management).hostname:
-        problems.append(f"--rabbitmq-management-url {management!r} is not an http:// or https:// URL")
+    else:
+        problems = _misplaced(values, SQS_ONLY, "to --target sqs")
+    if values.get("sqs_s3_key_prefix") and not values.get("sqs_s3_bucket"):
+        problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
     return problems
 
 
-def amqp_urls(values: dict[str, Any]) -> list[str]:
-    """Every ``--rabbitmq-url`` (repeated, comma-separated, or NSB_RABBITMQ_URL split on spaces by click), in order.
-
-    A comma inside a URL (a password) must be percent-encoded (%2C), as pika's URL parsing decodes it."""
-    given_urls = values.get("rabbitmq_url") or ()
-    if isinstance(given_urls, str):
-        given_urls = (given_urls,)
-    return [url.strip() for text in given_urls for url in text.split(",") if url.strip()]
-
-
-def amqp_url_problems(urls: list[str]) -> list[str]:
-    """Each URL an amqp(s):// URL with a host and a numeric port; several URLs (the nodes of one cluster)
-    name the same vhost, and none twice."""
-    import pika
-
-    problems: list[str] = []
-    vhosts: dict[str, str] = {}
-    for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in ("amqp", "amqps"):
-            problems.append(f"--rabbitmq-url {without_password(url)!r} is not an amqp:// or amqps:// URL")
-            continue
-        try:
-            parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
-        except ValueError:
-            problems.append(f"--rabbitmq-url {without_password(url)!r} has an invalid port (a number, 1-65535)")
-            continue
-        if not parts.hostname:
-            problems.append(f"--rabbitmq-url {without_password(url)!r} names no host: amqp://user:pass@host:5672/vhost")
-            continue
-        vhosts[url] = pika.URLParameters(url).virtual_host
-    if len(set(vhosts.values())) > 1:
-        named = ", ".join(f"{without_password(url)!r} -> {vhost!r}" for url, vhost in vhosts.items())
-        problems.append(f"--rabbitmq-url: the nodes of one cluster must name the same vhost, not {named}")
-    twice = sorted({without_password(url) for url in urls if urls.count(url) > 1})
-    if twice:
-        problems.append(f"--rabbitmq-url given twice: {', '.join(twice)} (give each node once)")
-    return problems
-
-
-def target_settings(values: dict[str, Any]) -> TargetSettings:
-    urls = amqp_urls(values)
-    amqp = urls[0] if urls else None
-    vhost, auth = "/", ("guest", "guest")
-    if amqp and values["target"] == "rabbitmq":
-        import pika
-
-        parameters = pika.URLParameters(amqp)
-        vhost = parameters.virtual_host
-        auth = (parameters.credentials.username, parameters.credentials.password)
+def target_settings(values: dict[str, Any], *, connect: bool = True) -> TargetSettings:
+    """The target as the options, environment and ``--stack`` describe it (``CommandError`` if unusable);
+    ``connect=False`` (preview) leaves the broker's connection out."""
+    sqs = resolve_sqs(values, values.get("stack"))
+    if values["target"] != "rabbitmq" or not connect:
+        return TargetSettings(kind=values["target"], generation=values["generation"], sqs=sqs)
+    broker = resolve_rabbitmq(values, connection_name="nsb-delays migrate")
     return TargetSettings(
-        kind=values["target"],
-        amqp_url=amqp,
-        more_amqp_urls=tuple(urls[1:]),
-        management_url=values.get("rabbitmq_management_url"),
-        management_auth=auth,
-        vhost=vhost,
-        generation=values["generation"],
-        sqs=SqsSettings(
-            values["sqs_region"],
-            values["sqs_endpoint_url"],
-            values["sqs_prefix"],
-            s3_bucket=values.get("sqs_s3_bucket") or None,
-            s3_key_prefix=values.get("sqs_s3_key_prefix") or "",
-        ),
+        kind="rabbitmq", amqp=broker.nodes, management=broker.management, generation=values["generation"], sqs=sqs
     )
+
+
+def deprecation_notes(values: dict[str, Any]) -> None:
+    """The old spellings moved to the new ones, a note for each on stderr (refused when both are given)."""
+    for note in take_deprecated(values):
+        click.echo(note, err=True)
 
 
 def _ledger_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -343,8 +273,8 @@ def environment_problems(
             problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
         problems += preflight.export_path_problems(export)
-    if target is not None and target.kind == "rabbitmq" and target.amqp_url and target.management_url:
-        problems += preflight.rabbitmq_problems(target.amqp_urls, target.management_url, target.management_auth)
+    if target is not None and target.kind == "rabbitmq" and target.amqp and target.management:
+        problems += preflight.rabbitmq_problems(target.amqp, target.management)
     elif target is not None and target.kind == "sqs":
         problems += preflight.sqs_problems(target.sqs)
     return problems
@@ -396,7 +326,7 @@ def command_line(context: click.Context, command: str, names: tuple[str, ...] | 
         if context.get_parameter_source(name) != ParameterSource.COMMANDLINE or name in more:
             continue
         value = context.params.get(name)
-        flag = option_flag(name)
+        flag = NEW_SPELLING.get(name, option_flag(name))
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, tuple):  # a repeatable option (--rabbitmq-url)
@@ -473,6 +403,7 @@ def preview(**values: Any) -> None:
     from nsb_delays.pipeline.sources import read_export, read_jdbc, validated
     from nsb_delays.pipeline.spark import spark_session
 
+    deprecation_notes(values)
     problems = source_option_problems(values, "preview") + spark_problems(values)
     problems += preflight.writable_directory_problems("--report-dir", values["report_dir"])
     if values["sqs_s3_key_prefix"] and not values["sqs_s3_bucket"]:
@@ -483,7 +414,7 @@ def preview(**values: Any) -> None:
         export = ExportSource(values["source_path"], values["source_format"], values["endpoint"])
     refuse(problems)
     refuse(environment_problems("preview", source, export, None, values["remote"]))
-    target = target_settings(values)
+    target = target_settings(values, connect=False)
     log = new_log_path("migrate-preview")
     try:
         spark = spark_session(values["master"], log_path=log, remote=values["remote"])
@@ -521,6 +452,7 @@ def run(context: click.Context, /, **values: Any) -> None:
     from nsb_delays.pipeline.migration import run_migration
     from nsb_delays.pipeline.spark import BackgroundSession
 
+    deprecation_notes(values)
     problems = source_option_problems(values, "run") + target_option_problems(values)
     problems += spark_problems(values)
     if values["quarantine_path"]:
@@ -530,15 +462,18 @@ def run(context: click.Context, /, **values: Any) -> None:
         fault = Fault.parse(values["fault"])
     except ValueError as error:
         problems.append(f"--fault: {error}")
-    source = export = None
+    source = export = target = None
     if not problems:
         if values["source_path"]:
             export, source = export_source(values, "run")
         else:
             source = _jdbc_source(values, problems)
+    try:
+        target = target_settings(values)
+    except CommandError as error:
+        problems += error.problems
     refuse(problems)
-    assert source is not None
-    target = target_settings(values)
+    assert source is not None and target is not None
     refuse(environment_problems("run", source, export, target, values["remote"]))
     options = RunOptions(
         source=source,

@@ -8,12 +8,10 @@ settings ``pulumi up`` uses work here. Exit codes: 0 no drift, 1 drift, 2 could 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 import click
-import urllib3
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +20,7 @@ from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
 from nsb_delays.stack.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 
+from .broker_options import StackDefaults, management_options, resolve_management
 from .render import STACK_HELP
 
 NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
@@ -29,14 +28,6 @@ NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
 
 class CannotVerify(CommandError):
     """The check itself could not run (bad config, broker unreachable, credentials missing): exit 2."""
-
-
-def provider_setting(raw: Mapping[str, Any], key: str, flag: str) -> Any:
-    """A ``rabbitmq:``/``aws:`` provider key from the stack file; Pulumi secrets cannot be read here."""
-    value = raw.get(key)
-    if isinstance(value, Mapping) and "secure" in value:
-        raise CannotVerify(f"stack config {key} is a Pulumi secret (encrypted); pass {flag} or its env variable")
-    return value
 
 
 def drift_table(drifts: list[Drift]) -> Table:
@@ -106,28 +97,7 @@ def run_checks(
 def register(cli: click.Group) -> None:
     @cli.command(name="verify")
     @click.option("--stack", required=True, help=STACK_HELP)
-    @click.option("--management-url", envvar="RABBITMQ_ENDPOINT", help="Default: stack rabbitmq:endpoint.")
-    @click.option("--username", envvar="RABBITMQ_USERNAME", help="Default: stack rabbitmq:username.")
-    @click.option("--password", envvar="RABBITMQ_PASSWORD", help="Default: stack rabbitmq:password.")
-    @click.option(
-        "--ca-cert",
-        envvar="RABBITMQ_CACERT",
-        type=click.Path(exists=True, dir_okay=False),
-        help="CA bundle for an https management URL. Default: stack rabbitmq:cacertFile.",
-    )
-    @click.option(
-        "--client-cert",
-        type=click.Path(exists=True, dir_okay=False),
-        help="Client certificate (PEM). Default: stack rabbitmq:clientcertFile.",
-    )
-    @click.option(
-        "--client-key",
-        type=click.Path(exists=True, dir_okay=False),
-        help="Client key (PEM). Default: stack rabbitmq:clientkeyFile.",
-    )
-    @click.option(
-        "--insecure", is_flag=True, default=None, help="Skip TLS certificate checks (stack rabbitmq:insecure)."
-    )
+    @management_options()
     @click.option("--sqs-endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint, e.g. an emulator.")
     @click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region.")
     @click.option("--skip-rabbitmq", is_flag=True, help="Do not check RabbitMQ even if the stack configures it.")
@@ -135,18 +105,12 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print {checked, drifts} as JSON instead of a table.")
     def verify(
         stack: str,
-        management_url: str | None,
-        username: str | None,
-        password: str | None,
-        ca_cert: str | None,
-        client_cert: str | None,
-        client_key: str | None,
-        insecure: bool | None,
         sqs_endpoint_url: str | None,
         region: str | None,
         skip_rabbitmq: bool,
         skip_sqs: bool,
         as_json: bool,
+        **connection: Any,
     ) -> None:
         """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift."""
         try:
@@ -158,38 +122,17 @@ def register(cli: click.Group) -> None:
         api = None
         if config.rabbitmq and not skip_rabbitmq:
             try:
-                url = management_url or provider_setting(raw, "rabbitmq:endpoint", "--management-url")
-                user = username or provider_setting(raw, "rabbitmq:username", "--username")
-                secret = password or provider_setting(raw, "rabbitmq:password", "--password")
-                unset = [
-                    flag
-                    for flag, value in (("--management-url", url), ("--username", user), ("--password", secret))
-                    if not value
-                ]
-                if unset:
-                    raise CannotVerify(
-                        f"{', '.join(unset)} not given (flags, RABBITMQ_ENDPOINT/USERNAME/PASSWORD, "
-                        "or rabbitmq:endpoint/username/password in the stack file)"
-                    )
-                if insecure is None:
-                    insecure = bool(provider_setting(raw, "rabbitmq:insecure", "--insecure"))
-                ca = ca_cert or provider_setting(raw, "rabbitmq:cacertFile", "--ca-cert")
-                cert = client_cert or provider_setting(raw, "rabbitmq:clientcertFile", "--client-cert")
-                key = client_key or provider_setting(raw, "rabbitmq:clientkeyFile", "--client-key")
-                verify_tls: bool | str = False if insecure else (ca or True)
-                if insecure:  # asked for explicitly: one note instead of a warning per request
-                    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-                    click.echo("note: TLS certificate checks are off (--insecure / rabbitmq:insecure)", err=True)
-                api = ManagementApi(str(url), str(user), str(secret), verify_tls, (cert, key) if cert and key else cert)
-            except CannotVerify as error:
+                api = resolve_management(connection, defaults=StackDefaults(raw, config))
+            except CommandError as error:
                 problems += error.problems
             except (ManagementError, ValueError) as error:
                 problems.append(str(error))
         sqs = None
         if config.sqs and not skip_sqs:
             try:
-                sqs = sqs_client(sqs_endpoint_url, region or provider_setting(raw, "aws:region", "--region"))
-            except CannotVerify as error:
+                region = region or StackDefaults(raw, config).provider("aws:region", "--region")
+                sqs = sqs_client(sqs_endpoint_url, region)
+            except CommandError as error:
                 problems += error.problems
             except Exception as error:  # botocore: no region, a bad endpoint URL
                 problems.append(_sqs_problem(error))

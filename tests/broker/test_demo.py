@@ -1,5 +1,5 @@
 """``nsb-delays demo`` end to end in a child process: it provisions, measures, and stops what it started,
-also when interrupted with Ctrl-C; with ``--rabbitmq-url`` it does the same on a running broker of either
+also when interrupted with Ctrl-C; with ``--amqp-url`` it does the same on a running broker of either
 version, and refuses bad URLs and brokers it must not change (exit 2, nothing changed)."""
 
 from __future__ import annotations
@@ -127,12 +127,12 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
     assert_stopped(output)
 
 
-# --- a running broker: --rabbitmq-url / --rabbitmq-management-url --------------------------------------------
+# --- a running broker: --amqp-url / --management-url --------------------------------------------
 
 
 def given_broker(rabbitmq: LocalRabbitMq, amqp_port: int | None = None) -> list[str]:
     amqp = f"amqp://{rabbitmq.username}:{rabbitmq.password}@127.0.0.1:{amqp_port or rabbitmq.amqp_port}"
-    return ["--rabbitmq-url", amqp, "--rabbitmq-management-url", rabbitmq.management_url]
+    return ["--amqp-url", amqp, "--management-url", rabbitmq.management_url]
 
 
 def dev_stack_file(tmp_path: Path, vhost: str) -> Path:
@@ -174,15 +174,15 @@ def run_demo_cli(*arguments: str) -> Any:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672"], "--rabbitmq-management-url is missing"),
-        (["--rabbitmq-management-url", "http://127.0.0.1:15672"], "--rabbitmq-url is missing"),
-        (["--rabbitmq-url", "http://127.0.0.1:5672", "--rabbitmq-management-url", "http://127.0.0.1:15672"],
-         "--rabbitmq-url 'http://127.0.0.1:5672' is not an AMQP URL"),
-        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672/orders", "--rabbitmq-management-url", "http://127.0.0.1:1"],
+        (["--amqp-url", "amqp://g:g@127.0.0.1:5672"], "--management-url is missing"),
+        (["--management-url", "http://127.0.0.1:15672"], "--amqp-url is missing"),
+        (["--amqp-url", "http://127.0.0.1:5672", "--management-url", "http://127.0.0.1:15672"],
+         "--amqp-url 'http://127.0.0.1:5672' is not an AMQP URL"),
+        (["--amqp-url", "amqp://g:g@127.0.0.1:5672/orders", "--management-url", "http://127.0.0.1:1"],
          "names vhost 'orders': leave it out"),
-        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:5672", "--rabbitmq-management-url", "ftp://127.0.0.1"],
-         "--rabbitmq-management-url 'ftp://127.0.0.1' is not an http(s) URL"),
-        (["--rabbitmq-url", "amqp://g:g@127.0.0.1:9", "--rabbitmq-management-url", "http://127.0.0.1:9"],
+        (["--amqp-url", "amqp://g:g@127.0.0.1:5672", "--management-url", "ftp://127.0.0.1"],
+         "--management-url 'ftp://127.0.0.1' is not an http(s) URL"),
+        (["--amqp-url", "amqp://g:g@127.0.0.1:9", "--management-url", "http://127.0.0.1:9"],
          "cannot reach the RabbitMQ management API at 127.0.0.1:9 as 'g': [Errno 111] Connection refused"),
     ],
 )  # fmt: skip
@@ -199,9 +199,7 @@ def test_a_wrong_amqp_port_is_refused_before_the_broker_is_changed(
     vhost = f"demo-refused-{uuid.uuid4().hex[:6]}"
     result = run_demo_cli("--stack", str(dev_stack_file(tmp_path, vhost)), *given_broker(rabbitmq, amqp_port=9))
     assert result.exit_code == 2, result.output
-    assert (
-        "cannot reach RabbitMQ (AMQP, --rabbitmq-url) at 127.0.0.1:9 vhost '/' as 'guest': [Errno 111]" in result.output
-    )
+    assert "cannot reach RabbitMQ (AMQP, --amqp-url) at 127.0.0.1:9 vhost '/' as 'guest': [Errno 111]" in result.output
     assert not management.vhost_exists(vhost)
 
 

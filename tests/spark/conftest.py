@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from pyspark.sql import functions as F
 
+from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.pipeline.delays import from_micros, now_micros
@@ -166,10 +167,8 @@ class BrokerVhost:
     def target(self, generation: str = "v2") -> TargetSettings:
         return TargetSettings(
             "rabbitmq",
-            amqp_url=self.amqp_url,
-            management_url=self.broker.management_url,
-            management_auth=(self.broker.username, self.broker.password),
-            vhost=self.vhost,
+            amqp=AmqpNodes((self.amqp_url,), self.vhost),
+            management=ManagementApi(self.broker.management_url, self.broker.username, self.broker.password),
             generation=generation,
         )
 

@@ -72,7 +72,7 @@ def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgre
     rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(60)]
     source = timeout_table("CliAbort", rows)
     common = ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", "CliAbort"]
-    target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
+    target = ["--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url]
     result = CliRunner().invoke(
         migrate, ["run", *common, *target, "--batch-size", "10", "--partitions", "1", "--no-progress",
                   "--fault", "after-publish:3:raise"],
@@ -106,7 +106,7 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
     marker = tmp_path / "hidden"
     job = spark_submit(
         ["--source-jdbc", f"{postgres.jdbc_url}?user={postgres.user}", "--endpoint", endpoint,
-         "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+         "--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url,
          "--no-progress", "--fault", f"after-hide:1:hang:{marker}"],
     )  # fmt: skip
     try:

@@ -61,7 +61,7 @@ class World:
 
     @property
     def rabbit(self) -> list[str]:
-        return ["--rabbitmq-url", self.broker.amqp_url, "--rabbitmq-management-url", self.broker.broker.management_url]
+        return ["--amqp-url", self.broker.amqp_url, "--management-url", self.broker.broker.management_url]
 
     @property
     def table_source(self) -> list[str]:
@@ -123,21 +123,21 @@ CASES: list[ServiceCase] = [
                                                          w.endpoint],
          ["cannot connect to the postgresql database 127.0.0.1:", "/nodb as postgres", 'database "nodb" does not exist']),
     # --- the RabbitMQ target ----------------------------------------------------------------------------------
-    case("rabbitmq", "amqp-port-wrong", lambda w: [*w.table_source, "--rabbitmq-url",
+    case("rabbitmq", "amqp-port-wrong", lambda w: [*w.table_source, "--amqp-url",
                                                    f"amqp://guest:guest@127.0.0.1:{DOWN}/{w.broker.vhost}",
-                                                   "--rabbitmq-management-url", w.broker.broker.management_url],
-         [f"cannot reach RabbitMQ (AMQP, --rabbitmq-url) at 127.0.0.1:{DOWN}", "as 'guest'",
+                                                   "--management-url", w.broker.broker.management_url],
+         [f"cannot reach RabbitMQ (AMQP, --amqp-url) at 127.0.0.1:{DOWN}", "as 'guest'",
           "[Errno 111] Connection refused"]),
-    case("rabbitmq", "amqp-password-wrong", lambda w: [*w.table_source, "--rabbitmq-url",
+    case("rabbitmq", "amqp-password-wrong", lambda w: [*w.table_source, "--amqp-url",
                                                        w.broker.amqp_url.replace("guest:guest", "guest:wrong"),
-                                                       "--rabbitmq-management-url", w.broker.broker.management_url],
+                                                       "--management-url", w.broker.broker.management_url],
          ["as 'guest': ACCESS_REFUSED", "RabbitMQ management API at", "for user 'guest' with 401 Unauthorized"]),
-    case("rabbitmq", "vhost-missing", lambda w: [*w.table_source, "--rabbitmq-url",
+    case("rabbitmq", "vhost-missing", lambda w: [*w.table_source, "--amqp-url",
                                                  w.broker.amqp_url.rsplit("/", 1)[0] + "/nope",
-                                                 "--rabbitmq-management-url", w.broker.broker.management_url],
+                                                 "--management-url", w.broker.broker.management_url],
          ["vhost 'nope' as 'guest'", "NOT_ALLOWED - vhost nope not found"]),
-    case("rabbitmq", "management-port-wrong", lambda w: [*w.table_source, "--rabbitmq-url", w.broker.amqp_url,
-                                                         "--rabbitmq-management-url", f"http://127.0.0.1:{DOWN}"],
+    case("rabbitmq", "management-port-wrong", lambda w: [*w.table_source, "--amqp-url", w.broker.amqp_url,
+                                                         "--management-url", f"http://127.0.0.1:{DOWN}"],
          [f"cannot reach the RabbitMQ management API at 127.0.0.1:{DOWN} as 'guest'", "Connection refused"]),
     case("rabbitmq", "destination-not-bound", lambda w: [*w.table_source, *w.rabbit],
          ["1 destination(s) do not exist or are not bound to 'nsb.v2.delay-delivery'", "Unbound"],
@@ -292,12 +292,12 @@ def test_a_stopped_run_says_where_it_stands_and_how_to_go_on(spark, world: World
 def test_a_run_given_two_nodes_delivers_everything_when_the_first_is_down(
     spark, world: World, tmp_path, monkeypatch
 ) -> None:
-    """``--rabbitmq-url DOWN,UP``: the preflight accepts the node that answers and the executors' failover
+    """``--amqp-url DOWN,UP``: the preflight accepts the node that answers and the executors' failover
     publisher starts there; every timeout is confirmed once (no duplicates without a lost connection)."""
     monkeypatch.chdir(world.workspace)
     up = world.broker.amqp_url
     down = up.replace(f":{world.broker.broker.amqp_port}/", f":{closed_port()}/")
-    args = [*world.table_source, "--rabbitmq-url", f"{down},{up}", "--rabbitmq-management-url",
+    args = [*world.table_source, "--amqp-url", f"{down},{up}", "--management-url",
             world.broker.broker.management_url, "--batch-size", "10", "--partitions", "2", "--no-progress"]  # fmt: skip
     result = invoke(world, ["migrate", "run", *args], tmp_path / "logs")
     assert result.exit_code == 0, result.output
@@ -316,7 +316,7 @@ def test_a_node_lost_mid_run_is_reported_and_the_run_carries_on_from_the_next(
     node_a = world.broker.amqp_url
     node_b = f"{node_a}?heartbeat=60"  # a second name for the same broker: the "other node"
     marker = tmp_path / "paused"
-    args = [*world.table_source, "--rabbitmq-url", f"{node_a},{node_b}", "--rabbitmq-management-url",
+    args = [*world.table_source, "--amqp-url", f"{node_a},{node_b}", "--management-url",
             world.broker.broker.management_url, "--batch-size", "10", "--partitions", "1", "--no-progress",
             "--fault", f"after-publish:1:pause:{marker}"]  # fmt: skip
     api = world.broker.broker.api()

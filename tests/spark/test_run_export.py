@@ -150,7 +150,7 @@ def test_run_from_an_export_killed_mid_dispatch_resumes_without_loss(spark, post
         [
             "--source-path", export.path, "--source-format", "json", "--endpoint", "Orders",
             "--ledger-jdbc-url", f"{postgres.jdbc_url}?user={postgres.user}",
-            "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+            "--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url,
             "--batch-size", "50", "--partitions", "2", "--no-progress",
             "--fault", f"after-publish:2:hang:{marker}",
         ]
@@ -190,7 +190,7 @@ def test_abort_of_an_export_run_writes_exactly_the_undispatched_rows(
     source = staged_source(export, postgres)
     common = ["--source-path", export.path, "--source-format", fmt, "--endpoint", "Orders"]
     ledger = ["--ledger-jdbc-url", f"{postgres.jdbc_url}?user={postgres.user}"]
-    target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
+    target = ["--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url]
 
     missing = CliRunner().invoke(migrate, ["run", *common, *target])
     assert missing.exit_code == 2 and "needs --ledger-jdbc-url" in missing.output

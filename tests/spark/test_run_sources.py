@@ -99,6 +99,7 @@ def test_nhibernate_timeout_entity_migrates_only_the_endpoint(spark, postgres, b
 
 def test_a_batch_seen_in_part_is_neither_sent_nor_marked(postgres) -> None:
     """A task sends a batch only when all of its rows arrived; a short batch stays pending, loudly."""
+    from nsb_delays.brokers.amqp import AmqpNodes
     from nsb_delays.brokers.confirms import DispatchError
     from nsb_delays.pipeline.dispatch import DispatchSettings, dispatch_partition
     from nsb_delays.pipeline.layouts import sql_persistence_layout
@@ -107,7 +108,8 @@ def test_a_batch_seen_in_part_is_neither_sent_nor_marked(postgres) -> None:
     run = Run("r", 1, {}, 1, 3, "TimeoutData_migration_r", "TimeoutData_migration_r_batches")
     settings = DispatchSettings(
         "rabbitmq", f"host=127.0.0.1 port={postgres.port} user={postgres.user}",
-        sql_persistence_layout("Short", "postgresql"), run, amqp_url="amqp://127.0.0.1:1/", batch_rows={7: 3},
+        sql_persistence_layout("Short", "postgresql"), run, amqp=AmqpNodes(("amqp://127.0.0.1:1/",)),
+        batch_rows={7: 3},
     )  # fmt: skip
     rows = [{"batch": 7, "id": str(i), "destination": "Sales", "problem": None} for i in range(2)]
     with pytest.raises(DispatchError, match=r"incomplete \(batch: rows seen\) \{7: 2\}"):

@@ -81,7 +81,7 @@ def rabbitmq_run_rows(
     table = timeout_table(endpoint, rows + malformed).layout.table
     arguments = [
         *source_arguments(postgres, endpoint),
-        "--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url,
+        "--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url,
         "--batch-size", str(batch_size), "--partitions", str(PARTITIONS), "--no-progress",
         "--quarantine", str(quarantine),
     ]  # fmt: skip
@@ -225,7 +225,7 @@ def test_refusals_under_the_cluster_master_change_nothing(spark_cluster, package
     broker = broker_vhost(ENDPOINTS)
     rows = [timeout("Sales", 600, i, now=utc_now()) for i in range(20)]
     source = timeout_table("ClusterRefused", rows)
-    target = ["--rabbitmq-url", broker.amqp_url, "--rabbitmq-management-url", broker.broker.management_url]
+    target = ["--amqp-url", broker.amqp_url, "--management-url", broker.broker.management_url]
     began = time.monotonic()
     code, output = finished(spark_submit(spark_cluster, package_zip, "run",
                                          [*source_arguments(postgres, "ClusterRefused"), *target], jars=False))  # fmt: skip

@@ -177,7 +177,7 @@ def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server
     """pulumi-policy's protobuf pin keeps the Connect client out of the project's own environment, and a Connect
     client retries a missing server for minutes: both are refused before anything is read or hidden (exit 2)."""
     source = timeout_table("ConnectRefused", [timeout("Sales", -1, 0, now=utc_now())])
-    target = ["--rabbitmq-url", "amqp://127.0.0.1:1/", "--rabbitmq-management-url", "http://127.0.0.1:1"]
+    target = ["--amqp-url", "amqp://127.0.0.1:1/", "--management-url", "http://127.0.0.1:1"]
     nobody = f"sc://127.0.0.1:{free_port()}"
     for python, remote, reason in [
         (sys.executable, "sc://127.0.0.1:1", "this Python cannot be a Spark Connect client"),
@@ -209,8 +209,8 @@ def test_a_run_whose_jdbc_driver_the_connect_server_lacks_is_refused_before_anyt
     insert_mysql_timeouts(mariadb, table, [timeout("Sales", -1, i, now=utc_now()) for i in range(5)])
     arguments = [
         "--source-jdbc", mariadb.jdbc_url, "--jdbc-user", mariadb.user, "--jdbc-password", mariadb.password,
-        "--endpoint", "ConnectNoDriver", "--rabbitmq-url", broker.amqp_url,
-        "--rabbitmq-management-url", broker.broker.management_url, "--no-progress",
+        "--endpoint", "ConnectNoDriver", "--amqp-url", broker.amqp_url,
+        "--management-url", broker.broker.management_url, "--no-progress",
     ]  # fmt: skip
     code, output = finished(connect_client(spark_connect, "run", arguments))
     assert code == 2, output

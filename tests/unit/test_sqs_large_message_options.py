@@ -9,7 +9,7 @@ from nsb_delays.infra.commands.migrate_command import migrate, target_settings
 VALUES = {
     "target": "sqs",
     "generation": "v2",
-    "sqs_region": "eu-west-1",
+    "region": "eu-west-1",
     "sqs_endpoint_url": None,
     "sqs_prefix": "prod-",
 }
