@@ -65,6 +65,33 @@ class RabbitMqEndpointArgs(TypedDict):
     without an explicit x-queue-type, as the broker keeps them."""
 
 
+class RabbitMqEndpointUserArgs(TypedDict):
+    user: str
+    """The RabbitMQ user name the endpoint logs in as."""
+    password: str
+    """Its password: pass a secret (it is stored as one either way)."""
+    receiving_queues: list[str]
+    """The endpoint's own queue(s): it consumes there, and delayed retries go there."""
+    sends_to: NotRequired[list[str]]
+    """Every queue it sends to, immediately or delayed."""
+    publishes: NotRequired[list[str]]
+    """Event exchanges it publishes to ("Namespace:TypeName"), base classes and interfaces included."""
+    subscribes_to: NotRequired[list[str]]
+    """Event exchanges it subscribes to, base classes and interfaces included."""
+    management_api: NotRequired[bool]
+    """Its broker checks use the management API (the NServiceBus default, true): the "management" tag."""
+    routing_topology: NotRequired[str]
+    """"conventional" (default) or "direct"."""
+    generation: NotRequired[str]
+    """Delay infrastructure generation it sends delayed messages through (default "v2")."""
+    error_queue: NotRequired[str]
+    """The error queue (default "error")."""
+    audit_queue: NotRequired[str]
+    """The audit queue (default "audit")."""
+    vhost: NotRequired[str]
+    """Virtual host (default "/")."""
+
+
 class SqsEndpointArgs(TypedDict):
     endpoint: str
     """The endpoint's input queue name before prefix and sanitising."""
@@ -145,6 +172,17 @@ class RabbitMqEndpoint(rabbitmq.RabbitMqEndpoint):
             super().__init__(name, opts=opts, **python_arguments(RabbitMqEndpointArgs, args))
 
 
+class RabbitMqEndpointUser(rabbitmq.RabbitMqEndpointUser):
+    """The user an installer-less endpoint logs in as, with the least permissions and topic permissions it needs."""
+
+    user_name: pulumi.Output[str]
+    tags: pulumi.Output[list[str]]
+
+    def __init__(self, name: str, args: RabbitMqEndpointUserArgs, opts: pulumi.ResourceOptions | None = None):
+        with refusals_as_input_errors(type(self).__name__, name):
+            super().__init__(name, opts=opts, **python_arguments(RabbitMqEndpointUserArgs, args))
+
+
 class SqsEndpoint(sqs.SqsEndpoint):
     """An endpoint's SQS input queue and its "-delay.fifo" queue."""
 
@@ -160,7 +198,7 @@ class SqsEndpoint(sqs.SqsEndpoint):
             super().__init__(name, opts=opts, **python_arguments(SqsEndpointArgs, args))
 
 
-COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint]
+COMPONENTS = [RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqEndpointUser, SqsEndpoint]
 
 
 class NsbDelaysProvider(ComponentProvider):

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 
 from .model import rabbitmq as model
-from .model.settings import DelayInfrastructureSettings, EndpointSettings, SharedQueuesSettings
+from .model.settings import DelayInfrastructureSettings, EndpointSettings, EndpointUserSettings, SharedQueuesSettings
 
 TYPE_PREFIX = "nsb-delays:index:"
 
@@ -342,3 +342,77 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         self.error_queue = self.resources.queues[error_queue].name
         self.audit_queue = self.resources.queues[audit_queue].name
         self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})
+
+
+class RabbitMqEndpointUser(pulumi.ComponentResource):
+    """The RabbitMQ user an installer-less endpoint logs in as, with the least it needs and nothing more:
+    its tags, its ``configure``/``write``/``read`` permissions in ``vhost`` and one topic permission per delay
+    exchange (``model.permissions.endpoint_user_grants``: the calls each right is for, cited to NServiceBus).
+
+    ``password`` should be a Pulumi secret (``pulumi.Config().require_secret(...)``); it is made one here anyway.
+    """
+
+    user_name: pulumi.Output[str]
+    tags: pulumi.Output[list[str]]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        user: str,
+        password: pulumi.Input[str],
+        receiving_queues: Sequence[str],
+        sends_to: Sequence[str] = (),
+        publishes: Sequence[str] = (),
+        subscribes_to: Sequence[str] = (),
+        management_api: bool = True,
+        routing_topology: str = "conventional",
+        generation: str = model.DEFAULT_GENERATION,
+        error_queue: str = model.DEFAULT_ERROR_QUEUE,
+        audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
+        vhost: str = "/",
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TYPE_PREFIX}RabbitMqEndpointUser", name, None, opts)
+        grants = EndpointUserSettings(
+            user,
+            tuple(receiving_queues),
+            tuple(sends_to),
+            tuple(publishes),
+            tuple(subscribes_to),
+            management_api,
+            routing_topology,
+            generation,
+            error_queue,
+            audit_queue,
+        ).grants(vhost)
+        child = pulumi.ResourceOptions(parent=self)
+        account = rabbitmq.User(
+            f"{name}-user",
+            name=grants.user,
+            password=pulumi.Output.secret(password),
+            tags=list(grants.tags),
+            opts=child,
+        )
+        rabbitmq.Permissions(
+            f"{name}-permissions",
+            user=account.name,
+            vhost=vhost,
+            permissions=rabbitmq.PermissionsPermissionsArgs(
+                configure=grants.configure, write=grants.write, read=grants.read
+            ),
+            opts=child,
+        )
+        rabbitmq.TopicPermissions(
+            f"{name}-topic-permissions",
+            user=account.name,
+            vhost=vhost,
+            permissions=[
+                rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
+                for t in grants.topic
+            ],
+            opts=child,
+        )
+        self.user_name = account.name
+        self.tags = pulumi.Output.from_input(list(grants.tags))
+        self.register_outputs({"userName": self.user_name, "tags": self.tags})

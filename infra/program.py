@@ -8,7 +8,12 @@ from typing import Any
 import pulumi
 
 from nsb_delays.components.model import sqs as sqs_model
-from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
+from nsb_delays.components.rabbitmq import (
+    RabbitMqDelayInfrastructure,
+    RabbitMqEndpoint,
+    RabbitMqEndpointUser,
+    RabbitMqSharedQueues,
+)
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.sqs import SqsEndpoint
 from nsb_delays.stack.config import (
@@ -58,7 +63,19 @@ def declare_rabbitmq(plan: RabbitMqPlan) -> dict[str, Any]:
         )
         for settings in plan.endpoints
     }
-    return {
+    config_reader = pulumi.Config(NAMESPACE)
+    users = {
+        settings.user: RabbitMqEndpointUser(
+            f"rabbitmq-user-{settings.user}",
+            **asdict(settings),
+            password=config_reader.require_secret(password_key),
+            vhost=config.vhost,
+            opts=pulumi.ResourceOptions(depends_on=list(endpoints.values())),
+        )
+        for settings, password_key in zip(plan.users, plan.password_keys, strict=True)
+    }
+    outputs = {"rabbitmqEndpointUsers": {name: c.user_name for name, c in users.items()}} if users else {}
+    return outputs | {
         "rabbitmqDeliveryExchange": infrastructure.delivery_exchange,
         "rabbitmqDelayLevels": infrastructure.level_names,
         "rabbitmqEndpointQueues": {name: component.receiving_queues for name, component in endpoints.items()},
@@ -101,6 +118,16 @@ def main() -> None:
         pulumi.export(key, value)
 
 
+SECRET_PLACEHOLDER = "[secret]"
+"""What a recorded (offline) run of the program reads for a secret it cannot decrypt."""
+
+
 def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedResource]:
-    """What this program declares for ``config``, recorded under Pulumi mocks (``components.recording``)."""
+    """What this program declares for ``config``, recorded under Pulumi mocks (``components.recording``).
+
+    The endpoint users' passwords are Pulumi secrets that only the engine can decrypt: here each is a placeholder
+    marked secret, so the program runs as under ``pulumi preview`` and the policies see a secret."""
+    plan = stack_plan(config)
+    keys = [f"{NAMESPACE}:{key}" for key in (plan.rabbitmq.password_keys if plan.rabbitmq else ())]
+    pulumi.runtime.set_all_config({key: SECRET_PLACEHOLDER for key in keys}, keys)
     return record(lambda: declare(config), stack=stack)

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from nsb_delays.components.model import msmq, sqs
+from nsb_delays.components.model import msmq, permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
 NAMESPACE = "nsb-delays"
@@ -51,11 +51,27 @@ class StackFileError(ConfigError):
 
 
 @dataclass(frozen=True)
+class EndpointUserConfig:
+    """``endpoints[i].user``: the RabbitMQ user an endpoint logs in as (``components.model.permissions``).
+
+    ``password_key``: the stack config key that holds its password as a Pulumi secret
+    (``pulumi config set --secret nsb-delays:<key> …``)."""
+
+    name: str
+    password_key: str
+    sends_to: tuple[str, ...] = ()
+    publishes: tuple[str, ...] = ()
+    subscribes_to: tuple[str, ...] = ()
+    management_api: bool = True
+
+
+@dataclass(frozen=True)
 class RabbitMqEndpointConfig:
     name: str
     instance_discriminators: tuple[str, ...] = ()
     legacy_timeout_manager: bool = False
     queue_type: str = "quorum"  # resolved at parse time: the endpoint's queueType, else the section's
+    user: EndpointUserConfig | None = None
 
     def receiving_queues(self) -> tuple[str, ...]:
         return (self.name, *(rmq.instance_queue_name(self.name, d) for d in self.instance_discriminators))
@@ -127,6 +143,15 @@ _RABBITMQ_ENDPOINT_KEYS = {
     "instanceDiscriminators": ("instance_discriminators", list, None),
     "legacyTimeoutManager": ("legacy_timeout_manager", bool, None),
     "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
+    "user": ("user", Mapping, None),
+}
+_ENDPOINT_USER_KEYS = {
+    "name": ("name", str, None),
+    "passwordKey": ("password_key", str, None),
+    "sendsTo": ("sends_to", list, None),
+    "publishes": ("publishes", list, None),
+    "subscribesTo": ("subscribes_to", list, None),
+    "managementApi": ("management_api", bool, None),
 }
 _SQS_KEYS = {
     "queueNamePrefix": ("queue_name_prefix", str, None),
@@ -208,15 +233,88 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
             )
             discriminators = [d for d in discriminators if d not in bad]
         fields.setdefault("queue_type", values.get("queue_type", RabbitMqConfig.queue_type))
-        endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), **fields))
+        user = _endpoint_user(fields.pop("user", None), fields["name"], entry_path, problems)
+        endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), user=user, **fields))
     if "delivery_limit_policies" not in values:
         values["delivery_limit_policies"] = rmq.delivery_limit_policies_by_default(
             values.get("broker_version", RabbitMqConfig.broker_version)
         )
     config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
     _check_rabbitmq_names(config, path, problems)
+    _check_endpoint_users(config, path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
+
+
+def _endpoint_user(raw: Any, endpoint: str, path: str, problems: list[str]) -> EndpointUserConfig | None:
+    """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
+    the user's name defaults to the endpoint's."""
+    if raw is None:
+        return None
+    where = f"{path}.user"
+    before = len(problems)
+    fields = _fields(raw, where, _ENDPOINT_USER_KEYS, problems)
+    fields.setdefault("name", endpoint)
+    if "password_key" not in fields and "passwordKey" not in raw:
+        problems.append(
+            f"{where}: missing required key 'passwordKey' (the stack config key of its password, set with "
+            f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
+        )
+    for key, attr in (("sendsTo", "sends_to"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
+        names = fields.get(attr, [])
+        bad = [name for name in names if not isinstance(name, str) or not name]
+        if bad:
+            problems.append(f"{where}.{key}: every entry must be a non-empty string, got {bad!r}")
+        fields[attr] = tuple(name for name in names if name not in bad)
+    for key, attr in (("name", "name"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
+        names = [fields[attr]] if attr == "name" else fields[attr]
+        for name in names:
+            for problem in permissions.name_problems(name if isinstance(name, str) else ""):
+                problems.append(f"{where}.{key}: {name!r} {problem}")
+    if len(problems) > before:
+        return None
+    return EndpointUserConfig(**fields)
+
+
+def _check_endpoint_users(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """Each user's destinations are queues of this stack; no user name twice."""
+    known = {*receiving_queue_names(config), config.error_queue, config.audit_queue}
+    users = [(i, e.user) for i, e in enumerate(config.endpoints) if e.user is not None]
+    for i, user in users:
+        unknown = [d for d in user.sends_to if d not in known]
+        if unknown:
+            problems.append(
+                f"{path}.endpoints[{i}].user.sendsTo: {', '.join(map(repr, unknown))} "
+                f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
+                f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
+            )
+    for name, count in Counter(user.name for _, user in users).items():
+        if count > 1:
+            problems.append(f"{path}.endpoints: user {name!r} is given to {count} endpoints (one user per endpoint)")
+
+
+def receiving_queue_names(config: RabbitMqConfig) -> tuple[str, ...]:
+    return tuple(queue for endpoint in config.endpoints for queue in endpoint.receiving_queues())
+
+
+def password_keys(rabbitmq: Any) -> tuple[str, ...]:
+    """The stack config keys (``nsb-delays:<key>``) that the ``rabbitmq`` section's endpoint users name for their
+    passwords, read from the YAML as given (a user refused for another reason still names its key)."""
+    endpoints = _section_endpoints(rabbitmq)
+    users = [e.get("user") for e in endpoints if isinstance(e, Mapping)] if isinstance(endpoints, list) else []
+    keys = [user.get("passwordKey") for user in users if isinstance(user, Mapping)]
+    return tuple(key for key in keys if isinstance(key, str) and key)
+
+
+def _check_passwords(raw: Mapping[str, Any], keys: tuple[str, ...], problems: list[str]) -> None:
+    """Each password key present and a Pulumi secret (``{secure: …}``): never a password in plain text."""
+    for key in keys:
+        value = raw.get(key)
+        fix = f"pulumi config set --secret {NAMESPACE}:{key} <password>"
+        if value is None:
+            problems.append(f"{NAMESPACE}:{key}: missing (an endpoint user's passwordKey names it): {fix}")
+        elif not (isinstance(value, Mapping) and "secure" in value):
+            problems.append(f"{NAMESPACE}:{key}: a password in plain text; make it a Pulumi secret: {fix}")
 
 
 def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
@@ -366,11 +464,13 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
 def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values."""
     problems: list[str] = []
-    unknown = sorted(set(raw) - set(SECTIONS))
+    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems) if raw.get("rabbitmq") is not None else None
+    passwords = password_keys(raw.get("rabbitmq"))
+    unknown = sorted(set(raw) - set(SECTIONS) - set(passwords))
     for key in unknown:
         known = ", ".join(f"{NAMESPACE}:{section}" for section in SECTIONS)
-        problems.append(f"{NAMESPACE}:{key}: unknown key (known: {known})")
-    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems) if raw.get("rabbitmq") is not None else None
+        problems.insert(0, f"{NAMESPACE}:{key}: unknown key (known: {known}, and endpoint users' passwordKeys)")
+    _check_passwords(raw, passwords, problems)
     sqs_config = _parse_sqs(raw["sqs"], problems) if raw.get("sqs") is not None else None
     msmq = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.permissions import UserGrants
 from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointSettings,
+    EndpointUserSettings,
     SharedQueuesSettings,
     SqsEndpointSettings,
 )
@@ -31,6 +33,13 @@ class RabbitMqPlan:
     infrastructure: DelayInfrastructureSettings
     shared_queues: SharedQueuesSettings
     endpoints: tuple[EndpointSettings, ...]
+    users: tuple[EndpointUserSettings, ...] = ()
+    password_keys: tuple[str, ...] = ()  # users[i]'s password: the stack's secret nsb-delays:<password_keys[i]>
+
+    @property
+    def grants(self) -> tuple[UserGrants, ...]:
+        """Every endpoint user's tags, permissions and topic permissions in the stack's vhost."""
+        return tuple(user.grants(self.config.vhost) for user in self.users)
 
     @property
     def topology(self) -> rmq.Topology:
@@ -72,6 +81,23 @@ def rabbitmq_plan(config: RabbitMqConfig) -> RabbitMqPlan:
             )
             for endpoint in config.endpoints
         ),
+        tuple(
+            EndpointUserSettings(
+                endpoint.user.name,
+                endpoint.receiving_queues(),
+                sends_to=endpoint.user.sends_to,
+                publishes=endpoint.user.publishes,
+                subscribes_to=endpoint.user.subscribes_to,
+                management_api=endpoint.user.management_api,
+                routing_topology=config.routing_topology,
+                generation=config.generation,
+                error_queue=config.error_queue,
+                audit_queue=config.audit_queue,
+            )
+            for endpoint in config.endpoints
+            if endpoint.user is not None
+        ),
+        tuple(endpoint.user.password_key for endpoint in config.endpoints if endpoint.user is not None),
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import permissions, sqs
 from . import rabbitmq as rmq
-from . import sqs
 
 
 @dataclass(frozen=True)
@@ -99,4 +99,39 @@ class SqsEndpointSettings:
             delayed_delivery=self.delayed_delivery,
             message_retention_seconds=self.message_retention_seconds,
             encrypted=self.encrypted,
+        )
+
+
+@dataclass(frozen=True)
+class EndpointUserSettings:
+    """``RabbitMqEndpointUser``: the user an endpoint logs in as, and the least grants it needs
+    (``permissions.endpoint_user_grants``) for the topology its endpoint and the stack declare."""
+
+    user: str
+    receiving_queues: tuple[str, ...]
+    sends_to: tuple[str, ...] = ()
+    publishes: tuple[str, ...] = ()
+    subscribes_to: tuple[str, ...] = ()
+    management_api: bool = True
+    routing_topology: str = "conventional"
+    generation: str = rmq.DEFAULT_GENERATION
+    error_queue: str = rmq.DEFAULT_ERROR_QUEUE
+    audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
+
+    def grants(self, vhost: str) -> permissions.UserGrants:
+        user = permissions.EndpointUser(
+            self.user,
+            tuple(self.receiving_queues),
+            tuple(self.sends_to),
+            tuple(self.publishes),
+            tuple(self.subscribes_to),
+            self.management_api,
+        )
+        return permissions.endpoint_user_grants(
+            user,
+            vhost,
+            routing_topology=self.routing_topology,
+            generation=self.generation,
+            error_queue=self.error_queue,
+            audit_queue=self.audit_queue,
         )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from nsb_delays.infra.render import FORMATS, RenderError, render
-from nsb_delays.stack.config import ConfigError, load_stack
+from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
+from nsb_delays.stack.config import ConfigError, load_stack, parse_yaml
 from nsb_delays.stack.errors import CommandError
 
 STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
@@ -26,6 +26,17 @@ def output_problem(output: Path) -> str | None:
     return None
 
 
+def read_passwords(path: Path) -> dict[str, str]:
+    """``--passwords FILE``: a YAML (or JSON) mapping of endpoint user name -> password."""
+    try:
+        raw = parse_yaml(path.read_text(), str(path))
+    except (OSError, ConfigError) as error:
+        raise CommandError(f"--passwords {path}: {getattr(error, 'strerror', None) or error}") from None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
+        raise CommandError(f"--passwords {path}: expected a mapping of user name -> non-empty password string")
+    return raw
+
+
 def register(cli: click.Group) -> None:
     formats_help = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
 
@@ -33,7 +44,15 @@ def register(cli: click.Group) -> None:
     @click.option("--stack", required=True, help=STACK_HELP)
     @click.option("--format", "format_name", type=click.Choice(list(FORMATS)), required=True)
     @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
-    def render_command(stack: str, format_name: str, output: Path | None) -> None:
+    @click.option(
+        "--passwords",
+        "passwords_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help=f"YAML mapping of endpoint user -> password: {PASSWORDS_FORMAT} then carries the users (password "
+        "hashes as RabbitMQ computes them). Without it the file has their permissions but not the users.",
+    )
+    def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
+        passwords = read_passwords(passwords_file) if passwords_file is not None else None
         problem = output_problem(output) if output is not None else None
         try:
             config = load_stack(stack)
@@ -42,9 +61,16 @@ def register(cli: click.Group) -> None:
         if problem:
             raise CommandError(problem)
         try:
-            text = render(config, format_name, stack)
+            text = render(config, format_name, stack, passwords)
         except RenderError as error:
             raise CommandError(str(error)) from None
+        users = [e.user.name for e in config.rabbitmq.endpoints if e.user] if config.rabbitmq else []
+        if format_name == PASSWORDS_FORMAT and users and passwords is None:
+            click.echo(
+                f"note: endpoint users ({', '.join(users)}) are not in the file, only their permissions: create them "
+                "first, or give --passwords FILE (an imported user without a password loses the one it had)",
+                err=True,
+            )
         if output is None:
             click.echo(text, nl=False)
             return

@@ -9,7 +9,7 @@ parsed back before they are returned, so a broken template fails here rather tha
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,9 @@ class Format:
     json: bool
     description: str
 
+
+PASSWORDS_FORMAT = "rabbitmq-definitions"
+"""The format that can carry endpoint users (with their password hashes)."""
 
 FORMATS: dict[str, Format] = {
     "rabbitmq-definitions": Format(
@@ -86,8 +89,11 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(stack: StackConfig, format_name: str, stack_name: str = "") -> str:
-    """The text of ``format_name`` for ``stack``; ``stack_name`` only labels the output."""
+def render(
+    stack: StackConfig, format_name: str, stack_name: str = "", passwords: Mapping[str, str] | None = None
+) -> str:
+    """The text of ``format_name`` for ``stack``; ``stack_name`` only labels the output; ``passwords`` (endpoint
+    user -> password) puts the users themselves into ``rabbitmq-definitions``."""
     try:
         spec = FORMATS[format_name]
     except KeyError:
@@ -97,8 +103,14 @@ def render(stack: StackConfig, format_name: str, stack_name: str = "") -> str:
             f"format {format_name!r} renders the nsb-delays:{spec.section} section, "
             f"which stack {stack_name or '(unnamed)'!r} does not have"
         )
+    if passwords is not None and format_name != PASSWORDS_FORMAT:
+        raise RenderError(f"--passwords applies only to --format {PASSWORDS_FORMAT}")
     try:
-        context = spec.context(stack, stack_name)
+        context = (
+            contexts.definitions_context(stack, stack_name, passwords)
+            if passwords is not None
+            else spec.context(stack, stack_name)
+        )
     except ValueError as error:
         raise RenderError(f"format {format_name!r}: {error}") from None
     text = environment().get_template(spec.template).render(**context)

@@ -7,18 +7,50 @@ added are the output formats' own structure (CloudFormation logical ids, Mermaid
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from nsb_delays.components.model import msmq, sqs
+from nsb_delays.components.model import msmq, permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig
-from nsb_delays.stack.plan import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, sqs_queue_specs
 
 
-def definitions_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
+def definitions_context(
+    stack: StackConfig, stack_name: str, passwords: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The topology, and each endpoint user's permissions and topic permissions; the users themselves only with
+    ``passwords`` (user -> password): a definitions import of a user without a password clears the password of an
+    existing one (``rabbit_auth_backend_internal:put_user``), so a file without them must not carry users."""
     config = stack.rabbitmq
     assert config is not None
-    return {"vhost": config.vhost, "topology": rabbitmq_topology(config)}
+    grants = rabbitmq_plan(config).grants
+    if passwords is not None:
+        missing = sorted(grant.user for grant in grants if grant.user not in passwords)
+        unknown = sorted(set(passwords) - {grant.user for grant in grants})
+        if missing or unknown:
+            raise ValueError(
+                "--passwords must give a password for each endpoint user of the stack and nothing else: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"missing {', '.join(missing)}" if missing else "",
+                        f"not a user of this stack: {', '.join(unknown)}" if unknown else "",
+                    )
+                    if part
+                )
+            )
+    users = [
+        {
+            "name": grant.user,
+            "password_hash": permissions.password_hash(passwords[grant.user]),
+            "hashing_algorithm": permissions.HASHING_ALGORITHM,
+            "tags": ",".join(grant.tags),  # RabbitMQ 3.10 reads a comma-separated string; 4.x takes it too
+        }
+        for grant in grants
+        if passwords is not None
+    ]
+    return {"vhost": config.vhost, "topology": rabbitmq_topology(config), "users": users, "grants": grants}
 
 
 def _logical_id(queue_name: str, taken: set[str]) -> str:

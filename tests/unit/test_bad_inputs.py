@@ -33,6 +33,15 @@ def stack(body: str) -> str:
 GOOD = stack("  nsb-delays:rabbitmq:\n    endpoints: [Sales]\n")
 
 
+def with_user(user: str, extra: str = "  nsb-delays:salesPassword: {secure: v1:abc}\n") -> str:
+    """A stack whose Sales endpoint has ``user: {user}`` (YAML flow mapping), Billing none."""
+    return stack(f"  nsb-delays:rabbitmq:\n    endpoints:\n      - name: Sales\n        user: {user}\n"
+                 f"      - Billing\n{extra}")  # fmt: skip
+
+
+USERS = ["render", "--stack", "dev", "--format", "rabbitmq-definitions"]
+
+
 def parquet_bytes(columns: dict[str, list[object]]) -> bytes:
     sink = io.BytesIO()
     pq.write_table(pa.table(columns), sink)
@@ -169,6 +178,37 @@ CASES = [
          ["'terraform' is not one of"], files={"Pulumi.dev.yaml": GOOD}),
     Case("render", "format-without-its-section", ["render", "--stack", "dev", "--format", "cloudformation"], 2,
          ["cloudformation", "nsb-delays:sqs"], files={"Pulumi.dev.yaml": GOOD}),
+    Case("endpoint-users", "unknown-destination", USERS, 2,
+         ["nsb-delays:rabbitmq.endpoints[0].user.sendsTo: 'Shiping' is not a queue of this stack (known: Billing, Sales, "
+          "audit, error)"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword, sendsTo: [Billing, Shiping]}")}),
+    Case("endpoint-users", "password-in-plain-text", USERS, 2,
+         ["nsb-delays:salesPassword: a password in plain text; make it a Pulumi secret: "
+          "pulumi config set --secret nsb-delays:salesPassword <password>"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword}", "  nsb-delays:salesPassword: s3cret\n")}),
+    Case("endpoint-users", "password-missing", USERS, 2,
+         ["nsb-delays:salesPassword: missing (an endpoint user's passwordKey names it)"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword}", "")}),
+    Case("endpoint-users", "no-password-key", USERS, 2,
+         ["nsb-delays:rabbitmq.endpoints[0].user: missing required key 'passwordKey'"],
+         files={"Pulumi.dev.yaml": with_user("{sendsTo: [Billing]}")}),
+    Case("endpoint-users", "regex-unsafe-event-name", USERS, 2,
+         ["user.publishes: 'MyCo Events:{username}' contains ' ', '{', '}', which a permission regex cannot hold"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword, publishes: ['MyCo Events:{username}']}")}),
+    Case("endpoint-users", "unknown-user-key", USERS, 2,
+         ["user.sendTo: unknown key (known: managementApi, name, passwordKey, publishes, sendsTo, subscribesTo)"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword, sendTo: [Billing]}")}),
+    Case("endpoint-users", "passwords-file-not-a-mapping", [*USERS, "--passwords", "pw.yaml"], 2,
+         ["--passwords pw.yaml: expected a mapping of user name -> non-empty password string"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword}"), "pw.yaml": "- s3cret\n"}),
+    Case("endpoint-users", "passwords-file-names-another-user", [*USERS, "--passwords", "pw.yaml"], 2,
+         ["--passwords must give a password for each endpoint user of the stack and nothing else: missing Sales; "
+          "not a user of this stack: Billing"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword}"), "pw.yaml": "Billing: x\n"}),
+    Case("endpoint-users", "passwords-with-another-format", ["render", "--stack", "dev", "--format", "mermaid",
+                                                             "--passwords", "pw.yaml"], 2,
+         ["--passwords applies only to --format rabbitmq-definitions"],
+         files={"Pulumi.dev.yaml": with_user("{passwordKey: salesPassword}"), "pw.yaml": "Sales: x\n"}),
     Case("check", "policy-config-missing", ["check", "--stack", "dev", "--policy-config", "policy.json"], 2,
          ["policy.json", "No such file"], files={"Pulumi.dev.yaml": GOOD}),
     Case("check", "policy-config-duplicate-key", ["check", "--stack", "dev", "--policy-config", "policy.json"], 2,

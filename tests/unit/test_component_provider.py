@@ -23,11 +23,12 @@ def schema(provider: ComponentProvider) -> dict:
     return json.loads(provider.schema)
 
 
-def test_schema_names_the_three_components_under_the_package(schema: dict) -> None:
+def test_schema_names_the_four_components_under_the_package(schema: dict) -> None:
     assert schema["name"] == "nsb-delays"
     assert set(schema["resources"]) == {
         "nsb-delays:index:RabbitMqDelayInfrastructure",
         "nsb-delays:index:RabbitMqEndpoint",
+        "nsb-delays:index:RabbitMqEndpointUser",
         "nsb-delays:index:SqsEndpoint",
     }
     assert all(resource["isComponent"] for resource in schema["resources"].values())
@@ -83,6 +84,21 @@ def test_sqs_endpoint_through_the_provider(provider: ComponentProvider) -> None:
     args = provider.map_inputs({"endpoint": "Sales", "queueNamePrefix": "prod-"}, definition)
     resources = record(lambda: provider._components["SqsEndpoint"]("sales", args))
     assert {r.inputs["name"] for r in of_type(resources, SQS_QUEUE)} == {"prod-Sales", "prod-Sales-delay.fifo"}
+
+
+def test_an_endpoint_user_through_the_provider(provider: ComponentProvider) -> None:
+    """A YAML/TypeScript program's user: the same three resources the Python component declares."""
+    definition = provider._component_defs["RabbitMqEndpointUser"]
+    args = provider.map_inputs(
+        {"user": "sales", "password": "s3cret", "receivingQueues": ["Sales"], "sendsTo": ["Billing"]}, definition
+    )
+    resources = record(lambda: provider._components["RabbitMqEndpointUser"]("sales", args))
+    assert {r.type for r in resources} == {
+        "nsb-delays:index:RabbitMqEndpointUser",
+        "rabbitmq:index/user:User",
+        "rabbitmq:index/permissions:Permissions",
+        "rabbitmq:index/topicPermissions:TopicPermissions",
+    }
 
 
 def test_missing_required_input_is_reported(provider: ComponentProvider) -> None:
