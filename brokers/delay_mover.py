@@ -10,7 +10,7 @@ model's (``components.model.in_flight``).
 What differs, and why:
 
 - **Throughput.** The tool does ``BasicGet``, publish, wait for the confirm, ack: one message per
-  round trip. Here the deliveries the preflight holds (or a consumer with a prefetch window, for a
+  round trip. Here the deliveries the plan holds (or a consumer with a prefetch window, for a
   level it handed back) feed a publisher that does not wait: each
   source message is acked (``multiple`` where the settled ones are contiguous) when the target
   confirmed it (RabbitMQ publisher confirm) or accepted it (SQS send result). At most the window is
@@ -61,7 +61,7 @@ from .management import ManagementApi
 
 DEFAULT_WINDOW = 2000  # unacked source messages at most: the duplicates a kill can leave
 IDLE_SECONDS = 1.0  # a level is done when it delivered nothing for this long (and nothing is in flight)
-# The preflight's read of a level knows how many messages wait there and stops once it has them all; the
+# The plan's read of a level knows how many messages wait there and stops once it has them all; the
 # inactivity limit only ends it early when some left meanwhile (expired to the next level). Longer than
 # IDLE_SECONDS: a broker on a loaded machine took over a second to deliver a waiting message, and a read cut
 # short misses the destinations and delivery counts it is there to check.
@@ -70,7 +70,7 @@ PROGRESS_EVERY_SECONDS = 0.2
 TICK_SECONDS = 0.05  # the I/O loop wakes at least this often (pika's poll otherwise waits for its next timer)
 MAX_SWEEPS = 3  # passes over the levels after the first, while each still finds messages
 BATCH_WAIT_SECONDS = 0.05  # a target that sends in batches (SQS) sends a part batch after this much quiet
-# What the preflight keeps unacknowledged for the move (estimated bytes in this process, see HELD_OVERHEAD_BYTES);
+# What the plan keeps unacknowledged for the move (estimated bytes in this process, see HELD_OVERHEAD_BYTES);
 # beyond it the remaining levels are handed back and read again. Also bounds how long a delivery is held: at the
 # move's pace (thousands per second) far below the broker's consumer_timeout (30 min by default).
 HOLD_BYTES = 512 * 1024 * 1024
@@ -181,12 +181,12 @@ Delivery = tuple[Any, Any, bytes]  # (Basic.Deliver, BasicProperties, body) as p
 
 @dataclass
 class HeldLevel:
-    """A level the preflight read and kept unacknowledged: its channel and deliveries, in delivery-tag order."""
+    """A level the plan read and kept unacknowledged: its channel and deliveries, in delivery-tag order."""
 
     queue: str
     channel: Any
     deliveries: list[Delivery]
-    reads: list[object]  # what the preflight's visitor made of each delivery (scan_delays: its DueMessage)
+    reads: list[object]  # what the plan's visitor made of each delivery (scan_delays: its DueMessage)
 
 
 @dataclass
@@ -201,14 +201,14 @@ class LevelRead:
 
 
 class SourceConnection:
-    """The source broker's AMQP connection on a pika I/O loop of its own, shared by the preflight and the move.
+    """The source broker's AMQP connection on a pika I/O loop of its own, shared by the plan and the move.
 
     ``read`` takes each level's messages with an unlimited prefetch, and while the estimated size of what it
     holds stays under ``hold_bytes`` (0: nothing, ``scan_queues``) it keeps a level's deliveries unacknowledged
     on that level's channel instead of handing them back: the move (``DelayMover`` on this connection)
     publishes and acks those very deliveries, so a message is read once, not twice. ``close`` (a refusal,
     a dry run, a failure) closes the connection, and the broker puts every delivery not acked back in its
-    queue, as the preflight's hand-back always did (AMQP 0-9-1 ``channel.close``/``connection.close``:
+    queue, as the plan's hand-back always did (AMQP 0-9-1 ``channel.close``/``connection.close``:
     unacked deliveries are requeued). A held delivery is out of its queue's ready messages, which are the
     ones TTL expires; handed back, it keeps its original expiry (rabbitmq-website ``docs/ttl.md``, "Per-Queue
     Message TTL in Queues": requeued messages, e.g. on channel closure). A held channel is under the broker's
@@ -409,7 +409,7 @@ class MoveTarget(Protocol):
     """A delay graph that takes moved messages: ``send`` now, ``settled(token, outcome)`` later."""
 
     description: str
-    makes_poison: bool  # can refuse a message the preflight accepted (SQS: too large, no message id)
+    makes_poison: bool  # can refuse a message the plan accepted (SQS: too large, no message id)
 
     def can_receive(self, destination: str, remaining_seconds: int) -> bool: ...
 
@@ -433,7 +433,7 @@ class LevelResult:
     expected: int  # messages in the queue when the level started
     moved: int = 0
     poison: int = 0
-    left: int = 0  # destination cannot receive (met after the preflight): left in the queue
+    left: int = 0  # destination cannot receive (met after the plan): left in the queue
     destinations: Counter[str] = field(default_factory=Counter)
 
 
@@ -479,7 +479,7 @@ class LevelMove:
     destinations_in_flight: dict[int, str] = field(default_factory=dict)
     done: list[int] = field(default_factory=list)
     held: set[int] = field(default_factory=set)
-    # held by the preflight (with its read), not yet fed
+    # held by the plan (with its read), not yet fed
     pending: deque[tuple[Delivery, object]] = field(default_factory=deque)
     last_delivery: float = field(default_factory=time.monotonic)
     last_settled: float = field(default_factory=time.monotonic)
@@ -489,9 +489,9 @@ class LevelMove:
 class DelayMover:
     """Moves the level queues of ``source_generation`` on ``source`` into ``target``, level 27 down to 0.
 
-    One pika I/O loop (the ``SourceConnection``'s: the preflight's, when it is given) drives the source
+    One pika I/O loop (the ``SourceConnection``'s: the plan's, when it is given) drives the source
     connection (consumer and acks), the poison publisher on the source and, for a RabbitMQ target, the
-    target's confirm channel. A level the preflight holds is moved from its held deliveries, fed to the
+    target's confirm channel. A level the plan holds is moved from its held deliveries, fed to the
     target no faster than the window allows (published and not yet acked: what a kill can duplicate);
     the others are consumed with the window as prefetch.
     """
@@ -573,9 +573,9 @@ class DelayMover:
     # --- one delivery --------------------------------------------------------------------------------
 
     def _reread(self, method: Any, properties: Any, earlier: object) -> in_flight.DueMessage | in_flight.Poison:
-        """The message read now. A held delivery the preflight read as due with this same reader (the default)
+        """The message read now. A held delivery the plan read as due with this same reader (the default)
         only needs its remaining delay taken again (``DueMessage.at``): the rest depends on nothing but the
-        delivery, which the preflight read unchanged."""
+        delivery, which the plan read unchanged."""
         now = self.clock()
         if isinstance(earlier, in_flight.DueMessage) and self.reader is in_flight.read_delayed_message:
             return earlier.at(now)
@@ -673,7 +673,7 @@ class DelayMover:
             self._on_message(self.level.channel, method, properties, body, read)
 
     def _take_held(self, queue: str) -> bool:
-        """The level's deliveries the preflight holds, if any: the level's channel is theirs, no consumer."""
+        """The level's deliveries the plan holds, if any: the level's channel is theirs, no consumer."""
         held = self.source_reads.take_held(queue)
         if held is None:
             return False
@@ -686,7 +686,7 @@ class DelayMover:
         channel.add_on_close_callback(closed)
         self.level.channel = channel
         self.level.pending = deque(zip(held.deliveries, held.reads, strict=True))
-        self.level.expected = len(held.deliveries)  # no consumer (the preflight's is cancelled): nothing more arrives
+        self.level.expected = len(held.deliveries)  # no consumer (the plan's is cancelled): nothing more arrives
         return True
 
     def _open_level(self, queue: str) -> None:

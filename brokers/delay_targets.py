@@ -33,7 +33,7 @@ SQS_BATCH = 100  # messages gathered before a send (SendMessageBatch takes 10 pe
 
 
 class RabbitMqTarget:
-    """The v2 graph of ``side``; destinations checked in the preflight are ``reachable``."""
+    """The v2 graph of ``side``; destinations checked in the plan are ``reachable``."""
 
     def __init__(
         self,
@@ -51,7 +51,7 @@ class RabbitMqTarget:
         self.channel = ConfirmChannel(side.amqp, settled, ioloop=ioloop)
 
     def can_receive(self, destination: str, remaining_seconds: int) -> bool:
-        """Checked in the preflight, or now (a destination first met during the move)."""
+        """Checked in the plan, or now (a destination first met during the move)."""
         if destination not in self._known:
             api, vhost = self.side.management, self.side.vhost
             problems = unreachable_destinations(

@@ -1,9 +1,9 @@
 """``delays migrate`` (v1 -> v2 on one broker) and ``delays transfer`` (to another broker's v2 graph, or to SQS).
 
-``plan_move`` is the preflight: it changes nothing. It refuses (``MoveRefused``, every problem at
+``plan_move`` reads every level first and changes nothing. It refuses (``MoveRefused``, every problem at
 once) when the source has no level queues of the generation, when the target graph is missing, when
 source and target are the same graph, or when a destination of a waiting message cannot receive on
-the target. ``run_move`` then moves level by level (``brokers.delay_mover``). What the preflight read
+the target. ``run_move`` then moves level by level (``brokers.delay_mover``). What the plan read
 it keeps unacknowledged (up to ``hold_bytes``) on the plan's source connection, for the move to take
 without reading it again; a refusal, an error or ``MovePlan.close`` (a dry run) hands it all back.
 """
@@ -35,7 +35,7 @@ from .sqs_sender import SqsSettings, check_bucket
 
 NOTHING_MOVED = "nothing was moved"
 # RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
-# that is dead-lettered, which for a delay level means on to the next level, early. Every run's preflight
+# that is dead-lettered, which for a delay level means on to the next level, early. Every run's plan
 # hands each message back once, a killed run its window; refuse while a few returns are still left.
 QUORUM_DEFAULT_DELIVERY_LIMIT = 20
 QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE = (4, 0, 0)
@@ -72,7 +72,7 @@ def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
         if level.most_returned and limit is not None and level.most_returned + RETURNS_HELD_BACK >= limit:
             problems.append(
                 f"{level.queue}: messages were handed back {level.most_returned} times (x-delivery-count; every "
-                f"preflight and every killed run hands them back once) and its delivery limit is {limit}: a few more "
+                f"plan and every killed run hands them back once) and its delivery limit is {limit}: a few more "
                 "and the broker dead-letters them to the next level, early. Give the level queues an unlimited limit "
                 "first, e.g. rabbitmqctl set_policy --apply-to quorum_queues nsb-delays-levels "
                 "'^nsb\\.v2\\.delay-level-\\d\\d$' '{\"delivery-limit\": -1}'"
@@ -81,7 +81,7 @@ def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
 
 
 class MoveRefused(RuntimeError):
-    """The preflight refused the move; ``problems`` lists every reason. Nothing was changed."""
+    """The plan refused the move; ``problems`` lists every reason. Nothing was changed."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
@@ -97,14 +97,14 @@ class MovePlan:
     target_description: str
     scan: DelayScan
     reachable: frozenset[str]
-    connection: SourceConnection  # holds what the preflight read, for the move
+    connection: SourceConnection  # holds what the plan read, for the move
 
     @property
     def poison_queue(self) -> str:
         return in_flight.POISON_QUEUES[self.operation]
 
     def close(self) -> None:
-        """Hand back whatever the preflight still holds (a dry run; ``run_move`` closes it itself)."""
+        """Hand back whatever the plan still holds (a dry run; ``run_move`` closes it itself)."""
         self.connection.close()
 
 
@@ -242,7 +242,7 @@ def run_move(
             connection=plan.connection,
         )
     except BaseException:
-        plan.close()  # the target could not be reached: hand back what the preflight holds
+        plan.close()  # the target could not be reached: hand back what the plan holds
         raise
     report = mover.run(plan.scan, plan.target_description)
     report.backlog = source_backlog(plan)

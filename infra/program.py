@@ -22,6 +22,7 @@ from nsb_delays.stack.config import (
     ConfigError,
     StackConfig,
     parse_stack_config,
+    password_keys,
 )
 from nsb_delays.stack.plan import RabbitMqPlan, SqsPlan, stack_plan
 
@@ -30,6 +31,10 @@ def read_pulumi_config() -> StackConfig:
     """Read ``nsb-delays:rabbitmq`` / ``nsb-delays:sqs`` from the running stack and validate them."""
     config = pulumi.Config(NAMESPACE)
     raw = {key: config.get_object(key) for key in SECTIONS}
+    for key in password_keys(raw.get("rabbitmq")):  # as the stack file holds them: a secret is {secure: …}
+        value = pulumi.runtime.get_config(f"{NAMESPACE}:{key}")
+        secret = pulumi.runtime.is_config_secret(f"{NAMESPACE}:{key}")
+        raw[key] = {"secure": "(encrypted)"} if value is not None and secret else value
     return parse_stack_config({key: value for key, value in raw.items() if value is not None})
 
 

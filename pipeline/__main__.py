@@ -60,7 +60,7 @@ def _helper(arguments: list[str]) -> int | None:
         if len(arguments) != 2 or not arguments[1].endswith(".zip"):
             print(f"--py-files needs one path ending in .zip (a zip Spark can import from)\n{USAGE}", file=sys.stderr)
             return 2
-        from nsb_delays.pipeline.preflight import writable_file_problems
+        from nsb_delays.pipeline.environment_checks import writable_file_problems
         from nsb_delays.pipeline.shipping import write_package_zip
 
         problems = writable_file_problems("--py-files", arguments[1])

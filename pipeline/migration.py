@@ -346,13 +346,13 @@ def run_migration(spark: SessionSource, options: RunOptions, tracker: RunTracker
 
 def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime | None, now: datetime) -> None:
     """Before staging: the export's rows must be readable and usable, and its destinations must exist."""
-    from .preflight import PreflightRefused, export_summary_problems
+    from .environment_checks import EnvironmentRefused, export_summary_problems
 
     assert options.export is not None
     summary = inspect_export(spark, options.export, options.cutoff, latest_due)
     problems = export_summary_problems(options.export, summary)
     if problems:
-        raise PreflightRefused(problems)
+        raise EnvironmentRefused(problems)
     check_target(options, summary.destinations, now)
 
 

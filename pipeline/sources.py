@@ -315,7 +315,7 @@ def validated(frame: DataFrame, headers_format: str = "json") -> DataFrame:
 
 @dataclass(frozen=True)
 class ExportSummary:
-    """What one Spark pass over an export found (``inspect_export``), for the preflight to judge."""
+    """What one Spark pass over an export found (``inspect_export``), for the environment checks to judge."""
 
     rows: int
     corrupt: int  # lines that are not JSON objects

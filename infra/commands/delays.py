@@ -1,6 +1,6 @@
 """``nsb-delays delays migrate|transfer|parked``: act on the delayed messages already inside a broker.
 
-Thin wiring: options -> ``brokers.move_plan`` (preflight, move) and ``brokers.parking``; a rich
+Thin wiring: options -> ``brokers.move_plan`` (plan, move) and ``brokers.parking``; a rich
 progress bar per level while moving and a summary table at the end. Exit codes: 0 done, 1 stopped
 part-way or messages left (in place, or in a source level's dead-letter backlog), 2 refused before
 anything moved (bad input, unreachable broker, a destination that cannot receive), 130 Ctrl-C (what
@@ -53,7 +53,7 @@ window_option = click.option(
     type=click.IntRange(1, 65535),
     default=DEFAULT_WINDOW,
     show_default=True,
-    help="Messages published and not yet acked at most (also the prefetch of a level the preflight did not hold): "
+    help="Messages published and not yet acked at most (also the prefetch of a level the plan did not hold): "
     "what a kill can leave to be moved twice.",
 )
 
@@ -163,7 +163,7 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
     scan = plan.scan
     poison = sum(scan.poison.values())
     if dry_run:
-        plan.close()  # hand back every message the preflight read
+        plan.close()  # hand back every message the plan read
         console.print(scan_table(scan))
         set_aside = ""
         if poison:
@@ -224,7 +224,7 @@ def _run(plan: MovePlan, window: int, show_progress: bool, dry_run: bool) -> Non
     if report.left:
         listed = ", ".join(f"{name} ({count:,})" for name, count in report.left_destinations.most_common(10))
         problems.append(
-            f"{report.left:,} message(s) were left in place: their destinations appeared after the preflight and "
+            f"{report.left:,} message(s) were left in place: their destinations appeared after the plan and "
             f"cannot receive on the target: {listed}. Create them and rerun the same command."
         )
     if report.backlog.levels:
@@ -246,7 +246,9 @@ def register(cli: click.Group) -> None:
     @broker_options(what="the broker")
     @window_option
     @click.option("--dry-run", is_flag=True, help="Read the v1 levels and check the destinations; move nothing.")
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option(
+        "--progress/--no-progress", default=True, show_default=True, help="A progress bar per level while moving."
+    )
     def migrate(window: int, dry_run: bool, progress: bool, **values: Any) -> None:
         """Move the messages waiting in the v1 delay graph (nsb.delay-level-NN) into the v2 graph of the same
         broker and vhost, level 27 down to 0, each with its remaining delay; poison ones to
@@ -269,7 +271,9 @@ def register(cli: click.Group) -> None:
     @sqs_options
     @window_option
     @click.option("--dry-run", is_flag=True, help="Read the source levels and check the destinations; move nothing.")
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option(
+        "--progress/--no-progress", default=True, show_default=True, help="A progress bar per level while moving."
+    )
     def transfer(
         source_generation: str, to_sqs: bool, window: int, dry_run: bool, progress: bool, **values: Any
     ) -> None:
@@ -310,7 +314,9 @@ def register(cli: click.Group) -> None:
     )
     @window_option
     @click.option("--json", "as_json", is_flag=True, help="Print the parked messages by destination as JSON.")
-    @click.option("--progress/--no-progress", default=True, show_default=True)
+    @click.option(
+        "--progress/--no-progress", default=True, show_default=True, help="A progress bar per level while moving."
+    )
     def parked(
         generation: str | None, redeliver: bool, window: int, as_json: bool, progress: bool, **values: Any
     ) -> None:

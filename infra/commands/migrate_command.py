@@ -23,7 +23,7 @@ from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.pipeline import preflight
+from nsb_delays.pipeline import environment_checks
 from nsb_delays.pipeline.databases import DatabaseUnreachable, DbConnection
 from nsb_delays.pipeline.dispatch import TARGETS
 from nsb_delays.pipeline.faults import Fault
@@ -83,7 +83,13 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "jdbc:sqlserver://…;databaseName=…, jdbc:oracle:thin:@//host:port/service.",
         ),
         click.option("--source-path", metavar="PATH", help="An export (e.g. RavenDB TimeoutData) to read instead."),
-        click.option("--source-format", type=click.Choice(EXPORT_FORMATS), default="parquet", show_default=True),
+        click.option(
+            "--source-format",
+            type=click.Choice(EXPORT_FORMATS),
+            default="parquet",
+            show_default=True,
+            help="The format of the --source-path export.",
+        ),
         click.option(
             "--source-kind",
             type=click.Choice([kind for kind in SOURCE_KINDS if kind != "export"]),
@@ -95,8 +101,10 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--endpoint", help="The endpoint whose timeouts to migrate (names the table / filters rows)."),
         click.option("--schema", help="Schema of the table (default: public / dbo)."),
         click.option("--table", help="Quoted table name, when it differs from the store's convention."),
-        click.option("--jdbc-user", envvar="NSB_JDBC_USER"),
-        click.option("--jdbc-password", envvar="NSB_JDBC_PASSWORD"),
+        click.option("--jdbc-user", envvar="NSB_JDBC_USER", help="Database user (wins over the JDBC URL's)."),
+        click.option(
+            "--jdbc-password", envvar="NSB_JDBC_PASSWORD", help="Database password (wins over the JDBC URL's)."
+        ),
         click.option("--master", help="Spark master (default local[*]; spark-submit's --master wins)."),
         click.option(
             "--remote",
@@ -111,11 +119,21 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The target: the same connection options as every other command (``broker_options``), several AMQP URLs
     for a cluster's nodes, and the old spellings (``--rabbitmq-url`` …) with a deprecation note."""
     options: list[Callable[..., Any]] = [
-        click.option("--target", type=click.Choice(TARGETS), default="rabbitmq", show_default=True),
+        click.option(
+            "--target",
+            type=click.Choice(TARGETS),
+            default="rabbitmq",
+            show_default=True,
+            help="Where the timeouts become native delays: RabbitMQ's delay graph or SQS.",
+        ),
         broker_options(what="the target broker", nodes=True),
         deprecated_options(*DEPRECATED, nodes=True),
         click.option(
-            "--generation", type=click.Choice(rmq.GENERATIONS), default=rmq.DEFAULT_GENERATION, show_default=True
+            "--generation",
+            type=click.Choice(rmq.GENERATIONS),
+            default=rmq.DEFAULT_GENERATION,
+            show_default=True,
+            help="The target broker's delay graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
         ),
         sqs_options,
         click.option("--cutoff", type=click.DateTime(CUTOFF_FORMATS), help="Only timeouts due at or after it (UTC)."),
@@ -259,24 +277,26 @@ def environment_problems(
     problems: list[str] = []
     uses_spark = command != "abort" or export is not None  # a table's abort runs without Spark
     if remote and uses_spark:
-        problems += preflight.connect_client_problems(remote) or preflight.connect_server_problems(remote)
+        problems += environment_checks.connect_client_problems(remote) or environment_checks.connect_server_problems(
+            remote
+        )
     if source is not None:
         connection = _connection(source)
-        problems += preflight.ledger_driver_problems(connection.dialect)
+        problems += environment_checks.ledger_driver_problems(connection.dialect)
         if not problems:
-            where = preflight.database_where(connection)
+            where = environment_checks.database_where(connection)
             if export is None:
-                problems += preflight.source_table_problems(connection, source.layout, where=where)
+                problems += environment_checks.source_table_problems(connection, source.layout, where=where)
             else:
                 problems += _ledger_database_problems(connection, export, command, where)
         if uses_spark:
-            problems += preflight.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
+            problems += environment_checks.jdbc_driver_problems(source.url, source.layout.dialect, remote=bool(remote))
     if export is not None and (command != "abort" or Path(export.path).exists() or "://" in export.path):
-        problems += preflight.export_path_problems(export)
+        problems += environment_checks.export_path_problems(export)
     if target is not None and target.kind == "rabbitmq" and target.amqp and target.management:
-        problems += preflight.rabbitmq_problems(target.amqp, target.management)
+        problems += environment_checks.rabbitmq_problems(target.amqp, target.management)
     elif target is not None and target.kind == "sqs":
-        problems += preflight.sqs_problems(target.sqs)
+        problems += environment_checks.sqs_problems(target.sqs)
     return problems
 
 
@@ -308,7 +328,7 @@ def spark_problems(values: dict[str, Any]) -> list[str]:
     """``--master`` or ``--remote`` (not both), each a URL of its kind."""
     if values["master"] and values["remote"]:
         return ["give one place to run: --master (a Spark master) or --remote (a Spark Connect server), not both"]
-    return preflight.master_problems(values["master"]) + preflight.remote_problems(values["remote"])
+    return environment_checks.master_problems(values["master"]) + environment_checks.remote_problems(values["remote"])
 
 
 def refuse(problems: list[str]) -> None:
@@ -405,7 +425,7 @@ def preview(**values: Any) -> None:
 
     deprecation_notes(values)
     problems = source_option_problems(values, "preview") + spark_problems(values)
-    problems += preflight.writable_directory_problems("--report-dir", values["report_dir"])
+    problems += environment_checks.writable_directory_problems("--report-dir", values["report_dir"])
     if values["sqs_s3_key_prefix"] and not values["sqs_s3_bucket"]:
         problems.append(f"--sqs-s3-key-prefix needs {SQS_S3_BUCKET_OPTION} (the bucket the keys are in)")
     source = _jdbc_source(values, problems) if values["source_jdbc"] and not problems else None
@@ -439,10 +459,16 @@ def preview(**values: Any) -> None:
 @migrate.command()
 @_source_options
 @_target_options
-@click.option("--batch-size", type=click.IntRange(1), default=DEFAULT_BATCH_SIZE, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Timeouts dispatched and recorded in the ledger together.",
+)
 @click.option("--partitions", type=click.IntRange(1), help="Concurrent dispatch tasks (default: Spark's parallelism).")
 @click.option("--quarantine", "quarantine_path", help="JSON-lines file for rows that cannot be migrated.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True, help="A progress bar of rows dispatched.")
 @_ledger_option
 @click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
 @click.pass_context
@@ -456,7 +482,7 @@ def run(context: click.Context, /, **values: Any) -> None:
     problems = source_option_problems(values, "run") + target_option_problems(values)
     problems += spark_problems(values)
     if values["quarantine_path"]:
-        problems += preflight.writable_file_problems("--quarantine", values["quarantine_path"])
+        problems += environment_checks.writable_file_problems("--quarantine", values["quarantine_path"])
     fault = None
     try:
         fault = Fault.parse(values["fault"])
@@ -497,7 +523,7 @@ def run(context: click.Context, /, **values: Any) -> None:
         result = run_migration(session, options, tracker)
     except KeyboardInterrupt:
         raise _interrupted(context, tracker) from None
-    except preflight.PreflightRefused as error:
+    except environment_checks.EnvironmentRefused as error:
         refuse(error.problems)
         raise
     except (DestinationsRefused, LayoutError, SourceError, ValueError) as error:
@@ -545,7 +571,7 @@ def _connect_session_checked(remote: str, source: JdbcSource, log: Path) -> Spar
     except Exception as error:
         raise _spark_failure(error, log, f"--remote {remote}: no Spark Connect session") from None
     url, dialect = source.url, source.layout.dialect
-    refuse(preflight.connect_jdbc_problems(session, url, source.options(), dialect, remote))
+    refuse(environment_checks.connect_jdbc_problems(session, url, source.options(), dialect, remote))
     return session
 
 
@@ -587,7 +613,7 @@ def abort(**values: Any) -> None:
     problems = source_option_problems(values, "abort") + spark_problems(values)
     output = values["abort_output"]
     if output and values["source_path"]:
-        problems += preflight.writable_directory_problems("--abort-output", output)
+        problems += environment_checks.writable_directory_problems("--abort-output", output)
         if Path(output).resolve() == Path(values["source_path"]).resolve():
             problems.append(f"--abort-output {output}: is the export itself; give another path")
     source = export = None

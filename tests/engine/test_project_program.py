@@ -1,7 +1,7 @@
 """``pulumi up`` of the project's own program (``Pulumi.yaml``, ``infra/``) through the real engine and provider.
 
 Two stacks per broker version cover both generations, both routing topologies, instance queues, legacy timeout
-queues, parking and (from RabbitMQ 4.0) the delivery-limit policies. After ``up`` the broker holds exactly the
+queues, parking, an endpoint user with its least grants and (from RabbitMQ 4.0) the delivery-limit policies. After ``up`` the broker holds exactly the
 model (``verify_rabbitmq``, the comparison the broker tier makes), delayed messages arrive not before they are
 due, and the real provider's read of everything equals the program: ``preview`` and ``refresh`` with
 ``--expect-no-changes``. These stacks run as a DIY backend does by default, writing the state after every step
@@ -10,18 +10,20 @@ due, and the real provider's read of everything equals the program: ``preview`` 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+import pika
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
 from nsb_delays.brokers.local import LocalRabbitMq
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_topology, receiving_queues
+from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, receiving_queues
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)
@@ -41,10 +43,16 @@ def rabbitmq_section(vhost: str, generation: str, topology: str, broker_version:
         "parkUnroutable": generation == "v2",
         "deliveryLimitPolicies": broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
         "endpoints": [
-            "Sales",
+            {
+                "name": "Sales",
+                "user": {"name": f"sales-{vhost}", "passwordKey": "salesPassword", "sendsTo": ["Billing"]},
+            },
             {"name": "Billing", "instanceDiscriminators": ["blue"], "legacyTimeoutManager": True},
         ],
     }
+
+
+SALES_PASSWORD = "sales-s3cret"
 
 
 @dataclass
@@ -62,8 +70,10 @@ def deployed(request, rabbitmq: LocalRabbitMq, broker_version, module_vhost, eng
     stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("stack"), f"program-{generation}")
     stack.env |= CHECKPOINTS  # as a DIY backend runs by default: the state written after every step
     stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
+    stack.run("config", "set", "--secret", f"{NAMESPACE}:salesPassword", SALES_PASSWORD)
     stack.up()
-    yield Deployed(stack, parse_stack_config({"rabbitmq": section}), vhost)
+    secret = {"salesPassword": {"secure": "(encrypted)"}}
+    yield Deployed(stack, parse_stack_config({"rabbitmq": section, **secret}), vhost)
     remove_stack(stack)
 
 
@@ -104,6 +114,34 @@ def test_delayed_messages_arrive_through_what_up_declared(
         if sorted(got.expired_in) != sorted(bits) or sum(ttl_ms[q] for q in bits) != send.delay_seconds * 1000:
             problems.append(f"{send.delay_seconds} s to {send.destination}: waited out {sorted(got.expired_in)}")
     assert not problems
+
+
+def test_up_creates_the_endpoint_user_with_its_grants_and_it_logs_in(
+    deployed: Deployed, rabbitmq: LocalRabbitMq, management: ManagementApi
+) -> None:
+    """The user, its tags, permissions and 29 topic permissions as the plan derives them; its password works."""
+    config = deployed.config.rabbitmq
+    assert config is not None
+    (grants,) = rabbitmq_plan(config).grants
+    user = management.request("GET", f"users/{grants.user}")
+    tags = user["tags"] if isinstance(user["tags"], list) else [t for t in user["tags"].split(",") if t]
+    assert tags == list(grants.tags)
+    vhost = path_segment(deployed.vhost)
+    permissions = management.request("GET", f"permissions/{vhost}/{grants.user}")
+    assert (permissions["configure"], permissions["write"], permissions["read"]) == (
+        grants.configure,
+        grants.write,
+        grants.read,
+    )
+    topic = management.request("GET", f"topic-permissions/{vhost}/{grants.user}")
+    assert sorted((t["exchange"], t["write"], t["read"]) for t in topic) == sorted(
+        (t.exchange, t.write, t.read) for t in grants.topic
+    )
+    parameters = pika.URLParameters(rabbitmq.amqp_url)
+    parameters.credentials = pika.PlainCredentials(grants.user, SALES_PASSWORD)
+    parameters.virtual_host = deployed.vhost
+    with contextlib.closing(pika.BlockingConnection(parameters)) as connection:
+        connection.channel().basic_qos(prefetch_count=1)
 
 
 def test_preview_after_up_shows_no_changes(deployed: Deployed) -> None:

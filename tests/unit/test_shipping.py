@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.pipeline import preflight
+from nsb_delays.pipeline import environment_checks
 from nsb_delays.pipeline.shipping import (
     SUBPACKAGES,
     connect_client_requirements,
@@ -101,24 +101,24 @@ def test_an_unknown_helper_option_is_refused() -> None:
 
 @pytest.mark.parametrize("remote", ["sc://127.0.0.1:15002", "sc://host", "sc://host:15002/;token=abc;use_ssl=true"])
 def test_spark_connect_urls_that_pass(remote: str) -> None:
-    assert preflight.remote_problems(remote) == []
+    assert environment_checks.remote_problems(remote) == []
 
 
 @pytest.mark.parametrize("remote", ["http://host:15002", "host:15002", "sc:/host", "sc://host:port"])
 def test_spark_connect_urls_that_do_not(remote: str) -> None:
-    assert preflight.remote_problems(remote) == [
+    assert environment_checks.remote_problems(remote) == [
         f"--remote {remote!r} is not a Spark Connect URL (sc://host:port, optionally /;param=value…)"
     ]
 
 
 def test_a_connect_url_where_no_server_listens_is_named_with_host_port_and_reason() -> None:
-    """A Connect client connects lazily and retries for minutes; the preflight tries the port once."""
+    """A Connect client connects lazily and retries for minutes; the environment check tries the port once."""
     import socket
 
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    (problem,) = preflight.connect_server_problems(f"sc://127.0.0.1:{port}/;token=x", timeout=2)
+    (problem,) = environment_checks.connect_server_problems(f"sc://127.0.0.1:{port}/;token=x", timeout=2)
     assert problem.startswith(f"--remote sc://127.0.0.1:{port}/;token=x: no Spark Connect server answers on "
                               f"127.0.0.1:{port} (Connection refused)"), problem  # fmt: skip
 

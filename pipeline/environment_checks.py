@@ -1,4 +1,4 @@
-"""Everything ``migrate`` needs, checked before anything moves: the preflight.
+"""Everything ``migrate`` needs, checked before anything moves: its environment checks.
 
 A run hides timeouts from the legacy manager; once that happened, every later failure leaves an
 operator with a half-done migration to resume or abort. So ``run`` (and ``abort``, ``preview``) first
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from nsb_delays.brokers.management import ManagementApi
 
 
-class PreflightRefused(ValueError):
+class EnvironmentRefused(ValueError):
     """What the command needs is not there; ``problems`` lists every reason. Nothing was changed."""
 
     def __init__(self, problems: list[str]) -> None:

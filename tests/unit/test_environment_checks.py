@@ -1,4 +1,4 @@
-"""The preflight's pieces that need no service: column types per driver, Spark masters, export identity,
+"""The environment checks that need no service: column types per driver, Spark masters, export identity,
 the first bad JSON line, and the reasons pulled out of pika's nested connection errors."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from pymysql.constants import FIELD_TYPE
 
 from nsb_delays.brokers.amqp import amqp_failure_reason
-from nsb_delays.pipeline import preflight
+from nsb_delays.pipeline import environment_checks
 from nsb_delays.pipeline.sources import ExportSource, export_fingerprint
 
 
@@ -33,7 +33,7 @@ from nsb_delays.pipeline.sources import ExportSource, export_fingerprint
     ],
 )
 def test_column_families_per_driver(dialect, type_code, family) -> None:
-    assert preflight._column_family(dialect, type_code, None) == family
+    assert environment_checks._column_family(dialect, type_code, None) == family
 
 
 @pytest.mark.parametrize(
@@ -41,17 +41,17 @@ def test_column_families_per_driver(dialect, type_code, family) -> None:
     [("timestamp", "time"), ("bytea", "binary"), ("uuid", "uuid"), ("int4", "number"), ("jsonb", "text")],
 )
 def test_postgresql_type_names(name: str, family: str) -> None:
-    assert preflight._family_of_postgres(name) == family
+    assert environment_checks._family_of_postgres(name) == family
 
 
 @pytest.mark.parametrize("master", ["local", "local[*]", "local[4]", "local[2,3]", "spark://h:7077", "yarn"])
 def test_spark_masters_that_pass(master: str) -> None:
-    assert preflight.master_problems(master) == []
+    assert environment_checks.master_problems(master) == []
 
 
 @pytest.mark.parametrize("master", ["localhost", "local[x]", "spark:/h", "h:7077"])
 def test_spark_masters_that_do_not(master: str) -> None:
-    assert preflight.master_problems(master) == [
+    assert environment_checks.master_problems(master) == [
         f"--master {master!r} is not a Spark master URL (local[N], spark://host:port, yarn, k8s://…)"
     ]
 
@@ -78,9 +78,9 @@ def test_an_export_is_its_content_not_its_path(tmp_path: Path) -> None:
 def test_the_first_bad_json_line(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"Id": 1}\n\n[1, 2]\n{"Id": 2}\n')
-    assert preflight.first_bad_json_line(path) == (3, "[1, 2]")
+    assert environment_checks.first_bad_json_line(path) == (3, "[1, 2]")
     path.write_text('{"Id": 1}\n' + "x" * 100 + "\n")
-    assert preflight.first_bad_json_line(path) == (2, "x" * 77 + "...")
+    assert environment_checks.first_bad_json_line(path) == (2, "x" * 77 + "...")
 
 
 def test_amqp_reasons_out_of_pikas_nested_errors() -> None:
@@ -99,9 +99,9 @@ def test_amqp_reasons_out_of_pikas_nested_errors() -> None:
 
 def test_a_file_that_cannot_be_made_is_named_before_anything_runs(tmp_path: Path) -> None:
     (tmp_path / "notes").write_text("x")
-    assert preflight.writable_file_problems("--quarantine", str(tmp_path / "notes" / "q.jsonl")) == [
+    assert environment_checks.writable_file_problems("--quarantine", str(tmp_path / "notes" / "q.jsonl")) == [
         f"--quarantine {tmp_path / 'notes' / 'q.jsonl'}: {tmp_path / 'notes'} is a file, so no directory can be "
         "made under it"
     ]
-    assert preflight.writable_file_problems("--quarantine", str(tmp_path / "new" / "deeper" / "q.jsonl")) == []
+    assert environment_checks.writable_file_problems("--quarantine", str(tmp_path / "new" / "deeper" / "q.jsonl")) == []
     assert not (tmp_path / "new").exists()  # checking creates nothing
