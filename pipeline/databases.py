@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from nsb_delays.stack.redaction import without_password
 
-from .layouts import Dialect
+from .layouts import Dialect, LayoutError, dialect_of_jdbc_url
 
 DEFAULT_PORTS: dict[Dialect, int] = {"postgresql": 5432, "mssql": 1433, "mysql": 3306, "oracle": 1521}
 JDBC_URL_FORMS = (
@@ -128,22 +128,20 @@ class DbConnection:
 
 
 def connection_from_jdbc(url: str, user: str | None = None, password: str | None = None) -> DbConnection:
-    """A JDBC URL (plus the ``--jdbc-user``/``--jdbc-password``, which win) -> a ``DbConnection``."""
-    # the forms the ledger's drivers connect with: narrower than the dialects layouts.dialect_of_jdbc_url names
-    # (Oracle's OCI URLs, for one, are an Oracle dialect the thin driver cannot open)
-    if url.startswith("jdbc:postgresql://"):
-        connection = _url_connection("postgresql", url, default_database="postgres")
-    elif url.startswith(("jdbc:mysql://", "jdbc:mariadb://")):
-        connection = _url_connection("mysql", url, default_database=None)
-    elif url.startswith("jdbc:sqlserver://"):
-        connection = _sqlserver_connection(url)
-    elif url.startswith("jdbc:oracle:thin:"):
-        connection = _oracle_connection(url)
-    else:
+    """A JDBC URL (plus the ``--jdbc-user``/``--jdbc-password``, which win) -> a ``DbConnection``.
+
+    The dialect is ``layouts.dialect_of_jdbc_url``'s; each dialect's parser then takes only the forms its Python
+    driver connects with, narrower than the dialect (Oracle's OCI URLs, for one, the thin driver cannot open)."""
+    try:
+        connectable = _CONNECTABLE.get(dialect_of_jdbc_url(url))
+    except LayoutError:
+        connectable = None
+    if connectable is None or not url.startswith(connectable[0]):
         raise JdbcUrlError(
             f"the ledger cannot connect to JDBC URL {without_password(url)!r}: expected one of "
             + "; ".join(JDBC_URL_FORMS)
         )
+    connection = connectable[1](url)
     return DbConnection(
         connection.dialect,
         connection.host,
@@ -153,6 +151,14 @@ def connection_from_jdbc(url: str, user: str | None = None, password: str | None
         password if password is not None else connection.password,
         connection.sid,
     )
+
+
+def _postgresql_connection(url: str) -> DbConnection:
+    return _url_connection("postgresql", url, default_database="postgres")
+
+
+def _mysql_connection(url: str) -> DbConnection:
+    return _url_connection("mysql", url, default_database=None)
 
 
 def _url_connection(dialect: Dialect, url: str, *, default_database: str | None) -> DbConnection:
@@ -322,3 +328,12 @@ def connect(connection: DbConnection | str) -> Db:
 
         return Db("postgresql", psycopg.connect(connection))
     return Db(connection.dialect, connection.connect())
+
+
+_CONNECTABLE: dict[str, tuple[str | tuple[str, ...], Callable[[str], DbConnection]]] = {
+    "postgresql": ("jdbc:postgresql://", _postgresql_connection),
+    "mysql": (("jdbc:mysql://", "jdbc:mariadb://"), _mysql_connection),
+    "mssql": ("jdbc:sqlserver://", _sqlserver_connection),
+    "oracle": ("jdbc:oracle:thin:", _oracle_connection),
+}
+"""Per dialect, the URL prefix(es) its Python driver connects with and the parser of the rest."""
