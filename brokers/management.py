@@ -1,8 +1,8 @@
 """A small client for the RabbitMQ management HTTP API: what verify, demo, bench and the tests read and write.
 
 Only the calls this project needs: overview and feature flags (broker requirements), the exchanges,
-queues, bindings and (operator) policies of a vhost, definitions export/import, and vhost creation for
-isolated runs.
+queues, bindings and (operator) policies of a vhost, a user with its permissions and topic permissions,
+definitions export/import, and vhost creation for isolated runs.
 """
 
 from __future__ import annotations
@@ -125,6 +125,31 @@ class ManagementApi:
 
     def operator_policies(self, vhost: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"operator-policies/{path_segment(vhost)}"))
+
+    def _found(self, path: str) -> Any:
+        """``GET /api/<path>``'s body, or None when the API answers 404 (no such object)."""
+        try:
+            return self.request("GET", path)
+        except ManagementError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def user(self, name: str) -> dict[str, Any] | None:
+        """``GET /api/users/<name>``: ``name``, ``tags`` …; None when there is no such user."""
+        found = self._found(f"users/{path_segment(name)}")
+        return None if found is None else dict(found)
+
+    def permissions(self, vhost: str, user: str) -> dict[str, Any] | None:
+        """``GET /api/permissions/<vhost>/<user>``: ``configure``, ``write``, ``read``; None when the user has none
+        there (or the user or vhost does not exist: ``rabbit_mgmt_wm_permission`` answers 404 for all three)."""
+        found = self._found(f"permissions/{path_segment(vhost)}/{path_segment(user)}")
+        return None if found is None else dict(found)
+
+    def topic_permissions(self, vhost: str, user: str) -> list[dict[str, Any]]:
+        """``GET /api/topic-permissions/<vhost>/<user>``: one ``exchange``, ``write``, ``read`` entry per exchange;
+        [] when there is none (``rabbit_mgmt_wm_topic_permission`` answers 404 then, as for an unknown user)."""
+        return list(self._found(f"topic-permissions/{path_segment(vhost)}/{path_segment(user)}") or [])
 
     def vhost_exists(self, vhost: str) -> bool:
         return any(v["name"] == vhost for v in self.request("GET", "vhosts"))

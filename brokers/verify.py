@@ -6,9 +6,11 @@ included: a string TTL is drift). Bindings out of our delay-level exchanges that
 know are drift too; delivery bindings of endpoints outside this stack are not (installers add them).
 Quorum receiving queues: NServiceBus's delivery-limit policy (when the stack declares it) and any
 delivery limit NServiceBus.RabbitMQ 10+ would refuse to start on, from wherever it comes.
+Endpoint users (``user:`` of an endpoint): each exists with exactly the tags, permissions and topic permissions
+``components.model.permissions.endpoint_user_grants`` gives it, and no other topic permission in the vhost.
 SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares.
 
-``preflight_rabbitmq`` is the check before a change: broker requirements and every existing policy
+``check_before_provisioning`` is the check before a change: broker requirements and every existing policy
 that would make an endpoint refuse to start, read from the policy lists (the queues may not exist yet).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,8 +26,9 @@ from typing import Any, Literal
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.permissions import UserGrants
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
-from nsb_delays.stack.plan import rabbitmq_topology, sqs_queue_specs
+from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, sqs_queue_specs
 
 from .management import ManagementApi
 
@@ -209,7 +213,7 @@ def delivery_limit_drifts(
     return drifts
 
 
-def preflight_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
+def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """What must be fixed before provisioning ``config`` into this broker: broker requirements, and every policy
     or existing queue argument that would make an endpoint refuse to start (nothing is changed)."""
     topology = rabbitmq_topology(config)
@@ -357,9 +361,84 @@ def alternate_exchange_drifts(topology: rmq.Topology, exchanges: Iterable[dict[s
     return drifts
 
 
+def user_tags(tags: Any) -> list[str]:
+    """A user's ``tags`` from ``GET /api/users/<name>``, sorted (RabbitMQ keeps no order). RabbitMQ 3.10.8 and
+    4.0.5 answer a JSON list (``rabbit_mgmt_format:internal_user/1`` -> ``tags_as_binaries/1``, read from the
+    installed plugins' debug info); the HTTP API reference (``priv/www/api/index.html``, ``/api/users/name``) calls
+    ``tags`` "a comma-separated list of tags", which older brokers answered as one string: both are read."""
+    if isinstance(tags, str):
+        return sorted(tag.strip() for tag in tags.split(",") if tag.strip())
+    return sorted(str(tag) for tag in tags or [])
+
+
+def _rabbitmqctl(*words: str) -> str:
+    return " ".join(["rabbitmqctl", *(shlex.quote(word) for word in words)])
+
+
+# The provider reads a user's live tags, permissions and every topic permission of the user in the vhost back on
+# refresh, and an update of topic permissions clears them all before it sets the declared ones
+# (cyrilgdn/terraform-provider-rabbitmq rabbitmq/resource_topic_permissions.go ``ReadTopicPermissions``,
+# ``UpdateTopicPermissions``): a refreshing update restores exactly the grants, extra entries removed.
+REFRESH_FIX = "pulumi up --refresh (the refresh reads the live user back, the update restores the stack's grants)"
+
+
+def user_drifts(
+    grants: UserGrants, user: dict[str, Any] | None, permissions: dict[str, Any] | None, topic: Iterable[dict[str, Any]]
+) -> list[Drift]:
+    """One endpoint user as the management API shows it (``user``/``permissions`` None when absent) vs ``grants``:
+    tags, the three permission regexes, each topic permission's write/read, and no topic permission beyond them.
+    Each fix is ``pulumi up --refresh`` or the ``rabbitmqctl`` command that sets exactly the expected value."""
+    name, vhost = grants.user, grants.vhost
+    if user is None:
+        return [Drift("missing", f"user {name}", "", "exists", ABSENT, REFRESH_FIX)]
+    drifts = []
+    tags = user_tags(user.get("tags"))
+    if tags != sorted(grants.tags):
+        fix = f"{REFRESH_FIX}, or {_rabbitmqctl('set_user_tags', name, *grants.tags)}"
+        drifts.append(Drift("different", f"user {name}", "tags", shown(sorted(grants.tags)), shown(tags), fix))
+    wanted = {"configure": grants.configure, "write": grants.write, "read": grants.read}
+    subject = f"permissions of {name}"
+    fix = f"{REFRESH_FIX}, or {_rabbitmqctl('set_permissions', '-p', vhost, name, *wanted.values())}"
+    if permissions is None:
+        drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
+    else:
+        for field, value in wanted.items():
+            if permissions.get(field) != value:
+                drifts.append(Drift("different", subject, field, shown(value), shown(permissions.get(field)), fix))
+    live = {str(entry.get("exchange")): entry for entry in topic}
+    for grant in grants.topic:
+        subject = f"topic permission of {name} on {grant.exchange}"
+        entry = live.get(grant.exchange)
+        command = _rabbitmqctl("set_topic_permissions", "-p", vhost, name, grant.exchange, grant.write, grant.read)
+        fix = f"{REFRESH_FIX}, or {command}"
+        expected = {"write": grant.write, "read": grant.read}
+        if entry is None:
+            drifts.append(Drift("missing", subject, "", shown(expected), ABSENT, fix))
+            continue
+        for field, value in expected.items():
+            if entry.get(field) != value:
+                drifts.append(Drift("different", subject, field, shown(value), shown(entry.get(field)), fix))
+    for exchange in sorted(set(live) - {grant.exchange for grant in grants.topic}):
+        entry = live[exchange]
+        fix = f"{REFRESH_FIX}, or {_rabbitmqctl('clear_topic_permissions', '-p', vhost, name, exchange)}"
+        actual = {"write": entry.get("write"), "read": entry.get("read")}
+        drifts.append(Drift("unexpected", f"topic permission of {name} on {exchange}", "", ABSENT, shown(actual), fix))
+    return drifts
+
+
+def endpoint_user_drifts(api: ManagementApi, grants: UserGrants) -> list[Drift]:
+    """``user_drifts`` of one planned user, read from the broker (its permissions only when the user exists)."""
+    user = api.user(grants.user)
+    if user is None:
+        return user_drifts(grants, None, None, [])
+    permissions = api.permissions(grants.vhost, grants.user)
+    return user_drifts(grants, user, permissions, api.topic_permissions(grants.vhost, grants.user))
+
+
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section."""
-    topology = rabbitmq_topology(config)
+    plan = rabbitmq_plan(config)
+    topology = plan.topology
     version = str(api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
@@ -368,9 +447,10 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     exchanges = api.exchanges(config.vhost)
     drifts += topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost))
     drifts += alternate_exchange_drifts(topology, exchanges)
-    return drifts + delivery_limit_drifts(
+    drifts += delivery_limit_drifts(
         topology, rmq.parse_reported_broker_version(version), api.policies(config.vhost), queues
     )
+    return drifts + [drift for grants in plan.grants for drift in endpoint_user_drifts(api, grants)]
 
 
 def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:

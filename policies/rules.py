@@ -19,8 +19,8 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
+from nsb_delays.components.model import permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.model import sqs
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
@@ -630,6 +630,14 @@ rabbitmq_endpoint_https = ResourceValidationPolicy(
 
 @tolerate_unknowns
 def validate_user_password(args: ResourceValidationArgs, report: Report) -> None:
+    """How a rule can see that an input is secret: pulumi-policy's validation path unwraps secrets before any rule
+    runs (sdk/python/lib/pulumi_policy/policy.py ``_PolicyAnalyzerServicer.Analyze`` calls
+    ``deserialize_properties`` without ``proxy_secrets``; deserialize.py ``_deserialize_property`` then returns the
+    bare value; only ``Remediate`` keeps ``Secret`` wrappers), so ``props`` never say it. What remains is the
+    resource's options: ``_get_resource_options`` hands over ``additionalSecretOutputs``, where the SDKs list the
+    secret inputs. pulumi_rabbitmq's ``User`` always lists ``password`` there (user.py ``_internal_init``), so
+    through that SDK only an empty password fails here; a password in plain text in the stack file is refused
+    earlier, by the stack config (``stack.config._check_passwords``)."""
     if args.resource_type != RABBITMQ_USER:
         return
     name = value_at(args.props, "name")
@@ -655,6 +663,63 @@ rabbitmq_user_password_secret = ResourceValidationPolicy(
     ),
     validate=validate_user_password,
     enforcement_level=MANDATORY,
+)
+
+
+# --- endpoint users ----------------------------------------------------------------------------------------
+
+EXEMPT_USERS_SCHEMA = PolicyConfigSchema(
+    properties={
+        "exemptUsers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "default": [],
+            "description": "Users this stack declares that are not endpoint users (an operator's account), "
+            "which may hold these rights.",
+        }
+    }
+)
+
+
+def exempt_users(config: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(config_value(config, EXEMPT_USERS_SCHEMA, "exemptUsers") or [])
+
+
+@tolerate_unknowns
+def validate_user_tags(args: ResourceValidationArgs, report: Report) -> None:
+    """Mandatory, as the pack's rules for whatever can lose messages are: ``administrator`` can grant itself every
+    permission in the delay graph's vhost (and so delete its level queues), ``policymaker`` can set a policy with
+    ``expires`` or ``message-ttl`` over the level queues (``delay-queue-broker-policy`` guards only the stack's own
+    policies), and an endpoint needs neither once its delivery-limit policies are pre-created
+    (``components.model.permissions``)."""
+    if args.resource_type != RABBITMQ_USER:
+        return
+    name = value_at(args.props, "name")
+    exempt = exempt_users(args.get_config())
+    tags = resolved(value_at(args.props, "tags"))
+    if name in exempt or (name is UNKNOWN and exempt) or not isinstance(tags, list):
+        return
+    broad = [tag for tag in permissions.BROAD_TAGS if tag in tags]
+    if broad:
+        report(
+            f"RabbitMQ user {_quoted(name)} has the tag(s) {', '.join(map(repr, broad))}: it can grant itself every "
+            "permission (administrator) and delete the level queues with their delayed messages, or put a policy with "
+            "expires or message-ttl over them (policymaker). "
+            f"An endpoint needs {permissions.MANAGEMENT_TAG!r} at most; declare it as an endpoint user (an endpoint's "
+            "`user:` in the stack, RabbitMqEndpointUser), or list an operator's account in this policy's exemptUsers.",
+        )
+
+
+rabbitmq_user_no_broad_tags = ResourceValidationPolicy(
+    name="rabbitmq-user-no-broad-tags",
+    description=(
+        f"No RabbitMQ user the stack declares has a broad tag ({', '.join(permissions.BROAD_TAGS)}): either lets it "
+        "delete or re-time delayed messages through the management API. Fix: the endpoint user's least grants "
+        f"({permissions.MANAGEMENT_TAG!r} at most), or list an operator's account in exemptUsers."
+    ),
+    validate=validate_user_tags,
+    enforcement_level=MANDATORY,
+    config_schema=EXEMPT_USERS_SCHEMA,
 )
 
 
@@ -782,6 +847,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     sqs_queue_encrypted,
     rabbitmq_endpoint_https,
     rabbitmq_user_password_secret,
+    rabbitmq_user_no_broad_tags,
     delay_queue_broker_policy,
     delay_queue_protected,
     exchange_alternate_by_policy,

@@ -1,6 +1,6 @@
 """Stack rules: invariants no single resource shows - a complete level chain, bindings that lead somewhere,
 names declared once, endpoints retired in a safe order, endpoint queues whose delivery limit only
-NServiceBus's own policy sets.
+NServiceBus's own policy sets, no user with every right in a vhost that holds the delay graph.
 
 The expected graph is ``components.model.rabbitmq.delay_levels``; a rule reports each missing or
 dangling object once, against the resource that refers to it when there is one.
@@ -21,12 +21,13 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from nsb_delays.components.model import permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.model import sqs
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
     RABBITMQ_OPERATOR_POLICY,
+    RABBITMQ_PERMISSIONS,
     RABBITMQ_POLICY,
     RABBITMQ_QUEUE,
     RABBITMQ_USER,
@@ -43,7 +44,7 @@ from .props import (
     value_at,
     whole_number,
 )
-from .rules import DELIVERY_EXCHANGES
+from .rules import DELIVERY_EXCHANGES, EXEMPT_USERS_SCHEMA, exempt_users
 
 DEFAULT_VHOST = "/"
 # The argument naming a level queue's dead-letter target: the one level 00 sets to the delivery exchange.
@@ -635,6 +636,66 @@ delay_graph_parking = StackValidationPolicy(
 )
 
 
+# --- endpoint users ----------------------------------------------------------------------------------------
+
+# What a permission matching every name lets a user do to the delay graph (RabbitMQ's access control guide, the
+# table of operations and the permission each needs; binding needs write on the destination and read on the source,
+# so write and read together also let it bind or unbind any level).
+EVERYTHING_CONSEQUENCES = {
+    "configure": "delete or re-declare any level queue or exchange (a deleted level queue takes its messages)",
+    "write": "publish into any level with any routing key",
+    "read": "consume, get or purge the delayed messages of every level queue",
+}
+
+
+@tolerate_unknowns
+def validate_user_permissions(args: StackValidationArgs, report: Report) -> None:
+    """Mandatory, as the pack's rules for whatever can lose messages are: a ``.*`` permission in the vhost of the
+    delay graph lets one endpoint's bug or stolen password delete, drain or misroute every endpoint's delayed
+    messages, and no endpoint needs it (``components.model.permissions.endpoint_user_grants``). The vhost holds
+    the delay graph when this stack declares a level exchange or queue of either generation there."""
+    exempt = exempt_users(args.get_config())
+    brokers = _brokers(args.resources)
+    for resource in args.resources:
+        if resource.resource_type != RABBITMQ_PERMISSIONS or value_at(resource.props, "vhost") is UNKNOWN:
+            continue
+        key = _broker(resource)
+        generations = _generations_present(brokers[key]) if key in brokers else []
+        user = value_at(resource.props, "user")
+        granted = resolved(value_at(resource.props, "permissions"))
+        if not generations or user in exempt or (user is UNKNOWN and exempt) or not isinstance(granted, Mapping):
+            continue
+        broad = {
+            kind: pattern
+            for kind in EVERYTHING_CONSEQUENCES
+            if isinstance(pattern := granted.get(kind), str) and permissions.is_everything(pattern)
+        }
+        if broad:
+            who = f"user {user!r}" if isinstance(user, str) else "a user"
+            report(
+                f"{who} has {', '.join(f'{kind} {pattern!r}' for kind, pattern in broad.items())} in {_where(key)}, "
+                f"which holds the {'/'.join(generations)} delay graph: it can "
+                f"{'; '.join(EVERYTHING_CONSEQUENCES[kind] for kind in broad)}. Give the endpoint its least grants "
+                "(an endpoint's `user:` in the stack, RabbitMqEndpointUser), or list an operator's account in this "
+                "policy's exemptUsers.",
+                resource.urn,
+            )
+
+
+rabbitmq_user_no_wildcard_permissions = StackValidationPolicy(
+    name="rabbitmq-user-no-wildcard-permissions",
+    description=(
+        "No RabbitMQ user has a configure, write or read permission matching every name ('.*' in any spelling) in a "
+        "vhost where the stack declares the delay graph: it could delete, drain or misroute every endpoint's delayed "
+        "messages. Fix: the endpoint user's least grants (RabbitMqEndpointUser), or list an operator's account in "
+        "exemptUsers."
+    ),
+    validate=validate_user_permissions,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=EXEMPT_USERS_SCHEMA,
+)
+
+
 STACK_POLICIES: list[StackValidationPolicy] = [
     delay_level_chain_complete,
     endpoint_destinations_exist,
@@ -643,6 +704,7 @@ STACK_POLICIES: list[StackValidationPolicy] = [
     endpoint_retirement_order,
     endpoint_queue_delivery_limit,
     delay_graph_parking,
+    rabbitmq_user_no_wildcard_permissions,
 ]
 
 

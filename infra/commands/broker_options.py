@@ -60,9 +60,12 @@ def _apply(options: list[Callable[..., Any]], command: Callable[..., Any]) -> Ca
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def management_options(prefix: str = "", what: str = "the broker") -> Decorator:
-    """The management API's URL, login and TLS; ``prefix`` (e.g. ``"destination-"``) names a second broker."""
+def management_options(prefix: str = "", what: str = "the broker", *, amqp: bool = False) -> Decorator:
+    """The management API's URL, login and TLS; ``prefix`` (e.g. ``"destination-"``) names a second broker;
+    ``amqp``: the command also takes ``--amqp-url``, whose login is a default."""
     env = not prefix
+    user_for = "the management API and AMQP" if amqp else "the management API"
+    from_url = "the --amqp-url's, else " if amqp else ""
 
     def envvar(key: str) -> str | None:
         return ENVIRONMENT.get(key) if env else None
@@ -78,13 +81,13 @@ def management_options(prefix: str = "", what: str = "the broker") -> Decorator:
             _name(prefix, "username"),
             _param(prefix, "username"),
             envvar=envvar("username"),
-            help="User for the management API and AMQP. Default: the --amqp-url's, else stack rabbitmq:username.",
+            help=f"User for {user_for}. Default: {from_url}stack rabbitmq:username.",
         ),
         click.option(
             _name(prefix, "password"),
             _param(prefix, "password"),
             envvar=envvar("password"),
-            help="Its password. Default: the --amqp-url's, else stack rabbitmq:password (not a Pulumi secret).",
+            help=f"Its password. Default: {from_url}stack rabbitmq:password (not a Pulumi secret).",
         ),
         click.option(
             _name(prefix, "ca-cert"),
@@ -134,7 +137,7 @@ def broker_options(prefix: str = "", what: str = "the broker", *, nodes: bool = 
             _param(prefix, "stack"),
             help=f"Stack name (Pulumi.<stack>.yaml) or a stack YAML path: defaults for {what}.",
         ),
-        management_options(prefix, what),
+        management_options(prefix, what, amqp=True),
         click.option(_name(prefix, "amqp-url"), _param(prefix, "amqp_url"), multiple=nodes, help=amqp_help),
         click.option(
             _name(prefix, "vhost"),

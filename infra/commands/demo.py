@@ -31,7 +31,7 @@ from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
 from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.brokers.verify import POLICIES_SWITCH, preflight_rabbitmq, verify_rabbitmq, verify_sqs
+from nsb_delays.brokers.verify import POLICIES_SWITCH, check_before_provisioning, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.pulumi_engine import (
@@ -221,7 +221,7 @@ def provision_rabbitmq(
     api = management_api(broker)
     try:
         check_amqp(broker.amqp_url, stack.rabbitmq.vhost if api.vhost_exists(stack.rabbitmq.vhost) else "/")
-        problems = preflight_rabbitmq(api, stack.rabbitmq)
+        problems = check_before_provisioning(api, stack.rabbitmq)
         if problems:
             print_drifts(console, problems)
             raise DemoRefused(

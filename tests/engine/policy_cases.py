@@ -132,6 +132,22 @@ def delivery_limit_policy_over_sales(vhost: str) -> None:
     )
 
 
+def administrator_user(vhost: str) -> None:
+    rabbitmq.User(
+        "ops-user", name="ops", password=pulumi.Output.secret("never-sent-by-a-preview"), tags=["administrator"]
+    )
+
+
+def everything_for_sales(vhost: str) -> None:
+    """``.*`` for a user in the vhost where the user's program declares the delay graph."""
+    rabbitmq.Permissions(
+        "sales-everything",
+        user="Sales",
+        vhost=vhost,
+        permissions=rabbitmq.PermissionsPermissionsArgs(configure=".*", write=".*", read=".*"),
+    )
+
+
 CASES: dict[str, Case] = {
     "empty-password": Case("rabbitmq-user-password-secret", empty_password_user),
     "ttl-policy": Case("delay-queue-broker-policy", ttl_policy_over_the_levels),
@@ -145,4 +161,6 @@ CASES: dict[str, Case] = {
     "delivery-key-without-wildcard": Case("endpoint-delivery-binding", delivery_binding_without_the_wildcard),
     "alternate-exchange-argument": Case("exchange-alternate-by-policy", alternate_exchange_as_argument),
     "delivery-limit-policy": Case("endpoint-queue-delivery-limit", delivery_limit_policy_over_sales),
+    "administrator-user": Case("rabbitmq-user-no-broad-tags", administrator_user),
+    "everything-for-sales": Case("rabbitmq-user-no-wildcard-permissions", everything_for_sales),
 }
