@@ -9,7 +9,8 @@ declares exactly what the plan holds (``test_render``: definitions import == ``p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
@@ -62,37 +63,32 @@ class StackPlan:
     msmq: MsmqConfig | None
 
 
+S = TypeVar("S")
+
+
+def settings_of(settings_type: type[S], *sources: object, **given: Any) -> S:
+    """``settings_type`` filled from ``sources`` by field name, a later source winning (an endpoint's own value over
+    its section's), then ``given``: so a new setting named alike in config and settings needs no line here."""
+    names = [field.name for field in fields(settings_type)]  # type: ignore[arg-type]  # a settings dataclass
+    values: dict[str, Any] = {}
+    for source in sources:
+        values |= {name: getattr(source, name) for name in names if hasattr(source, name)}
+    return settings_type(**(values | given))
+
+
 def rabbitmq_plan(config: RabbitMqConfig) -> RabbitMqPlan:
     return RabbitMqPlan(
         config,
-        DelayInfrastructureSettings(config.generation, config.park_unroutable),
-        SharedQueuesSettings(config.routing_topology, config.queue_type, config.error_queue, config.audit_queue),
+        settings_of(DelayInfrastructureSettings, config),
+        settings_of(SharedQueuesSettings, config),
+        tuple(settings_of(EndpointSettings, config, endpoint, endpoint=endpoint.name) for endpoint in config.endpoints),
         tuple(
-            EndpointSettings(
-                endpoint.name,
-                generation=config.generation,
-                routing_topology=config.routing_topology,
-                queue_type=endpoint.queue_type,
-                instance_discriminators=endpoint.instance_discriminators,
-                legacy_timeout_manager=endpoint.legacy_timeout_manager,
-                delivery_limit_policies=config.delivery_limit_policies,
-                park_unroutable=config.park_unroutable,
-                broker_version=config.broker_version,
-            )
-            for endpoint in config.endpoints
-        ),
-        tuple(
-            EndpointUserSettings(
-                endpoint.user.name,
-                endpoint.receiving_queues(),
-                sends_to=endpoint.user.sends_to,
-                publishes=endpoint.user.publishes,
-                subscribes_to=endpoint.user.subscribes_to,
-                management_api=endpoint.user.management_api,
-                routing_topology=config.routing_topology,
-                generation=config.generation,
-                error_queue=config.error_queue,
-                audit_queue=config.audit_queue,
+            settings_of(
+                EndpointUserSettings,
+                config,
+                endpoint.user,
+                user=endpoint.user.name,
+                receiving_queues=endpoint.receiving_queues(),
             )
             for endpoint in config.endpoints
             if endpoint.user is not None
@@ -105,14 +101,7 @@ def sqs_plan(config: SqsConfig) -> SqsPlan:
     return SqsPlan(
         config,
         tuple(
-            SqsEndpointSettings(
-                endpoint.name,
-                queue_name_prefix=config.queue_name_prefix,
-                delayed_delivery=endpoint.delayed_delivery,
-                message_retention_seconds=endpoint.message_retention_seconds,
-                encrypted=config.encrypted,
-            )
-            for endpoint in config.endpoints
+            settings_of(SqsEndpointSettings, config, endpoint, endpoint=endpoint.name) for endpoint in config.endpoints
         ),
     )
 
