@@ -26,7 +26,7 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench diagram clean
+.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench diagram docs clean
 
 setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine
 
@@ -115,7 +115,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not broker and not engine and not spark and not sparkcluster and not packaging and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "not broker and not engine and not spark and not sparkcluster and not packaging and not cluster and not docs" $(PYTEST_ARGS)
 
 # The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
 # Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.
@@ -123,6 +123,12 @@ diagram: setup
 	$(VENV)/bin/nsb-delays render --stack dev --format mermaid -o $(DIAGRAM:.png=.mmd)
 	$(MMDC) -w 1300 -i $(DIAGRAM:.png=.mmd) -o $(DIAGRAM)
 	rm $(DIAGRAM:.png=.mmd)
+
+# The documentation site (mkdocs.yml) into site/. Strict: a broken internal link or anchor, a page missing from
+# the nav, a reference that cannot be generated or a Mermaid diagram mermaid-cli cannot draw fails it. External
+# links are not fetched. `make test` builds it too (tests/docs) and opens it in headless chromium.
+docs: $(STAMP) $(NODE_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The folders installed as nsb_delays.<folder>. .mypy-path/nsb_delays/<folder> are committed symlinks to them (see
 # pyproject's [tool.mypy]); lint re-makes them, for a checkout that turned them into plain files.

@@ -164,6 +164,84 @@ _SQS_ENDPOINT_KEYS = {
     "messageRetentionSeconds": ("message_retention_seconds", int, None),
 }
 
+# What each key does, by section as ``key_tables`` names them: the docs site's configuration reference
+# (docs/reference/configuration.md) is generated from the key tables and this text; tests/docs fails when a key is
+# accepted but not described, or described but not accepted.
+KEY_DOCS: dict[str, dict[str, str]] = {
+    "rabbitmq": {
+        "vhost": "The virtual host that holds the delay graph and the endpoints' queues.",
+        "generation": "The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy "
+        "level queues, `nsb.delay-level-NN`).",
+        "routingTopology": "The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to "
+        "the delivery exchange) or `direct` (the queue bound to the delivery exchange itself).",
+        "queueType": "The type of the endpoint, error and audit queues (an endpoint's own `queueType` overrides it).",
+        "protectDelayQueues": "Declare the 28 level queues with `protect` and `retainOnDelete`: `pulumi up` and "
+        "`pulumi destroy` refuse to replace or delete them (and their messages).",
+        "parkUnroutable": "Park delayed messages that no binding routes in `nsb.v2.delay-unroutable` (v1: "
+        "`nsb.delay-unroutable`), the delivery and endpoint exchanges' alternate exchange, instead of dropping them.",
+        "adoptExisting": "Import the topology NServiceBus installers already declared instead of creating it.",
+        DELIVERY_LIMIT_POLICIES_KEY: "Pre-create NServiceBus's `nsb.<queue>.delivery-limit` policy for each quorum "
+        "receiving queue. Default: true from `brokerVersion` 4.0, false below; false when the policies are managed "
+        "elsewhere.",
+        BROKER_VERSION_KEY: "The RabbitMQ version the stack targets, a quoted `MAJOR.MINOR[.PATCH]` string (at "
+        "least `3.10`): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work.",
+        "errorQueue": "The error queue every endpoint may send to.",
+        "auditQueue": "The audit queue every endpoint may send to.",
+        "endpoints": "The endpoints: each a name, or a mapping with `name` and the keys below.",
+    },
+    "rabbitmq.endpoints[]": {
+        "name": "The endpoint's name and its queue's (required); dotted names work.",
+        "instanceDiscriminators": "Adds a queue `<name>-<discriminator>` with its own delivery binding for each.",
+        "legacyTimeoutManager": "Adds the legacy timeout manager's queues `<name>.Timeouts` and "
+        "`<name>.TimeoutsDispatcher`.",
+        "queueType": "This endpoint's queue type (default: the section's `queueType`).",
+        "user": "A least-privilege RabbitMQ user for this endpoint, with the keys below.",
+    },
+    "rabbitmq.endpoints[].user": {
+        "name": "The user's name (default: the endpoint's).",
+        "passwordKey": "The stack config key `nsb-delays:<key>` that holds the password as a Pulumi secret "
+        "(required; a password in plain text is refused).",
+        "sendsTo": "Queues of this stack it sends to, immediately or delayed (error and audit are implied).",
+        "publishes": "Event exchanges it publishes to, as NServiceBus names them (`Namespace:TypeName`), base "
+        "classes and interfaces included.",
+        "subscribesTo": "Event exchanges it subscribes to, named as for `publishes`.",
+        "managementApi": "Give the `management` tag, for NServiceBus's broker checks at start-up.",
+    },
+    "sqs": {
+        "queueNamePrefix": "Prepended to every queue name unless the name already starts with it.",
+        "messageRetentionSeconds": "Input queues' retention, 61 to 1,209,600 seconds; delay queues keep at least "
+        "345,600 (an endpoint's own value overrides it).",
+        "encrypted": "SQS-managed server-side encryption (SSE-SQS) on every queue.",
+        "endpoints": "The endpoints: each a name, or a mapping with `name` and the keys below.",
+    },
+    "sqs.endpoints[]": {
+        "name": "The endpoint's name (required), sanitised into an SQS queue name.",
+        "delayedDelivery": "Declare the endpoint's `-delay.fifo` queue for the SQS transport's delayed delivery.",
+        "messageRetentionSeconds": "This endpoint's input queue retention (default: the section's).",
+    },
+    "msmq": {
+        "schema": "The SQL Server schema of the delayed-message tables (scripts only).",
+        "endpoints": "Endpoints of MSMQ transport 2.x whose delayed messages live in a `<endpoint>.timeouts` table.",
+    },
+}
+
+
+def key_tables() -> dict[str, Mapping[str, tuple[str, Any, Any]]]:
+    """Every key the parser accepts, by section (``rabbitmq`` is ``nsb-delays:rabbitmq``, ``rabbitmq.endpoints[]``
+    an entry of its ``endpoints``), each as ``(python field, expected type(s), allowed values or None)``."""
+    return {
+        "rabbitmq": {
+            **_RABBITMQ_KEYS,
+            BROKER_VERSION_KEY: ("broker_version", str, None),
+            "endpoints": ("endpoints", list, None),
+        },
+        "rabbitmq.endpoints[]": _RABBITMQ_ENDPOINT_KEYS,
+        "rabbitmq.endpoints[].user": _ENDPOINT_USER_KEYS,
+        "sqs": {**_SQS_KEYS, "endpoints": ("endpoints", list, None)},
+        "sqs.endpoints[]": _SQS_ENDPOINT_KEYS,
+        "msmq": _MSMQ_KEYS,
+    }
+
 
 def _fields(
     raw: Any, path: str, keys: Mapping[str, tuple[str, Any, Any]], problems: list[str], extra: tuple[str, ...] = ()

@@ -161,7 +161,14 @@ def as_json(context: dict[str, Any]) -> str:
 def register(cli: click.Group) -> None:
     @cli.command()
     @click.option("--stack", required=True, help=STACK_HELP)
-    @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True)
+    @click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(FORMATS),
+        default="text",
+        show_default=True,
+        help="text: a table for the terminal; markdown: a pull-request comment; json: for scripts.",
+    )
     @click.option(
         "--policy-config",
         type=click.Path(dir_okay=False),

@@ -54,7 +54,11 @@ def register(cli: click.Group) -> None:
     @click.argument("delay", metavar="DELAY")
     @click.argument("destination")
     @click.option(
-        "--generation", type=click.Choice(model.GENERATIONS), default=model.DEFAULT_GENERATION, show_default=True
+        "--generation",
+        type=click.Choice(model.GENERATIONS),
+        default=model.DEFAULT_GENERATION,
+        show_default=True,
+        help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
     )
     @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
     def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:

@@ -42,7 +42,13 @@ def register(cli: click.Group) -> None:
 
     @cli.command(name="render", help=f"Render a stack as a file. Formats — {formats_help}.")
     @click.option("--stack", required=True, help=STACK_HELP)
-    @click.option("--format", "format_name", type=click.Choice(list(FORMATS)), required=True)
+    @click.option(
+        "--format",
+        "format_name",
+        type=click.Choice(list(FORMATS)),
+        required=True,
+        help="What to render (each format is described above).",
+    )
     @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
     @click.option(
         "--passwords",
