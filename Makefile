@@ -5,8 +5,6 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
-MMDC := node_modules/.bin/mmdc -p puppeteer-config.json --quiet
-DIAGRAM := docs/dev-stack-graph.png
 # RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/local.py
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
@@ -26,7 +24,7 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench diagram docs clean
+.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench docs clean
 
 setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine
 
@@ -116,13 +114,6 @@ test: setup
 
 unit: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not broker and not engine and not spark and not sparkcluster and not packaging and not cluster and not docs" $(PYTEST_ARGS)
-
-# The README's picture of the dev stack's graph, rendered by mermaid-cli from `render --format mermaid`.
-# Drawn at its natural width (-w), so the text stays sharp; the .mmd is a temporary file.
-diagram: setup
-	$(VENV)/bin/nsb-delays render --stack dev --format mermaid -o $(DIAGRAM:.png=.mmd)
-	$(MMDC) -w 1300 -i $(DIAGRAM:.png=.mmd) -o $(DIAGRAM)
-	rm $(DIAGRAM:.png=.mmd)
 
 # The documentation site (mkdocs.yml) into site/. Strict: a broken internal link or anchor, a page missing from
 # the nav, a reference that cannot be generated or a Mermaid diagram mermaid-cli cannot draw fails it. External
