@@ -24,12 +24,18 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root engine demo test unit lint bench docs clean
+.PHONY: setup system-packages rabbitmq4-root engine actionlint demo test unit lint bench docs clean
 
-setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine
+setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint
 
 engine: $(STAMP)
 	@bash engine/build.sh $(PY)
+
+# actionlint for the GitHub Actions workflow in ci-templates/ (tests/packaging/test_ci_templates.py), built from the Go
+# module pinned in actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (actionlint/build.sh).
+export NSB_ACTIONLINT_DIR := $(or $(NSB_ACTIONLINT_DIR),$(CURDIR)/.cache/actionlint)
+actionlint:
+	@bash actionlint/build.sh
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).

@@ -130,7 +130,8 @@ def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> Non
     schema = json.loads(result.stdout)
     assert schema["name"] == PACKAGE
     assert set(schema["resources"]) == {
-        f"{PACKAGE}:index:{name}" for name in ("RabbitMqDelayInfrastructure", "RabbitMqEndpoint", "SqsEndpoint")
+        f"{PACKAGE}:index:{name}"
+        for name in ("RabbitMqDelayInfrastructure", "RabbitMqEndpoint", "RabbitMqEndpointUser", "SqsEndpoint")
     }
 
 

