@@ -99,7 +99,7 @@ def test_metadata_as_pypi_expects_it(built: Built) -> None:
         "Issues",
     }
     assert meta["Description-Content-Type"] == "text/markdown"
-    assert set(meta.get_all("Provides-Extra")) == {"spark", "dev"}
+    assert set(meta.get_all("Provides-Extra")) == {"spark", "docs", "dev"}
     spark = {
         re.split(r"[<>=\[;]", requirement)[0]
         for requirement in meta.get_all("Requires-Dist")
