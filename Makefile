@@ -119,7 +119,7 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not broker and not engine and not spark and not sparkcluster and not packaging and not cluster and not docs" $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml) into site/. Strict: a broken internal link or anchor, a page missing from
 # the nav, a reference that cannot be generated or a Mermaid diagram mermaid-cli cannot draw fails it. External
