@@ -241,13 +241,13 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
     return drifts
 
 
-def _compare(subject: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[Drift]:
+def _compare(subject: str, expected: dict[str, Any], actual: dict[str, Any], fix: str = "") -> list[Drift]:
     drifts = []
     for field, value in expected.items():
         if field == "arguments":
             drifts += _compare_arguments(subject, value, actual.get("arguments") or {})
         elif actual.get(field) != value or type(actual.get(field)) is not type(value):
-            drifts.append(Drift("different", subject, field, shown(value), shown(actual.get(field))))
+            drifts.append(Drift("different", subject, field, shown(value), shown(actual.get(field)), fix))
     return drifts
 
 
@@ -402,9 +402,7 @@ def user_drifts(
     if permissions is None:
         drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
     else:
-        for field, value in wanted.items():
-            if permissions.get(field) != value:
-                drifts.append(Drift("different", subject, field, shown(value), shown(permissions.get(field)), fix))
+        drifts += _compare(subject, wanted, permissions, fix)
     live = {str(entry.get("exchange")): entry for entry in topic}
     for grant in grants.topic:
         subject = f"topic permission of {name} on {grant.exchange}"
@@ -414,10 +412,8 @@ def user_drifts(
         expected = {"write": grant.write, "read": grant.read}
         if entry is None:
             drifts.append(Drift("missing", subject, "", shown(expected), ABSENT, fix))
-            continue
-        for field, value in expected.items():
-            if entry.get(field) != value:
-                drifts.append(Drift("different", subject, field, shown(value), shown(entry.get(field)), fix))
+        else:
+            drifts += _compare(subject, expected, entry, fix)
     for exchange in sorted(set(live) - {grant.exchange for grant in grants.topic}):
         entry = live[exchange]
         fix = f"{REFRESH_FIX}, or {_rabbitmqctl('clear_topic_permissions', '-p', vhost, name, exchange)}"

@@ -93,6 +93,10 @@ class RabbitMqConfig:
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
     endpoints: tuple[RabbitMqEndpointConfig, ...] = ()
 
+    def receiving_queues(self) -> tuple[str, ...]:
+        """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
+        return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues())
+
 
 @dataclass(frozen=True)
 class SqsEndpointConfig:
@@ -344,10 +348,10 @@ def _endpoint_user(raw: Any, endpoint: str, path: str, problems: list[str]) -> E
         if bad:
             problems.append(f"{where}.{key}: every entry must be a non-empty string, got {bad!r}")
         fields[attr] = tuple(name for name in names if name not in bad)
-    for key, attr in (("name", "name"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
-        names = [fields[attr]] if attr == "name" else fields[attr]
+    for key, names in (("name", [fields["name"]]), ("publishes", fields["publishes"]),
+                       ("subscribesTo", fields["subscribes_to"])):  # fmt: skip
         for name in names:
-            for problem in permissions.name_problems(name if isinstance(name, str) else ""):
+            for problem in permissions.name_problems(name):
                 problems.append(f"{where}.{key}: {name!r} {problem}")
     if len(problems) > before:
         return None
@@ -356,7 +360,7 @@ def _endpoint_user(raw: Any, endpoint: str, path: str, problems: list[str]) -> E
 
 def _check_endpoint_users(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     """Each user's destinations are queues of this stack; no user name twice."""
-    known = {*receiving_queue_names(config), config.error_queue, config.audit_queue}
+    known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
     users = [(i, e.user) for i, e in enumerate(config.endpoints) if e.user is not None]
     for i, user in users:
         unknown = [d for d in user.sends_to if d not in known]
@@ -369,10 +373,6 @@ def _check_endpoint_users(config: RabbitMqConfig, path: str, problems: list[str]
     for name, count in Counter(user.name for _, user in users).items():
         if count > 1:
             problems.append(f"{path}.endpoints: user {name!r} is given to {count} endpoints (one user per endpoint)")
-
-
-def receiving_queue_names(config: RabbitMqConfig) -> tuple[str, ...]:
-    return tuple(queue for endpoint in config.endpoints for queue in endpoint.receiving_queues())
 
 
 def password_keys(rabbitmq: Any) -> tuple[str, ...]:
@@ -459,8 +459,7 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
     for name, count in Counter(queues).items():
         if count > 1:
             problems.append(f"{path}.endpoints: queue {name!r} is declared {count} times (duplicate endpoint or queue)")
-    delivery_targets = [q for e in config.endpoints for q in e.receiving_queues()]
-    for a, b in rmq.shadowing_addresses(delivery_targets):
+    for a, b in rmq.shadowing_addresses(list(config.receiving_queues())):
         problems.append(
             f"{path}.endpoints: {a!r} would also receive delayed messages addressed to {b!r} "
             f"(its binding {rmq.endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"

@@ -67,12 +67,13 @@ S = TypeVar("S")
 
 
 def settings_of(settings_type: type[S], *sources: object, **given: Any) -> S:
-    """``settings_type`` filled from ``sources`` by field name, a later source winning (an endpoint's own value over
-    its section's), then ``given``: so a new setting named alike in config and settings needs no line here."""
-    names = [field.name for field in fields(settings_type)]  # type: ignore[arg-type]  # a settings dataclass
+    """``settings_type`` filled from the fields of the ``sources`` (config dataclasses) by name, a later source
+    winning (an endpoint's own value over its section's), then ``given``: so a new setting named alike in config and
+    settings needs no line here. Fields only: a config's method of the same name is not a setting."""
+    names = {field.name for field in fields(settings_type)}  # type: ignore[arg-type]  # a settings dataclass
     values: dict[str, Any] = {}
     for source in sources:
-        values |= {name: getattr(source, name) for name in names if hasattr(source, name)}
+        values |= {field.name: getattr(source, field.name) for field in fields(source) if field.name in names}  # type: ignore[arg-type]
     return settings_type(**(values | given))
 
 
@@ -122,7 +123,7 @@ def rabbitmq_topology(config: RabbitMqConfig) -> rmq.Topology:
 
 def receiving_queues(config: RabbitMqConfig) -> tuple[str, ...]:
     """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
-    return tuple(queue for endpoint in config.endpoints for queue in endpoint.receiving_queues())
+    return config.receiving_queues()
 
 
 def sqs_queue_specs(config: SqsConfig) -> tuple[tuple[str, sqs.SqsQueueSpec], ...]:

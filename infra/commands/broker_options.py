@@ -286,11 +286,14 @@ def resolve_rabbitmq(
     if refused:
         raise CommandError(refused)
     in_url = urlsplit(urls[0]) if urls else None
-    user = value("username") or (in_url and in_url.username and unquote(in_url.username))
-    password = value("password") or (in_url and in_url.password and unquote(in_url.password))
+    url_login = (
+        unquote(in_url.username) if in_url and in_url.username else None,
+        unquote(in_url.password) if in_url and in_url.password else None,
+    )
     # An AMQP URL without a login means pika's default, guest: so for the management API too, unless the stack says.
     url_default = ("guest", "guest") if urls else None
-    management = resolve_management(values, prefix, defaults, user or None, password or None, url_default)
+    tls = _tls_files(values, prefix, defaults)
+    management = resolve_management(values, prefix, defaults, url_login, url_default, tls)
     if not urls:
         endpoint = urlsplit(management.url)
         scheme, port = ("amqps", AMQPS_PORT) if endpoint.scheme == "https" else ("amqp", AMQP_PORT)
@@ -299,9 +302,8 @@ def resolve_rabbitmq(
     stack_vhost = defaults.config.rabbitmq.vhost if defaults.config and defaults.config.rabbitmq else None
     vhost = value("vhost") or (unquote(url_vhost) if url_vhost else None) or stack_vhost or "/"
     nodes = AmqpNodes(
-        tuple(urls), vhost, (management.username, management.password), tls_material(values, prefix, defaults),
-        connection_name,
-    )  # fmt: skip
+        tuple(urls), vhost, (management.username, management.password), tls_material(tls), connection_name
+    )
     return ResolvedBroker(management, nodes)
 
 
@@ -310,7 +312,10 @@ def resolve_broker(values: Mapping[str, Any], prefix: str = "", connection_name:
     return resolve_rabbitmq(values, prefix, connection_name).side()
 
 
-def _tls_files(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) -> tuple[Any, Any, Any, bool]:
+TlsFiles = tuple[Any, Any, Any, bool]  # CA bundle, client certificate, client key (paths or None), insecure
+
+
+def _tls_files(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) -> TlsFiles:
     def value(option: str) -> Any:
         return values.get(_param(prefix, option))
 
@@ -323,8 +328,8 @@ def _tls_files(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) 
     return ca, cert, key, bool(insecure)
 
 
-def tls_material(values: Mapping[str, Any], prefix: str, defaults: StackDefaults) -> TlsMaterial:
-    ca, cert, key, insecure = _tls_files(values, prefix, defaults)
+def tls_material(files: TlsFiles) -> TlsMaterial:
+    ca, cert, key, insecure = files
     try:
         return TlsMaterial.from_files(ca, cert, key, insecure)
     except OSError as error:
@@ -335,24 +340,24 @@ def resolve_management(
     values: Mapping[str, Any],
     prefix: str = "",
     defaults: StackDefaults | None = None,
-    user: str | None = None,
-    password: str | None = None,
+    url_login: tuple[str | None, str | None] = (None, None),
     last_resort: tuple[str, str] | None = None,
+    tls: TlsFiles | None = None,
 ) -> ManagementApi:
-    """The management API client from flags, environment, ``user``/``password`` (an AMQP URL's), the stack,
-    then ``last_resort``."""
+    """The management API client; its login from flags or environment, then ``url_login`` (an AMQP URL's), the
+    stack, then ``last_resort``; ``tls``: the TLS files when the caller resolved them already."""
     defaults = defaults or stack_defaults(values.get(_param(prefix, "stack")), _name(prefix, "stack"))
     url = values.get(_param(prefix, "management_url")) or defaults.provider(
         "rabbitmq:endpoint", _name(prefix, "management-url")
     )
     user = (
-        user
-        or values.get(_param(prefix, "username"))
+        values.get(_param(prefix, "username"))
+        or url_login[0]
         or defaults.provider("rabbitmq:username", _name(prefix, "username"))
     )
     password = (
-        password
-        or values.get(_param(prefix, "password"))
+        values.get(_param(prefix, "password"))
+        or url_login[1]
         or defaults.provider("rabbitmq:password", _name(prefix, "password"))
     )
     if last_resort and not user and not password:
@@ -371,7 +376,7 @@ def resolve_management(
     url = str(url)
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         raise CommandError(f"{_name(prefix, 'management-url')} {url!r} is not an http:// or https:// URL")
-    ca, cert, key, insecure = _tls_files(values, prefix, defaults)
+    ca, cert, key, insecure = tls or _tls_files(values, prefix, defaults)
     if insecure:  # asked for explicitly: one note instead of a warning per request
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         click.echo(f"note: TLS certificate checks are off ({_name(prefix, 'insecure')} / rabbitmq:insecure)", err=True)

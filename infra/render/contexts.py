@@ -24,21 +24,17 @@ def definitions_context(
     existing one (``rabbit_auth_backend_internal:put_user``), so a file without them must not carry users."""
     config = stack.rabbitmq
     assert config is not None
-    grants = rabbitmq_plan(config).grants
+    plan = rabbitmq_plan(config)
+    grants = plan.grants
     if passwords is not None:
         missing = sorted(grant.user for grant in grants if grant.user not in passwords)
         unknown = sorted(set(passwords) - {grant.user for grant in grants})
-        if missing or unknown:
+        parts = [f"missing {', '.join(missing)}"] if missing else []
+        parts += [f"not a user of this stack: {', '.join(unknown)}"] if unknown else []
+        if parts:
             raise ValueError(
                 "--passwords must give a password for each endpoint user of the stack and nothing else: "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"missing {', '.join(missing)}" if missing else "",
-                        f"not a user of this stack: {', '.join(unknown)}" if unknown else "",
-                    )
-                    if part
-                )
+                + "; ".join(parts)
             )
     users = [
         {
@@ -50,7 +46,7 @@ def definitions_context(
         for grant in grants
         if passwords is not None
     ]
-    return {"vhost": config.vhost, "topology": rabbitmq_topology(config), "users": users, "grants": grants}
+    return {"vhost": config.vhost, "topology": plan.topology, "users": users, "grants": grants}
 
 
 def _logical_id(queue_name: str, taken: set[str]) -> str:
