@@ -68,7 +68,7 @@ def baseline(api: ManagementApi, config: RabbitMqConfig) -> tuple[float, int]:
     def post(path_and_body: tuple[str, dict[str, Any]]) -> None:
         session().request("POST", *path_and_body)
 
-    arguments = {q.name: rmq.provider_queue_arguments(q.arguments, BROKER_VERSION) for q in topology.queues}
+    arguments = {q.name: rmq.queue_arguments_as_stored(q.arguments, BROKER_VERSION) for q in topology.queues}
     first = [
         *(
             (f"exchanges/{vhost}/{path_segment(e.name)}", {"type": e.type, "durable": e.durable})

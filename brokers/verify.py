@@ -34,13 +34,6 @@ from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
-QUEUE_TYPE_ARGUMENT = rmq.QUEUE_TYPE_ARGUMENT
-# RabbitMQ 4.0 (and 3.13 with the backport) writes the default queue type into the arguments of a
-# queue declared without one (rabbitmq/rabbitmq-server#12109: "an x-queue-type header will be injected
-# into optional queue arguments and returned as part of definitions and the HTTP API"); redeclaring it
-# without the argument still succeeds. Only the node-wide default "classic" is that implicit value: a vhost whose
-# default queue type is quorum turns the same declaration into a quorum queue, which is drift.
-IMPLICIT_QUEUE_TYPE = rmq.DEFAULT_QUEUE_TYPE
 
 
 @dataclass(frozen=True, order=True)
@@ -99,7 +92,7 @@ def _receiving_quorum_queues(topology: rmq.Topology) -> list[rmq.QueueSpec]:
     return [
         queue
         for queue in topology.queues
-        if queue.role in rmq.RECEIVING_ROLES and queue.arguments.get(QUEUE_TYPE_ARGUMENT) == "quorum"
+        if queue.role in rmq.RECEIVING_ROLES and queue.arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.QueueType.QUORUM
     ]
 
 
@@ -252,17 +245,10 @@ def _compare(subject: str, expected: dict[str, Any], actual: dict[str, Any], fix
 
 
 def _compare_arguments(subject: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[Drift]:
-    drifts = []
-    for key in sorted(set(expected) | set(actual)):
-        want, got = expected.get(key), actual.get(key)
-        field = f"arguments.{key}"
-        if key not in actual:
-            drifts.append(Drift("missing", subject, field, shown(want), ABSENT))
-        elif key not in expected:
-            drifts.append(Drift("unexpected", subject, field, ABSENT, shown(got)))
-        elif want != got or type(want) is not type(got):
-            drifts.append(Drift("different", subject, field, shown(want), shown(got)))
-    return drifts
+    return [
+        Drift(d.kind, subject, f"arguments.{d.key}", shown(d.expected), shown(d.actual))
+        for d in rmq.argument_differences(expected, actual)
+    ]
 
 
 def _binding_subject(source: str, destination_type: str, destination: str, key: str) -> str:
@@ -302,13 +288,7 @@ def topology_drifts(
             "auto_delete": queue.auto_delete,
             "arguments": dict(queue.arguments),
         }
-        live_queue = dict(live_queues[queue.name])
-        live_arguments = dict(live_queue.get("arguments") or {})
-        implicit = live_arguments.get(QUEUE_TYPE_ARGUMENT) == IMPLICIT_QUEUE_TYPE
-        if implicit and QUEUE_TYPE_ARGUMENT not in queue.arguments:
-            del live_arguments[QUEUE_TYPE_ARGUMENT]
-        live_queue["arguments"] = live_arguments
-        drifts += _compare(subject, wanted_queue, live_queue)
+        drifts += _compare(subject, wanted_queue, live_queues[queue.name])
     wanted = {(b.source, b.destination_type, b.destination, b.routing_key) for b in topology.bindings}
     live = {(b["source"], b["destination_type"], b["destination"], b["routing_key"]) for b in bindings if b["source"]}
     for binding in sorted(wanted - live):

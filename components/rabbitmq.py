@@ -6,67 +6,29 @@ arguments go in the field a provider read gives them back in (``model.queue_argu
 and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
 so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
 type is explicit where the broker (``broker_version``, default 4.0) writes the default into a queue's
-arguments (``model.provider_queue_arguments``): RabbitMQ 4.x, see ``model.QUEUE_TYPE_STORED_FROM``.
+arguments (``model.queue_arguments_as_stored``): RabbitMQ 4.x, see ``model.QUEUE_TYPE_STORED_FROM``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from urllib.parse import quote_plus
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
+from .encoding import arguments_json, binding_import_id, import_id, policy_definition, queue_arguments_field
 from .model import rabbitmq as model
 from .model.settings import DelayInfrastructureSettings, EndpointSettings, EndpointUserSettings, SharedQueuesSettings
 
 TYPE_PREFIX = "nsb-delays:index:"
 
 
-def arguments_json(arguments: Mapping[str, model.ArgumentValue]) -> str:
-    """Deterministic JSON (sorted keys, no spaces) so diffs and tests are stable; ints stay ints."""
-    return json.dumps(dict(arguments), sort_keys=True, separators=(",", ":"))
-
-
-def import_id(name: str, vhost: str) -> str:
-    """The ``pulumi import`` id of an exchange, queue or policy: ``name@vhost`` (``nsb.v2.delay-level-27@/``)."""
-    return f"{name}@{vhost}"
-
-
-def policy_definition(definition: Mapping[str, int | str]) -> dict[str, str]:
-    """A policy definition as pulumi-rabbitmq takes it: a map of strings.
-
-    terraform-provider-rabbitmq ``rabbitmq/resource_policy.go``: ``putPolicy`` sends a value that
-    parses as an int64 as that integer, so ``"100000"`` reaches the broker as 100000; ``ReadPolicy``
-    reads a number back with ``strconv.FormatFloat(v, 'f', -1, 64)``, i.e. ``"100000"`` again, so
-    import and refresh see no difference.
-    """
-    return {key: str(value) for key, value in definition.items()}
-
-
-def binding_properties_key(routing_key: str) -> str:
-    """The management API's ``properties_key`` of a binding without arguments (checked on RabbitMQ 3.10).
-
-    Form-encoded: letters, digits and ``_.-`` stay, a space becomes ``+``, everything else ``%XX``
-    (``~`` included); the empty key is ``~``.
-    """
-    return quote_plus(routing_key, safe="").replace("~", "%7E") if routing_key else "~"
-
-
-def binding_import_id(binding: model.BindingSpec, vhost: str) -> str:
-    """``vhost/source/destination/destination_type/properties_key``, vhost with ``%`` and ``/`` escaped."""
-    escaped_vhost = vhost.replace("%", "%25").replace("/", "%2F")
-    key = binding_properties_key(binding.routing_key)
-    return f"{escaped_vhost}/{binding.source}/{binding.destination}/{binding.destination_type}/{key}"
-
-
 def queue_settings(
     queue: model.QueueSpec, broker_version: str = model.DEFAULT_BROKER_VERSION
 ) -> rabbitmq.QueueSettingsArgs:
-    """Durability plus ``model.provider_queue_arguments`` in the field ``model.queue_arguments_field`` picks."""
-    arguments = model.provider_queue_arguments(queue.arguments, broker_version)
-    field = model.queue_arguments_field(arguments)
+    """Durability plus ``model.queue_arguments_as_stored`` in the field ``model.queue_arguments_field`` picks."""
+    arguments = model.queue_arguments_as_stored(queue.arguments, broker_version)
+    field = queue_arguments_field(arguments)
     if field == "arguments_json":
         return rabbitmq.QueueSettingsArgs(
             durable=queue.durable, auto_delete=queue.auto_delete, arguments_json=arguments_json(arguments)

@@ -19,6 +19,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
+from nsb_delays.components.encoding import queue_arguments_field
 from nsb_delays.components.model import permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.resource_types import (
@@ -82,11 +83,6 @@ def _type_name(value: Any) -> str:
     return "string" if isinstance(value, str) else type(value).__name__
 
 
-def _same_argument(actual: Any, expected: Any) -> bool:
-    """Equal value *and* type: the broker refuses ``"1000"`` or ``1000.0`` where NServiceBus declared ``1000``."""
-    return type(actual) is type(expected) and actual == expected
-
-
 # --- delay-level queues ----------------------------------------------------------------------------------
 
 
@@ -112,7 +108,8 @@ def validate_delay_level_queue(args: ResourceValidationArgs, report: Report) -> 
     if declared.error:
         report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
         return
-    _compare_arguments(name, rmq.provider_queue_arguments(spec.arguments), declared, report)
+    wanted = rmq.queue_arguments_as_stored(spec.arguments, rmq.DEFAULT_BROKER_VERSION)
+    _compare_arguments(name, wanted, declared, report)
 
 
 def _compare_arguments(name: str, expected: dict[str, Any], declared: DeclaredArguments, report: Report) -> None:
@@ -121,22 +118,22 @@ def _compare_arguments(name: str, expected: dict[str, Any], declared: DeclaredAr
         "settings.argumentsJson (RabbitMqDelayInfrastructure does); arguments cannot change on a live queue, "
         "so drain and re-create it."
     )
-    actual = declared.values
-    for key, want in expected.items():
-        if key not in actual:
-            if not (key == rmq.QUEUE_TYPE_ARGUMENT and want == rmq.DEFAULT_QUEUE_TYPE):  # queue-arguments-as-read
-                report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
-        elif not _same_argument(actual[key], want):
-            got = actual[key]
+    differences = rmq.argument_differences(expected, declared.values)
+    for difference in differences:
+        key, want, got = difference.key, difference.expected, difference.actual
+        if difference.kind == "missing":
+            report(f"queue {name!r}: argument {key!r} is missing, expected {want!r}. {fix}")
+        elif difference.kind == "different":
             report(
                 f"queue {name!r}: argument {key!r} is {got!r} ({_type_name(got)}) in {declared.source}, "
                 f"expected {want!r} ({_type_name(want)}). {fix}",
             )
-    for key in sorted(set(actual) - set(expected)):
-        report(
-            f"queue {name!r}: unexpected argument {key!r}={actual[key]!r}; NServiceBus declares only "
-            f"{', '.join(sorted(expected))}. Remove it. {fix}",
-        )
+    for difference in differences:
+        if difference.kind == "unexpected":
+            report(
+                f"queue {name!r}: unexpected argument {difference.key!r}={difference.actual!r}; NServiceBus declares "
+                f"only {', '.join(sorted(expected))}. Remove it. {fix}",
+            )
 
 
 delay_level_queue_arguments = ResourceValidationPolicy(
@@ -214,12 +211,12 @@ def validate_queue_arguments_as_read(args: ResourceValidationArgs, report: Repor
     if stores_queue_type and rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
         report(
             f"queue {_quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
-            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.DEFAULT_QUEUE_TYPE} into such a queue's arguments "
+            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.IMPLICIT_QUEUE_TYPE} into such a queue's arguments "
             "and the provider reads it back, so every plan sees a difference and replaces the queue (deleting its "
             "messages). "
-            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.provider_queue_arguments).",
+            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.queue_arguments_as_stored).",
         )
-    where = rmq.queue_arguments_field(declared.values)
+    where = queue_arguments_field(declared.values)
     if declared.source == "settings.argumentsJson" and where == "arguments":
         report(
             f"queue {_quoted(name)}: every argument is a string, yet they are declared in settings.argumentsJson. "

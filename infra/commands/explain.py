@@ -56,7 +56,7 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--generation",
         type=click.Choice(model.GENERATIONS),
-        default=model.DEFAULT_GENERATION,
+        default=model.DEFAULT_GENERATION.value,
         show_default=True,
         help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
     )

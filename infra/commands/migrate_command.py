@@ -131,7 +131,7 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--generation",
             type=click.Choice(rmq.GENERATIONS),
-            default=rmq.DEFAULT_GENERATION,
+            default=rmq.DEFAULT_GENERATION.value,
             show_default=True,
             help="The target broker's delay graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
         ),

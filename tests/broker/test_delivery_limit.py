@@ -104,7 +104,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     assert len(left["exchanges"]) == len(rabbitmq_topology(imported.rabbitmq).exchanges)
     # the parking policies (on exchanges) came in before the first delivery-limit policy was refused
     assert left["queues"] == []
-    assert {p["apply-to"] for p in left["policies"]} <= {rmq.ALTERNATE_EXCHANGE_POLICY_APPLY_TO}
+    assert {p["apply-to"] for p in left["policies"]} <= {rmq.EXCHANGES_TARGET}
 
 
 def test_verify_reports_a_missing_policy_a_foreign_limit_and_an_argument(

@@ -43,13 +43,13 @@ def shape(definitions: dict) -> dict:
 
     The default queue type counts as absent: the rendered definitions carry NServiceBus's arguments
     (none for a v1 level queue), the program declares the type explicitly
-    (``model.provider_queue_arguments``), and RabbitMQ takes both as the same queue; a 3.10 broker
+    (``model.queue_arguments_as_stored``), and RabbitMQ takes both as the same queue; a 3.10 broker
     keeps each as declared, 4.x stores the type either way.
     """
 
     def without_default_type(item: dict) -> dict:
         arguments = dict(item.get("arguments") or {})
-        if arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.DEFAULT_QUEUE_TYPE:
+        if arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.IMPLICIT_QUEUE_TYPE:
             del arguments[rmq.QUEUE_TYPE_ARGUMENT]
         return {k: v for k, v in {**item, "arguments": arguments}.items() if k != "vhost"}
 
@@ -175,7 +175,7 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
     graph = rabbitmq_topology(stack.rabbitmq)
     # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per alternate-exchange policy
-    alternates = [p for p in graph.policies if p.apply_to == rmq.ALTERNATE_EXCHANGE_POLICY_APPLY_TO]
+    alternates = [p for p in graph.policies if p.apply_to == rmq.EXCHANGES_TARGET]
     assert len(edges) == len(graph.bindings) + rmq.LEVEL_COUNT + len(alternates)
     for source, _, target in edges:
         assert {source, target} <= set(exchanges.values()) | set(queues.values())

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
+from nsb_delays.components.encoding import arguments_json
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.rabbitmq import arguments_json
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from nsb_delays.components.encoding import binding_import_id, binding_properties_key, queue_arguments_field
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.rabbitmq import binding_import_id, binding_properties_key
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import parse_stack_config
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE
@@ -54,9 +54,9 @@ def test_properties_key_encoding_as_rabbitmq_reports_it() -> None:
 def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
     """ReadQueue (terraform-provider-rabbitmq) fills ``arguments_json`` only for a non-string value; on
     import the state is empty, so an all-string endpoint queue comes back in the string map."""
-    assert rmq.queue_arguments_field({"x-queue-type": "quorum"}) == "arguments"
-    assert rmq.queue_arguments_field(rmq.delay_queue_arguments(3)) == "arguments_json"
-    assert rmq.queue_arguments_field({}) == "none"
+    assert queue_arguments_field({"x-queue-type": "quorum"}) == "arguments"
+    assert queue_arguments_field(rmq.delay_queue_arguments(3)) == "arguments_json"
+    assert queue_arguments_field({}) == "none"
     declared = {r.inputs["name"]: r.settings() for r in adopted() if r.type == QUEUE}
     assert declared["Sales"] == {"durable": True, "autoDelete": False, "arguments": {"x-queue-type": "quorum"}}
     assert set(declared["nsb.v2.delay-level-03"]) == {"durable", "autoDelete", "argumentsJson"}
@@ -77,7 +77,7 @@ def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_defau
     level = rmq.delay_level_name(4, "v1")
     assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
     assert "x-queue-type" not in rmq.delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
-    assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}) == {"x-queue-type": "quorum"}
+    assert rmq.queue_arguments_as_stored({"x-queue-type": "quorum"}, "4.0") == {"x-queue-type": "quorum"}
 
 
 def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no_queue_type() -> None:
@@ -88,10 +88,10 @@ def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no
     assert declared["Sales"].settings() == {"durable": True, "autoDelete": False}
     level = rmq.delay_level_name(4, "v1")
     assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1")
-    assert rmq.provider_queue_arguments({}, "3.13") == {}
-    assert rmq.provider_queue_arguments({}, "4.0") == {"x-queue-type": "classic"}
-    assert rmq.provider_queue_arguments({}, "4.1.2") == {"x-queue-type": "classic"}
-    assert rmq.provider_queue_arguments({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
+    assert rmq.queue_arguments_as_stored({}, "3.13") == {}
+    assert rmq.queue_arguments_as_stored({}, "4.0") == {"x-queue-type": "classic"}
+    assert rmq.queue_arguments_as_stored({}, "4.1.2") == {"x-queue-type": "classic"}
+    assert rmq.queue_arguments_as_stored({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
     quorum = {
         r.inputs["name"]: r for r in adopted(brokerVersion="3.10", deliveryLimitPolicies=False) if r.type == QUEUE
     }

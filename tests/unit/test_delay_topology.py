@@ -58,7 +58,7 @@ def test_every_level_queue_has_nservicebus_arguments_with_their_types(graph: tup
         assert arguments.pop("x-dead-letter-exchange") == (level(generation, n - 1) if n else DELIVERY[generation])
         assert "x-dead-letter-routing-key" not in arguments
         # v1: NServiceBus leaves the type to the broker; the program makes the default explicit
-        # (model.provider_queue_arguments: RabbitMQ 4.x stores it and a provider read returns it)
+        # (model.queue_arguments_as_stored: RabbitMQ 4.x stores it and a provider read returns it)
         explicit_type = {} if generation == "v2" else {"x-queue-type": "classic"}
         assert arguments == (V2_ARGUMENTS if generation == "v2" else V1_ARGUMENTS | explicit_type)
     assert raw_arguments(declared_queues[level(generation, 27)])["x-message-ttl"] == 134_217_728_000

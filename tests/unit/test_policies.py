@@ -32,9 +32,10 @@ from pulumi_policy.proxy import (
     unknown_checking_proxy,
 )
 
+from nsb_delays.components.encoding import arguments_json
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
-from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure, arguments_json
+from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure
 from nsb_delays.components.recording import PROJECT, RecordedResource, record
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,

@@ -1,0 +1,296 @@
+"""Delivery limits on quorum receive queues: NServiceBus's policy, and a replay of its broker verifier's rules.
+
+Source: Particular/NServiceBus.RabbitMQ ``src/NServiceBus.Transport.RabbitMQ/Administration/BrokerVerifier.cs``
+(``ValidateDeliveryLimit``, ``ShouldOverrideDeliveryLimit``, ``SetDeliveryLimitViaPolicy``, ``IsTransportPolicy``) and
+``ManagementApi/Models/Queue.cs`` (``GetDeliveryLimit``, ``BigValueInsteadOfActuallyUnlimited``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .names import exact_name_pattern
+from .objects import QUORUM_QUEUES_TARGET, PolicySpec
+from .versions import parse_broker_version
+
+__all__ = [
+    "DELIVERY_LIMIT_ARGUMENT",
+    "DELIVERY_LIMIT_POLICY_ACCEPTED_FROM",
+    "DELIVERY_LIMIT_POLICY_APPLY_TO",
+    "DELIVERY_LIMIT_POLICY_KEY",
+    "DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION",
+    "DELIVERY_LIMIT_POLICY_PREFIX",
+    "DELIVERY_LIMIT_POLICY_PRIORITY",
+    "DELIVERY_LIMIT_POLICY_SUFFIX",
+    "POLICY_TARGETS_REACHING_QUORUM_QUEUES",
+    "UNLIMITED_DELIVERY_LIMIT",
+    "BrokerPolicy",
+    "DeliveryLimitConflict",
+    "delivery_limit_conflicts",
+    "delivery_limit_policies_by_default",
+    "delivery_limit_policy",
+    "delivery_limit_policy_name",
+    "effective_delivery_limit",
+    "is_delivery_limit_policy_name",
+    "nservicebus_delivery_limit_refusal",
+]
+
+
+# --- delivery-limit policies (RabbitMQ 4.x) --------------------------------------------------------------
+#
+# RabbitMQ 4.0 gives quorum queues a default delivery limit of 20: a message redelivered that often
+# is dropped or dead-lettered, behind NServiceBus's own recoverability. NServiceBus.RabbitMQ 10+
+# checks each receive queue when its message pump initializes (MessagePump.Initialize ->
+# BrokerVerifier.ValidateDeliveryLimit, src/NServiceBus.Transport.RabbitMQ/Administration/
+# BrokerVerifier.cs): the pump's receive address, i.e. the main input queue and the
+# instance-specific queue. On 4.x it wants the policy below (SetDeliveryLimitViaPolicy) and refuses
+# to start when a limit comes from anything else (ShouldOverrideDeliveryLimit).
+
+UNLIMITED_DELIVERY_LIMIT = 100_000  # Queue.BigValueInsteadOfActuallyUnlimited (ManagementApi/Models/Queue.cs)
+DELIVERY_LIMIT_POLICY_KEY = "delivery-limit"
+DELIVERY_LIMIT_ARGUMENT = "x-delivery-limit"
+DELIVERY_LIMIT_POLICY_PREFIX = "nsb."
+DELIVERY_LIMIT_POLICY_SUFFIX = ".delivery-limit"
+DELIVERY_LIMIT_POLICY_APPLY_TO = QUORUM_QUEUES_TARGET
+DELIVERY_LIMIT_POLICY_PRIORITY = 0
+# BrokerVerifier.BrokerVersion4: below it the transport never creates the policy (and RabbitMQ 3.10
+# refuses apply-to 'quorum_queues' outright).
+DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
+# rabbitmq/rabbitmq-server deps/rabbit/src/rabbit_policy.erl, apply_to_validation: 'quorum_queues' is accepted
+# from v3.12.0 (v3.11.28 refuses it); 'delivery-limit' is a policy key (rabbit_policies.erl, register) since
+# before 3.10. Below 3.12 the broker refuses NServiceBus's delivery-limit policy.
+DELIVERY_LIMIT_POLICY_ACCEPTED_FROM = (3, 12, 0)
+
+
+def delivery_limit_policies_by_default(broker_version: str) -> bool:
+    """Whether a stack declares NServiceBus's delivery-limit policies when it does not say: on RabbitMQ 4.0 and
+    later, where quorum queues have a default delivery limit (20) the transport overrides with its policy at start
+    (``BrokerVerifier.ValidateDeliveryLimit``); below 4.0 there is no default limit, the transport never creates
+    the policy, and 3.10 refuses its apply-to outright."""
+    return parse_broker_version(broker_version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+
+
+def delivery_limit_policy_name(queue: str) -> str:
+    """``nsb.<queue>.delivery-limit`` (BrokerVerifier.SetDeliveryLimitViaPolicy)."""
+    return f"{DELIVERY_LIMIT_POLICY_PREFIX}{queue}{DELIVERY_LIMIT_POLICY_SUFFIX}"
+
+
+def is_delivery_limit_policy_name(name: str | None) -> bool:
+    """BrokerVerifier.IsTransportPolicy: any ``nsb.*.delivery-limit`` name counts as the transport's own."""
+    return (
+        name is not None
+        and name.startswith(DELIVERY_LIMIT_POLICY_PREFIX)
+        and name.endswith(DELIVERY_LIMIT_POLICY_SUFFIX)
+    )
+
+
+def delivery_limit_policy(queue: str) -> PolicySpec:
+    """The policy NServiceBus creates for one quorum receive queue: ``^<Regex.Escape(queue)>$``, priority 0."""
+    return PolicySpec(
+        name=delivery_limit_policy_name(queue),
+        target=queue,
+        pattern=exact_name_pattern(queue),
+        apply_to=DELIVERY_LIMIT_POLICY_APPLY_TO,
+        priority=DELIVERY_LIMIT_POLICY_PRIORITY,
+        definition={DELIVERY_LIMIT_POLICY_KEY: UNLIMITED_DELIVERY_LIMIT},
+    )
+
+
+def _limit(value: object) -> int | None:
+    """A delivery limit as the management API shows it (DeliveryLimitConverter: 'unlimited' is -1)."""
+    if isinstance(value, str) and value.lower() == "unlimited":
+        return -1
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def effective_delivery_limit(
+    arguments: Mapping[str, object], effective_policy_definition: Mapping[str, object] | None, delivery_limit: object
+) -> int:
+    """Queue.GetDeliveryLimit: RabbitMQ 4.x reports ``delivery_limit``; on 3.x it is the lowest of the
+    ``x-delivery-limit`` argument and the effective policy's ``delivery-limit`` (negative counts as 0), and
+    100000 ("unlimited") when neither is set. ``unlimited`` reads as -1."""
+    reported = _limit(delivery_limit)
+    if reported is not None:
+        return reported
+    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
+    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
+    set_limits = [v for v in (policy_limit, argument_limit) if v is not None]
+    return max(0, min(set_limits)) if set_limits else UNLIMITED_DELIVERY_LIMIT
+
+
+def nservicebus_delivery_limit_refusal(
+    queue: str,
+    *,
+    broker_version: tuple[int, ...],
+    queue_type: str | None,
+    arguments: Mapping[str, object],
+    effective_policy_definition: Mapping[str, object] | None,
+    applied_policy: str | None,
+    operator_policy: str | None = None,
+    delivery_limit: object = None,
+) -> str | None:
+    """Why NServiceBus.RabbitMQ 10+ would refuse to start on this queue, or None when it would start.
+
+    BrokerVerifier.ShouldOverrideDeliveryLimit and Queue.GetDeliveryLimit: classic queues are not
+    checked; the limit is the broker's ``delivery_limit`` (4.x) or else the lowest of argument and
+    effective policy (3.x, negative counts as 0, none means unlimited). 100000 passes, whatever set
+    it. Otherwise an argument or (operator) policy limit is refused; with no limit set, 4.x needs
+    the transport's policy, which cannot be applied while another policy is (one policy per queue).
+    ``None`` also when the endpoint would create its own policy (it needs policymaker rights for that).
+    """
+    if queue_type != "quorum":
+        return None
+    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
+    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
+    limit = effective_delivery_limit(arguments, effective_policy_definition, delivery_limit)
+    if limit == UNLIMITED_DELIVERY_LIMIT:
+        return None
+    recreate_own_policy = limit == -1 and is_delivery_limit_policy_name(applied_policy)
+    if not recreate_own_policy and (argument_limit is not None or policy_limit is not None):
+        sources = [f"argument {DELIVERY_LIMIT_ARGUMENT}={argument_limit}"] if argument_limit is not None else []
+        if policy_limit is not None:
+            owners = [f"policy {applied_policy!r}"] if applied_policy else []
+            owners += [f"operator policy {operator_policy!r}"] if operator_policy else []
+            sources.append(f"{DELIVERY_LIMIT_POLICY_KEY}={policy_limit} from {' / '.join(owners) or 'a policy'}")
+        return (
+            f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
+            "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
+            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} may set one, "
+            f"{UNLIMITED_DELIVERY_LIMIT})"
+        )
+    # SetDeliveryLimitViaPolicy: the transport would now create its policy.
+    version = ".".join(map(str, broker_version))
+    if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        return (
+            f"queue {queue!r} needs NServiceBus's delivery-limit policy re-created, which the transport refuses "
+            f"below RabbitMQ 4.0 (broker {version})"
+        )
+    if applied_policy and not is_delivery_limit_policy_name(applied_policy):
+        return (
+            f"queue {queue!r} has policy {applied_policy!r} applied, so {delivery_limit_policy_name(queue)!r} cannot "
+            f"be, and RabbitMQ {version}'s default delivery limit {limit} stays; NServiceBus.RabbitMQ 10+ refuses to "
+            f"start. Exclude {queue!r} from {applied_policy!r}'s pattern, or lower its priority below "
+            f"{DELIVERY_LIMIT_POLICY_PRIORITY}"
+        )
+    return None
+
+
+# Policy targets that reach a quorum queue ('queues' and 'all' reach every queue type).
+POLICY_TARGETS_REACHING_QUORUM_QUEUES = ("all", "queues", DELIVERY_LIMIT_POLICY_APPLY_TO)
+
+
+@dataclass(frozen=True)
+class BrokerPolicy:
+    """A policy or operator policy as declared or listed: enough to tell which queues it reaches."""
+
+    name: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: Mapping[str, object]
+    operator: bool = False
+
+    def reaches(self, quorum_queue: str) -> bool | None:
+        """RabbitMQ applies a policy whose pattern matches anywhere in the name (``re:run``, unanchored).
+
+        None when Python cannot compile the pattern (a PCRE feature it lacks): reach unknown.
+        """
+        if self.apply_to not in POLICY_TARGETS_REACHING_QUORUM_QUEUES:
+            return False
+        try:
+            return re.search(self.pattern, quorum_queue) is not None
+        except re.error:
+            return None
+
+
+@dataclass(frozen=True)
+class DeliveryLimitConflict:
+    """A policy that makes a quorum receive queue's delivery limit come from anywhere but NServiceBus's policy."""
+
+    queue: str
+    policy: str
+    operator: bool
+    field: str
+    expected: str
+    actual: str
+    refused: bool  # NServiceBus.RabbitMQ 10+ refuses to start on the queue because of it
+    fix: str
+
+    @property
+    def kind(self) -> str:
+        return "operator policy" if self.operator else "policy"
+
+
+def _describe_policy(pattern: str, apply_to: str, priority: int, definition: Mapping[str, object]) -> str:
+    return f"pattern {pattern!r}, apply-to {apply_to}, priority {priority}, definition {dict(definition)}"
+
+
+def _as_limit(value: object) -> object:
+    """A definition value as the broker stores it: the provider's ``"100000"`` string is the integer."""
+    return int(value) if isinstance(value, str) and value.lstrip("+-").isdigit() else value
+
+
+def delivery_limit_conflicts(
+    queue: str, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...] | None = None
+) -> list[DeliveryLimitConflict]:
+    """Every policy over quorum receive queue ``queue`` that is not NServiceBus's own, as it matters to the endpoint.
+
+    Refused (BrokerVerifier.ShouldOverrideDeliveryLimit/SetDeliveryLimitViaPolicy): a delivery limit
+    other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``
+    None counts as 4.x) any user policy that ties or outranks ``nsb.<queue>.delivery-limit`` (priority
+    >= 0), because a queue has one policy and the transport's cannot be applied. Flagged but not
+    refused: a limit of exactly 100000 that does not come from NServiceBus's policy. A policy named
+    ``nsb.<queue>.delivery-limit`` with another pattern, target, priority or definition is flagged
+    (and refused when its limit is not 100000).
+    """
+    own = delivery_limit_policy(queue)
+    on_4x = broker_version is None or broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    remove_limit = f"remove '{DELIVERY_LIMIT_POLICY_KEY}' from it or exclude {queue!r} from its pattern"
+    conflicts = []
+    for policy in policies:
+        if not policy.reaches(queue):
+            continue
+        limit = _as_limit(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
+        limit_refused = limit is not None and limit != UNLIMITED_DELIVERY_LIMIT
+        if policy.name == own.name and not policy.operator:
+            declared = (
+                policy.pattern,
+                policy.apply_to,
+                policy.priority,
+                {k: _as_limit(v) for k, v in policy.definition.items()},
+            )
+            wanted = (own.pattern, own.apply_to, own.priority, dict(own.definition))
+            if declared != wanted:
+                conflicts.append(
+                    DeliveryLimitConflict(
+                        queue, policy.name, False, "definition",
+                        _describe_policy(own.pattern, own.apply_to, own.priority, own.definition),
+                        _describe_policy(policy.pattern, policy.apply_to, policy.priority, policy.definition),
+                        limit_refused, "declare it exactly as NServiceBus does (RabbitMqEndpoint)",
+                    )
+                )  # fmt: skip
+            continue
+        if limit is not None:
+            # Below 4.0 NServiceBus creates no policy of its own: no limit, or exactly 100000, is what it takes.
+            wanted_limit = (
+                f"only from {own.name} ({UNLIMITED_DELIVERY_LIMIT})"
+                if on_4x
+                else f"none, or {UNLIMITED_DELIVERY_LIMIT}"
+            )
+            conflicts.append(
+                DeliveryLimitConflict(
+                    queue, policy.name, policy.operator, DELIVERY_LIMIT_POLICY_KEY,
+                    wanted_limit, str(limit), limit_refused, remove_limit,
+                )
+            )  # fmt: skip
+        elif not policy.operator and on_4x and policy.priority >= own.priority:
+            conflicts.append(
+                DeliveryLimitConflict(
+                    queue, policy.name, False, "priority",
+                    f"< {own.priority} (below {own.name})", str(policy.priority), True,
+                    f"exclude {queue!r} from its pattern or give it a priority below {own.priority}",
+                )
+            )  # fmt: skip
+    return conflicts
