@@ -312,9 +312,10 @@ def main() -> None:
     stack = load_stack("dev")
     assert stack.rabbitmq is not None
     # RabbitMQ 3.10 refuses policies that apply to quorum queues only (4.0's delivery limit needs them)
-    rabbitmq = replace(stack.rabbitmq, vhost=VHOST, delivery_limit_policies=BROKER != "3.10")
-    stack = replace(stack, rabbitmq=rabbitmq, sqs=None)
-    endpoints = [endpoint.name for endpoint in rabbitmq.endpoints]
+    stack = replace(stack.with_values("rabbitmq", vhost=VHOST, deliveryLimitPolicies=BROKER != "3.10"), sqs=None)
+    assert stack.rabbitmq is not None
+    rabbitmq = stack.rabbitmq
+    endpoints = [endpoint.endpoint for endpoint in rabbitmq.endpoints]
     broker_type: type[LocalRabbitMq] = LocalRabbitMq
     if BROKER == "4.0":
         from servers.local import ChrootRabbitMq

@@ -122,13 +122,14 @@ def main() -> None:
     stack = load_stack("dev")
     assert stack.rabbitmq is not None
     # Debian's RabbitMQ 3.10 refuses NServiceBus's delivery-limit policies (apply-to 'quorum_queues'): off here
-    rabbitmq = replace(stack.rabbitmq, vhost=VHOST, delivery_limit_policies=False)
-    stack = replace(stack, rabbitmq=rabbitmq, sqs=None)
+    stack = replace(stack.with_values("rabbitmq", vhost=VHOST, deliveryLimitPolicies=False), sqs=None)
+    assert stack.rabbitmq is not None
+    rabbitmq = stack.rabbitmq
     with LocalRabbitMq() as broker:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
         api.create_vhost(VHOST)
         api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
-        endpoints = [endpoint.name for endpoint in rabbitmq.endpoints]
+        endpoints = [endpoint.endpoint for endpoint in rabbitmq.endpoints]
         print(f"RabbitMQ {api.overview()['rabbitmq_version']}, v2 graph + {len(endpoints)} endpoints (quorum)")
         lateness(broker, endpoints)
         throughput(broker, endpoints[0])

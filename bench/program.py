@@ -41,7 +41,7 @@ def main() -> None:
     print(f"{'endpoints':>9} {'resources':>9} {'program s':>10} {'baseline s':>10} {'ratio':>6}")
     for size in SIZES:
         raw = config_for(size)
-        program_seconds, count = timed(lambda: declare(parse_stack_config(raw)))  # noqa: B023
+        program_seconds, count = timed(lambda: declare(parse_stack_config(raw), {}))  # noqa: B023
         baseline_seconds, baseline_count = timed(lambda: baseline(count))  # noqa: B023
         assert baseline_count == count
         print(

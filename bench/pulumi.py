@@ -37,7 +37,6 @@ from nsb_delays.infra.pulumi_engine import (
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
 from nsb_delays.stack.errors import sigterm_as_interrupt
-from nsb_delays.stack.plan import rabbitmq_topology
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))
@@ -53,7 +52,7 @@ def section(vhost: str, endpoints: int) -> dict[str, Any]:
 
 def baseline(api: ManagementApi, config: RabbitMqConfig) -> tuple[float, int]:
     """The model's objects through the management API, P at a time: exchanges, queues and policies, then bindings."""
-    topology = rabbitmq_topology(config)
+    topology = config.topology
     vhost = path_segment(config.vhost)
     local = threading.local()
 
@@ -154,7 +153,7 @@ def main() -> None:
         stack.run("preview", "--expect-no-changes", "--parallel", str(PARALLEL))
         preview_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        recorded = record(lambda: declare(parse_stack_config({"rabbitmq": raw})), stack="bench")
+        recorded = record(lambda: declare(parse_stack_config({"rabbitmq": raw}), {}), stack="bench")
         mocks_seconds = time.perf_counter() - start
         print(
             f"no-change preview of {len(raw['endpoints'])} endpoints: {preview_seconds:.1f} s "

@@ -28,7 +28,6 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.model.permissions import UserGrants
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
-from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, sqs_queue_specs
 
 from .management import ManagementApi
 
@@ -209,7 +208,7 @@ def delivery_limit_drifts(
 def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """What must be fixed before provisioning ``config`` into this broker: broker requirements, and every policy
     or existing queue argument that would make an endpoint refuse to start (nothing is changed)."""
-    topology = rabbitmq_topology(config)
+    topology = config.topology
     version = str(api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
@@ -413,8 +412,7 @@ def endpoint_user_drifts(api: ManagementApi, grants: UserGrants) -> list[Drift]:
 
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section."""
-    plan = rabbitmq_plan(config)
-    topology = plan.topology
+    topology = config.topology
     version = str(api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
@@ -426,7 +424,7 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     drifts += delivery_limit_drifts(
         topology, rmq.parse_reported_broker_version(version), api.policies(config.vhost), queues
     )
-    return drifts + [drift for grants in plan.grants for drift in endpoint_user_drifts(api, grants)]
+    return drifts + [drift for grants in config.grants for drift in endpoint_user_drifts(api, grants)]
 
 
 def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:
@@ -459,7 +457,7 @@ def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list
 def verify_sqs(client: Any, config: SqsConfig) -> list[Drift]:
     """Every drift of the SQS queues (boto3 ``client``) from the stack's SQS section."""
     drifts = []
-    for _endpoint, spec in sqs_queue_specs(config):
+    for _endpoint, spec in config.queue_specs():
         try:
             url = client.get_queue_url(QueueName=spec.name)["QueueUrl"]
         except client.exceptions.QueueDoesNotExist:

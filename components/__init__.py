@@ -1,5 +1,8 @@
 """Reusable Pulumi components for NServiceBus native delayed delivery, and the pure model they read.
 
+Each component takes ``(name, args: <Component>Args, opts)``, Pulumi's convention; the choices a setting takes from a
+fixed set are the enums ``Generation``, ``RoutingTopology`` and ``QueueType``.
+
 ``components.model`` has no Pulumi import; the components below are imported on first use so that
 the model (used by the pipeline's Spark workers and the renderers) never pulls in Pulumi.
 """
@@ -12,8 +15,17 @@ from typing import Any
 _EXPORTS = {
     "RabbitMqDelayInfrastructure": ".rabbitmq",
     "RabbitMqEndpoint": ".rabbitmq",
+    "RabbitMqEndpointUser": ".rabbitmq",
     "RabbitMqSharedQueues": ".rabbitmq",
     "SqsEndpoint": ".sqs",
+    "RabbitMqDelayInfrastructureArgs": ".args",
+    "RabbitMqEndpointArgs": ".args",
+    "RabbitMqEndpointUserArgs": ".args",
+    "RabbitMqSharedQueuesArgs": ".args",
+    "SqsEndpointArgs": ".args",
+    "Generation": ".model.rabbitmq",
+    "QueueType": ".model.rabbitmq",
+    "RoutingTopology": ".model.rabbitmq",
 }
 
 __all__ = sorted(_EXPORTS)

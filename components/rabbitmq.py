@@ -1,32 +1,40 @@
 """Pulumi ComponentResources that declare the model's RabbitMQ topology through pulumi-rabbitmq.
 
-Thin adapters: every name, argument and key comes from ``components.model.rabbitmq``. Each queue's
-arguments go in the field a provider read gives them back in (``model.queue_arguments_field``):
-``arguments_json`` when a value is not a string (the ``arguments`` map sends every value as a string,
-and RabbitMQ refuses a string ``x-message-ttl``), the string map ``arguments`` when all are strings,
-so that ``pulumi import`` and ``pulumi refresh`` find exactly what the program declares. The queue
-type is explicit where the broker (``broker_version``, default 4.0) writes the default into a queue's
-arguments (``model.queue_arguments_as_stored``): RabbitMQ 4.x, see ``model.QUEUE_TYPE_STORED_FROM``.
+Each takes ``(name, args: <Component>Args, opts)`` (Pulumi's convention; ``components/args.py``), turns ``args`` into
+its settings (``components/model/settings.py``) and declares what they say. Thin adapters: every name, argument and
+key comes from the model, every provider encoding from ``components.encoding``: a queue's arguments as a broker of
+``broker_version`` stores them (``rmq.queue_arguments_as_stored``), in the field a provider read gives them back in.
 """
 
-from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
+# No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
+from collections.abc import Mapping
+from typing import Optional
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
+from .args import (
+    RabbitMqDelayInfrastructureArgs,
+    RabbitMqEndpointArgs,
+    RabbitMqEndpointUserArgs,
+    RabbitMqSharedQueuesArgs,
+)
 from .encoding import arguments_json, binding_import_id, import_id, policy_definition, queue_arguments_field
+from .inputs import refusals_as_input_errors, settings_of_args
 from .model import rabbitmq as model
-from .model.settings import DelayInfrastructureSettings, EndpointSettings, EndpointUserSettings, SharedQueuesSettings
+from .model.settings import (
+    PACKAGE,
+    DelayInfrastructureSettings,
+    EndpointSettings,
+    EndpointUserSettings,
+    SharedQueuesSettings,
+)
 
-TYPE_PREFIX = "nsb-delays:index:"
+TYPE_PREFIX = f"{PACKAGE}:index:"
 
 
-def queue_settings(
-    queue: model.QueueSpec, broker_version: str = model.DEFAULT_BROKER_VERSION
-) -> rabbitmq.QueueSettingsArgs:
-    """Durability plus ``model.queue_arguments_as_stored`` in the field ``model.queue_arguments_field`` picks."""
+def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
+    """Durability plus the arguments as the broker stores them, in the field ``queue_arguments_field`` picks."""
     arguments = model.queue_arguments_as_stored(queue.arguments, broker_version)
     field = queue_arguments_field(arguments)
     if field == "arguments_json":
@@ -42,7 +50,7 @@ def queue_settings(
     return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
 
 
-class _Declared:
+class Declared:
     """The resources one component declared for a model ``Topology``, keyed by physical name."""
 
     def __init__(self) -> None:
@@ -58,24 +66,27 @@ def declare_topology(
     topology: model.Topology,
     *,
     vhost: str,
-    protect_delay_queues: bool = True,
-    existing_exchanges: Mapping[str, rabbitmq.Exchange] | None = None,
-    adopt_existing: bool = False,
-    broker_version: str = model.DEFAULT_BROKER_VERSION,
-) -> _Declared:
+    broker_version: str,
+    adopt_existing: bool,
+    protect_delay_queues: bool = False,
+    retain_on_delete: bool = False,
+    exchange_names: Mapping[str, pulumi.Input[str]] | None = None,
+) -> Declared:
     """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
 
     A binding takes its source and destination from the ``name`` outputs of the exchanges/queues it
-    joins (declared here or passed in), so the engine records them as *property* dependencies: it
-    creates the binding after its ends, deletes it first, and when an end is replaced (deleted and
-    re-declared, which drops its bindings on the broker) replaces the binding with it. A plain
+    joins (declared here, or given in ``exchange_names`` as another component's outputs), so the engine records
+    them as *property* dependencies: it creates the binding after its ends, deletes it first, and when an end is
+    replaced (deleted and re-declared, which drops its bindings on the broker) replaces the binding with it. A plain
     ``depends_on`` would not do that (pulumi/pulumi ``pkg/resource/deploy/step_generator.go``,
     ``calculateDependentReplacements`` only follows property dependencies). With ``adopt_existing``
     every object is imported (``import_``) instead of created: ``pulumi up`` then takes over what
     NServiceBus installers declared, and fails rather than replace anything whose properties differ;
-    the parking objects, which only this project declares, are created.
+    the parking objects, which only this project declares, are created. Queues that keep delayed messages are
+    protected and retained with ``protect_delay_queues``; queues that receive messages are retained on delete with
+    ``retain_on_delete``.
     """
-    declared = _Declared()
+    declared = Declared()
 
     def adopt(
         spec: model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec, physical_id: str
@@ -103,23 +114,23 @@ def declare_topology(
             opts=pulumi.ResourceOptions(
                 parent=component,
                 protect=guard,
-                retain_on_delete=guard,
+                retain_on_delete=guard or (queue.receives_messages and retain_on_delete),
                 import_=adopt(queue, import_id(queue.name, vhost)),
             ),
         )
-    known_exchanges: dict[str, rabbitmq.Exchange] = {**(existing_exchanges or {}), **declared.exchanges}
+    names: dict[str, pulumi.Input[str]] = {**(exchange_names or {})}
+    names |= {exchange_name: resource.name for exchange_name, resource in declared.exchanges.items()}
     for binding in topology.bindings:
-        source = known_exchanges.get(binding.source)
-        destination: rabbitmq.Exchange | rabbitmq.Queue | None = (
-            declared.queues.get(binding.destination)
-            if binding.destination_type == "queue"
-            else known_exchanges.get(binding.destination)
+        destination = (
+            declared.queues[binding.destination].name
+            if binding.destination_type == "queue" and binding.destination in declared.queues
+            else names.get(binding.destination, binding.destination)
         )
         declared.bindings.append(
             rabbitmq.Binding(
                 f"{name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
-                source=source.name if source else binding.source,
-                destination=destination.name if destination else binding.destination,
+                source=names.get(binding.source, binding.source),
+                destination=destination,
                 destination_type=binding.destination_type,
                 routing_key=binding.routing_key,
                 vhost=vhost,
@@ -129,25 +140,37 @@ def declare_topology(
             )
         )
     for policy in topology.policies:
-        target_resource = declared.queues.get(policy.target) or known_exchanges.get(policy.target)
-        alternate = known_exchanges.get(str(policy.definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY, "")))
+        target = declared.queues.get(policy.target) or declared.exchanges.get(policy.target)
+        definition: dict[str, pulumi.Input[str]] = {**policy_definition(policy.definition)}
+        alternate = definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY)
+        if isinstance(alternate, str) and alternate in names:
+            definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = names[alternate]  # waits for the parking exchange
         declared.policies[policy.name] = rabbitmq.Policy(
             f"{name}-{policy.name}",
             name=policy.name,
             vhost=vhost,
             policy=rabbitmq.PolicyPolicyArgs(
-                pattern=policy.pattern,
-                priority=policy.priority,
-                apply_to=policy.apply_to,
-                definition=policy_definition(policy.definition),
+                pattern=policy.pattern, priority=policy.priority, apply_to=policy.apply_to, definition=definition
             ),
             opts=pulumi.ResourceOptions(
                 parent=component,
-                depends_on=[resource for resource in (target_resource, alternate) if resource],
+                depends_on=[target] if target else [],
                 import_=adopt(policy, import_id(policy.name, vhost)),
             ),
         )
     return declared
+
+
+def named(given: pulumi.Input[str], expected: str, input_name: str) -> pulumi.Output[str]:
+    """``given`` (another component's output) once it is known to name ``expected``: a wrong exchange is refused
+    rather than bound."""
+
+    def check(value: str) -> str:
+        if value != expected:
+            raise ValueError(f"{input_name} is {value!r}, but this endpoint's generation delivers through {expected!r}")
+        return value
+
+    return pulumi.Output.from_input(given).apply(check)
 
 
 class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
@@ -157,44 +180,45 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
 
     Level queues hold delayed messages for up to 4.25 years, the parking queue what could not be
     delivered, and any change to them replaces (deletes) them, so they are protected and retained on
-    delete unless ``protect_delay_queues=False``.
+    delete unless ``protect_delay_queues`` is false.
     """
 
     delivery_exchange: pulumi.Output[str]
+    """The delivery exchange's name: give it to each ``RabbitMqEndpoint`` (``deliveryExchange``)."""
+    parking_exchange: Optional[pulumi.Output[str]]  # noqa: UP045 (Pulumi's analyzer reads Optional)
+    """The parking exchange's name (with ``parkUnroutable``): give it to each ``RabbitMqEndpoint``."""
     level_names: pulumi.Output[list[str]]
+    """The 28 level queues, level 27 first."""
     generation: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        generation: str = model.DEFAULT_GENERATION,
-        vhost: str = "/",
-        protect_delay_queues: bool = True,
-        park_unroutable: bool = True,
-        adopt_existing: bool = False,
-        broker_version: str = model.DEFAULT_BROKER_VERSION,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: RabbitMqDelayInfrastructureArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(f"{TYPE_PREFIX}RabbitMqDelayInfrastructure", name, None, opts)
-        topology = DelayInfrastructureSettings(generation, park_unroutable).topology()
+        component = type(self).__name__
+        settings = settings_of_args(DelayInfrastructureSettings, component, name, args)
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
+        topology = settings.topology()
         self.resources = declare_topology(
             self,
             name,
             topology,
-            vhost=vhost,
-            protect_delay_queues=protect_delay_queues,
-            adopt_existing=adopt_existing,
-            broker_version=broker_version,
+            vhost=settings.vhost,
+            broker_version=settings.broker_version,
+            adopt_existing=settings.adopt_existing,
+            protect_delay_queues=settings.protect_delay_queues,
         )
-        delivery = model.delivery_exchange_name(generation)
-        self.delivery_exchange_resource = self.resources.exchanges[delivery]
-        self.parking_exchange_resource = self.resources.exchanges.get(model.parking_name(generation))
-        self.delivery_exchange = self.delivery_exchange_resource.name
+        parking = self.resources.exchanges.get(model.parking_name(settings.generation))
+        self.delivery_exchange = self.resources.exchanges[model.delivery_exchange_name(settings.generation)].name
+        self.parking_exchange = parking.name if parking else None
         self.level_names = pulumi.Output.from_input([q.name for q in topology.queues if q.holds_delayed_messages])
-        self.generation = pulumi.Output.from_input(generation)
+        self.generation = pulumi.Output.from_input(settings.generation.value)
         self.register_outputs(
-            {"deliveryExchange": self.delivery_exchange, "levelNames": self.level_names, "generation": self.generation}
+            {
+                "deliveryExchange": self.delivery_exchange,
+                "parkingExchange": self.parking_exchange,
+                "levelNames": self.level_names,
+                "generation": self.generation,
+            }
         )
 
 
@@ -205,69 +229,49 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     same name bound to it, the ``#.<endpoint>`` delivery binding for each receiving queue, with
     ``legacy_timeout_manager`` the ``.Timeouts``/``.TimeoutsDispatcher`` queues, and for quorum
     receiving queues NServiceBus's ``nsb.<queue>.delivery-limit`` policy (by default when ``broker_version`` is
-    4.0 or later; ``delivery_limit_policies=False`` when policies are managed elsewhere).
+    4.0 or later; ``delivery_limit_policies`` false when policies are managed elsewhere).
     In the conventional topology with ``park_unroutable`` (default) each receiving queue's exchange gets
     the parking exchange as alternate exchange by policy: a delayed message routed to the exchange of a
-    deleted queue is parked instead of stalling its level.
+    deleted queue is parked instead of stalling its level. With ``retain_on_delete`` (default) its queues and their
+    messages stay on the broker when Pulumi deletes them.
     """
 
     queue_name: pulumi.Output[str]
+    """The endpoint's input queue."""
     receiving_queues: pulumi.Output[list[str]]
+    """Every queue bound to the delivery exchange: the endpoint's and its instances'."""
     delivery_binding_key: pulumi.Output[str]
+    """``#.<endpoint>``."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        endpoint: str,
-        generation: str = model.DEFAULT_GENERATION,
-        routing_topology: str = "conventional",
-        queue_type: str = "quorum",
-        vhost: str = "/",
-        instance_discriminators: Sequence[str] = (),
-        legacy_timeout_manager: bool = False,
-        delivery_limit_policies: bool | None = None,
-        park_unroutable: bool = True,
-        delivery_exchange: rabbitmq.Exchange | None = None,
-        parking_exchange: rabbitmq.Exchange | None = None,
-        adopt_existing: bool = False,
-        broker_version: str = model.DEFAULT_BROKER_VERSION,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{TYPE_PREFIX}RabbitMqEndpoint", name, None, opts)
-        topology = EndpointSettings(
-            endpoint,
-            generation=generation,
-            routing_topology=routing_topology,
-            queue_type=queue_type,
-            instance_discriminators=tuple(instance_discriminators),
-            legacy_timeout_manager=legacy_timeout_manager,
-            delivery_limit_policies=delivery_limit_policies,
-            park_unroutable=park_unroutable,
-            broker_version=broker_version,
-        ).topology()
-        existing = {
-            name: resource
-            for name, resource in (
-                (model.delivery_exchange_name(generation), delivery_exchange),
-                (model.parking_name(generation), parking_exchange),
+    def __init__(self, name: str, args: RabbitMqEndpointArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        component = type(self).__name__
+        extras = ("delivery_exchange", "parking_exchange")
+        settings = settings_of_args(EndpointSettings, component, name, args, extras)
+        with refusals_as_input_errors(component, name):
+            topology = settings.topology()
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
+        given = {
+            expected: named(args[key], expected, key)  # type: ignore[literal-required]  # key is one of extras
+            for key, expected in zip(
+                extras,
+                (model.delivery_exchange_name(settings.generation), model.parking_name(settings.generation)),
+                strict=True,
             )
-            if resource is not None
+            if args.get(key) is not None
         }
         self.resources = declare_topology(
             self,
             name,
             topology,
-            vhost=vhost,
-            existing_exchanges=existing,
-            adopt_existing=adopt_existing,
-            broker_version=broker_version,
+            vhost=settings.vhost,
+            broker_version=settings.broker_version,
+            adopt_existing=settings.adopt_existing,
+            retain_on_delete=settings.retain_on_delete,
+            exchange_names=given,
         )
-        self.queue_name = self.resources.queues[endpoint].name
-        self.receiving_queues = pulumi.Output.from_input(
-            [b.destination for b in topology.bindings if b.role == "endpoint-delivery"]
-        )
-        self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(endpoint))
+        self.queue_name = self.resources.queues[settings.endpoint].name
+        self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
+        self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(settings.endpoint))
         self.register_outputs(
             {
                 "queueName": self.queue_name,
@@ -278,31 +282,29 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
 
 
 class RabbitMqSharedQueues(pulumi.ComponentResource):
-    """The ``error`` and ``audit`` queues every endpoint sends to: declared once per broker/vhost."""
+    """The ``error`` and ``audit`` queues every endpoint sends to: declared once per broker/vhost, retained on delete
+    with ``retain_on_delete`` (default)."""
 
     error_queue: pulumi.Output[str]
     audit_queue: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        routing_topology: str = "conventional",
-        queue_type: str = "quorum",
-        error_queue: str = model.DEFAULT_ERROR_QUEUE,
-        audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
-        vhost: str = "/",
-        adopt_existing: bool = False,
-        broker_version: str = model.DEFAULT_BROKER_VERSION,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: RabbitMqSharedQueuesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(f"{TYPE_PREFIX}RabbitMqSharedQueues", name, None, opts)
-        topology = SharedQueuesSettings(routing_topology, queue_type, error_queue, audit_queue).topology()
+        component = type(self).__name__
+        settings = settings_of_args(SharedQueuesSettings, component, name, args)
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
         self.resources = declare_topology(
-            self, name, topology, vhost=vhost, adopt_existing=adopt_existing, broker_version=broker_version
+            self,
+            name,
+            settings.topology(),
+            vhost=settings.vhost,
+            broker_version=settings.broker_version,
+            adopt_existing=settings.adopt_existing,
+            retain_on_delete=settings.retain_on_delete,
         )
-        self.error_queue = self.resources.queues[error_queue].name
-        self.audit_queue = self.resources.queues[audit_queue].name
+        self.error_queue = self.resources.queues[settings.error_queue].name
+        self.audit_queue = self.resources.queues[settings.audit_queue].name
         self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})
 
 
@@ -317,49 +319,26 @@ class RabbitMqEndpointUser(pulumi.ComponentResource):
     user_name: pulumi.Output[str]
     tags: pulumi.Output[list[str]]
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        user: str,
-        password: pulumi.Input[str],
-        receiving_queues: Sequence[str],
-        sends_to: Sequence[str] = (),
-        publishes: Sequence[str] = (),
-        subscribes_to: Sequence[str] = (),
-        management_api: bool = True,
-        routing_topology: str = "conventional",
-        generation: str = model.DEFAULT_GENERATION,
-        error_queue: str = model.DEFAULT_ERROR_QUEUE,
-        audit_queue: str = model.DEFAULT_AUDIT_QUEUE,
-        vhost: str = "/",
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{TYPE_PREFIX}RabbitMqEndpointUser", name, None, opts)
-        grants = EndpointUserSettings(
-            user,
-            tuple(receiving_queues),
-            tuple(sends_to),
-            tuple(publishes),
-            tuple(subscribes_to),
-            management_api,
-            routing_topology,
-            generation,
-            error_queue,
-            audit_queue,
-        ).grants(vhost)
+    def __init__(self, name: str, args: RabbitMqEndpointUserArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        component = type(self).__name__
+        settings = settings_of_args(EndpointUserSettings, component, name, args, ("password",))
+        with refusals_as_input_errors(component, name):
+            if args.get("password") is None:
+                raise ValueError("password: missing (required)")
+            grants = settings.grants()
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         account = rabbitmq.User(
             f"{name}-user",
             name=grants.user,
-            password=pulumi.Output.secret(password),
+            password=pulumi.Output.secret(args["password"]),
             tags=list(grants.tags),
             opts=child,
         )
         rabbitmq.Permissions(
             f"{name}-permissions",
             user=account.name,
-            vhost=vhost,
+            vhost=settings.vhost,
             permissions=rabbitmq.PermissionsPermissionsArgs(
                 configure=grants.configure, write=grants.write, read=grants.read
             ),
@@ -368,7 +347,7 @@ class RabbitMqEndpointUser(pulumi.ComponentResource):
         rabbitmq.TopicPermissions(
             f"{name}-topic-permissions",
             user=account.name,
-            vhost=vhost,
+            vhost=settings.vhost,
             permissions=[
                 rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
                 for t in grants.topic

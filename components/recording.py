@@ -14,10 +14,10 @@ from typing import Any
 
 import pulumi
 
-from nsb_delays.components.resource_types import SQS_QUEUE
-from nsb_delays.stack.config import NAMESPACE
+from .model.settings import PACKAGE
+from .resource_types import SQS_QUEUE
 
-PROJECT = NAMESPACE
+PROJECT = PACKAGE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
 
 

@@ -5,11 +5,14 @@ content-based deduplication, as NServiceBus creates it: the transport refuses to
 policy; content-based deduplication it ignores (its explicit deduplication ids override it).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
+from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
 
+from .args import SqsEndpointArgs
+from .inputs import refusals_as_input_errors, settings_of_args
 from .model import sqs as model
 from .model.settings import SqsEndpointSettings
 from .rabbitmq import TYPE_PREFIX
@@ -34,30 +37,17 @@ class SqsEndpoint(pulumi.ComponentResource):
     queue_name: pulumi.Output[str]
     queue_url: pulumi.Output[str]
     queue_arn: pulumi.Output[str]
-    delay_queue_name: pulumi.Output[str] | None
-    delay_queue_url: pulumi.Output[str] | None
-    delay_queue_arn: pulumi.Output[str] | None
+    delay_queue_name: Optional[pulumi.Output[str]]  # noqa: UP045 (Pulumi's analyzer reads Optional)
+    delay_queue_url: Optional[pulumi.Output[str]]  # noqa: UP045
+    delay_queue_arn: Optional[pulumi.Output[str]]  # noqa: UP045
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        endpoint: str,
-        queue_name_prefix: str = "",
-        delayed_delivery: bool = True,
-        message_retention_seconds: int = model.DEFAULT_MESSAGE_RETENTION_SECONDS,
-        encrypted: bool = True,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        specs = SqsEndpointSettings(
-            endpoint,
-            queue_name_prefix=queue_name_prefix,
-            delayed_delivery=delayed_delivery,
-            message_retention_seconds=message_retention_seconds,
-            encrypted=encrypted,
-        ).queues()
-        super().__init__(f"{TYPE_PREFIX}SqsEndpoint", name, None, opts)
-        tags = {model.ENDPOINT_TAG: model.sanitize_queue_name(endpoint)}
+    def __init__(self, name: str, args: SqsEndpointArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        component = type(self).__name__
+        settings = settings_of_args(SqsEndpointSettings, component, name, args)
+        with refusals_as_input_errors(component, name):
+            specs = settings.queues()
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
+        tags = {model.ENDPOINT_TAG: model.sanitize_queue_name(settings.endpoint)}
         queues = {spec.role: _queue(name, spec, self, tags) for spec in specs}
         self.queue_name = queues["input"].name
         self.queue_url = queues["input"].url

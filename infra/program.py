@@ -1,13 +1,21 @@
-"""The Pulumi program: validated stack config -> the stack plan -> components. No fact is derived here."""
+"""The Pulumi program: the validated stack config (the plan) -> components. No fact is derived and no setting is
+mapped here: each component takes its settings from the plan as they are (``values_of``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 
+from nsb_delays.components.args import (
+    RabbitMqDelayInfrastructureArgs,
+    RabbitMqEndpointArgs,
+    RabbitMqEndpointUserArgs,
+    RabbitMqSharedQueuesArgs,
+    SqsEndpointArgs,
+)
 from nsb_delays.components.model import sqs as sqs_model
+from nsb_delays.components.model.settings import values_of
 from nsb_delays.components.rabbitmq import (
     RabbitMqDelayInfrastructure,
     RabbitMqEndpoint,
@@ -20,64 +28,57 @@ from nsb_delays.stack.config import (
     NAMESPACE,
     SECTIONS,
     ConfigError,
+    RabbitMqConfig,
+    SqsConfig,
     StackConfig,
     parse_stack_config,
     password_keys,
 )
-from nsb_delays.stack.plan import RabbitMqPlan, SqsPlan, stack_plan
+
+Passwords = dict[str, pulumi.Output[str]]
 
 
-def read_pulumi_config() -> StackConfig:
-    """Read ``nsb-delays:rabbitmq`` / ``nsb-delays:sqs`` from the running stack and validate them."""
+def read_pulumi_config() -> tuple[StackConfig, Passwords]:
+    """``nsb-delays:*`` of the running stack, validated, and the endpoint users' passwords, each read once: the
+    parser sees a secret as the stack file holds it (``{secure: …}``), the components get the secret itself."""
     config = pulumi.Config(NAMESPACE)
     raw = {key: config.get_object(key) for key in SECTIONS}
-    for key in password_keys(raw.get("rabbitmq")):  # as the stack file holds them: a secret is {secure: …}
-        value = pulumi.runtime.get_config(f"{NAMESPACE}:{key}")
-        secret = pulumi.runtime.is_config_secret(f"{NAMESPACE}:{key}")
-        raw[key] = {"secure": "(encrypted)"} if value is not None and secret else value
-    return parse_stack_config({key: value for key, value in raw.items() if value is not None})
+    passwords: Passwords = {}
+    for key in password_keys(raw.get("rabbitmq")):
+        secret = config.get_secret(key)
+        if secret is not None and pulumi.runtime.is_config_secret(f"{NAMESPACE}:{key}"):
+            raw[key], passwords[key] = {"secure": "(encrypted)"}, secret
+        else:
+            raw[key] = config.get(key)
+    return parse_stack_config({key: value for key, value in raw.items() if value is not None}), passwords
 
 
-def declare_rabbitmq(plan: RabbitMqPlan) -> dict[str, Any]:
-    """The plan's RabbitMQ settings as components, where its config says (vhost, protection, adoption)."""
-    config = plan.config
+def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, Any]:
+    """The section's components, each from its settings in the plan."""
     infrastructure = RabbitMqDelayInfrastructure(
-        f"delays-{plan.infrastructure.generation}",
-        **asdict(plan.infrastructure),
-        vhost=config.vhost,
-        protect_delay_queues=config.protect_delay_queues,
-        adopt_existing=config.adopt_existing,
-        broker_version=config.broker_version,
+        f"delays-{config.generation}",
+        cast(RabbitMqDelayInfrastructureArgs, values_of(config.infrastructure)),
     )
-    RabbitMqSharedQueues(
-        "shared-queues",
-        **asdict(plan.shared_queues),
-        vhost=config.vhost,
-        adopt_existing=config.adopt_existing,
-        broker_version=config.broker_version,
-    )
+    RabbitMqSharedQueues("shared-queues", cast(RabbitMqSharedQueuesArgs, values_of(config.shared_queues)))
+    exchanges = {
+        "delivery_exchange": infrastructure.delivery_exchange,
+        "parking_exchange": infrastructure.parking_exchange,
+    }
     endpoints = {
         settings.endpoint: RabbitMqEndpoint(
             f"rabbitmq-{settings.endpoint}",
-            **asdict(settings),
-            vhost=config.vhost,
-            adopt_existing=config.adopt_existing,
-            parking_exchange=infrastructure.parking_exchange_resource,
-            delivery_exchange=infrastructure.delivery_exchange_resource,
+            cast(RabbitMqEndpointArgs, values_of(settings) | exchanges),
             opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
         )
-        for settings in plan.endpoints
+        for settings in config.endpoints
     }
-    config_reader = pulumi.Config(NAMESPACE)
     users = {
         settings.user: RabbitMqEndpointUser(
             f"rabbitmq-user-{settings.user}",
-            **asdict(settings),
-            password=config_reader.require_secret(password_key),
-            vhost=config.vhost,
+            cast(RabbitMqEndpointUserArgs, values_of(settings) | {"password": passwords[password_key]}),
             opts=pulumi.ResourceOptions(depends_on=list(endpoints.values())),
         )
-        for settings, password_key in zip(plan.users, plan.password_keys, strict=True)
+        for settings, password_key in zip(config.users, config.password_keys, strict=True)
     }
     outputs = {"rabbitmqEndpointUsers": {name: c.user_name for name, c in users.items()}} if users else {}
     return outputs | {
@@ -87,10 +88,12 @@ def declare_rabbitmq(plan: RabbitMqPlan) -> dict[str, Any]:
     }
 
 
-def declare_sqs(plan: SqsPlan) -> dict[str, Any]:
+def declare_sqs(config: SqsConfig) -> dict[str, Any]:
     endpoints = {
-        settings.endpoint: SqsEndpoint(f"sqs-{sqs_model.sanitize_queue_name(settings.endpoint)}", **asdict(settings))
-        for settings in plan.endpoints
+        settings.endpoint: SqsEndpoint(
+            f"sqs-{sqs_model.sanitize_queue_name(settings.endpoint)}", cast(SqsEndpointArgs, values_of(settings))
+        )
+        for settings in config.endpoints
     }
     return {
         "sqsQueueUrls": {name: c.queue_url for name, c in endpoints.items()},
@@ -100,14 +103,13 @@ def declare_sqs(plan: SqsPlan) -> dict[str, Any]:
     }
 
 
-def declare(config: StackConfig) -> dict[str, Any]:
+def declare(config: StackConfig, passwords: Passwords) -> dict[str, Any]:
     """Declare everything the config asks for; returns the stack outputs."""
-    plan = stack_plan(config)
     outputs: dict[str, Any] = {}
-    if plan.rabbitmq:
-        outputs |= declare_rabbitmq(plan.rabbitmq)
-    if plan.sqs:
-        outputs |= declare_sqs(plan.sqs)
+    if config.rabbitmq:
+        outputs |= declare_rabbitmq(config.rabbitmq, passwords)
+    if config.sqs:
+        outputs |= declare_sqs(config.sqs)
     return outputs
 
 
@@ -116,10 +118,10 @@ def main() -> None:
     language host's exec shim reports as the message alone, without a traceback (pulumi/pulumi
     ``sdk/python/cmd/pulumi-language-python-exec``: ``except pulumi.RunError``), before anything is registered."""
     try:
-        config = read_pulumi_config()
+        config, passwords = read_pulumi_config()
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
-    for key, value in declare(config).items():
+    for key, value in declare(config, passwords).items():
         pulumi.export(key, value)
 
 
@@ -132,7 +134,9 @@ def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedRe
 
     The endpoint users' passwords are Pulumi secrets that only the engine can decrypt: here each is a placeholder
     marked secret, so the program runs as under ``pulumi preview`` and the policies see a secret."""
-    plan = stack_plan(config)
-    keys = [f"{NAMESPACE}:{key}" for key in (plan.rabbitmq.password_keys if plan.rabbitmq else ())]
-    pulumi.runtime.set_all_config({key: SECRET_PLACEHOLDER for key in keys}, keys)
-    return record(lambda: declare(config), stack=stack)
+    keys = config.rabbitmq.password_keys if config.rabbitmq else ()
+
+    def program() -> None:
+        declare(config, {key: pulumi.Output.secret(SECRET_PLACEHOLDER) for key in keys})
+
+    return record(program, stack=stack)

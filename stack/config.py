@@ -1,10 +1,11 @@
 """Typed stack configuration (namespace ``nsb-delays``) and its validation.
 
-The whole config is checked before any resource is declared; every problem is collected and
-reported at once, each naming the key and the rule it broke. Both the Pulumi program (through
-``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``) parse config here; the CLI finds the
-stack file (``stack_file``) and reads it strictly (a duplicate key or a YAML error names file, line and
-column).
+The whole config is checked before any resource is declared; every problem is collected and reported at once, each
+naming the key and the rule it broke. What it yields is the stack's plan: the settings of every component the stack
+declares (``components/model/settings.py``), which the Pulumi program passes to the components and every other
+command reads as model objects. The keys come from the settings' declarations (``stack/keys.py``). Both the Pulumi
+program (through ``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``) parse config here; the CLI finds the
+stack file (``stack_file``) and reads it strictly (a duplicate key or a YAML error names file, line and column).
 """
 
 from __future__ import annotations
@@ -21,11 +22,29 @@ import yaml
 
 from nsb_delays.components.model import msmq, permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.settings import (
+    PACKAGE,
+    RABBITMQ,
+    RABBITMQ_ENDPOINT,
+    RABBITMQ_USER,
+    SQS,
+    SQS_ENDPOINT,
+    DelayInfrastructureSettings,
+    EndpointSettings,
+    EndpointUserSettings,
+    SharedQueuesSettings,
+    SqsEndpointSettings,
+    camel_case,
+    declared_default,
+    settings_from,
+)
 
-NAMESPACE = "nsb-delays"
+from .keys import MSMQ, ConfigKey, config_keys
+
+NAMESPACE = PACKAGE
 SECTIONS = ("rabbitmq", "sqs", "msmq")
-DELIVERY_LIMIT_POLICIES_KEY = "deliveryLimitPolicies"
-BROKER_VERSION_KEY = "brokerVersion"
+DELIVERY_LIMIT_POLICIES_KEY = camel_case("delivery_limit_policies")
+BROKER_VERSION_KEY = camel_case("broker_version")
 
 
 class ConfigError(ValueError):
@@ -51,71 +70,86 @@ class StackFileError(ConfigError):
 
 
 @dataclass(frozen=True)
-class EndpointUserConfig:
-    """``endpoints[i].user``: the RabbitMQ user an endpoint logs in as (``components.model.permissions``).
-
-    ``password_key``: the stack config key that holds its password as a Pulumi secret
-    (``pulumi config set --secret nsb-delays:<key> …``)."""
-
-    name: str
-    password_key: str
-    sends_to: tuple[str, ...] = ()
-    publishes: tuple[str, ...] = ()
-    subscribes_to: tuple[str, ...] = ()
-    management_api: bool = True
-
-
-@dataclass(frozen=True)
-class RabbitMqEndpointConfig:
-    name: str
-    instance_discriminators: tuple[str, ...] = ()
-    legacy_timeout_manager: bool = False
-    queue_type: str = "quorum"  # resolved at parse time: the endpoint's queueType, else the section's
-    user: EndpointUserConfig | None = None
-
-    def receiving_queues(self) -> tuple[str, ...]:
-        return (self.name, *(rmq.instance_queue_name(self.name, d) for d in self.instance_discriminators))
-
-
-@dataclass(frozen=True)
 class RabbitMqConfig:
-    vhost: str = "/"
-    generation: str = rmq.DEFAULT_GENERATION
-    routing_topology: str = "conventional"
-    queue_type: str = "quorum"
-    protect_delay_queues: bool = True
-    park_unroutable: bool = True  # the parking exchange as the delivery (and endpoint) exchanges' alternate (#1407)
-    adopt_existing: bool = False
-    # from brokerVersion when the stack does not say (rmq.delivery_limit_policies_by_default; parse_stack_config)
-    delivery_limit_policies: bool = True
-    broker_version: str = rmq.DEFAULT_BROKER_VERSION  # MAJOR.MINOR[.PATCH]: decides x-queue-type and policies
-    error_queue: str = rmq.DEFAULT_ERROR_QUEUE
-    audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE
-    endpoints: tuple[RabbitMqEndpointConfig, ...] = ()
+    """The ``nsb-delays:rabbitmq`` section as the settings of each component it declares: the delay graph, the
+    shared queues, each endpoint and each endpoint's user (whose password is the secret ``password_keys[i]``).
+
+    The stack-wide values below are read from the component that always has them; they are not settings of their
+    own (each is declared once, in ``components/model/settings.py``)."""
+
+    infrastructure: DelayInfrastructureSettings
+    shared_queues: SharedQueuesSettings
+    endpoints: tuple[EndpointSettings, ...] = ()
+    users: tuple[EndpointUserSettings, ...] = ()
+    password_keys: tuple[str, ...] = ()
+
+    @property
+    def vhost(self) -> str:
+        return self.infrastructure.vhost
+
+    @property
+    def generation(self) -> rmq.Generation:
+        return self.infrastructure.generation
+
+    @property
+    def broker_version(self) -> str:
+        return self.infrastructure.broker_version
+
+    @property
+    def adopt_existing(self) -> bool:
+        return self.infrastructure.adopt_existing
+
+    @property
+    def routing_topology(self) -> rmq.RoutingTopology:
+        return self.shared_queues.routing_topology
+
+    @property
+    def error_queue(self) -> str:
+        return self.shared_queues.error_queue
+
+    @property
+    def audit_queue(self) -> str:
+        return self.shared_queues.audit_queue
 
     def receiving_queues(self) -> tuple[str, ...]:
         """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
-        return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues())
+        return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
 
+    @property
+    def topology(self) -> rmq.Topology:
+        """Every object, in the order the program declares them: exchanges and queues before the policies that
+        name them."""
+        parts = [self.infrastructure.topology(), self.shared_queues.topology()]
+        return rmq.Topology.join(parts + [endpoint.topology() for endpoint in self.endpoints])
 
-@dataclass(frozen=True)
-class SqsEndpointConfig:
-    name: str
-    delayed_delivery: bool = True
-    message_retention_seconds: int = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS  # resolved: endpoint's, else section's
+    @property
+    def grants(self) -> tuple[permissions.UserGrants, ...]:
+        """Every endpoint user's tags, permissions and topic permissions in the stack's vhost."""
+        return tuple(user.grants() for user in self.users)
 
 
 @dataclass(frozen=True)
 class SqsConfig:
-    queue_name_prefix: str = ""
-    message_retention_seconds: int = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS
-    encrypted: bool = True
-    endpoints: tuple[SqsEndpointConfig, ...] = ()
+    """The ``nsb-delays:sqs`` section: each endpoint's settings, and the section's own values as given
+    (``queue_name_prefix`` is read without endpoints too)."""
+
+    endpoints: tuple[SqsEndpointSettings, ...] = ()
+    section: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def queue_name_prefix(self) -> str:
+        return str(self.section.get("queue_name_prefix", declared_default(SqsEndpointSettings, "queue_name_prefix")))
+
+    def queue_specs(self) -> tuple[tuple[str, sqs.SqsQueueSpec], ...]:
+        """``(endpoint, spec)`` for every input and ``-delay.fifo`` queue."""
+        return tuple((endpoint.endpoint, spec) for endpoint in self.endpoints for spec in endpoint.queues())
 
 
 @dataclass(frozen=True)
 class MsmqConfig:
-    """Endpoints whose MSMQ transport (2.x) keeps delayed messages in a SQL Server table (seed 002)."""
+    """Endpoints whose MSMQ transport (2.x) keeps delayed messages in a SQL Server table
+    (Particular/NServiceBus.Transport.Msmq ``src/NServiceBus.Transport.Msmq/DelayedDelivery/Sql/
+    SqlServerDelayedMessageStore.cs``)."""
 
     schema: str = msmq.DEFAULT_SCHEMA
     endpoints: tuple[str, ...] = ()
@@ -128,129 +162,18 @@ class StackConfig:
     msmq: MsmqConfig | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-
-# key in YAML -> (python field, expected type(s), allowed values or None)
-_RABBITMQ_KEYS: dict[str, tuple[str, type | tuple[type, ...], tuple[Any, ...] | None]] = {
-    "vhost": ("vhost", str, None),
-    "generation": ("generation", str, rmq.GENERATIONS),
-    "routingTopology": ("routing_topology", str, rmq.ROUTING_TOPOLOGIES),
-    "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
-    "protectDelayQueues": ("protect_delay_queues", bool, None),
-    "parkUnroutable": ("park_unroutable", bool, None),
-    "adoptExisting": ("adopt_existing", bool, None),
-    DELIVERY_LIMIT_POLICIES_KEY: ("delivery_limit_policies", bool, None),
-    "errorQueue": ("error_queue", str, None),
-    "auditQueue": ("audit_queue", str, None),
-}
-_RABBITMQ_ENDPOINT_KEYS = {
-    "name": ("name", str, None),
-    "instanceDiscriminators": ("instance_discriminators", list, None),
-    "legacyTimeoutManager": ("legacy_timeout_manager", bool, None),
-    "queueType": ("queue_type", str, rmq.QUEUE_TYPES),
-    "user": ("user", Mapping, None),
-}
-_ENDPOINT_USER_KEYS = {
-    "name": ("name", str, None),
-    "passwordKey": ("password_key", str, None),
-    "sendsTo": ("sends_to", list, None),
-    "publishes": ("publishes", list, None),
-    "subscribesTo": ("subscribes_to", list, None),
-    "managementApi": ("management_api", bool, None),
-}
-_SQS_KEYS = {
-    "queueNamePrefix": ("queue_name_prefix", str, None),
-    "messageRetentionSeconds": ("message_retention_seconds", int, None),
-    "encrypted": ("encrypted", bool, None),
-}
-_SQS_ENDPOINT_KEYS = {
-    "name": ("name", str, None),
-    "delayedDelivery": ("delayed_delivery", bool, None),
-    "messageRetentionSeconds": ("message_retention_seconds", int, None),
-}
-
-# What each key does, by section as ``key_tables`` names them: the docs site's configuration reference
-# (docs/reference/configuration.md) is generated from the key tables and this text; tests/docs fails when a key is
-# accepted but not described, or described but not accepted.
-KEY_DOCS: dict[str, dict[str, str]] = {
-    "rabbitmq": {
-        "vhost": "The virtual host that holds the delay graph and the endpoints' queues.",
-        "generation": "The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy "
-        "level queues, `nsb.delay-level-NN`).",
-        "routingTopology": "The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to "
-        "the delivery exchange) or `direct` (the queue bound to the delivery exchange itself).",
-        "queueType": "The type of the endpoint, error and audit queues (an endpoint's own `queueType` overrides it).",
-        "protectDelayQueues": "Declare the 28 level queues with `protect` and `retainOnDelete`: `pulumi up` and "
-        "`pulumi destroy` refuse to replace or delete them (and their messages).",
-        "parkUnroutable": "Park delayed messages that no binding routes in `nsb.v2.delay-unroutable` (v1: "
-        "`nsb.delay-unroutable`), the delivery and endpoint exchanges' alternate exchange, instead of dropping them.",
-        "adoptExisting": "Import the topology NServiceBus installers already declared instead of creating it.",
-        DELIVERY_LIMIT_POLICIES_KEY: "Pre-create NServiceBus's `nsb.<queue>.delivery-limit` policy for each quorum "
-        "receiving queue. Default: true from `brokerVersion` 4.0, false below; false when the policies are managed "
-        "elsewhere.",
-        BROKER_VERSION_KEY: "The RabbitMQ version the stack targets, a quoted `MAJOR.MINOR[.PATCH]` string (at "
-        "least `3.10`): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work.",
-        "errorQueue": "The error queue every endpoint may send to.",
-        "auditQueue": "The audit queue every endpoint may send to.",
-        "endpoints": "The endpoints: each a name, or a mapping with `name` and the keys below.",
-    },
-    "rabbitmq.endpoints[]": {
-        "name": "The endpoint's name and its queue's (required); dotted names work.",
-        "instanceDiscriminators": "Adds a queue `<name>-<discriminator>` with its own delivery binding for each.",
-        "legacyTimeoutManager": "Adds the legacy timeout manager's queues `<name>.Timeouts` and "
-        "`<name>.TimeoutsDispatcher`.",
-        "queueType": "This endpoint's queue type (default: the section's `queueType`).",
-        "user": "A least-privilege RabbitMQ user for this endpoint, with the keys below.",
-    },
-    "rabbitmq.endpoints[].user": {
-        "name": "The user's name (default: the endpoint's).",
-        "passwordKey": "The stack config key `nsb-delays:<key>` that holds the password as a Pulumi secret "
-        "(required; a password in plain text is refused).",
-        "sendsTo": "Queues of this stack it sends to, immediately or delayed (error and audit are implied).",
-        "publishes": "Event exchanges it publishes to, as NServiceBus names them (`Namespace:TypeName`), base "
-        "classes and interfaces included.",
-        "subscribesTo": "Event exchanges it subscribes to, named as for `publishes`.",
-        "managementApi": "Give the `management` tag, for NServiceBus's broker checks at start-up.",
-    },
-    "sqs": {
-        "queueNamePrefix": "Prepended to every queue name unless the name already starts with it.",
-        "messageRetentionSeconds": "Input queues' retention, 61 to 1,209,600 seconds; delay queues keep at least "
-        "345,600 (an endpoint's own value overrides it).",
-        "encrypted": "SQS-managed server-side encryption (SSE-SQS) on every queue.",
-        "endpoints": "The endpoints: each a name, or a mapping with `name` and the keys below.",
-    },
-    "sqs.endpoints[]": {
-        "name": "The endpoint's name (required), sanitised into an SQS queue name.",
-        "delayedDelivery": "Declare the endpoint's `-delay.fifo` queue for the SQS transport's delayed delivery.",
-        "messageRetentionSeconds": "This endpoint's input queue retention (default: the section's).",
-    },
-    "msmq": {
-        "schema": "The SQL Server schema of the delayed-message tables (scripts only).",
-        "endpoints": "Endpoints of MSMQ transport 2.x whose delayed messages live in a `<endpoint>.timeouts` table.",
-    },
-}
-
-
-def key_tables() -> dict[str, Mapping[str, tuple[str, Any, Any]]]:
-    """Every key the parser accepts, by section (``rabbitmq`` is ``nsb-delays:rabbitmq``, ``rabbitmq.endpoints[]``
-    an entry of its ``endpoints``), each as ``(python field, expected type(s), allowed values or None)``."""
-    return {
-        "rabbitmq": {
-            **_RABBITMQ_KEYS,
-            BROKER_VERSION_KEY: ("broker_version", str, None),
-            "endpoints": ("endpoints", list, None),
-        },
-        "rabbitmq.endpoints[]": _RABBITMQ_ENDPOINT_KEYS,
-        "rabbitmq.endpoints[].user": _ENDPOINT_USER_KEYS,
-        "sqs": {**_SQS_KEYS, "endpoints": ("endpoints", list, None)},
-        "sqs.endpoints[]": _SQS_ENDPOINT_KEYS,
-        "msmq": _MSMQ_KEYS,
-    }
+    def with_values(self, section: str, **values: Any) -> StackConfig:
+        """The same stack with ``values`` (stack config keys, ``deliveryLimitPolicies=False``) set in ``section``:
+        parsed again, so an override is checked like the stack file."""
+        raw = dict(self.raw)
+        raw[section] = {**(raw.get(section) or {}), **values}
+        return parse_stack_config(raw)
 
 
 def _fields(
-    raw: Any, path: str, keys: Mapping[str, tuple[str, Any, Any]], problems: list[str], extra: tuple[str, ...] = ()
+    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str], extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """Type-check a mapping against ``keys``; unknown keys and wrong types become problems."""
+    """Type-check a mapping against ``keys``; unknown keys and wrong types become problems. Values by field name."""
     if not isinstance(raw, Mapping):
         problems.append(f"{path}: expected a mapping, got {type(raw).__name__}")
         return {}
@@ -261,20 +184,15 @@ def _fields(
         if key not in keys:
             problems.append(f"{path}.{key}: unknown key (known: {', '.join(sorted([*keys, *extra]))})")
             continue
-        attr, typ, allowed = keys[key]
-        if isinstance(value, bool) and typ is not bool:
-            problems.append(f"{path}.{key}: expected {typ.__name__}, got bool")
-        elif not isinstance(value, typ):
-            problems.append(f"{path}.{key}: expected {typ.__name__}, got {type(value).__name__}")
-        elif allowed is not None and value not in allowed:
-            problems.append(f"{path}.{key}: unknown value {value!r} (expected one of {', '.join(allowed)})")
-        else:
-            values[attr] = value
+        try:
+            values[keys[key].attr] = keys[key].check(value)
+        except ValueError as error:
+            problems.append(f"{path}.{key}: {error}")
     return values
 
 
 def _endpoint_fields(
-    raw: Any, path: str, keys: Mapping[str, Any], problems: list[str]
+    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str]
 ) -> list[tuple[str, dict[str, Any]]]:
     """Each endpoint entry (a name, or a mapping with ``name``) type-checked; bad entries become problems."""
     if raw is None:
@@ -286,7 +204,7 @@ def _endpoint_fields(
     for i, entry in enumerate(raw):
         entry_path = f"{path}[{i}]"
         fields = _fields({"name": entry} if isinstance(entry, str) else entry, entry_path, keys, problems)
-        if "name" in fields:
+        if keys["name"].attr in fields:
             entries.append((entry_path, fields))
         elif isinstance(entry, Mapping) and "name" not in entry:
             problems.append(f"{entry_path}: missing required key 'name'")
@@ -297,72 +215,80 @@ def _section_endpoints(raw: Any) -> Any:
     return raw.get("endpoints") if isinstance(raw, Mapping) else None
 
 
+def _strings(values: Any, where: str, problems: list[str], what: str = "entry") -> tuple[str, ...]:
+    """The non-empty strings of a list; any other entry is a problem naming them."""
+    bad = [value for value in values if not isinstance(value, str) or not value]
+    if bad:
+        problems.append(f"{where}: every {what} must be a non-empty string, got {bad!r}")
+    return tuple(value for value in values if value not in bad)
+
+
 def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     path = f"{NAMESPACE}:rabbitmq"
-    values = _fields(raw, path, _RABBITMQ_KEYS, problems, extra=("endpoints", BROKER_VERSION_KEY))
+    keys = config_keys()
+    section = _fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
     broker_version = _broker_version(raw, path, problems)
     if broker_version is not None:
-        values["broker_version"] = broker_version
-    endpoints = []
-    for entry_path, fields in _endpoint_fields(
-        _section_endpoints(raw), f"{path}.endpoints", _RABBITMQ_ENDPOINT_KEYS, problems
-    ):
-        discriminators = fields.pop("instance_discriminators", [])
-        bad = [d for d in discriminators if not isinstance(d, str) or not d]
-        if bad:
-            problems.append(
-                f"{entry_path}.instanceDiscriminators: every discriminator must be a non-empty string, got {bad!r}"
-            )
-            discriminators = [d for d in discriminators if d not in bad]
-        fields.setdefault("queue_type", values.get("queue_type", RabbitMqConfig.queue_type))
-        user = _endpoint_user(fields.pop("user", None), fields["name"], entry_path, problems)
-        endpoints.append(RabbitMqEndpointConfig(instance_discriminators=tuple(discriminators), user=user, **fields))
-    if "delivery_limit_policies" not in values:
-        values["delivery_limit_policies"] = rmq.delivery_limit_policies_by_default(
-            values.get("broker_version", RabbitMqConfig.broker_version)
-        )
-    config = RabbitMqConfig(endpoints=tuple(endpoints), **values)
+        section["broker_version"] = broker_version
+    endpoints: list[EndpointSettings] = []
+    users: list[tuple[int, EndpointUserSettings, str]] = []
+    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[RABBITMQ_ENDPOINT], problems)
+    for entry_path, fields in entries:
+        where = f"{entry_path}.instanceDiscriminators"
+        discriminators = fields.get("instance_discriminators", ())
+        fields["instance_discriminators"] = _strings(discriminators, where, problems, "discriminator")
+        user = fields.pop("user", None)
+        endpoint = settings_from(EndpointSettings, section | fields)
+        endpoints.append(endpoint)
+        if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems)):
+            users.append((int(entry_path.rsplit("[", 1)[1].rstrip("]")), *parsed))
+    config = RabbitMqConfig(
+        settings_from(DelayInfrastructureSettings, section),
+        settings_from(SharedQueuesSettings, section),
+        tuple(endpoints),
+        tuple(user for _, user, _ in users),
+        tuple(key for _, _, key in users),
+    )
     _check_rabbitmq_names(config, path, problems)
-    _check_endpoint_users(config, path, problems)
+    _check_endpoint_users(config, [i for i, _, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
 
 
-def _endpoint_user(raw: Any, endpoint: str, path: str, problems: list[str]) -> EndpointUserConfig | None:
+def _endpoint_user(
+    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str]
+) -> tuple[EndpointUserSettings, str] | None:
     """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
     the user's name defaults to the endpoint's."""
-    if raw is None:
-        return None
     where = f"{path}.user"
     before = len(problems)
-    fields = _fields(raw, where, _ENDPOINT_USER_KEYS, problems)
-    fields.setdefault("name", endpoint)
-    if "password_key" not in fields and "passwordKey" not in raw:
+    fields = _fields(raw, where, config_keys()[RABBITMQ_USER], problems)
+    fields.setdefault("user", endpoint.endpoint)
+    password_key = fields.pop("password_key", None)
+    if password_key is None and "passwordKey" not in raw:
         problems.append(
             f"{where}: missing required key 'passwordKey' (the stack config key of its password, set with "
             f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
         )
     for key, attr in (("sendsTo", "sends_to"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
-        names = fields.get(attr, [])
-        bad = [name for name in names if not isinstance(name, str) or not name]
-        if bad:
-            problems.append(f"{where}.{key}: every entry must be a non-empty string, got {bad!r}")
-        fields[attr] = tuple(name for name in names if name not in bad)
-    for key, names in (("name", [fields["name"]]), ("publishes", fields["publishes"]),
+        fields[attr] = _strings(fields.get(attr, ()), f"{where}.{key}", problems)
+    for key, names in (("name", [fields["user"]]), ("publishes", fields["publishes"]),
                        ("subscribesTo", fields["subscribes_to"])):  # fmt: skip
         for name in names:
             for problem in permissions.name_problems(name):
                 problems.append(f"{where}.{key}: {name!r} {problem}")
-    if len(problems) > before:
+    if len(problems) > before or password_key is None:
         return None
-    return EndpointUserConfig(**fields)
+    values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
+    settings = settings_from(EndpointUserSettings, values)
+    return settings, password_key
 
 
-def _check_endpoint_users(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    """Each user's destinations are queues of this stack; no user name twice."""
+def _check_endpoint_users(config: RabbitMqConfig, entries: list[int], path: str, problems: list[str]) -> None:
+    """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the index of the
+    endpoint entry ``config.users[j]`` belongs to."""
     known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
-    users = [(i, e.user) for i, e in enumerate(config.endpoints) if e.user is not None]
-    for i, user in users:
+    for i, user in zip(entries, config.users, strict=True):
         unknown = [d for d in user.sends_to if d not in known]
         if unknown:
             problems.append(
@@ -370,7 +296,7 @@ def _check_endpoint_users(config: RabbitMqConfig, path: str, problems: list[str]
                 f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
                 f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
             )
-    for name, count in Counter(user.name for _, user in users).items():
+    for name, count in Counter(user.user for user in config.users).items():
         if count > 1:
             problems.append(f"{path}.endpoints: user {name!r} is given to {count} endpoints (one user per endpoint)")
 
@@ -416,9 +342,10 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
 def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
     version = rmq.parse_broker_version(config.broker_version)
-    has_quorum_endpoints = any(e.queue_type == "quorum" for e in config.endpoints)
-    if config.delivery_limit_policies and has_quorum_endpoints and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
-        accepted = ".".join(map(str, rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM[:2]))
+    quorum = rmq.QueueType.QUORUM
+    limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
+    if limited and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
+        accepted = rmq.shown_version(rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
         problems.append(
             f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true with {BROKER_VERSION_KEY} "
             f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
@@ -441,15 +368,15 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
         problems.append(f"{path}.vhost: {config.vhost!r} {problem}")
     queues: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
-        for queue in endpoint.receiving_queues():
+        for queue in endpoint.receiving_queues:
             for problem in _name_problems(queue, destination=True):
                 problems.append(f"{path}.endpoints[{i}]: queue {queue!r} {problem}")
-        queues += endpoint.receiving_queues()
+        queues += endpoint.receiving_queues
         if endpoint.legacy_timeout_manager:
-            legacy = rmq.legacy_timeout_queue_names(endpoint.name)
-            for queue in legacy if endpoint.name else ():
+            legacy = rmq.legacy_timeout_queue_names(endpoint.endpoint)
+            for queue in legacy if endpoint.endpoint else ():
                 for problem in rmq.object_name_problems(queue):
-                    if problem not in rmq.object_name_problems(endpoint.name):  # said once, for the endpoint
+                    if problem not in rmq.object_name_problems(endpoint.endpoint):  # said once, for the endpoint
                         problems.append(f"{path}.endpoints[{i}]: legacy queue {queue!r} {problem}")
             queues += legacy
     for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
@@ -468,38 +395,34 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
 
 def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
     path = f"{NAMESPACE}:sqs"
-    values = _fields(raw, path, _SQS_KEYS, problems, extra=("endpoints",))
-    retention = values.get("message_retention_seconds", SqsConfig.message_retention_seconds)
-    endpoints = [
-        SqsEndpointConfig(**{"message_retention_seconds": retention, **fields})
-        for _, fields in _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", _SQS_ENDPOINT_KEYS, problems)
-    ]
-    config = SqsConfig(endpoints=tuple(endpoints), **values)
+    keys = config_keys()
+    section = _fields(raw, path, keys[SQS], problems, extra=("endpoints",))
+    default_retention = declared_default(SqsEndpointSettings, "message_retention_seconds")
+    retention = section.get("message_retention_seconds", default_retention)
     section_retention_ok = True
     try:  # with or without endpoints: the section's own setting
-        sqs.check_retention(config.message_retention_seconds)
+        sqs.check_retention(retention)
     except ValueError as error:
         problems.append(f"{path}.messageRetentionSeconds: {error}")
         section_retention_ok = False
-    _check_sqs_names(config, path, problems, section_retention_ok)
-    return config
+    endpoints = []
+    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[SQS_ENDPOINT], problems)
+    for entry_path, fields in entries:
+        values = section | fields
+        if not section_retention_ok and "message_retention_seconds" not in fields:  # said once, for the section
+            values["message_retention_seconds"] = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS
+        endpoints.append((entry_path, settings_from(SqsEndpointSettings, values)))
+    _check_sqs_names(endpoints, path, problems)
+    return SqsConfig(tuple(endpoint for _, endpoint in endpoints), section)
 
 
-def _check_sqs_names(config: SqsConfig, path: str, problems: list[str], section_retention_ok: bool = True) -> None:
+def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str, problems: list[str]) -> None:
     physical: list[str] = []
-    for i, endpoint in enumerate(config.endpoints):
-        retention = endpoint.message_retention_seconds
-        if not section_retention_ok and retention == config.message_retention_seconds:
-            retention = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS  # said once, for the section; names still checked
+    for entry_path, endpoint in endpoints:
         try:
-            specs = sqs.endpoint_queues(
-                endpoint.name,
-                prefix=config.queue_name_prefix,
-                delayed_delivery=endpoint.delayed_delivery,
-                message_retention_seconds=retention,
-            )
+            specs = endpoint.queues()
         except ValueError as error:
-            problems.append(f"{path}.endpoints[{i}] ({endpoint.name!r}): {error}")
+            problems.append(f"{entry_path} ({endpoint.endpoint!r}): {error}")
             continue
         physical += [spec.name for spec in specs]
     for name, count in Counter(physical).items():
@@ -510,12 +433,9 @@ def _check_sqs_names(config: SqsConfig, path: str, problems: list[str], section_
             )
 
 
-_MSMQ_KEYS = {"schema": ("schema", str, None), "endpoints": ("endpoints", list, None)}
-
-
 def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     path = f"{NAMESPACE}:msmq"
-    values = _fields(raw, path, _MSMQ_KEYS, problems)
+    values = _fields(raw, path, config_keys()[MSMQ], problems)
     endpoints = values.pop("endpoints", [])
     for i, name in enumerate(endpoints):
         if not isinstance(name, str) or not name.strip():
@@ -549,10 +469,12 @@ def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
         problems.insert(0, f"{NAMESPACE}:{key}: unknown key (known: {known}, and endpoint users' passwordKeys)")
     _check_passwords(raw, passwords, problems)
     sqs_config = _parse_sqs(raw["sqs"], problems) if raw.get("sqs") is not None else None
-    msmq = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
+    msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:
         raise ConfigError(problems)
-    return StackConfig(rabbitmq, sqs_config, msmq, raw)
+    return StackConfig(rabbitmq, sqs_config, msmq_config, raw)
+
+
 
 
 # --- the stack file -----------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.stack.config import NAMESPACE, StackConfig
-from nsb_delays.stack.plan import sqs_queue_specs
 from tests.engine.conftest import require_pulumi
 
 
@@ -31,7 +30,7 @@ def provision_sqs_queues(moto: LocalMoto, stack: StackConfig) -> dict[str, str]:
     """The stack's SQS queues as a CloudFormation stack of their own in moto; queue name -> URL."""
     assert stack.sqs is not None
     client = provision_sqs(moto, stack, "test", cloudformation_stack=f"nsb-delays-test-{uuid.uuid4().hex[:8]}")
-    names = [spec.name for _endpoint, spec in sqs_queue_specs(stack.sqs)]
+    names = [spec.name for _endpoint, spec in (stack.sqs).queue_specs()]
     return {name: client.get_queue_url(QueueName=name)["QueueUrl"] for name in names}
 
 

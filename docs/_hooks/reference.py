@@ -1,7 +1,7 @@
 """mkdocs hooks (``hooks:`` in mkdocs.yml): the parts of the site generated from the code, so they cannot drift.
 
-- ``<!-- generated: config-keys -->`` in a page becomes the stack-config key tables: the parser's own key tables
-  (``stack.config.key_tables``), each key's text from ``stack.config.KEY_DOCS``, defaults from the config dataclasses;
+- ``<!-- generated: config-keys -->`` in a page becomes the stack-config key tables: every key the parser accepts
+  with its type, default and description, from the settings' declarations (``stack.keys.config_keys``);
 - ``<!-- generated: policy-rules -->`` becomes the policy pack's rules: names, kinds, enforcement levels and
   descriptions from the rule objects (``policies.pack.POLICIES``), and each rule's config options from its schema;
 - every ```` ```mermaid ```` block becomes an SVG image drawn at build time by mermaid-cli (``node_modules/.bin/mmdc``
@@ -17,7 +17,6 @@ once any command is loaded), and makes each help string Markdown that shows it a
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import posixpath
@@ -34,7 +33,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-from nsb_delays.stack import config as stack_config
+from nsb_delays.stack import keys as stack_keys
 
 PROJECT = Path(__file__).resolve().parents[2]
 CACHE = PROJECT / ".cache" / "docs"
@@ -45,21 +44,14 @@ MERMAID_FENCE = re.compile(r"^(?P<indent>[ \t]*)```mermaid[ \t]*\n(?P<diagram>.*
 CONFIG_MARKER = "<!-- generated: config-keys -->"
 POLICY_MARKER = "<!-- generated: policy-rules -->"
 
-# section of stack_config.key_tables() -> (heading, the dataclass whose defaults it fills)
-SECTIONS: dict[str, tuple[str, type]] = {
-    "rabbitmq": ("`nsb-delays:rabbitmq`", stack_config.RabbitMqConfig),
-    "rabbitmq.endpoints[]": ("`nsb-delays:rabbitmq` → `endpoints[]`", stack_config.RabbitMqEndpointConfig),
-    "rabbitmq.endpoints[].user": ("`nsb-delays:rabbitmq` → `endpoints[]` → `user`", stack_config.EndpointUserConfig),
-    "sqs": ("`nsb-delays:sqs`", stack_config.SqsConfig),
-    "sqs.endpoints[]": ("`nsb-delays:sqs` → `endpoints[]`", stack_config.SqsEndpointConfig),
-    "msmq": ("`nsb-delays:msmq`", stack_config.MsmqConfig),
-}
-# Defaults the parser resolves from other keys (the dataclass holds only a placeholder for them).
-RESOLVED_DEFAULTS = {
-    ("rabbitmq", stack_config.DELIVERY_LIMIT_POLICIES_KEY): "true from `brokerVersion` 4.0, else false",
-    ("rabbitmq.endpoints[]", "queueType"): "the section's `queueType`",
-    ("rabbitmq.endpoints[].user", "name"): "the endpoint's name",
-    ("sqs.endpoints[]", "messageRetentionSeconds"): "the section's `messageRetentionSeconds`",
+# place of stack_keys.config_keys() -> its heading
+SECTIONS: dict[str, str] = {
+    "rabbitmq": "`nsb-delays:rabbitmq`",
+    "rabbitmq.endpoints[]": "`nsb-delays:rabbitmq` → `endpoints[]`",
+    "rabbitmq.endpoints[].user": "`nsb-delays:rabbitmq` → `endpoints[]` → `user`",
+    "sqs": "`nsb-delays:sqs`",
+    "sqs.endpoints[]": "`nsb-delays:sqs` → `endpoints[]`",
+    "msmq": "`nsb-delays:msmq`",
 }
 TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", list: "list", Mapping: "mapping"}
 
@@ -73,46 +65,23 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _literal(value: Any) -> str:
-    return f"`{json.dumps(value)}`" if not isinstance(value, str) else f'`"{value}"`'
-
-
-def _default(section: str, key: str, attr: str, owner: type) -> str:
-    if (section, key) in RESOLVED_DEFAULTS:
-        return RESOLVED_DEFAULTS[(section, key)]
-    if key == "endpoints":
-        return "none"
-    field = {f.name: f for f in dataclasses.fields(owner)}.get(attr)
-    if field is None or (field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING):
-        return "required"
-    if field.default is dataclasses.MISSING:
-        return "empty"
-    value = field.default
-    if isinstance(value, tuple):
-        return "empty" if not value else _literal(list(value))
-    return _literal(value) if value is not None else "none"
-
-
 def _type(typ: Any, allowed: tuple[Any, ...] | None) -> str:
     name = TYPE_NAMES.get(typ, getattr(typ, "__name__", str(typ)))
     return f"{name}: {', '.join(f'`{value}`' for value in allowed)}" if allowed else name
 
 
 def config_keys_markdown() -> str:
-    """Every key the parser accepts, one table per section, with type, default and description."""
-    tables = stack_config.key_tables()
-    missing = {s: sorted(set(keys) - set(stack_config.KEY_DOCS.get(s, {}))) for s, keys in tables.items()}
-    if any(missing.values()) or set(SECTIONS) != set(tables):
-        raise PluginError(f"stack.config.KEY_DOCS lacks {missing} or the hook's SECTIONS differ from {sorted(tables)}")
+    """Every key the parser accepts, one table per place, with type, default and description: all from the
+    settings' declarations (``stack.keys.config_keys``)."""
+    places = stack_keys.config_keys()
+    if set(SECTIONS) != set(places):
+        raise PluginError(f"the hook's SECTIONS differ from the stack config's places {sorted(places)}")
     lines: list[str] = []
-    for section, keys in tables.items():
-        heading, owner = SECTIONS[section]
-        lines += [f"### {heading} {{ #{section_id(section)} }}", "", "| key | type | default | description |"]
+    for place, keys in places.items():
+        lines += [f"### {SECTIONS[place]} {{ #{section_id(place)} }}", "", "| key | type | default | description |"]
         lines.append("|---|---|---|---|")
-        for key, (attr, typ, allowed) in keys.items():
-            description = _cell(stack_config.KEY_DOCS[section][key])
-            default = _default(section, key, attr, owner)
-            lines.append(f"| `{key}` | {_type(typ, allowed)} | {default} | {description} |")
+        for key in keys.values():
+            lines.append(f"| `{key.key}` | {_type(key.type, key.allowed)} | {key.default} | {_cell(key.doc)} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -61,7 +61,7 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
     """Facts the stack config already states, which a ``pulumi preview`` user writes into the policy config."""
     if config.sqs:
         without = [
-            sqs_model.input_queue_name(endpoint.name, config.sqs.queue_name_prefix)
+            sqs_model.input_queue_name(endpoint.endpoint, config.sqs.queue_name_prefix)
             for endpoint in config.sqs.endpoints
             if not endpoint.delayed_delivery
         ]

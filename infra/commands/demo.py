@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,7 +45,6 @@ from nsb_delays.infra.pulumi_engine import (
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
 from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
-from nsb_delays.stack.plan import sqs_queue_specs
 
 from .broker_options import deprecated_options, take_deprecated
 from .verify import print_drifts
@@ -149,14 +148,14 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
     if (
-        config.delivery_limit_policies
+        config.topology.delivery_limit_policies
         and rmq.parse_reported_broker_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
     ):
         console.print(
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
             f"({POLICIES_SWITCH}: false, the default of a stack whose brokerVersion is below 4.0)"
         )
-        return replace(stack, rabbitmq=replace(config, delivery_limit_policies=False))
+        return stack.with_values("rabbitmq", **{DELIVERY_LIMIT_POLICIES_KEY: False})
     return stack
 
 
@@ -257,7 +256,7 @@ def pulumi_up(
     policies), on a local state removed when the demo ends; the provider's credentials as environment
     variables (``provider_credentials``)."""
     assert stack.rabbitmq is not None
-    section = dict(stack.raw["rabbitmq"]) | {DELIVERY_LIMIT_POLICIES_KEY: stack.rabbitmq.delivery_limit_policies}
+    section = dict(stack.raw["rabbitmq"])
     config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section}
     credentials = provider_credentials(broker.username, broker.password)
     local = cleanup.enter_context(LocalStack(cli, DEMO_PULUMI_STACK, config, credentials))
@@ -287,7 +286,7 @@ def send_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, delays: Sequence[i
     """Each endpoint gets each delay through the delay graph; arrivals are timed by a consumer thread."""
     config = stack.rabbitmq
     assert config is not None
-    endpoints = [endpoint.name for endpoint in config.endpoints]
+    endpoints = [endpoint.endpoint for endpoint in config.endpoints]
     with ArrivalCollector(broker.amqp_url, config.vhost, endpoints) as collector:
         with DelayedPublisher(broker.amqp_url, config.vhost, config.generation) as publisher:
             sends = [publisher.send(endpoint, delay) for delay in delays for endpoint in endpoints]
@@ -307,7 +306,7 @@ def send_rabbitmq(broker: RabbitMqBroker, stack: StackConfig, delays: Sequence[i
 def send_sqs(client: Any, stack: StackConfig, delays: Sequence[int]) -> list[Measured]:
     """Delays up to 900 s go straight to the input queue with per-message DelaySeconds (the model's plan)."""
     assert stack.sqs is not None
-    inputs = [spec.name for _endpoint, spec in sqs_queue_specs(stack.sqs) if spec.role == "input"]
+    inputs = [spec.name for _endpoint, spec in stack.sqs.queue_specs() if spec.role == "input"]
     urls = {name: client.get_queue_url(QueueName=name)["QueueUrl"] for name in inputs}
     pending: dict[str, tuple[str, int, float]] = {}
     for delay in delays:

@@ -70,7 +70,7 @@ def register(cli: click.Group) -> None:
             text = render(config, format_name, stack, passwords)
         except RenderError as error:
             raise CommandError(str(error)) from None
-        users = [e.user.name for e in config.rabbitmq.endpoints if e.user] if config.rabbitmq else []
+        users = [user.user for user in config.rabbitmq.users] if config.rabbitmq else []
         if format_name == PASSWORDS_FORMAT and users and passwords is None:
             click.echo(
                 f"note: endpoint users ({', '.join(users)}) are not in the file, only their permissions: create them "

@@ -91,7 +91,7 @@ def register(cli: click.Group) -> None:
         if with_sqs:
             settings = resolve_sqs(values, values.get("stack"))
             endpoints = (
-                [e.name for e in defaults.config.sqs.endpoints] if defaults.config and defaults.config.sqs else []
+                [e.endpoint for e in defaults.config.sqs.endpoints] if defaults.config and defaults.config.sqs else []
             )
             try:
                 client = settings.client()

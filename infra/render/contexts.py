@@ -1,6 +1,6 @@
 """Template contexts: the model's objects for a stack, arranged for each output format.
 
-Every value here is read from ``components.model`` (via ``stack.plan``); the only things
+Every value here is read from ``components.model`` (through the stack config's settings); the only things
 added are the output formats' own structure (CloudFormation logical ids, Mermaid node ids).
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 from nsb_delays.components.model import msmq, permissions, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig
-from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, sqs_queue_specs
 
 
 def definitions_context(
@@ -24,8 +23,7 @@ def definitions_context(
     existing one (``rabbit_auth_backend_internal:put_user``), so a file without them must not carry users."""
     config = stack.rabbitmq
     assert config is not None
-    plan = rabbitmq_plan(config)
-    grants = plan.grants
+    grants = config.grants
     if passwords is not None:
         missing = sorted(grant.user for grant in grants if grant.user not in passwords)
         unknown = sorted(set(passwords) - {grant.user for grant in grants})
@@ -46,7 +44,7 @@ def definitions_context(
         for grant in grants
         if passwords is not None
     ]
-    return {"vhost": config.vhost, "topology": plan.topology, "users": users, "grants": grants}
+    return {"vhost": config.vhost, "topology": config.topology, "users": users, "grants": grants}
 
 
 def _logical_id(queue_name: str, taken: set[str]) -> str:
@@ -88,7 +86,7 @@ def cloudformation_context(stack: StackConfig, stack_name: str) -> dict[str, Any
             "role": spec.role,
             "properties": cloudformation_properties(spec, endpoint),
         }
-        for endpoint, spec in sqs_queue_specs(config)
+        for endpoint, spec in config.queue_specs()
     ]
     return {"stack_name": stack_name, "queues": queues}
 
@@ -117,7 +115,7 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
     """Nodes (exchanges rounded, queues as boxes) in groups, and edges: bindings, dead-lettering, delivery."""
     config = stack.rabbitmq
     assert config is not None
-    topology = rabbitmq_topology(config)
+    topology = config.topology
     ids: dict[tuple[str, str], str] = {}
     nodes: list[dict[str, str]] = []
 

@@ -27,7 +27,6 @@ from nsb_delays.stack.config import (
     parse_stack_config,
     read_stack_yaml,
 )
-from nsb_delays.stack.plan import receiving_queues
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),
@@ -185,7 +184,7 @@ def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **option
             channel,
             config.generation,
             config.routing_topology,
-            receiving_queues(config),
+            config.receiving_queues(),
             (config.error_queue, config.audit_queue),
         )
     finally:

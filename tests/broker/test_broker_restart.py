@@ -18,7 +18,6 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig, load_stack
-from nsb_delays.stack.plan import receiving_queues
 from tests.provisioning import provision_rabbitmq
 
 DELAYS = (3, 6, 9, 13)
@@ -34,7 +33,7 @@ def test_restart_with_messages_in_delay_queues_loses_none(
     assert dev is not None
     config = replace(dev, vhost=new_vhost("restart"), generation="v2", delivery_limit_policies=delivery_limit_policies)
     provision_rabbitmq(rabbitmq.management_url, StackConfig(rabbitmq=config))
-    destinations = receiving_queues(config)
+    destinations = config.receiving_queues()
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
         sends = [publisher.send(destination, delay) for delay in DELAYS for destination in destinations]
     levels = [q.name for q in rmq.delay_levels(config.generation).queues]

@@ -20,7 +20,6 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import StackConfig, parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_topology
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import provision_rabbitmq, pulumi_up
@@ -101,7 +100,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     with pytest.raises(ManagementError, match="apply-to 'quorum_queues' unrecognised"):
         management.import_definitions(json.loads(render(imported, "rabbitmq-definitions", "t")))
     left = management.definitions(imported.rabbitmq.vhost)
-    assert len(left["exchanges"]) == len(rabbitmq_topology(imported.rabbitmq).exchanges)
+    assert len(left["exchanges"]) == len((imported.rabbitmq).topology.exchanges)
     # the parking policies (on exchanges) came in before the first delivery-limit policy was refused
     assert left["queues"] == []
     assert {p["apply-to"] for p in left["policies"]} <= {rmq.EXCHANGES_TARGET}

@@ -19,7 +19,6 @@ from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.stack.config import StackConfig, parse_stack_config
-from nsb_delays.stack.plan import receiving_queues
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import pulumi_up
@@ -35,13 +34,13 @@ def start_endpoints(management: ManagementApi, stack: StackConfig, broker_versio
     """Each receiving queue's message pump as it initializes (``ValidateDeliveryLimit``): what each one did."""
     config = stack.rabbitmq
     assert config is not None
-    return {nsb.validate_delivery_limit(management, config.vhost, q, broker_version) for q in receiving_queues(config)}
+    return {nsb.validate_delivery_limit(management, config.vhost, q, broker_version) for q in config.receiving_queues()}
 
 
 def own_policies(stack: StackConfig, delivery_limit_policies: bool) -> dict[str, str | None]:
     """Version-specific: the policy each receiving queue has applied once the endpoints ran (none below 4.0)."""
     assert stack.rabbitmq is not None
-    queues = receiving_queues(stack.rabbitmq)
+    queues = stack.rabbitmq.receiving_queues()
     return {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in queues}
 
 
@@ -93,7 +92,7 @@ def test_nservicebus_adopts_what_the_program_declared(
     assert start_endpoints(management, stack, broker_version) == {"ok"}
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
     # and the adopted graph delivers a message NServiceBus-style
-    queue = receiving_queues(stack.rabbitmq)[0]
+    queue = stack.rabbitmq.receiving_queues()[0]
     with ArrivalCollector(rabbitmq.amqp_url, stack.rabbitmq.vhost, [queue]) as collector:
         with DelayedPublisher(rabbitmq.amqp_url, stack.rabbitmq.vhost, generation) as publisher:
             send = publisher.send(queue, 1)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 
 import pytest
 import sqlglot
@@ -22,7 +21,6 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, MsmqConfig, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.plan import rabbitmq_topology, receiving_queues, sqs_queue_specs
 from tests.provisioning import pulumi_up
 
 DELAYS = (0, 1, 2, 3)
@@ -32,10 +30,8 @@ CLOCK_GRANULARITY_SECONDS = 0.005  # broker timestamps are whole milliseconds
 def dev_in_vhost(
     vhost: str, generation: str = "v2", topology: str = "conventional", delivery_limit_policies: bool = True
 ) -> StackConfig:
-    dev = load_stack("dev")
-    assert dev.rabbitmq is not None
-    changes = {"vhost": vhost, "generation": generation, "routing_topology": topology}
-    return replace(dev, rabbitmq=replace(dev.rabbitmq, **changes, delivery_limit_policies=delivery_limit_policies))
+    changes = {"vhost": vhost, "generation": generation, "routingTopology": topology}
+    return load_stack("dev").with_values("rabbitmq", **changes, deliveryLimitPolicies=delivery_limit_policies)
 
 
 def shape(definitions: dict) -> dict:
@@ -87,7 +83,7 @@ def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_mess
     )
 
     config = imported.rabbitmq
-    destinations = receiving_queues(config)
+    destinations = config.receiving_queues()
     with ArrivalCollector(rabbitmq.amqp_url, config.vhost, destinations) as collector:
         with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
             sends = [publisher.send(d, delay) for delay in DELAYS for d in destinations]
@@ -106,7 +102,7 @@ def test_cloudformation_stack_in_moto_creates_every_queue_with_its_attributes(mo
     status = cloudformation.describe_stacks(StackName="nsb-delays-render-test")["Stacks"][0]
     assert status["StackStatus"] == "CREATE_COMPLETE"
     client = moto_server.client("sqs")
-    expected = sqs_queue_specs(stack.sqs)
+    expected = (stack.sqs).queue_specs()
     assert len(expected) == 2 * len(stack.sqs.endpoints)  # input + -delay.fifo each
     for _endpoint, spec in expected:
         url = client.get_queue_url(QueueName=spec.name)["QueueUrl"]
@@ -173,7 +169,7 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     queue_labels = dict(re.findall(r'^\s+(\w+)\["([^"]+)"\]$', text, re.M))
     queues = {label.split("<br/>")[0]: node for node, label in queue_labels.items()}
     edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
-    graph = rabbitmq_topology(stack.rabbitmq)
+    graph = (stack.rabbitmq).topology
     # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per alternate-exchange policy
     alternates = [p for p in graph.policies if p.apply_to == rmq.EXCHANGES_TARGET]
     assert len(edges) == len(graph.bindings) + rmq.LEVEL_COUNT + len(alternates)
@@ -185,7 +181,7 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
         assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level)]) in edges
         assert (exchanges[name], f"bit {level} = 1", queues[name]) in edges
     delivery = exchanges[rmq.delivery_exchange_name("v2")]
-    for queue in receiving_queues(stack.rabbitmq):
+    for queue in stack.rabbitmq.receiving_queues():
         if topology == "conventional":  # delivery -> the endpoint's fanout exchange -> its queue
             assert (delivery, rmq.endpoint_binding_key(queue), exchanges[queue]) in edges
             assert (exchanges[queue], "", queues[queue]) in edges
@@ -217,6 +213,6 @@ def test_render_command_writes_a_file_and_names_a_missing_section(tmp_path) -> N
     out = tmp_path / "definitions.json"
     result = CliRunner().invoke(cli, ["render", "--stack", "dev", "--format", "rabbitmq-definitions", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert len(json.loads(out.read_text())["queues"]) == len(rabbitmq_topology(load_stack("dev").rabbitmq).queues)
+    assert len(json.loads(out.read_text())["queues"]) == len((load_stack("dev").rabbitmq).topology.queues)
     with pytest.raises(RenderError, match="nsb-delays:sqs section"):
         render(StackConfig(), "cloudformation", "empty")

@@ -35,7 +35,7 @@ from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, Dela
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.stack.config import RabbitMqConfig, RabbitMqEndpointConfig, StackConfig
+from nsb_delays.stack.config import parse_stack_config
 from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
 from tests.provisioning import provision_rabbitmq
@@ -92,18 +92,14 @@ def cases(
     stacks = {}
     for topology, parking in CASES:
         vhost = module_vhost(f"stall-{topology}-{'parked' if parking else 'bare'}")
-        config = RabbitMqConfig(
-            vhost=vhost,
-            routing_topology=topology,
-            park_unroutable=parking,
-            delivery_limit_policies=delivery_limit_policies,  # version-specific: on for 4.0, off for 3.10
-            endpoints=(
-                RabbitMqEndpointConfig("Live"),
-                RabbitMqEndpointConfig("Gone"),
-                RabbitMqEndpointConfig("Retired"),
-            ),
-        )
-        stacks[(topology, parking)] = (vhost, StackConfig(rabbitmq=config))
+        section = {
+            "vhost": vhost,
+            "routingTopology": topology,
+            "parkUnroutable": parking,
+            "deliveryLimitPolicies": delivery_limit_policies,  # version-specific: on for 4.0, off for 3.10
+            "endpoints": ["Live", "Gone", "Retired"],
+        }
+        stacks[(topology, parking)] = (vhost, parse_stack_config({"rabbitmq": section}))
     for _vhost, stack in stacks.values():
         provision_rabbitmq(rabbitmq.management_url, stack)
     prepared = {}

@@ -49,7 +49,6 @@ from nsb_delays.brokers.messages import outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
-from nsb_delays.stack.plan import receiving_queues
 from tests.broker.conftest import settled_queues
 from tests.cluster.conftest import DEAD_LETTER_RETRY_MS
 from tests.provisioning import provision_rabbitmq, pulumi_up
@@ -139,7 +138,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
         # a queue's policy is a statistic the API reports 5-10 s after it changed: verify once every one shows
         expected = {
             queue: rmq.delivery_limit_policy_name(queue) if applied.delivery_limit_policies else None
-            for queue in receiving_queues(applied)
+            for queue in applied.receiving_queues()
         }
         settled_queues(ManagementApi(third.management_url), vhost, expected)
         members = cluster.quorum_members(vhost)
@@ -155,7 +154,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
         assert verified.exit_code == 0, verified.output
         assert "no drift" in verified.output
 
-        destinations = receiving_queues(dev_config(vhost, version))
+        destinations = dev_config(vhost, version).receiving_queues()
         with ArrivalCollector(third.amqp_url, vhost, destinations) as collector:
             with DelayedPublisher(second.amqp_url, vhost) as publisher:
                 sends = [publisher.send(destination, delay) for delay in (1, 2) for destination in destinations]
@@ -200,7 +199,7 @@ def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_
 
     cluster.stop_dead_letter_supervisor(first)
     assert not cluster.dead_letter_supervisor_running(first)
-    destinations = receiving_queues(config)
+    destinations = config.receiving_queues()
     with ArrivalCollector([third.amqp_url, second.amqp_url], vhost, destinations) as collector:
         with DelayedPublisher(second.amqp_url, vhost) as publisher:
             sends = [publisher.send(destination, delay) for delay in (1, 2, 3) for destination in destinations]
@@ -450,7 +449,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
     config = dev_config(vhost, version)
     cluster.api().create_vhost(vhost)
     provision_rabbitmq(cluster.first.management_url, StackConfig(rabbitmq=config))
-    destinations = receiving_queues(config)
+    destinations = config.receiving_queues()
     levels = level_queues()
     urls = cluster.amqp_urls
 

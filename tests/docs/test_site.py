@@ -17,6 +17,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.policies.pack import POLICIES
 from nsb_delays.stack import config as stack_config
+from nsb_delays.stack.keys import config_keys
 from tests.docs.conftest import ARTIFACTS, Site, article, chromium, text_of
 
 PASSWORD_KEY = "salesPassword"
@@ -85,7 +86,7 @@ def test_the_cli_page_documents_every_command_and_option_with_its_help(site: Sit
 def config_keys_on_page(page: str) -> dict[str, list[str]]:
     """The keys of each section table of the configuration page, by the section's heading id."""
     parts = re.split(r'<h3 id="([^"]+)"', article(page))
-    by_id = {section_id(section): section for section in stack_config.key_tables()}
+    by_id = {section_id(section): section for section in config_keys()}
     keys: dict[str, list[str]] = {}
     for heading, body in zip(parts[1::2], parts[2::2], strict=True):
         if heading in by_id:
@@ -99,13 +100,13 @@ def section_id(section: str) -> str:
 
 def test_every_key_the_parser_accepts_is_on_the_configuration_page(site: Site) -> None:
     on_page = config_keys_on_page(site.page("reference/configuration"))
-    accepted = {section: sorted(keys) for section, keys in stack_config.key_tables().items()}
+    accepted = {section: sorted(keys) for section, keys in config_keys().items()}
     assert {section: sorted(keys) for section, keys in on_page.items()} == accepted
 
 
 def example_value(section: str, key: str) -> Any:
     """A value of the key's type from the parser's own table (the first allowed value where it has a list)."""
-    typ, allowed = stack_config.key_tables()[section][key][1:]
+    typ, allowed = config_keys()[section][key].type, config_keys()[section][key].allowed
     special: dict[str, Any] = {
         stack_config.BROKER_VERSION_KEY: "4.0",
         "user": {"passwordKey": PASSWORD_KEY},

@@ -23,7 +23,6 @@ from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_plan, rabbitmq_topology, receiving_queues
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)
@@ -89,10 +88,10 @@ def test_delayed_messages_arrive_through_what_up_declared(
     to the delay. No wall-clock bound on lateness: a loaded machine makes the hops slow, not the delay wrong."""
     config = deployed.config.rabbitmq
     assert config is not None
-    watched = [q.name for q in rabbitmq_topology(config).queues if not q.holds_delayed_messages]
+    watched = [q.name for q in (config).topology.queues if not q.holds_delayed_messages]
     with ArrivalCollector(rabbitmq.amqp_url, deployed.vhost, watched) as collector:
         with DelayedPublisher(rabbitmq.amqp_url, deployed.vhost, config.generation) as publisher:
-            sends = [publisher.send(queue, delay) for delay in DELAYS for queue in receiving_queues(config)]
+            sends = [publisher.send(queue, delay) for delay in DELAYS for queue in config.receiving_queues()]
         assert collector.wait_for([s.message_id for s in sends], timeout=max(DELAYS) + 60)
         arrivals = collector.by_id()
     levels = {q.name for q in rmq.delay_levels(config.generation).queues}
@@ -122,7 +121,7 @@ def test_up_creates_the_endpoint_user_with_its_grants_and_it_logs_in(
     """The user, its tags, permissions and 29 topic permissions as the plan derives them; its password works."""
     config = deployed.config.rabbitmq
     assert config is not None
-    (grants,) = rabbitmq_plan(config).grants
+    (grants,) = (config).grants
     user = management.request("GET", f"users/{grants.user}")
     tags = user["tags"] if isinstance(user["tags"], list) else [t for t in user["tags"].split(",") if t]
     assert tags == list(grants.tags)

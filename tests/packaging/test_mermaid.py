@@ -44,7 +44,7 @@ def test_the_stack_graph_renders_to_svg_and_png(stack_file: Path, generation: st
     for name in (rmq.delay_level_name(27, generation), rmq.delay_level_name(0, generation)):
         assert name in text
     assert rmq.delivery_exchange_name(generation) in text
-    assert all(queue in text for endpoint in config.rabbitmq.endpoints for queue in endpoint.receiving_queues())
+    assert all(queue in text for endpoint in config.rabbitmq.endpoints for queue in endpoint.receiving_queues)
     draw(diagram, tmp_path / "graph.png")
     width, height = png_size(tmp_path / "graph.png")
     assert width > 300 and height > width, "the 28-level chain, drawn top down"

@@ -23,10 +23,11 @@ def schema(provider: ComponentProvider) -> dict:
     return json.loads(provider.schema)
 
 
-def test_schema_names_the_four_components_under_the_package(schema: dict) -> None:
+def test_schema_names_every_component_under_the_package(schema: dict) -> None:
     assert schema["name"] == "nsb-delays"
     assert set(schema["resources"]) == {
         "nsb-delays:index:RabbitMqDelayInfrastructure",
+        "nsb-delays:index:RabbitMqSharedQueues",
         "nsb-delays:index:RabbitMqEndpoint",
         "nsb-delays:index:RabbitMqEndpointUser",
         "nsb-delays:index:SqsEndpoint",
@@ -49,8 +50,13 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "parkUnroutable",
         "adoptExisting",
         "brokerVersion",
+        "retainOnDelete",
+        "deliveryExchange",
+        "parkingExchange",
     }
     assert endpoint["inputProperties"]["legacyTimeoutManager"]["type"] == "boolean"
+    assert endpoint["inputProperties"]["queueType"]["$ref"] == "#/types/nsb-delays:index:QueueType"
+    assert {value["value"] for value in schema["types"]["nsb-delays:index:QueueType"]["enum"]} == {"quorum", "classic"}
     sqs = schema["resources"]["nsb-delays:index:SqsEndpoint"]
     assert sqs["inputProperties"]["messageRetentionSeconds"]["type"] == "integer"
     assert set(sqs["required"]) == {"queueName", "queueUrl", "queueArn"}, "delay queue outputs are optional"
@@ -58,7 +64,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
 
 def test_outputs_downstream_stacks_need(schema: dict) -> None:
     infrastructure = schema["resources"]["nsb-delays:index:RabbitMqDelayInfrastructure"]
-    assert set(infrastructure["properties"]) == {"deliveryExchange", "levelNames", "generation"}
+    assert set(infrastructure["properties"]) == {"deliveryExchange", "parkingExchange", "levelNames", "generation"}
     sqs = schema["resources"]["nsb-delays:index:SqsEndpoint"]
     assert {"queueUrl", "queueArn", "delayQueueUrl", "delayQueueArn"} <= set(sqs["properties"])
 
@@ -122,12 +128,20 @@ def construct(provider: ComponentProvider, component: str, inputs: dict) -> None
 
 def test_a_number_where_a_string_belongs_names_the_input_and_the_way_out(provider: NsbDelaysProvider) -> None:
     """Pulumi YAML turns ``"3.10"`` from config into the number 3.1 (tests/engine/test_components_from_other_languages.py)."""
-    with pytest.raises(pulumi.InputPropertyError) as refused:
+    with pytest.raises(pulumi.InputPropertiesError) as refused:
         construct(provider, "RabbitMqDelayInfrastructure", {"brokerVersion": 3.1})
-    assert refused.value.property_path == "brokerVersion"
-    assert '"3.10.0"' in refused.value.reason
+    (error,) = refused.value.errors or []
+    assert error["property_path"] == "brokerVersion"
+    assert '"3.10.0"' in error["reason"]
 
 
 def test_a_refusal_of_the_model_is_an_input_error_not_a_stack_trace(provider: NsbDelaysProvider) -> None:
-    with pytest.raises(pulumi.InputPropertiesError, match=r"RabbitMqEndpoint .c.: .*routing topology"):
+    with pytest.raises(pulumi.InputPropertiesError, match=r"RabbitMqEndpoint .c.: endpoint 'a\*b' contains '\*'"):
+        construct(provider, "RabbitMqEndpoint", {"endpoint": "a*b"})
+
+
+def test_a_value_outside_a_choice_is_refused_by_pulumi_s_host_naming_the_input(provider: NsbDelaysProvider) -> None:
+    with pytest.raises(pulumi.InputPropertyError) as refused:
         construct(provider, "RabbitMqEndpoint", {"endpoint": "Sales", "routingTopology": "fanout"})
+    assert refused.value.property_path == "routingTopology"
+    assert "fanout" in refused.value.reason

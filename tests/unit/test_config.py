@@ -127,7 +127,7 @@ def test_bad_config_is_reported_and_declares_nothing(raw: dict[str, Any], messag
         assert message in text
     registered: list = []
     with pytest.raises(ConfigError):
-        record(lambda: declare(parse_stack_config(raw)), sink=registered)
+        record(lambda: declare(parse_stack_config(raw), {}), sink=registered)
     assert registered == []
 
 
@@ -151,13 +151,12 @@ def test_either_section_may_be_absent() -> None:
 def test_defaults_and_shorthand_endpoints() -> None:
     config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}, "sqs": {"endpoints": ["Sales"]}})
     assert config.rabbitmq is not None and config.sqs is not None
-    assert (config.rabbitmq.generation, config.rabbitmq.routing_topology, config.rabbitmq.queue_type) == (
-        "v2",
-        "conventional",
-        "quorum",
-    )
-    assert config.rabbitmq.endpoints[0].name == "Sales" and config.rabbitmq.protect_delay_queues
-    assert (config.sqs.queue_name_prefix, config.sqs.message_retention_seconds) == ("", 345_600)
+    (endpoint,) = config.rabbitmq.endpoints
+    assert (endpoint.generation, endpoint.routing_topology, endpoint.queue_type) == ("v2", "conventional", "quorum")
+    assert endpoint.endpoint == "Sales" and config.rabbitmq.infrastructure.protect_delay_queues
+    assert endpoint.retain_on_delete and config.rabbitmq.shared_queues.retain_on_delete
+    (sqs_endpoint,) = config.sqs.endpoints
+    assert (sqs_endpoint.queue_name_prefix, sqs_endpoint.message_retention_seconds) == ("", 345_600)
 
 
 def test_broker_version_defaults_to_4_0_and_decides_what_the_broker_accepts() -> None:
@@ -166,7 +165,7 @@ def test_broker_version_defaults_to_4_0_and_decides_what_the_broker_accepts() ->
     assert parse_stack_config(rabbitmq()).rabbitmq.broker_version == "4.0"
     assert parse_stack_config(
         rabbitmq(brokerVersion="3.12", deliveryLimitPolicies=True)
-    ).rabbitmq.delivery_limit_policies
+    ).rabbitmq.endpoints[0].declares_delivery_limit_policies
     assert parse_stack_config(rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)).rabbitmq.broker_version == (
         "3.10"
     )
@@ -182,15 +181,15 @@ def test_delivery_limit_policies_follow_the_broker_version_unless_given(broker_v
     """RabbitMQ 4.0 brings the default quorum delivery limit NServiceBus overrides with its policy; older brokers
     have none to override (``rmq.delivery_limit_policies_by_default``). Given, the setting wins."""
     section = {"brokerVersion": broker_version}
-    assert parse_stack_config(rabbitmq(**section)).rabbitmq.delivery_limit_policies is default
-    assert (
-        parse_stack_config(rabbitmq(**section, deliveryLimitPolicies=False)).rabbitmq.delivery_limit_policies is False
-    )
+    endpoints = parse_stack_config(rabbitmq(**section)).rabbitmq.endpoints
+    assert endpoints and all(endpoint.declares_delivery_limit_policies is default for endpoint in endpoints)
+    given = parse_stack_config(rabbitmq(**section, deliveryLimitPolicies=False)).rabbitmq.endpoints
+    assert not any(endpoint.declares_delivery_limit_policies for endpoint in given)
 
 
 def test_the_dev_stack_file_is_valid() -> None:
     config = load_stack("dev")
-    assert config.rabbitmq is not None and [e.name for e in config.rabbitmq.endpoints] == [
+    assert config.rabbitmq is not None and [e.endpoint for e in config.rabbitmq.endpoints] == [
         "Sales",
         "Billing",
         "Shipping",
@@ -207,7 +206,7 @@ def test_the_sink_sees_registrations_made_before_an_error() -> None:
     """Guards the 'declares nothing' assertions above: a failure after declaring does show up."""
 
     def program() -> None:
-        declare(parse_stack_config(rabbitmq()))
+        declare(parse_stack_config(rabbitmq()), {})
         raise RuntimeError("late failure")
 
     registered: list = []

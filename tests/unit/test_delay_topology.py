@@ -18,7 +18,7 @@ def graph(request: pytest.FixtureRequest) -> tuple[str, list]:
     generation = request.param
     # NServiceBus's graph alone; the parking exchange and queue that come with it by default: test_parking.py
     return generation, declared(
-        lambda: RabbitMqDelayInfrastructure("delays", generation=generation, park_unroutable=False)
+        lambda: RabbitMqDelayInfrastructure("delays", {"generation": generation, "park_unroutable": False})
     )
 
 
@@ -77,7 +77,7 @@ def test_bindings_match_nservicebus(graph: tuple[str, list]) -> None:
 
 
 def test_level_27_and_level_0_keys() -> None:
-    resources = declared(lambda: RabbitMqDelayInfrastructure("delays"))
+    resources = declared(lambda: RabbitMqDelayInfrastructure("delays", {}))
     keys = {(s, d): k for s, d, _, k in bindings(resources)}
     assert keys[("nsb.v2.delay-level-27", "nsb.v2.delay-level-27")] == "1.#"
     assert keys[("nsb.v2.delay-level-26", "nsb.v2.delay-level-26")] == "*.1.#"
@@ -85,16 +85,16 @@ def test_level_27_and_level_0_keys() -> None:
 
 
 def test_delay_queues_are_protected_by_default_and_can_opt_out() -> None:
-    guarded = queues(declared(lambda: RabbitMqDelayInfrastructure("delays")))
+    guarded = queues(declared(lambda: RabbitMqDelayInfrastructure("delays", {})))
     assert all(q.protect and q.retain_on_delete for q in guarded.values())
-    unguarded = queues(declared(lambda: RabbitMqDelayInfrastructure("delays", protect_delay_queues=False)))
+    unguarded = queues(declared(lambda: RabbitMqDelayInfrastructure("delays", {"protect_delay_queues": False})))
     assert not any(q.protect or q.retain_on_delete for q in unguarded.values())
 
 
 def test_v1_and_v2_side_by_side_do_not_collide() -> None:
     def both() -> None:
-        RabbitMqDelayInfrastructure("v1", generation="v1")
-        RabbitMqDelayInfrastructure("v2", generation="v2")
+        RabbitMqDelayInfrastructure("v1", {"generation": "v1"})
+        RabbitMqDelayInfrastructure("v2", {"generation": "v2"})
 
     resources = declared(both)
     names = [(r.type, r.inputs["name"]) for r in resources if r.type in (EXCHANGE, QUEUE)]
@@ -103,5 +103,5 @@ def test_v1_and_v2_side_by_side_do_not_collide() -> None:
 
 
 def test_unknown_generation_is_refused_before_anything_is_declared() -> None:
-    with pytest.raises(ValueError, match="unknown generation 'v3'"):
-        declared(lambda: RabbitMqDelayInfrastructure("delays", generation="v3"))
+    with pytest.raises(ValueError, match="generation: unknown value 'v3' \\(expected one of v1, v2\\)"):
+        declared(lambda: RabbitMqDelayInfrastructure("delays", {"generation": "v3"}))

@@ -73,7 +73,7 @@ def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not()
 
 
 def test_the_component_declares_the_policy_with_string_definition_values() -> None:
-    build = lambda: RabbitMqEndpoint("ep", endpoint="Sales", park_unroutable=False)  # noqa: E731 (parking: test_parking.py)
+    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False})  # noqa: E731 (parking: test_parking.py)
     (policy,) = of_type(declared(build), RABBITMQ_POLICY)
     assert policy.inputs["name"] == "nsb.Sales.delivery-limit" and policy.inputs["vhost"] == "/"
     assert policy.inputs["policy"] == {
@@ -89,11 +89,10 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
 @pytest.mark.parametrize(("broker_version", "policies"), [("3.10", 0), ("3.13", 0), ("4.0", 1), ("4.1", 1)])
 def test_the_component_declares_the_policy_by_default_from_rabbitmq_4_0(broker_version: str, policies: int) -> None:
     """Below 4.0 there is no default delivery limit to override, and NServiceBus creates no policy there."""
-    build = lambda: RabbitMqEndpoint("ep", endpoint="Sales", park_unroutable=False, broker_version=broker_version)  # noqa: E731
+    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version})  # noqa: E731
     assert len(of_type(declared(build), RABBITMQ_POLICY)) == policies
-    forced = lambda: RabbitMqEndpoint(  # noqa: E731
-        "ep", endpoint="Sales", park_unroutable=False, broker_version=broker_version, delivery_limit_policies=False
-    )
+    def forced():
+        return RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "delivery_limit_policies": False})
     assert of_type(declared(forced), RABBITMQ_POLICY) == []
 
 

@@ -9,7 +9,7 @@ from tests.unit.helpers import bindings, declared, exchanges, queues, raw_argume
 
 
 def endpoint(**kwargs: object) -> list:
-    return declared(lambda: RabbitMqEndpoint("ep", endpoint="Sales", **kwargs))
+    return declared(lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", **kwargs}))
 
 
 def test_conventional_endpoint_binds_delivery_exchange_to_its_fanout_exchange() -> None:
@@ -59,15 +59,15 @@ def test_endpoint_queues_are_not_protected_like_delay_queues() -> None:
 
 
 def test_shared_error_and_audit_queues() -> None:
-    resources = declared(lambda: RabbitMqSharedQueues("shared"))
+    resources = declared(lambda: RabbitMqSharedQueues("shared", {}))
     assert set(queues(resources)) == {"error", "audit"}
     assert bindings(resources) == {("error", "error", "queue", ""), ("audit", "audit", "queue", "")}
 
 
 def test_delivery_binding_waits_for_the_delivery_exchange_it_targets() -> None:
     def program() -> None:
-        infrastructure = RabbitMqDelayInfrastructure("delays")
-        RabbitMqEndpoint("ep", endpoint="Sales", delivery_exchange=infrastructure.delivery_exchange_resource)
+        infrastructure = RabbitMqDelayInfrastructure("delays", {})
+        RabbitMqEndpoint("ep", {"endpoint": "Sales", "delivery_exchange": infrastructure.delivery_exchange})
 
     resources = declared(program)
     assert ("nsb.v2.delay-delivery", "Sales", "exchange", "#.Sales") in bindings(resources)
@@ -79,9 +79,9 @@ def test_delivery_binding_waits_for_the_delivery_exchange_it_targets() -> None:
 )
 def test_endpoint_names_that_cannot_work_are_refused(name: str, rule: str) -> None:
     with pytest.raises(ValueError, match=rule):
-        declared(lambda: RabbitMqEndpoint("ep", endpoint=name))
+        declared(lambda: RabbitMqEndpoint("ep", {"endpoint": name}))
 
 
 def test_a_199_byte_endpoint_name_fits_a_routing_key() -> None:
     name = "é" * 99 + "x"  # 199 bytes in UTF-8
-    assert set(queues(declared(lambda: RabbitMqEndpoint("ep", endpoint=name)))) == {name}
+    assert set(queues(declared(lambda: RabbitMqEndpoint("ep", {"endpoint": name})))) == {name}

@@ -18,7 +18,6 @@ from nsb_delays.components.recording import by_type
 from nsb_delays.infra.program import SECRET_PLACEHOLDER, record_stack
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_plan
 
 SALES = P.EndpointUser("sales", ("Sales",), sends_to=("Billing",), publishes=("MyCo.Events:OrderPlaced",))
 LEVELS = [rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT)]
@@ -93,7 +92,7 @@ STACK = {
 
 
 def test_the_plan_gives_each_endpoint_user_its_grants_in_the_stack_vhost() -> None:
-    plan = rabbitmq_plan(parse_stack_config(STACK).rabbitmq)  # type: ignore[arg-type]
+    plan = (parse_stack_config(STACK).rabbitmq)  # type: ignore[arg-type]
     assert plan.password_keys == ("salesPassword",)
     (grants,) = plan.grants
     assert (grants.user, grants.vhost) == ("Sales", "shop")

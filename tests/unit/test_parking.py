@@ -17,7 +17,6 @@ from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
 from nsb_delays.stack.config import parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_topology
 from tests.unit.helpers import bindings, declared, exchanges, of_type, queues, raw_arguments
 
 
@@ -67,10 +66,10 @@ def test_endpoint_exchanges_get_the_policy_in_the_conventional_topology_only() -
 
 
 def test_the_stack_switch_turns_parking_off() -> None:
-    on = rabbitmq_topology(parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}).rabbitmq)
-    off = rabbitmq_topology(
+    on = (parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}).rabbitmq).topology
+    off = (
         parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "parkUnroutable": False}}).rabbitmq
-    )
+    ).topology
     parking = rmq.parking_name()
     assert parking in {q.name for q in on.queues} and parking not in {q.name for q in off.queues}
     assert {p.target for p in on.policies if p.apply_to == "exchanges"} == {"nsb.v2.delay-delivery", "Sales"}
@@ -79,14 +78,8 @@ def test_the_stack_switch_turns_parking_off() -> None:
 
 def test_the_components_declare_parking_by_policy_never_by_argument() -> None:
     def build() -> None:
-        infrastructure = RabbitMqDelayInfrastructure("delays")
-        RabbitMqEndpoint(
-            "sales",
-            endpoint="Sales",
-            delivery_limit_policies=False,
-            delivery_exchange=infrastructure.delivery_exchange_resource,
-            parking_exchange=infrastructure.parking_exchange_resource,
-        )
+        infrastructure = RabbitMqDelayInfrastructure("delays", {})
+        RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_limit_policies": False, "delivery_exchange": infrastructure.delivery_exchange, "parking_exchange": infrastructure.parking_exchange})
 
     resources = declared(build)
     parking = rmq.parking_name()

@@ -243,7 +243,7 @@ def test_a_non_durable_level_queue_is_reported() -> None:
 
 
 def test_v1_names_need_v1_arguments() -> None:
-    v1 = record(lambda: RabbitMqDelayInfrastructure("d", generation="v1"))
+    v1 = record(lambda: RabbitMqDelayInfrastructure("d", {"generation": "v1"}))
     assert reported(run(v1, providers=[])) == []
     target = find(v1, RABBITMQ_QUEUE, rmq.delay_level_name(4, "v1"))
     v2_arguments = arguments_json(rmq.delay_queue_arguments(4, "v2"))

@@ -17,8 +17,7 @@ from tests.unit.test_policies import STACK, changed, dev_recorded, find, reporte
 def without_parking() -> list:
     config = load_stack(STACK)
     assert config.rabbitmq is not None
-    off = dataclasses.replace(config.rabbitmq, park_unroutable=False)
-    return record_stack(dataclasses.replace(config, rabbitmq=off), stack=STACK)
+    return record_stack(config.with_values("rabbitmq", parkUnroutable=False), stack=STACK)
 
 
 def test_the_dev_stack_parks_and_breaks_no_parking_rule() -> None:

@@ -34,10 +34,8 @@ def endpoint_user(vhost: str = "/", delay_graph_vhost: str = "/") -> list[Record
     ``delay_graph_vhost``."""
 
     def program() -> None:
-        RabbitMqDelayInfrastructure("delays", generation="v2", vhost=delay_graph_vhost)
-        RabbitMqEndpointUser(
-            "sales", user="Sales", password=pulumi.Output.secret("from-config"), receiving_queues=["Sales"], vhost=vhost
-        )
+        RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": delay_graph_vhost})
+        RabbitMqEndpointUser("sales", {"user": "Sales", "password": pulumi.Output.secret("from-config"), "receiving_queues": ["Sales"], "vhost": vhost})
 
     return record(program)
 
@@ -101,7 +99,7 @@ def test_an_everything_permission_next_to_the_delay_graph_is_reported(kind: str,
 def test_every_broad_permission_of_a_user_is_named_in_one_violation() -> None:
     recorded = record(
         lambda: (
-            RabbitMqDelayInfrastructure("delays", generation="v2"),
+            RabbitMqDelayInfrastructure("delays", {"generation": "v2"}),
             rabbitmq.Permissions(
                 "ops-permissions",
                 user="ops",

@@ -28,13 +28,13 @@ DELAY = st.integers(min_value=0, max_value=rmq.MAX_DELAY_SECONDS)
 
 @cache
 def delay_graph(generation: str) -> list:
-    return record(lambda: RabbitMqDelayInfrastructure("d", generation=generation))
+    return record(lambda: RabbitMqDelayInfrastructure("d", {"generation": generation}))
 
 
 def graph_with(endpoints: list[str], generation: str = "v2", topology: str = "conventional") -> Graph:
     def program() -> None:
         for i, name in enumerate(endpoints):
-            RabbitMqEndpoint(f"ep{i}", endpoint=name, generation=generation, routing_topology=topology)
+            RabbitMqEndpoint(f"ep{i}", {"endpoint": name, "generation": generation, "routing_topology": topology})
 
     return Graph.from_recorded(delay_graph(generation) + record(program))
 

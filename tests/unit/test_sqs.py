@@ -10,7 +10,7 @@ from tests.unit.helpers import SQS_QUEUE, declared, of_type
 
 
 def sqs_queues(**kwargs: object) -> dict[str, dict]:
-    resources = declared(lambda: SqsEndpoint("ep", **kwargs))
+    resources = declared(lambda: SqsEndpoint("ep", {**kwargs}))
     return {r.inputs["name"]: r.inputs for r in of_type(resources, SQS_QUEUE)}
 
 
@@ -76,7 +76,7 @@ def test_queue_names(endpoint: str, prefix: str, input_queue: str, delay_queue: 
 )
 def test_names_sqs_would_refuse_fail_before_anything_is_declared(endpoint: str, prefix: str, rule: str) -> None:
     with pytest.raises(ValueError, match=rule):
-        declared(lambda: SqsEndpoint("ep", endpoint=endpoint, queue_name_prefix=prefix))
+        declared(lambda: SqsEndpoint("ep", {"endpoint": endpoint, "queue_name_prefix": prefix}))
 
 
 @pytest.mark.parametrize("retention", [60, 1_209_601, 0])

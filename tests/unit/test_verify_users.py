@@ -2,7 +2,7 @@
 
 The broker is a fake ``ManagementApi`` that answers the management API's paths from a dict (404 for anything
 it does not hold), so the real client methods, their paths and their 404 handling run; what it holds starts
-as exactly the plan's grants (``rabbitmq_plan(config).grants``) and each test changes one thing. The answers'
+as exactly the plan's grants (``(config).grants``) and each test changes one thing. The answers'
 shapes are the broker's (``rabbit_mgmt_wm_user``, ``rabbit_mgmt_wm_permission``, ``rabbit_mgmt_wm_topic_permission``
 of RabbitMQ 3.10.8); the same checks against real brokers are tests/broker's.
 """
@@ -19,7 +19,6 @@ from nsb_delays.brokers.verify import REFRESH_FIX, Drift, endpoint_user_drifts, 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.permissions import UserGrants
 from nsb_delays.stack.config import RabbitMqConfig, parse_stack_config
-from nsb_delays.stack.plan import rabbitmq_plan
 
 RAW = {
     "rabbitmq": {
@@ -37,7 +36,7 @@ def stack() -> RabbitMqConfig:
 
 
 def sales() -> UserGrants:
-    (grants,) = rabbitmq_plan(stack()).grants
+    (grants,) = (stack()).grants
     return grants
 
 

@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 
-
 def level_ttl_ms(level: int) -> int:
     """``x-message-ttl`` of a level queue: 2^level seconds as integer milliseconds."""
     return (1 << check_level(level)) * 1000

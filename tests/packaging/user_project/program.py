@@ -36,15 +36,9 @@ pulumi.runtime.set_mocks(mocks, project="user-project", stack="dev", preview=Fal
 
 @pulumi.runtime.test
 def program() -> None:
-    delays = RabbitMqDelayInfrastructure("delays", generation="v2", vhost="/")
-    RabbitMqEndpoint(
-        "sales",
-        endpoint="Sales",
-        routing_topology="conventional",
-        queue_type="quorum",
-        delivery_exchange=delays.delivery_exchange_resource,
-    )
-    SqsEndpoint("sales-sqs", endpoint="Sales", queue_name_prefix="prod-")
+    delays = RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": "/"})
+    RabbitMqEndpoint("sales", {"endpoint": "Sales", "routing_topology": "conventional", "queue_type": "quorum", "delivery_exchange": delays.delivery_exchange})
+    SqsEndpoint("sales-sqs", {"endpoint": "Sales", "queue_name_prefix": "prod-"})
 
 
 program()
@@ -58,10 +52,10 @@ def policy_verdict() -> list[str]:
     from nsb_delays.policies.offline import policy_resources, run_policies
 
     def declare() -> None:
-        delays = RabbitMqDelayInfrastructure("delays", generation="v2", vhost="/")
-        RabbitMqEndpoint("sales", endpoint="Sales", delivery_exchange=delays.delivery_exchange_resource)
-        SqsEndpoint("sales-sqs", endpoint="Sales", queue_name_prefix="prod-")
-        SqsEndpoint("plain-sqs", endpoint="Plain", queue_name_prefix="prod-", encrypted=False)
+        delays = RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": "/"})
+        RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_exchange": delays.delivery_exchange})
+        SqsEndpoint("sales-sqs", {"endpoint": "Sales", "queue_name_prefix": "prod-"})
+        SqsEndpoint("plain-sqs", {"endpoint": "Plain", "queue_name_prefix": "prod-", "encrypted": False})
 
     return sorted({violation.policy for violation in run_policies(policy_resources(record(declare)))})
 

@@ -9,26 +9,8 @@ vhost = config.require("vhost")
 broker_version = config.require("brokerVersion")
 delivery_limit_policies = config.require_bool("deliveryLimitPolicies")
 
-delays = RabbitMqDelayInfrastructure("delays", vhost=vhost, broker_version=broker_version)
-RabbitMqEndpoint(
-    "sales",
-    endpoint="Sales",
-    vhost=vhost,
-    instance_discriminators=["blue"],
-    legacy_timeout_manager=True,
-    delivery_limit_policies=delivery_limit_policies,
-    broker_version=broker_version,
-    opts=pulumi.ResourceOptions(depends_on=[delays]),
-)
-RabbitMqEndpoint(
-    "billing",
-    endpoint="Billing",
-    vhost=vhost,
-    routing_topology="direct",
-    queue_type="classic",
-    delivery_limit_policies=delivery_limit_policies,
-    broker_version=broker_version,
-    opts=pulumi.ResourceOptions(depends_on=[delays]),
-)
+delays = RabbitMqDelayInfrastructure("delays", {"vhost": vhost, "broker_version": broker_version})
+RabbitMqEndpoint("sales", {"endpoint": "Sales", "vhost": vhost, "instance_discriminators": ["blue"], "legacy_timeout_manager": True, "delivery_limit_policies": delivery_limit_policies, "broker_version": broker_version}, opts=pulumi.ResourceOptions(depends_on=[delays]))
+RabbitMqEndpoint("billing", {"endpoint": "Billing", "vhost": vhost, "routing_topology": "direct", "queue_type": "classic", "delivery_limit_policies": delivery_limit_policies, "broker_version": broker_version}, opts=pulumi.ResourceOptions(depends_on=[delays]))
 pulumi.export("deliveryExchange", delays.delivery_exchange)
 pulumi.export("levelNames", delays.level_names)

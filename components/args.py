@@ -1,0 +1,128 @@
+"""Each component's inputs, ``<Component>Args``: generated from the settings declared in
+``components/model/settings.py`` by ``python -m nsb_delays.components.args_generator``; do not edit.
+
+Pulumi's convention for Python components, ``Component(name, args: ComponentArgs, opts)``: Python programs pass
+these dicts, and the component provider serves the same classes to every other language.
+"""
+
+# Generated: no `from __future__ import annotations` (Pulumi's analyzer reads the annotations as types).
+from typing import NotRequired, TypedDict
+
+import pulumi
+
+from .model.rabbitmq import Generation, QueueType, RoutingTopology
+
+
+class RabbitMqDelayInfrastructureArgs(TypedDict):
+    """The inputs of ``RabbitMqDelayInfrastructure``."""
+
+    vhost: NotRequired[str]
+    """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
+    broker_version: NotRequired[str]
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
+    adopt_existing: NotRequired[bool]
+    """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    generation: NotRequired[Generation]
+    """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
+    park_unroutable: NotRequired[bool]
+    """Park delayed messages that no binding routes in `nsb.v2.delay-unroutable` (v1: `nsb.delay-unroutable`), the delivery and endpoint exchanges' alternate exchange, instead of letting them stall their level. Default: `true`."""
+    protect_delay_queues: NotRequired[bool]
+    """Declare the 28 level queues and the parking queue with `protect` and `retainOnDelete`: `pulumi up` and `pulumi destroy` refuse to replace or delete them and their delayed messages. Default: `true`."""
+
+
+class RabbitMqSharedQueuesArgs(TypedDict):
+    """The inputs of ``RabbitMqSharedQueues``."""
+
+    vhost: NotRequired[str]
+    """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
+    broker_version: NotRequired[str]
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
+    adopt_existing: NotRequired[bool]
+    """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    routing_topology: NotRequired[RoutingTopology]
+    """The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to the delivery exchange) or `direct` (the queue bound to the delivery exchange itself). Default: `"conventional"`."""
+    queue_type: NotRequired[QueueType]
+    """The type of the endpoint, error and audit queues. Default: `"quorum"`."""
+    retain_on_delete: NotRequired[bool]
+    """Keep the endpoint, instance, legacy timeout, error and audit queues and their messages on the broker when Pulumi deletes them (Pulumi's `retainOnDelete`): removing an endpoint from the stack, or `pulumi destroy`, leaves its queues for you to drain. Default: `true`."""
+    error_queue: NotRequired[str]
+    """The error queue every endpoint may send to. Default: `"error"`."""
+    audit_queue: NotRequired[str]
+    """The audit queue every endpoint may send to. Default: `"audit"`."""
+
+
+class RabbitMqEndpointArgs(TypedDict):
+    """The inputs of ``RabbitMqEndpoint``."""
+
+    endpoint: str
+    """The endpoint's name and its input queue's (its address); dotted names work."""
+    vhost: NotRequired[str]
+    """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
+    broker_version: NotRequired[str]
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
+    adopt_existing: NotRequired[bool]
+    """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    generation: NotRequired[Generation]
+    """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
+    routing_topology: NotRequired[RoutingTopology]
+    """The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to the delivery exchange) or `direct` (the queue bound to the delivery exchange itself). Default: `"conventional"`."""
+    queue_type: NotRequired[QueueType]
+    """The type of the endpoint, error and audit queues. Default: `"quorum"`."""
+    retain_on_delete: NotRequired[bool]
+    """Keep the endpoint, instance, legacy timeout, error and audit queues and their messages on the broker when Pulumi deletes them (Pulumi's `retainOnDelete`): removing an endpoint from the stack, or `pulumi destroy`, leaves its queues for you to drain. Default: `true`."""
+    park_unroutable: NotRequired[bool]
+    """Park delayed messages that no binding routes in `nsb.v2.delay-unroutable` (v1: `nsb.delay-unroutable`), the delivery and endpoint exchanges' alternate exchange, instead of letting them stall their level. Default: `true`."""
+    instance_discriminators: NotRequired[list[str]]
+    """Adds a queue `<endpoint>-<discriminator>` with its own delivery binding for each. Default: `[]`."""
+    legacy_timeout_manager: NotRequired[bool]
+    """Adds the legacy timeout manager's queues `<endpoint>.Timeouts` and `<endpoint>.TimeoutsDispatcher`. Default: `false`."""
+    delivery_limit_policies: NotRequired[bool]
+    """Pre-create NServiceBus's `nsb.<queue>.delivery-limit` policy for each quorum receiving queue; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
+    delivery_exchange: NotRequired[pulumi.Input[str]]
+    """The delivery exchange of the stack's `RabbitMqDelayInfrastructure` (its `deliveryExchange` output): the endpoint's delivery bindings then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
+    parking_exchange: NotRequired[pulumi.Input[str]]
+    """The parking exchange of the stack's `RabbitMqDelayInfrastructure` (its `parkingExchange` output): the endpoint's alternate-exchange policies then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
+
+
+class RabbitMqEndpointUserArgs(TypedDict):
+    """The inputs of ``RabbitMqEndpointUser``."""
+
+    user: str
+    """The RabbitMQ user name the endpoint logs in as."""
+    receiving_queues: list[str]
+    """The endpoint's own queues: it consumes there, and delayed retries go there."""
+    vhost: NotRequired[str]
+    """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
+    generation: NotRequired[Generation]
+    """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
+    routing_topology: NotRequired[RoutingTopology]
+    """The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to the delivery exchange) or `direct` (the queue bound to the delivery exchange itself). Default: `"conventional"`."""
+    error_queue: NotRequired[str]
+    """The error queue every endpoint may send to. Default: `"error"`."""
+    audit_queue: NotRequired[str]
+    """The audit queue every endpoint may send to. Default: `"audit"`."""
+    sends_to: NotRequired[list[str]]
+    """Queues it sends to, immediately or delayed (error and audit are implied). Default: `[]`."""
+    publishes: NotRequired[list[str]]
+    """Event exchanges it publishes to, as NServiceBus names them (`Namespace:TypeName`), base classes and interfaces included. Default: `[]`."""
+    subscribes_to: NotRequired[list[str]]
+    """Event exchanges it subscribes to, named as for `publishes`. Default: `[]`."""
+    management_api: NotRequired[bool]
+    """Give the `management` tag, for NServiceBus's broker checks at start-up. Default: `true`."""
+    password: pulumi.Input[str]
+    """Its password: pass a secret (it is stored as one anyway)."""
+
+
+class SqsEndpointArgs(TypedDict):
+    """The inputs of ``SqsEndpoint``."""
+
+    endpoint: str
+    """The endpoint's name, sanitised into an SQS queue name."""
+    queue_name_prefix: NotRequired[str]
+    """Prepended to every queue name unless the name already starts with it. Default: `""`."""
+    delayed_delivery: NotRequired[bool]
+    """Declare the endpoint's `-delay.fifo` queue for the SQS transport's delayed delivery. Default: `true`."""
+    message_retention_seconds: NotRequired[int]
+    """The input queue's retention, 61 to 1,209,600 seconds; the delay queue keeps at least 345,600. Default: `345600`."""
+    encrypted: NotRequired[bool]
+    """SQS-managed server-side encryption (SSE-SQS) on every queue. Default: `true`."""
