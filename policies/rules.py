@@ -58,7 +58,8 @@ for _generation in rmq.GENERATIONS:
 DELIVERY_EXCHANGES = frozenset(rmq.delivery_exchange_name(g) for g in rmq.GENERATIONS)
 PARKING_NAMES = frozenset(rmq.parking_name(g) for g in rmq.GENERATIONS)
 
-# Broker policy keys that break a delay queue, and how (peers-and-user-needs §5.3; laravel #627/#633).
+# Broker policy keys that break a delay queue, and how (an `expires` policy deleting delay queues with their messages:
+# vyuldashev/laravel-queue-rabbitmq#627 and #633, rabbitmq/rabbitmq-server#5894).
 DELAY_BREAKING_POLICY_KEYS = {
     "expires": "deletes an unused level queue with its messages (level queues never have consumers)",
     "message-ttl": "the lower of policy and argument TTL wins, so messages leave the level early and arrive too soon",

@@ -1,9 +1,10 @@
-"""The SQL Server delayed-message store of the MSMQ transport 2.x (seed 002), as plain data.
+"""The SQL Server delayed-message store of the MSMQ transport 2.x, as plain data.
 
 The transport keeps delayed messages in ``[<schema>].[<endpoint>.timeouts]`` and polls it by
 ``Time``; teams without installers create the table from a script rendered from these facts.
-Source: ``NServiceBus.Transport.Msmq`` 2.0.7 ``SqlServerDelayedMessageStore`` / ``SqlConstants``
-(``shared/reference/nservicebus-facts.md`` section 4). No SQL Server, no I/O here.
+Source: Particular/NServiceBus.Transport.Msmq at 2.0.7, ``src/NServiceBus.Transport.Msmq/DelayedDelivery/Sql/``
+``SqlServerDelayedMessageStore.cs`` (``Initialize``: the table name) and ``SqlConstants.cs`` (``SqlCreateTable``). No
+SQL Server, no I/O here.
 """
 
 from __future__ import annotations

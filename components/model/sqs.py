@@ -1,7 +1,9 @@
 """Amazon SQS unrestricted delayed delivery, as NServiceBus.Transport.SQS does it, as plain data.
 
-Sources: ``TransportConstraints.cs``, ``QueueCache.GetSqsQueueName``, ``QueueCreator.cs``,
-``MessageDispatcher.cs`` and ``DelayedMessagesPump.cs`` (``shared/reference/nservicebus-facts.md`` §3).
+Sources: Particular/NServiceBus.AmazonSQS ``src/NServiceBus.Transport.SQS/``: ``TransportConstraints.cs``,
+``QueueCache.cs`` (``GetSqsQueueName``), ``Administration/QueueCreator.cs``, ``Sending/MessageDispatcher.cs`` and
+``Receiving/DelayedMessagesPump.cs``; the cycle and its cost: Particular/docs.particular.net
+``transports/sqs/delayed-delivery.md``.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def first_send(delay_seconds: int, destination_queue: str, message_id: str) -> S
 def send_plan(delay_seconds: int, destination_queue: str, message_id: str) -> tuple[SqsSend, ...]:
     """Every send until delivery: the first send, each FIFO cycle's re-send, the final hand-over.
 
-    1,925 s (seed 003): FIFO with 1925, FIFO with 1025, then the input queue with DelaySeconds 125.
+    1,925 s: FIFO with 1925, FIFO with 1025, then the input queue with DelaySeconds 125.
     """
     steps = [first_send(delay_seconds, destination_queue, message_id)]
     while steps[-1].fifo:
@@ -210,7 +212,8 @@ def send_plan(delay_seconds: int, destination_queue: str, message_id: str) -> tu
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """Seed 003's formula: cycles = delay / 900, two FIFO operations (dequeue, requeue) per cycle."""
+    """cycles = delay / 900, two FIFO operations (dequeue, requeue) per cycle (docs.particular.net
+    ``transports/sqs/delayed-delivery.md``)."""
 
     delay_seconds: int
     cycles: int
@@ -228,7 +231,7 @@ def cost_estimate(delay_seconds: int, price_per_request_usd: float = FIFO_PRICE_
 
 
 def cycles_cost_usd(cycles: int, price_per_request_usd: float = FIFO_PRICE_PER_REQUEST_USD) -> float:
-    """The cost of ``cycles`` FIFO cycles summed over many messages (seed 003's formula, additive)."""
+    """The cost of ``cycles`` FIFO cycles summed over many messages (``cost_estimate``'s formula, additive)."""
     return OPERATIONS_PER_CYCLE * cycles * price_per_request_usd
 
 

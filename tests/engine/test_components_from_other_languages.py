@@ -33,7 +33,7 @@ import yaml
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.provider import PACKAGE
+from nsb_delays.components.provider import COMPONENTS, PACKAGE
 from nsb_delays.infra.pulumi_engine import provider_credentials
 from tests.conftest import unavailable
 from tests.engine.conftest import ROOT, PulumiEngine, Stack, init_stack, remove_stack
@@ -129,10 +129,8 @@ def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> Non
     result = engine.run("package", "get-schema", str(PLUGIN_EXECUTABLE))
     schema = json.loads(result.stdout)
     assert schema["name"] == PACKAGE
-    assert set(schema["resources"]) == {
-        f"{PACKAGE}:index:{name}"
-        for name in ("RabbitMqDelayInfrastructure", "RabbitMqEndpoint", "RabbitMqEndpointUser", "SqsEndpoint")
-    }
+    assert set(schema["resources"]) == {f"{PACKAGE}:index:{component.__name__}" for component in COMPONENTS}
+    assert len(COMPONENTS) == 5
 
 
 @pytest.mark.parametrize("language", OTHER_LANGUAGES)

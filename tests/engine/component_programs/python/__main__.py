@@ -2,7 +2,13 @@
 
 import pulumi
 
-from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
+from nsb_delays.components import (
+    QueueType,
+    RabbitMqDelayInfrastructure,
+    RabbitMqEndpoint,
+    RabbitMqSharedQueues,
+    RoutingTopology,
+)
 
 config = pulumi.Config()
 vhost = config.require("vhost")
@@ -10,7 +16,31 @@ broker_version = config.require("brokerVersion")
 delivery_limit_policies = config.require_bool("deliveryLimitPolicies")
 
 delays = RabbitMqDelayInfrastructure("delays", {"vhost": vhost, "broker_version": broker_version})
-RabbitMqEndpoint("sales", {"endpoint": "Sales", "vhost": vhost, "instance_discriminators": ["blue"], "legacy_timeout_manager": True, "delivery_limit_policies": delivery_limit_policies, "broker_version": broker_version}, opts=pulumi.ResourceOptions(depends_on=[delays]))
-RabbitMqEndpoint("billing", {"endpoint": "Billing", "vhost": vhost, "routing_topology": "direct", "queue_type": "classic", "delivery_limit_policies": delivery_limit_policies, "broker_version": broker_version}, opts=pulumi.ResourceOptions(depends_on=[delays]))
+RabbitMqSharedQueues("shared", {"vhost": vhost, "broker_version": broker_version})
+RabbitMqEndpoint(
+    "sales",
+    {
+        "endpoint": "Sales",
+        "vhost": vhost,
+        "instance_discriminators": ["blue"],
+        "legacy_timeout_manager": True,
+        "delivery_limit_policies": delivery_limit_policies,
+        "broker_version": broker_version,
+        "delivery_exchange": delays.delivery_exchange,
+        "parking_exchange": delays.parking_exchange,
+    },
+)
+RabbitMqEndpoint(
+    "billing",
+    {
+        "endpoint": "Billing",
+        "vhost": vhost,
+        "routing_topology": RoutingTopology.DIRECT,
+        "queue_type": QueueType.CLASSIC,
+        "delivery_limit_policies": delivery_limit_policies,
+        "broker_version": broker_version,
+        "delivery_exchange": delays.delivery_exchange,
+    },
+)
 pulumi.export("deliveryExchange", delays.delivery_exchange)
 pulumi.export("levelNames", delays.level_names)
