@@ -108,7 +108,8 @@ def queue_statuses(listing: Iterable[dict[str, Any]]) -> list[QueueStatus]:
         role = _role(queue["name"])
         if role is None:
             continue
-        quorum = (queue.get("arguments") or {}).get("x-queue-type") == "quorum" or queue.get("type") == "quorum"
+        declared_type = (queue.get("arguments") or {}).get(rmq.QUEUE_TYPE_ARGUMENT)
+        quorum = rmq.QueueType.QUORUM in (declared_type, queue.get("type"))
         found.append(
             QueueStatus(
                 queue["name"],

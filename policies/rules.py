@@ -68,10 +68,10 @@ DELAY_BREAKING_POLICY_KEYS = {
     "overflow": "changes what happens when a limit is hit (drop-head silently deletes the oldest delayed messages)",
 }
 POLICY_APPLIES_TO_QUEUE_TYPE = {
-    "all": ("quorum", "classic"),
-    "queues": ("quorum", "classic"),
-    "quorum_queues": ("quorum",),
-    "classic_queues": ("classic",),
+    "all": rmq.QUEUE_TYPES,
+    "queues": rmq.QUEUE_TYPES,
+    "quorum_queues": (rmq.QueueType.QUORUM.value,),
+    "classic_queues": (rmq.QueueType.CLASSIC.value,),
 }
 LOOPBACK_HOSTS = frozenset({"localhost"})
 
@@ -756,7 +756,8 @@ def validate_broker_policy(args: ResourceValidationArgs, report: Report) -> None
 
 
 def _queue_type(queue: rmq.QueueSpec) -> str:
-    return "quorum" if queue.arguments.get("x-queue-type") == "quorum" else "classic"
+    quorum = queue.arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.QueueType.QUORUM
+    return rmq.QueueType.QUORUM if quorum else rmq.QueueType.CLASSIC
 
 
 delay_queue_broker_policy = ResourceValidationPolicy(

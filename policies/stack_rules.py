@@ -507,7 +507,7 @@ def validate_endpoint_delivery_limits(args: StackValidationArgs, report: Report)
                 policies[_broker(resource)].append((declared, resource))
     for name, queue in sorted(_endpoint_queues(args.resources).items()):
         arguments = declared_arguments(queue.props)
-        if arguments is UNKNOWN or arguments.values.get("x-queue-type") != "quorum":
+        if arguments is UNKNOWN or arguments.values.get(rmq.QUEUE_TYPE_ARGUMENT) != rmq.QueueType.QUORUM:
             continue  # NServiceBus checks quorum receive queues only
         limit = arguments.values.get(rmq.DELIVERY_LIMIT_ARGUMENT)
         if limit is not None:

@@ -145,7 +145,7 @@ def endpoint_user_grants(
     user: EndpointUser,
     vhost: str = "/",
     *,
-    routing_topology: str = "conventional",
+    routing_topology: str = rmq.DEFAULT_ROUTING_TOPOLOGY,
     generation: str = rmq.DEFAULT_GENERATION,
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
@@ -155,11 +155,11 @@ def endpoint_user_grants(
     delivery = rmq.delivery_exchange_name(generation)
     events = user.event_exchanges
     own, destinations = user.receiving_queues, user.destinations
-    if routing_topology == "conventional":
+    if routing_topology == rmq.RoutingTopology.CONVENTIONAL:
         configure = exactly(events)
         write = exactly([*destinations, error_queue, audit_queue, *levels, *events])
         read = exactly([*own, delivery, *events])
-    elif routing_topology == "direct":
+    elif routing_topology == rmq.RoutingTopology.DIRECT:
         configure = NOTHING
         publishes_events = [TOPIC_EXCHANGE] if user.publishes else []
         write = exactly([DEFAULT_EXCHANGE, *destinations, *levels, *publishes_events])

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .names import exact_name_pattern
+from .names import QueueType, exact_name_pattern
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
 from .versions import parse_broker_version
 
@@ -140,7 +140,7 @@ def nservicebus_delivery_limit_refusal(
     the transport's policy, which cannot be applied while another policy is (one policy per queue).
     ``None`` also when the endpoint would create its own policy (it needs policymaker rights for that).
     """
-    if queue_type != "quorum":
+    if queue_type != QueueType.QUORUM:
         return None
     argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
     policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))

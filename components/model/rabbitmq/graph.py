@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .arguments import QUEUE_TYPE_ARGUMENT
 from .delivery_limits import DELIVERY_LIMIT_ARGUMENT, UNLIMITED_DELIVERY_LIMIT, delivery_limit_policy
 from .names import (
     DEFAULT_AUDIT_QUEUE,
@@ -128,7 +129,7 @@ ALTERNATE_EXCHANGE_POLICY_SUFFIX = ".unroutable"
 
 def parking_queue_arguments() -> dict[str, ArgumentValue]:
     """Durable quorum, and a delivery limit so high it never applies (NServiceBus's own "unlimited")."""
-    return {"x-queue-type": "quorum", DELIVERY_LIMIT_ARGUMENT: UNLIMITED_DELIVERY_LIMIT}
+    return {QUEUE_TYPE_ARGUMENT: QueueType.QUORUM.value, DELIVERY_LIMIT_ARGUMENT: UNLIMITED_DELIVERY_LIMIT}
 
 
 def alternate_exchange_policy_name(exchange: str) -> str:
@@ -167,7 +168,7 @@ def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
     """Receiving and sending queues of an endpoint: ``x-queue-type=quorum`` or no arguments (classic)."""
     if queue_type not in QUEUE_TYPES:
         raise ValueError(f"unknown queue type {queue_type!r}: expected one of {', '.join(QUEUE_TYPES)}")
-    return {"x-queue-type": "quorum"} if queue_type == QueueType.QUORUM else {}
+    return {QUEUE_TYPE_ARGUMENT: QueueType.QUORUM.value} if queue_type == QueueType.QUORUM else {}
 
 
 def _owned_queue(name: str, role: Role, routing_topology: str, queue_type: str) -> Topology:

@@ -103,7 +103,7 @@ GENERATION_SPECS: Mapping[Generation, GenerationSpec] = {
         "nsb.v2.delay-level-",
         "nsb.v2.delay-delivery",
         {
-            "x-queue-type": "quorum",
+            "x-queue-type": QueueType.QUORUM.value,
             "x-dead-letter-strategy": "at-least-once",
             "x-overflow": "reject-publish",
         },
