@@ -115,6 +115,13 @@ class RabbitMqConfig:
         """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
         return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
 
+    def queues_kept_on_delete(self) -> tuple[str, ...]:
+        """The queues Pulumi leaves on the broker when it deletes them (``retainOnDelete``): the queues holding
+        an endpoint's messages, of the components whose ``retain_on_delete`` is on (as the components declare it)."""
+        owners = [(self.shared_queues.retain_on_delete, self.shared_queues.topology())]
+        owners += [(endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints]
+        return tuple(q.name for keep, topology in owners if keep for q in topology.queues if q.receives_messages)
+
     @property
     def topology(self) -> rmq.Topology:
         """Every object, in the order the program declares them: exchanges and queues before the policies that
