@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nsb_delays.stack.errors import Group
+from nsb_delays.infra.commands.errors import Group
 
 # command name -> the module whose ``register(cli)`` adds it
 COMMAND_MODULES = {

@@ -27,8 +27,9 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import CommandError
 from nsb_delays.stack.redaction import without_password
+
+from .errors import CommandError
 
 AMQP_PORT, AMQPS_PORT = 5672, 5671
 ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables

@@ -39,8 +39,8 @@ from nsb_delays.policies.stack_rules import (
     sqs_delay_queue_pairs,
 )
 from nsb_delays.stack.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 from .render import STACK_HELP
 
 TEMPLATE_DIR = Path(__file__).parent

@@ -38,7 +38,6 @@ from nsb_delays.brokers.parking import ParkedDestination, by_destination, read_p
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.stack.errors import CommandError, Interrupted, RunStopped, is_aws_client_error
 
 from .broker_options import (
     broker_options,
@@ -46,6 +45,7 @@ from .broker_options import (
     resolve_sqs,
     sqs_options,
 )
+from .errors import CommandError, Interrupted, RunStopped, is_aws_client_error
 
 console = Console(width=160)
 window_option = click.option(

@@ -44,9 +44,9 @@ from nsb_delays.infra.pulumi_engine import (
 )
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
-from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 
 from .broker_options import deprecated_options, take_deprecated
+from .errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from .verify import print_drifts
 
 DEFAULT_DELAYS = (0, 1, 2, 5)

@@ -38,14 +38,6 @@ from nsb_delays.pipeline.migration import (
     export_path_of,
 )
 from nsb_delays.pipeline.sources import EXPORT_FORMATS, ExportSource, JdbcSource, SourceError
-from nsb_delays.stack.errors import (
-    CommandError,
-    Group,
-    Interrupted,
-    RunStopped,
-    exception_log,
-    new_log_path,
-)
 from nsb_delays.stack.redaction import without_password
 
 from .broker_options import (
@@ -56,6 +48,14 @@ from .broker_options import (
     resolve_sqs,
     sqs_options,
     take_deprecated,
+)
+from .errors import (
+    CommandError,
+    Group,
+    Interrupted,
+    RunStopped,
+    exception_log,
+    new_log_path,
 )
 
 if TYPE_CHECKING:

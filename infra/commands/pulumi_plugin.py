@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 import yaml
 
-from nsb_delays.stack.errors import CommandError
+from .errors import CommandError
 
 DISTRIBUTION = "nsb-delays"
 PLUGIN_VIRTUALENV = "venv"

@@ -9,7 +9,8 @@ import click
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
 from nsb_delays.stack.config import ConfigError, load_stack, parse_yaml
-from nsb_delays.stack.errors import CommandError
+
+from .errors import CommandError
 
 STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
 

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from nsb_delays.brokers.delay_status import DelayStatus, rabbitmq_status, sqs_delay_queue_names, sqs_status
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.stack.errors import EXIT_FAILED, CommandError, is_aws_client_error
 
 from .broker_options import broker_options, resolve_broker, resolve_sqs, stack_defaults
+from .errors import EXIT_FAILED, CommandError, is_aws_client_error
 
 console = Console(width=160)
 

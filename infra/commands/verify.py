@@ -18,9 +18,9 @@ from rich.table import Table
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 
 from .broker_options import StackDefaults, management_options, resolve_management
+from .errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 from .render import STACK_HELP
 
 NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
