@@ -48,42 +48,39 @@ def _segment(path: model.DelayPath, hop: model.Hop) -> str:
     return ".".join(words)
 
 
-def register(cli: click.Group) -> None:
-    # ``explain -7 Sales``: a negative delay is an argument to refuse with its rule, not an unknown option.
-    @cli.command(context_settings={"ignore_unknown_options": True})
-    @click.argument("delay", metavar="DELAY")
-    @click.argument("destination")
-    @click.option(
-        "--generation",
-        type=click.Choice(model.GENERATIONS),
-        default=model.DEFAULT_GENERATION.value,
-        show_default=True,
-        help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
-    )
-    @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-    def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
-        """Show how a message delayed by DELAY seconds travels to DESTINATION."""
-        problems = model.rabbitmq_address_problems(destination)
-        if problems:
-            raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
-        path = model.delay_path(_delay(delay), destination, generation)
-        if as_json:
-            click.echo(json.dumps(path_as_dict(path), indent=2))
-            return
-        console = Console(width=200)
-        console.print(f"routing key    {path.routing_key}")
-        console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
-        table = Table(
-            "Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to"
+# ``explain -7 Sales``: a negative delay is an argument to refuse with its rule, not an unknown option.
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("delay", metavar="DELAY")
+@click.argument("destination")
+@click.option(
+    "--generation",
+    type=click.Choice(model.GENERATIONS),
+    default=model.DEFAULT_GENERATION.value,
+    show_default=True,
+    help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
+    """Show how a message delayed by DELAY seconds travels to DESTINATION."""
+    problems = model.rabbitmq_address_problems(destination)
+    if problems:
+        raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
+    path = model.delay_path(_delay(delay), destination, generation)
+    if as_json:
+        click.echo(json.dumps(path_as_dict(path), indent=2))
+        return
+    console = Console(width=200)
+    console.print(f"routing key    {path.routing_key}")
+    console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
+    table = Table("Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to")
+    for hop in path.hops:
+        table.add_row(
+            hop.exchange,
+            escape(_segment(path, hop)),
+            hop.routing_value,
+            hop.routed_to,
+            f"{hop.seconds_in_queue} s" if hop.seconds_in_queue else "-",
+            hop.dead_letter_to or "-",
         )
-        for hop in path.hops:
-            table.add_row(
-                hop.exchange,
-                escape(_segment(path, hop)),
-                hop.routing_value,
-                hop.routed_to,
-                f"{hop.seconds_in_queue} s" if hop.seconds_in_queue else "-",
-                hop.dead_letter_to or "-",
-            )
-        console.print(table)
-        console.print(f"total          {path.total_seconds} s")
+    console.print(table)
+    console.print(f"total          {path.total_seconds} s")
