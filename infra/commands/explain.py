@@ -1,4 +1,7 @@
-"""``nsb-delays explain DELAY DESTINATION``: the path of a delayed message, like seed 001's table."""
+"""``nsb-delays explain DELAY DESTINATION``: the path of a delayed message, as a table like the one of the RabbitMQ
+transport's documentation (Particular/docs.particular.net ``transports/rabbitmq/delayed-delivery.md``, "Example"),
+over the routing key of Particular/NServiceBus.RabbitMQ
+``src/NServiceBus.Transport.RabbitMQ/DelayedDelivery/DelayInfrastructure.cs`` ``CalculateRoutingKey``."""
 
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def path_as_dict(path: model.DelayPath) -> dict[str, object]:
 
 
 def _segment(path: model.DelayPath, hop: model.Hop) -> str:
-    """The key from the first level's bit on, with the word this hop reads in brackets (seed 001's bold)."""
+    """The key from the first level's bit on, with the word this hop reads in brackets (where the documentation's
+    table sets it in bold)."""
     first = path.hops[0].level
     if first is None:  # delay_path starts at a level exchange (level 0 at least), never at the delivery exchange
         raise ValueError(f"delay path {path.routing_key!r} does not start at a delay level")
