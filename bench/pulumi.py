@@ -27,6 +27,7 @@ from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import record
+from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from nsb_delays.infra.program import declare
 from nsb_delays.infra.pulumi_engine import (
     LocalStack,
@@ -36,7 +37,6 @@ from nsb_delays.infra.pulumi_engine import (
     provider_credentials,
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
-from nsb_delays.stack.errors import sigterm_as_interrupt
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))

@@ -13,35 +13,44 @@ from typing import Any
 
 import click
 
-from nsb_delays.stack.errors import Group
+from nsb_delays.infra.commands.errors import Group
 
-# command name -> the module whose ``register(cli)`` adds it
-COMMAND_MODULES = {
-    "explain": ".commands.explain",
-    "render": ".commands.render",
-    "check": ".commands.check",
-    "migrate": ".commands.migrate",
-    "verify": ".commands.verify",
-    "demo": ".commands.demo",
-    "delays": ".commands.delays",
-    "status": ".commands.status",
-    "pulumi-plugin": ".commands.pulumi_plugin",
+# command name -> "module:object", the module-level click command (a group for ``delays`` and ``migrate``)
+COMMANDS = {
+    "explain": ".commands.explain:explain",
+    "render": ".commands.render:render_command",
+    "check": ".commands.check:check",
+    "migrate": ".commands.migrate:migrate",
+    "verify": ".commands.verify:verify",
+    "demo": ".commands.demo:demo",
+    "delays": ".commands.delays:delays",
+    "status": ".commands.status:status",
+    "pulumi-plugin": ".commands.pulumi_plugin:pulumi_plugin",
 }
 
 
-class LazyGroup(Group):
-    """Click's lazily loaded subcommands: the group knows the names, the module is imported on first use."""
+def load_command(reference: str) -> click.Command:
+    """The command object a ``"module:object"`` reference names (the module relative to this package)."""
+    module, _, name = reference.partition(":")
+    command = getattr(importlib.import_module(module, __package__), name)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"{reference} is not a click command")
+    return command
 
-    def __init__(self, *args: Any, modules: Mapping[str, str], **kwargs: Any) -> None:
+
+class LazyGroup(Group):
+    """Click's lazily loaded subcommands: the group knows the names, a command's module is imported on first use."""
+
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.modules = dict(modules)
+        self.lazy_commands = dict(lazy_commands)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.modules})
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in self.modules:
-            importlib.import_module(self.modules[cmd_name], __package__).register(self)
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(load_command(self.lazy_commands[cmd_name]), cmd_name)
         return super().get_command(ctx, cmd_name)
 
     def resolve_command(
@@ -64,7 +73,7 @@ class LazyGroup(Group):
 @click.group(
     name="nsb-delays",
     cls=LazyGroup,
-    modules=COMMAND_MODULES,
+    lazy_commands=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
 )
 @click.version_option(package_name="nsb-delays")

@@ -2,10 +2,13 @@
 
 Which CLI: ``pulumi`` on PATH (Pulumi's own install, with its own plugins and ``PULUMI_HOME``), else the one
 ``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``), whose RabbitMQ provider
-is installed in ``$NSB_ENGINE_DIR/home``. The environment keeps a run offline and self-contained, as
-``../shared/reference/real-pulumi-engine.md`` §4 lists it: a DIY ``file://`` backend, a passphrase secrets
-provider, no update check; for the built engine also no plugin download and no ambient plugins. The program
-runs in this interpreter: its directory goes first on PATH, where the language host looks for ``python``.
+is installed in ``$NSB_ENGINE_DIR/home``. The environment keeps a run offline and self-contained with the
+variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``: a DIY ``file://`` backend (``BackendURL``), no
+update check (``SkipUpdateCheck``), no prompts (``SkipConfirmations``); for the built engine also no plugin
+download and no ambient plugins (``DisableAutomaticPluginAcquisition``, ``DisableRegistryResolve``,
+``IgnoreAmbientPlugins``); and a passphrase secrets provider (``PULUMI_CONFIG_PASSPHRASE``, read by
+``pkg/secrets/passphrase/manager.go`` ``readPassphrase``). The program runs in this interpreter: its directory
+goes first on PATH, where the language host looks for ``python``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from nsb_delays.infra.commands.migrate_command import migrate
+from nsb_delays.infra.commands.migrate.group import migrate
 
 # The packaging helpers, each alone on the command line: one list for the usage line and --help.
 HELPERS = (

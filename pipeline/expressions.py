@@ -64,6 +64,8 @@ def sqs_first_queue(delay: Column, destination: Column) -> Column:
 
 
 def sqs_fifo_cycles(delay: Column) -> Column:
-    """Seed 003's cycles (``sqs.cost_estimate``): delay // 900 for FIFO sends, 0 for direct ones."""
+    """The FIFO cycles of the SQS transport's cost example (Particular/docs.particular.net
+    ``transports/sqs/delayed-delivery.md``, "Cost considerations"; ``sqs.cost_estimate``): delay // 900 for FIFO
+    sends, 0 for direct ones."""
     cycles = F.floor(delay / F.lit(sqs.DELAY_QUEUE_DELAY_SECONDS)).cast("long")
     return F.when(delay > F.lit(sqs.MAX_DELAY_SECONDS), cycles).otherwise(F.lit(0).cast("long"))

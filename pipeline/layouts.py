@@ -2,10 +2,18 @@
 
 Every source is mapped onto one canonical row (``id, destination, state, due, headers, saga_id,
 endpoint``) so the rest of the pipeline never knows which store it reads. Layouts follow the
-stores' own creation scripts (``shared/reference/nservicebus-facts.md`` §4 and §5):
-SQL persistence ``<prefix>TimeoutData`` (Oracle ``<PREFIX>TO`` with ``ExpireTime``), NHibernate's
-shared ``TimeoutEntity`` filtered by ``Endpoint``, the MSMQ transport's ``[<endpoint>.timeouts]``
-store, and exported documents (a RavenDB ``TimeoutData`` export) as Parquet or JSON lines.
+stores' own creation scripts and mappings:
+
+- SQL persistence ``<prefix>TimeoutData`` (Oracle ``<PREFIX>TO`` with ``ExpireTime``): Particular/
+  NServiceBus.Persistence.Sql ``src/ScriptBuilder/Timeout/Create_MsSqlServer.sql``, ``Create_MySql.sql``,
+  ``Create_PostgreSql.sql``, ``Create_Oracle.sql``;
+- NHibernate's shared ``TimeoutEntity`` filtered by ``Endpoint``: Particular/NServiceBus.NHibernate
+  ``src/NServiceBus.NHibernate/TimeoutPersisters/TimeoutEntityMap.cs``;
+- the MSMQ transport 2.x's ``[<endpoint>.timeouts]`` store: Particular/NServiceBus.Transport.Msmq
+  ``src/NServiceBus.Transport.Msmq/DelayedDelivery/Sql/SqlServerDelayedMessageStore.cs`` ``Initialize`` and
+  ``TimeoutTableCreator.cs`` (``SqlConstants.SqlCreateTable``);
+- exported documents (a RavenDB ``TimeoutData`` export, Particular/NServiceBus.RavenDB
+  ``src/NServiceBus.RavenDB/Timeouts/TimeoutData.cs``) as Parquet or JSON lines.
 """
 
 from __future__ import annotations
@@ -151,7 +159,8 @@ def nhibernate_layout(endpoint: str, dialect: str, *, schema: str | None = None)
 
 
 def msmq_store_layout(endpoint: str, *, schema: str = msmq.DEFAULT_SCHEMA) -> TimeoutLayout:
-    """The MSMQ transport 2.x SQL Server store ``[dbo].[<endpoint>.timeouts]`` (seed 002).
+    """The MSMQ transport 2.x SQL Server store ``[dbo].[<endpoint>.timeouts]`` (Particular/NServiceBus.Transport.Msmq
+    ``SqlServerDelayedMessageStore.Initialize``: schema ``dbo`` and ``{queueName}.timeouts`` by default).
 
     Its ``Headers`` column holds the MSMQ extension bytes (the XML-serialised header list), not JSON.
     """

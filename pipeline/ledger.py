@@ -1,6 +1,7 @@
 """The migration ledger in the source database: hide, per-batch progress, resume, abort.
 
-Modelled on the Timeout Migration Tool (``shared/reference/nservicebus-facts.md`` §6): the selected
+Modelled on Particular/TimeoutMigrationTool (``src/TimeoutMigrationTool/SqlP/MsSqlServer.cs``
+``GetScriptToPrepareTimeouts`` and ``GetScriptToAbortMigration``; ``MigrationRunner.cs`` ``Run``): the selected
 timeouts are *moved* out of the legacy table into ``TimeoutData_migration_<run>`` in one
 transaction (so the old timeout manager can never dispatch what the migration dispatches), each
 row numbered into a batch. A batch is marked done only after the broker confirmed every message

@@ -27,8 +27,9 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import CommandError
 from nsb_delays.stack.redaction import without_password
+
+from .errors import CommandError
 
 AMQP_PORT, AMQPS_PORT = 5672, 5671
 ENVIRONMENT = {  # the pulumi-rabbitmq provider's variables
@@ -347,6 +348,24 @@ def resolve_management(
     """The management API client; its login from flags or environment, then ``url_login`` (an AMQP URL's), the
     stack, then ``last_resort``; ``tls``: the TLS files when the caller resolved them already."""
     defaults = defaults or stack_defaults(values.get(_param(prefix, "stack")), _name(prefix, "stack"))
+    url, user, password = _management_login(values, prefix, defaults, url_login, last_resort)
+    ca, cert, key, insecure = tls or _tls_files(values, prefix, defaults)
+    if insecure:  # asked for explicitly: one note instead of a warning per request
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        click.echo(f"note: TLS certificate checks are off ({_name(prefix, 'insecure')} / rabbitmq:insecure)", err=True)
+    verify_tls: bool | str = False if insecure else (ca or True)
+    return ManagementApi(url, user, password, verify_tls, (cert, key) if cert and key else cert)
+
+
+def _management_login(
+    values: Mapping[str, Any],
+    prefix: str,
+    defaults: StackDefaults,
+    url_login: tuple[str | None, str | None],
+    last_resort: tuple[str, str] | None,
+) -> tuple[str, str, str]:
+    """The management API's URL, user and password, each from the first source that has it (``CommandError``
+    naming every one missing, or a URL that is not http(s))."""
     url = values.get(_param(prefix, "management_url")) or defaults.provider(
         "rabbitmq:endpoint", _name(prefix, "management-url")
     )
@@ -376,12 +395,7 @@ def resolve_management(
     url = str(url)
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         raise CommandError(f"{_name(prefix, 'management-url')} {url!r} is not an http:// or https:// URL")
-    ca, cert, key, insecure = tls or _tls_files(values, prefix, defaults)
-    if insecure:  # asked for explicitly: one note instead of a warning per request
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        click.echo(f"note: TLS certificate checks are off ({_name(prefix, 'insecure')} / rabbitmq:insecure)", err=True)
-    verify_tls: bool | str = False if insecure else (ca or True)
-    return ManagementApi(url, str(user), str(password), verify_tls, (cert, key) if cert and key else cert)
+    return url, str(user), str(password)
 
 
 def resolve_sqs(values: Mapping[str, Any], stack: str | None, stack_flag: str = "--stack") -> SqsSettings:

@@ -39,9 +39,9 @@ from nsb_delays.policies.stack_rules import (
     sqs_delay_queue_pairs,
 )
 from nsb_delays.stack.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 
-from .render import STACK_HELP
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
+from .stack_option import stack_option
 
 TEMPLATE_DIR = Path(__file__).parent
 MARKDOWN_TEMPLATE = "check.md.j2"
@@ -158,41 +158,40 @@ def as_json(context: dict[str, Any]) -> str:
     )
 
 
-def register(cli: click.Group) -> None:
-    @cli.command()
-    @click.option("--stack", required=True, help=STACK_HELP)
-    @click.option(
-        "--format",
-        "output_format",
-        type=click.Choice(FORMATS),
-        default="text",
-        show_default=True,
-        help="text: a table for the terminal; markdown: a pull-request comment; json: for scripts.",
-    )
-    @click.option(
-        "--policy-config",
-        type=click.Path(dir_okay=False),
-        help="Policy config JSON, the format of `pulumi preview --policy-pack-config`.",
-    )
-    @click.option(
-        "--baseline",
-        metavar="STACK",
-        help="The deployed version of the stack file (e.g. `git show main:Pulumi.dev.yaml > base.yaml`); endpoints "
-        "it binds and the checked stack does not get the retirement advice.",
-    )
-    def check(stack: str, output_format: str, policy_config: str | None, baseline: str | None) -> None:
-        """Run the policy pack on what the program declares for STACK, offline; exit 1 on a mandatory violation."""
-        try:
-            pack_config = load_pack_config(policy_config) if policy_config else PackConfig()
-            violations, resource_count = check_stack(stack, pack_config, baseline)
-        except (ConfigError, PolicyConfigError) as error:
-            raise CommandError(str(error), exit_code=EXIT_UNREADABLE) from None
-        context = report_context(stack, violations, resource_count)
-        if output_format == "markdown":
-            click.echo(render_markdown(context), nl=False)
-        elif output_format == "json":
-            click.echo(as_json(context))
-        else:
-            print_text(context)
-        if context["mandatory"]:
-            raise SystemExit(EXIT_VIOLATIONS)
+@click.command()
+@stack_option
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text: a table for the terminal; markdown: a pull-request comment; json: for scripts.",
+)
+@click.option(
+    "--policy-config",
+    type=click.Path(dir_okay=False),
+    help="Policy config JSON, the format of `pulumi preview --policy-pack-config`.",
+)
+@click.option(
+    "--baseline",
+    metavar="STACK",
+    help="The deployed version of the stack file (e.g. `git show main:Pulumi.dev.yaml > base.yaml`); endpoints "
+    "it binds and the checked stack does not get the retirement advice.",
+)
+def check(stack: str, output_format: str, policy_config: str | None, baseline: str | None) -> None:
+    """Run the policy pack on what the program declares for STACK, offline; exit 1 on a mandatory violation."""
+    try:
+        pack_config = load_pack_config(policy_config) if policy_config else PackConfig()
+        violations, resource_count = check_stack(stack, pack_config, baseline)
+    except (ConfigError, PolicyConfigError) as error:
+        raise CommandError(str(error), exit_code=EXIT_UNREADABLE) from None
+    context = report_context(stack, violations, resource_count)
+    if output_format == "markdown":
+        click.echo(render_markdown(context), nl=False)
+    elif output_format == "json":
+        click.echo(as_json(context))
+    else:
+        print_text(context)
+    if context["mandatory"]:
+        raise SystemExit(EXIT_VIOLATIONS)

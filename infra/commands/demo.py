@@ -44,9 +44,9 @@ from nsb_delays.infra.pulumi_engine import (
 )
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
-from nsb_delays.stack.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 
 from .broker_options import deprecated_options, take_deprecated
+from .errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
 from .verify import print_drifts
 
 DEFAULT_DELAYS = (0, 1, 2, 5)
@@ -347,39 +347,53 @@ def results_table(results: list[Measured]) -> Table:
 def run_demo(
     stack_name: str, delays: Sequence[int], console: Console, existing: ExistingRabbitMq | None = None
 ) -> list[Measured]:
+    stack = demo_stack(stack_name, console, existing)
+    started = time.monotonic()
+    servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)
+    with sigterm_as_interrupt(), ExitStack() as cleanup, servers as (broker, moto):
+        if broker and not existing:
+            stack = for_broker(stack, management_api(broker), console)
+        sqs = provision(stack, stack_name, broker, moto, console, cleanup)
+        results = send_rabbitmq(broker, stack, delays) if broker else []
+        results += send_sqs(sqs, stack, delays) if sqs else []
+        console.print(results_table(results))
+    console.print(f"stopped the private servers; demo took {time.monotonic() - started:.1f} s")
+    return results
+
+
+def demo_stack(stack_name: str, console: Console, existing: ExistingRabbitMq | None) -> StackConfig:
+    """The stack to demo, refused before anything starts (a given broker that cannot be reached ends it here)."""
     stack = load_stack(stack_name)
     if stack.rabbitmq is None and stack.sqs is None:
         raise DemoRefused(f"stack {stack_name!r} has neither nsb-delays:rabbitmq nor nsb-delays:sqs: nothing to demo")
     if existing and stack.rabbitmq is None:
         raise DemoRefused(f"--amqp-url given, but stack {stack_name!r} has no nsb-delays:rabbitmq section")
-    if existing:  # before anything starts: a given broker that cannot be reached ends the demo here
-        stack = check_existing(existing, stack, console)
-    started = time.monotonic()
-    results: list[Measured] = []
-    servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)
-    with sigterm_as_interrupt(), ExitStack() as cleanup, servers as (broker, moto):
-        api = None
-        how = []
-        if broker:
-            if not existing:
-                stack = for_broker(stack, management_api(broker), console)
-            api, provisioned_by = provision_rabbitmq(broker, stack, stack_name, console, cleanup)
-            how.append(provisioned_by)
-        sqs = provision_sqs(moto, stack, stack_name) if moto else None
-        how += ["CloudFormation"] if sqs else []
-        drifts = (verify_rabbitmq(api, stack.rabbitmq) if api and stack.rabbitmq else []) + (
-            verify_sqs(sqs, stack.sqs) if sqs and stack.sqs else []
-        )
-        console.print(f"provisioned stack {stack_name!r}: {' + '.join(how)}; verify: {len(drifts)} drift(s)")
-        if drifts:
-            print_drifts(console, drifts)
-        if broker:
-            results += send_rabbitmq(broker, stack, delays)
-        if sqs:
-            results += send_sqs(sqs, stack, delays)
-        console.print(results_table(results))
-    console.print(f"stopped the private servers; demo took {time.monotonic() - started:.1f} s")
-    return results
+    return check_existing(existing, stack, console) if existing else stack
+
+
+def provision(
+    stack: StackConfig,
+    stack_name: str,
+    broker: RabbitMqBroker | None,
+    moto: LocalMoto | None,
+    console: Console,
+    cleanup: ExitStack,
+) -> Any:
+    """Provision the stack on the broker and moto, verify it and say how; the SQS client (None without moto)."""
+    api = None
+    how = []
+    if broker:
+        api, provisioned_by = provision_rabbitmq(broker, stack, stack_name, console, cleanup)
+        how.append(provisioned_by)
+    sqs = provision_sqs(moto, stack, stack_name) if moto else None
+    how += ["CloudFormation"] if sqs else []
+    drifts = (verify_rabbitmq(api, stack.rabbitmq) if api and stack.rabbitmq else []) + (
+        verify_sqs(sqs, stack.sqs) if sqs and stack.sqs else []
+    )
+    console.print(f"provisioned stack {stack_name!r}: {' + '.join(how)}; verify: {len(drifts)} drift(s)")
+    if drifts:
+        print_drifts(console, drifts)
+    return sqs
 
 
 def _delays(value: str) -> tuple[int, ...]:
@@ -392,35 +406,34 @@ def _delays(value: str) -> tuple[int, ...]:
     return delays
 
 
-def register(cli: click.Group) -> None:
-    @cli.command(name="demo")
-    @click.option("--stack", default="dev", show_default=True, help="Stack (name or YAML path) to provision.")
-    @click.option(
-        "--delays",
-        default=",".join(map(str, DEFAULT_DELAYS)),
-        show_default=True,
-        help="Comma-separated delays in seconds sent to every endpoint.",
-    )
-    @click.option(
-        "--amqp-url",
-        help="Use this running RabbitMQ instead of starting one: amqp://user:password@host:port "
-        "(no vhost; with --management-url).",
-    )
-    @click.option("--management-url", help="Its management API, http://host:15672 (with --amqp-url).")
-    @deprecated_options("--rabbitmq-url", "--rabbitmq-management-url")
-    def demo(stack: str, delays: str, **connection: Any) -> None:
-        """Start a private RabbitMQ and moto, provision STACK, send delayed messages, show measured delays, stop."""
-        console = Console(width=140)
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request log lines
-        for note in take_deprecated(connection):
-            click.echo(note, err=True)
-        try:
-            existing = existing_rabbitmq(connection["amqp_url"], connection["management_url"])
-            results = run_demo(stack, _delays(delays), console, existing)
-        except (ConfigError, ServiceUnavailable) as error:
-            raise DemoRefused(str(error)) from None
-        except KeyboardInterrupt:
-            console.print("interrupted; the private servers were stopped")
-            raise SystemExit(EXIT_INTERRUPTED) from None
-        if any(r.measured is None for r in results):
-            raise CommandError("some delayed messages did not arrive (see the table)", exit_code=1)
+@click.command(name="demo")
+@click.option("--stack", default="dev", show_default=True, help="Stack (name or YAML path) to provision.")
+@click.option(
+    "--delays",
+    default=",".join(map(str, DEFAULT_DELAYS)),
+    show_default=True,
+    help="Comma-separated delays in seconds sent to every endpoint.",
+)
+@click.option(
+    "--amqp-url",
+    help="Use this running RabbitMQ instead of starting one: amqp://user:password@host:port "
+    "(no vhost; with --management-url).",
+)
+@click.option("--management-url", help="Its management API, http://host:15672 (with --amqp-url).")
+@deprecated_options("--rabbitmq-url", "--rabbitmq-management-url")
+def demo(stack: str, delays: str, **connection: Any) -> None:
+    """Start a private RabbitMQ and moto, provision STACK, send delayed messages, show measured delays, stop."""
+    console = Console(width=140)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request log lines
+    for note in take_deprecated(connection):
+        click.echo(note, err=True)
+    try:
+        existing = existing_rabbitmq(connection["amqp_url"], connection["management_url"])
+        results = run_demo(stack, _delays(delays), console, existing)
+    except (ConfigError, ServiceUnavailable) as error:
+        raise DemoRefused(str(error)) from None
+    except KeyboardInterrupt:
+        console.print("interrupted; the private servers were stopped")
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    if any(r.measured is None for r in results):
+        raise CommandError("some delayed messages did not arrive (see the table)", exit_code=1)

@@ -1,4 +1,7 @@
-"""``nsb-delays explain DELAY DESTINATION``: the path of a delayed message, like seed 001's table."""
+"""``nsb-delays explain DELAY DESTINATION``: the path of a delayed message, as a table like the one of the RabbitMQ
+transport's documentation (Particular/docs.particular.net ``transports/rabbitmq/delayed-delivery.md``, "Example"),
+over the routing key of Particular/NServiceBus.RabbitMQ
+``src/NServiceBus.Transport.RabbitMQ/DelayedDelivery/DelayInfrastructure.cs`` ``CalculateRoutingKey``."""
 
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def path_as_dict(path: model.DelayPath) -> dict[str, object]:
 
 
 def _segment(path: model.DelayPath, hop: model.Hop) -> str:
-    """The key from the first level's bit on, with the word this hop reads in brackets (seed 001's bold)."""
+    """The key from the first level's bit on, with the word this hop reads in brackets (where the documentation's
+    table sets it in bold)."""
     first = path.hops[0].level
     if first is None:  # delay_path starts at a level exchange (level 0 at least), never at the delivery exchange
         raise ValueError(f"delay path {path.routing_key!r} does not start at a delay level")
@@ -48,42 +52,39 @@ def _segment(path: model.DelayPath, hop: model.Hop) -> str:
     return ".".join(words)
 
 
-def register(cli: click.Group) -> None:
-    # ``explain -7 Sales``: a negative delay is an argument to refuse with its rule, not an unknown option.
-    @cli.command(context_settings={"ignore_unknown_options": True})
-    @click.argument("delay", metavar="DELAY")
-    @click.argument("destination")
-    @click.option(
-        "--generation",
-        type=click.Choice(model.GENERATIONS),
-        default=model.DEFAULT_GENERATION.value,
-        show_default=True,
-        help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
-    )
-    @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-    def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
-        """Show how a message delayed by DELAY seconds travels to DESTINATION."""
-        problems = model.rabbitmq_address_problems(destination)
-        if problems:
-            raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
-        path = model.delay_path(_delay(delay), destination, generation)
-        if as_json:
-            click.echo(json.dumps(path_as_dict(path), indent=2))
-            return
-        console = Console(width=200)
-        console.print(f"routing key    {path.routing_key}")
-        console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
-        table = Table(
-            "Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to"
+# ``explain -7 Sales``: a negative delay is an argument to refuse with its rule, not an unknown option.
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("delay", metavar="DELAY")
+@click.argument("destination")
+@click.option(
+    "--generation",
+    type=click.Choice(model.GENERATIONS),
+    default=model.DEFAULT_GENERATION.value,
+    show_default=True,
+    help="The delay graph to explain (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def explain(delay: str, destination: str, generation: str, as_json: bool) -> None:
+    """Show how a message delayed by DELAY seconds travels to DESTINATION."""
+    problems = model.rabbitmq_address_problems(destination)
+    if problems:
+        raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
+    path = model.delay_path(_delay(delay), destination, generation)
+    if as_json:
+        click.echo(json.dumps(path_as_dict(path), indent=2))
+        return
+    console = Console(width=200)
+    console.print(f"routing key    {path.routing_key}")
+    console.print(f"publish to     {path.first_exchange}  (level of the highest set bit)")
+    table = Table("Exchange", "Routing key segment", "Routing value", "Routed to", "Delay in queue", "Dead-letter to")
+    for hop in path.hops:
+        table.add_row(
+            hop.exchange,
+            escape(_segment(path, hop)),
+            hop.routing_value,
+            hop.routed_to,
+            f"{hop.seconds_in_queue} s" if hop.seconds_in_queue else "-",
+            hop.dead_letter_to or "-",
         )
-        for hop in path.hops:
-            table.add_row(
-                hop.exchange,
-                escape(_segment(path, hop)),
-                hop.routing_value,
-                hop.routed_to,
-                f"{hop.seconds_in_queue} s" if hop.seconds_in_queue else "-",
-                hop.dead_letter_to or "-",
-            )
-        console.print(table)
-        console.print(f"total          {path.total_seconds} s")
+    console.print(table)
+    console.print(f"total          {path.total_seconds} s")

@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 import yaml
 
-from nsb_delays.stack.errors import CommandError
+from .errors import CommandError
 
 DISTRIBUTION = "nsb-delays"
 PLUGIN_VIRTUALENV = "venv"
@@ -104,38 +104,41 @@ def plugin_files(kind: PluginKind, requirement: str) -> dict[str, str]:
     return files
 
 
-def register(cli: click.Group) -> None:
-    @cli.command(name="pulumi-plugin")
-    @click.argument("kind", type=click.Choice(list(KINDS)))
-    @click.argument("directory", type=click.Path(path_type=Path))
-    @click.option(
-        "--requirement",
-        metavar="SPEC",
-        help=f"What the plugin's virtualenv installs (default: {DISTRIBUTION}==<this version>; e.g. a wheel's path).",
-    )
-    def pulumi_plugin(kind: str, directory: Path, requirement: str | None) -> None:
-        """Write a Pulumi plugin directory (the component PROVIDER for other languages, or the POLICY-PACK)
-        that runs this installed package in a virtualenv of its own."""
-        requirement = f"{DISTRIBUTION}=={version(DISTRIBUTION)}" if requirement is None else requirement.strip()
-        if not requirement or "\n" in requirement:
-            raise click.BadParameter(
-                "give one requirement (a name with version, or a wheel's path)", param_hint="--requirement"
-            )
-        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-            raise click.BadParameter(
-                f"{directory} exists and is not an empty directory; give a new one (nothing was written)",
-                param_hint="DIRECTORY",
-            )
-        files = plugin_files(KINDS[kind], requirement)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            for name, text in files.items():
-                (directory / name).parent.mkdir(exist_ok=True)
-                (directory / name).write_text(text)
-            executable = KINDS[kind].executable
-            if executable:
-                (directory / executable).chmod(0o755)
-        except OSError as error:
-            raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None
-        click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")
-        click.echo(f"next: {KINDS[kind].use.format(directory=local_source(directory))}")
+@click.command(name="pulumi-plugin")
+@click.argument("kind", type=click.Choice(list(KINDS)))
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option(
+    "--requirement",
+    metavar="SPEC",
+    help=f"What the plugin's virtualenv installs (default: {DISTRIBUTION}==<this version>; e.g. a wheel's path).",
+)
+def pulumi_plugin(kind: str, directory: Path, requirement: str | None) -> None:
+    """Write a Pulumi plugin directory (the component PROVIDER for other languages, or the POLICY-PACK)
+    that runs this installed package in a virtualenv of its own."""
+    requirement = f"{DISTRIBUTION}=={version(DISTRIBUTION)}" if requirement is None else requirement.strip()
+    if not requirement or "\n" in requirement:
+        raise click.BadParameter(
+            "give one requirement (a name with version, or a wheel's path)", param_hint="--requirement"
+        )
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise click.BadParameter(
+            f"{directory} exists and is not an empty directory; give a new one (nothing was written)",
+            param_hint="DIRECTORY",
+        )
+    files = plugin_files(KINDS[kind], requirement)
+    write_plugin(directory, files, KINDS[kind].executable)
+    click.echo(f"wrote {', '.join(files)} to {directory} (requirement: {requirement})")
+    click.echo(f"next: {KINDS[kind].use.format(directory=local_source(directory))}")
+
+
+def write_plugin(directory: Path, files: dict[str, str], executable: str | None) -> None:
+    """The plugin directory's files, ``executable`` (one of them) made executable; ``CannotWrite`` if refused."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (directory / name).parent.mkdir(exist_ok=True)
+            (directory / name).write_text(text)
+        if executable:
+            (directory / executable).chmod(0o755)
+    except OSError as error:
+        raise CannotWrite(f"cannot write the plugin directory {directory}: {error.strerror}") from None

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
-from nsb_delays.stack.config import ConfigError, load_stack, parse_yaml
-from nsb_delays.stack.errors import CommandError
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, parse_yaml
 
-STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
+from .errors import CommandError
+from .stack_option import stack_option
 
 
 def output_problem(output: Path) -> str | None:
@@ -37,51 +37,63 @@ def read_passwords(path: Path) -> dict[str, str]:
     return raw
 
 
-def register(cli: click.Group) -> None:
-    formats_help = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
+FORMATS_HELP = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
 
-    @cli.command(name="render", help=f"Render a stack as a file. Formats — {formats_help}.")
-    @click.option("--stack", required=True, help=STACK_HELP)
-    @click.option(
-        "--format",
-        "format_name",
-        type=click.Choice(list(FORMATS)),
-        required=True,
-        help="What to render (each format is described above).",
-    )
-    @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
-    @click.option(
-        "--passwords",
-        "passwords_file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help=f"YAML mapping of endpoint user -> password: {PASSWORDS_FORMAT} then carries the users (password "
-        "hashes as RabbitMQ computes them). Without it the file has their permissions but not the users.",
-    )
-    def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
-        passwords = read_passwords(passwords_file) if passwords_file is not None else None
-        problem = output_problem(output) if output is not None else None
-        try:
-            config = load_stack(stack)
-        except ConfigError as error:
-            raise CommandError([str(error), *([problem] if problem else [])]) from None
-        if problem:
-            raise CommandError(problem)
-        try:
-            text = render(config, format_name, stack, passwords)
-        except RenderError as error:
-            raise CommandError(str(error)) from None
-        users = [user.user for user in config.rabbitmq.users] if config.rabbitmq else []
-        if format_name == PASSWORDS_FORMAT and users and passwords is None:
-            click.echo(
-                f"note: endpoint users ({', '.join(users)}) are not in the file, only their permissions: create them "
-                "first, or give --passwords FILE (an imported user without a password loses the one it had)",
-                err=True,
-            )
-        if output is None:
-            click.echo(text, nl=False)
-            return
-        try:
-            output.write_text(text)
-        except OSError as error:
-            raise CommandError(f"-o {output}: {error.strerror or error}") from None
-        click.echo(f"wrote {format_name} for stack {stack!r} to {output}", err=True)
+
+@click.command(name="render", help=f"Render a stack as a file. Formats — {FORMATS_HELP}.")
+@stack_option
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(list(FORMATS)),
+    required=True,
+    help="What to render (each format is described above).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
+@click.option(
+    "--passwords",
+    "passwords_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help=f"YAML mapping of endpoint user -> password: {PASSWORDS_FORMAT} then carries the users (password "
+    "hashes as RabbitMQ computes them). Without it the file has their permissions but not the users.",
+)
+def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
+    passwords = read_passwords(passwords_file) if passwords_file is not None else None
+    config = load_for_output(stack, output)
+    try:
+        text = render(config, format_name, stack, passwords)
+    except RenderError as error:
+        raise CommandError(str(error)) from None
+    if format_name == PASSWORDS_FORMAT and passwords is None:
+        note_users_left_out(config)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as error:
+        raise CommandError(f"-o {output}: {error.strerror or error}") from None
+    click.echo(f"wrote {format_name} for stack {stack!r} to {output}", err=True)
+
+
+def load_for_output(stack: str, output: Path | None) -> StackConfig:
+    """The stack, refused together with an ``-o`` that cannot be written (before anything is rendered)."""
+    problem = output_problem(output) if output is not None else None
+    try:
+        config = load_stack(stack)
+    except ConfigError as error:
+        raise CommandError([str(error), *([problem] if problem else [])]) from None
+    if problem:
+        raise CommandError(problem)
+    return config
+
+
+def note_users_left_out(config: StackConfig) -> None:
+    """Definitions without ``--passwords`` carry the endpoint users' permissions, not the users: say so."""
+    users = [user.user for user in config.rabbitmq.users] if config.rabbitmq else []
+    if users:
+        click.echo(
+            f"note: endpoint users ({', '.join(users)}) are not in the file, only their permissions: create them "
+            "first, or give --passwords FILE (an imported user without a password loses the one it had)",
+            err=True,
+        )

@@ -13,11 +13,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from nsb_delays.brokers.delay_status import DelayStatus, rabbitmq_status, sqs_delay_queue_names, sqs_status
+from nsb_delays.brokers.delay_status import (
+    DelayStatus,
+    SqsDelayQueueStatus,
+    rabbitmq_status,
+    sqs_delay_queue_names,
+    sqs_status,
+)
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.stack.errors import EXIT_FAILED, CommandError, is_aws_client_error
 
-from .broker_options import broker_options, resolve_broker, resolve_sqs, stack_defaults
+from .broker_options import StackDefaults, broker_options, resolve_broker, resolve_sqs, stack_defaults
+from .errors import EXIT_FAILED, CommandError, is_aws_client_error
 
 console = Console(width=160)
 
@@ -46,70 +52,77 @@ def sqs_table(status: DelayStatus) -> Table:
     return table
 
 
-def register(cli: click.Group) -> None:
-    @cli.command(name="status")
-    @broker_options(what="the broker")
-    @click.option("--skip-rabbitmq", is_flag=True, help="Only SQS.")
-    @click.option(
-        "--sqs/--no-sqs",
-        "with_sqs",
-        default=None,
-        help="Show the SQS -delay.fifo queues. Default: when the stack has nsb-delays:sqs or --sqs-endpoint-url "
-        "is given.",
-    )
-    @click.option("--sqs-endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint, e.g. an emulator.")
-    @click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region, else us-east-1.")
-    @click.option("--sqs-prefix", help="QueueNamePrefix of the SQS transport. Default: stack sqs.queueNamePrefix.")
-    @click.option(
-        "--recheck",
-        type=click.FloatRange(0),
-        default=0,
-        show_default=True,
-        help="Seconds to a second sample; a level is stuck only if both show a dead-letter backlog (management "
-        "statistics are sampled every 5 s: a busy level can show a short one).",
-    )
-    @click.option("--all", "show_all", is_flag=True, help="List every level queue, empty ones too.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for monitoring).")
-    def status(
-        skip_rabbitmq: bool, with_sqs: bool | None, recheck: float, show_all: bool, as_json: bool, **values: Any
-    ) -> None:
-        """What waits per delay level (messages, bytes, the quorum queues' dead-letter backlog: the
-        Particular/NServiceBus.RabbitMQ#1407 stall), parked and poison messages, and each SQS endpoint's
-        -delay.fifo queue. Exit 1 when something is stuck."""
-        defaults = stack_defaults(values.get("stack"))
-        if with_sqs is None:
-            with_sqs = bool(values.get("sqs_endpoint_url")) or bool(defaults.config and defaults.config.sqs)
-        if skip_rabbitmq and not with_sqs:
-            raise CommandError("nothing to show: --skip-rabbitmq without SQS (--sqs, --sqs-endpoint-url or a stack)")
-        status = DelayStatus()
-        if not skip_rabbitmq:
-            side = resolve_broker(values, connection_name="nsb-delays status")
-            try:
-                status = rabbitmq_status(side.management, side.vhost, recheck)
-            except ManagementError as error:
-                raise CommandError(str(error)) from None
-        if with_sqs:
-            settings = resolve_sqs(values, values.get("stack"))
-            endpoints = (
-                [e.endpoint for e in defaults.config.sqs.endpoints] if defaults.config and defaults.config.sqs else []
-            )
-            try:
-                client = settings.client()
-                status.sqs = sqs_status(client, sqs_delay_queue_names(client, settings.queue_name_prefix, endpoints))
-            except Exception as error:  # botocore: credentials, endpoint, access denied
-                if is_aws_client_error(error):
-                    raise CommandError(f"SQS: {error}") from None
-                raise
-        if as_json:
-            click.echo(json.dumps(status.as_json(), indent=2))
-        else:
-            if not skip_rabbitmq:
-                console.print(queues_table(status, show_all))
-            if with_sqs:
-                console.print(sqs_table(status))
-            for warning in status.warnings:
-                console.print(f"[yellow]warning:[/] {warning}")
-            if not status.stuck:
-                console.print("nothing stuck")
-        if status.stuck:
-            raise SystemExit(EXIT_FAILED)
+@click.command(name="status")
+@broker_options(what="the broker")
+@click.option("--skip-rabbitmq", is_flag=True, help="Only SQS.")
+@click.option(
+    "--sqs/--no-sqs",
+    "with_sqs",
+    default=None,
+    help="Show the SQS -delay.fifo queues. Default: when the stack has nsb-delays:sqs or --sqs-endpoint-url is given.",
+)
+@click.option("--sqs-endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint, e.g. an emulator.")
+@click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region, else us-east-1.")
+@click.option("--sqs-prefix", help="QueueNamePrefix of the SQS transport. Default: stack sqs.queueNamePrefix.")
+@click.option(
+    "--recheck",
+    type=click.FloatRange(0),
+    default=0,
+    show_default=True,
+    help="Seconds to a second sample; a level is stuck only if both show a dead-letter backlog (management "
+    "statistics are sampled every 5 s: a busy level can show a short one).",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every level queue, empty ones too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for monitoring).")
+def status(
+    skip_rabbitmq: bool, with_sqs: bool | None, recheck: float, show_all: bool, as_json: bool, **values: Any
+) -> None:
+    """What waits per delay level (messages, bytes, the quorum queues' dead-letter backlog: the
+    Particular/NServiceBus.RabbitMQ#1407 stall), parked and poison messages, and each SQS endpoint's
+    -delay.fifo queue. Exit 1 when something is stuck."""
+    defaults = stack_defaults(values.get("stack"))
+    if with_sqs is None:
+        with_sqs = bool(values.get("sqs_endpoint_url")) or bool(defaults.config and defaults.config.sqs)
+    if skip_rabbitmq and not with_sqs:
+        raise CommandError("nothing to show: --skip-rabbitmq without SQS (--sqs, --sqs-endpoint-url or a stack)")
+    status = DelayStatus() if skip_rabbitmq else read_rabbitmq(values, recheck)
+    if with_sqs:
+        status.sqs = read_sqs(values, defaults)
+    if as_json:
+        click.echo(json.dumps(status.as_json(), indent=2))
+    else:
+        print_status(status, show_rabbitmq=not skip_rabbitmq, show_sqs=with_sqs, show_all=show_all)
+    if status.stuck:
+        raise SystemExit(EXIT_FAILED)
+
+
+def read_rabbitmq(values: dict[str, Any], recheck: float) -> DelayStatus:
+    side = resolve_broker(values, connection_name="nsb-delays status")
+    try:
+        return rabbitmq_status(side.management, side.vhost, recheck)
+    except ManagementError as error:
+        raise CommandError(str(error)) from None
+
+
+def read_sqs(values: dict[str, Any], defaults: StackDefaults) -> list[SqsDelayQueueStatus]:
+    """Each endpoint's -delay.fifo queue (the stack's endpoints, and those the prefix finds)."""
+    settings = resolve_sqs(values, values.get("stack"))
+    endpoints = [e.endpoint for e in defaults.config.sqs.endpoints] if defaults.config and defaults.config.sqs else []
+    try:
+        client = settings.client()
+        return sqs_status(client, sqs_delay_queue_names(client, settings.queue_name_prefix, endpoints))
+    except Exception as error:  # botocore: credentials, endpoint, access denied
+        if is_aws_client_error(error):
+            raise CommandError(f"SQS: {error}") from None
+        raise
+
+
+def print_status(status: DelayStatus, *, show_rabbitmq: bool, show_sqs: bool, show_all: bool) -> None:
+    if show_rabbitmq:
+        console.print(queues_table(status, show_all))
+    if show_sqs:
+        console.print(sqs_table(status))
+    for warning in status.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if not status.stuck:
+        console.print("nothing stuck")

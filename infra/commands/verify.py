@@ -18,10 +18,10 @@ from rich.table import Table
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
-from nsb_delays.stack.errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
 
 from .broker_options import StackDefaults, management_options, resolve_management
-from .render import STACK_HELP
+from .errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
+from .stack_option import stack_option
 
 NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
 
@@ -94,60 +94,71 @@ def run_checks(
     return drifts, checked, problems
 
 
-def register(cli: click.Group) -> None:
-    @cli.command(name="verify")
-    @click.option("--stack", required=True, help=STACK_HELP)
-    @management_options()
-    @click.option("--sqs-endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint, e.g. an emulator.")
-    @click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region.")
-    @click.option("--skip-rabbitmq", is_flag=True, help="Do not check RabbitMQ even if the stack configures it.")
-    @click.option("--skip-sqs", is_flag=True, help="Do not check SQS even if the stack configures it.")
-    @click.option("--json", "as_json", is_flag=True, help="Print {checked, drifts} as JSON instead of a table.")
-    def verify(
-        stack: str,
-        sqs_endpoint_url: str | None,
-        region: str | None,
-        skip_rabbitmq: bool,
-        skip_sqs: bool,
-        as_json: bool,
-        **connection: Any,
-    ) -> None:
-        """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift."""
-        try:
-            config = load_stack(stack)
-            raw = read_stack_yaml(stack)
-        except ConfigError as error:
-            raise CannotVerify(str(error)) from None
-        problems: list[str] = []  # every side's settings and reachability, reported together
-        api = None
-        if config.rabbitmq and not skip_rabbitmq:
-            try:
-                api = resolve_management(connection, defaults=StackDefaults(raw, config))
-            except CommandError as error:
-                problems += error.problems
-            except (ManagementError, ValueError) as error:
-                problems.append(str(error))
-        sqs = None
-        if config.sqs and not skip_sqs:
-            try:
-                region = region or StackDefaults(raw, config).provider("aws:region", "--region")
-                sqs = sqs_client(sqs_endpoint_url, region)
-            except CommandError as error:
-                problems += error.problems
-            except Exception as error:  # botocore: no region, a bad endpoint URL
-                problems.append(_sqs_problem(error))
-        drifts, checked, unreachable = run_checks(config, api, sqs)
-        if problems or unreachable:
-            raise CannotVerify(problems + unreachable)
-        if not checked:
-            raise CannotVerify(f"stack {stack!r} has nothing to verify (no rabbitmq/sqs section, or both skipped)")
-        if as_json:
-            click.echo(json.dumps({"checked": checked, "drifts": [asdict(d) for d in drifts]}, indent=2))
-            raise SystemExit(DRIFT_EXIT if drifts else NO_DRIFT_EXIT)
-        console = Console(width=200)
-        for line in checked:
-            console.print(line)
-        if drifts:
-            print_drifts(console, drifts)
-            raise SystemExit(DRIFT_EXIT)
-        console.print("no drift")
+@click.command(name="verify")
+@stack_option
+@management_options()
+@click.option("--sqs-endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint, e.g. an emulator.")
+@click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region.")
+@click.option("--skip-rabbitmq", is_flag=True, help="Do not check RabbitMQ even if the stack configures it.")
+@click.option("--skip-sqs", is_flag=True, help="Do not check SQS even if the stack configures it.")
+@click.option("--json", "as_json", is_flag=True, help="Print {checked, drifts} as JSON instead of a table.")
+def verify(
+    stack: str,
+    sqs_endpoint_url: str | None,
+    region: str | None,
+    skip_rabbitmq: bool,
+    skip_sqs: bool,
+    as_json: bool,
+    **connection: Any,
+) -> None:
+    """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift."""
+    try:
+        config = load_stack(stack)
+        defaults = StackDefaults(read_stack_yaml(stack), config)
+    except ConfigError as error:
+        raise CannotVerify(str(error)) from None
+    problems: list[str] = []  # every side's settings and reachability, reported together
+    api = management_client(connection, defaults, problems) if config.rabbitmq and not skip_rabbitmq else None
+    sqs = sqs_client_of(sqs_endpoint_url, region, defaults, problems) if config.sqs and not skip_sqs else None
+    drifts, checked, unreachable = run_checks(config, api, sqs)
+    if problems or unreachable:
+        raise CannotVerify(problems + unreachable)
+    if not checked:
+        raise CannotVerify(f"stack {stack!r} has nothing to verify (no rabbitmq/sqs section, or both skipped)")
+    if as_json:
+        click.echo(json.dumps({"checked": checked, "drifts": [asdict(d) for d in drifts]}, indent=2))
+        raise SystemExit(DRIFT_EXIT if drifts else NO_DRIFT_EXIT)
+    print_report(checked, drifts)
+
+
+def management_client(connection: dict[str, Any], defaults: StackDefaults, problems: list[str]) -> ManagementApi | None:
+    """The RabbitMQ management client the options and the stack describe; None, with the problems, if unusable."""
+    try:
+        return resolve_management(connection, defaults=defaults)
+    except CommandError as error:
+        problems += error.problems
+    except (ManagementError, ValueError) as error:
+        problems.append(str(error))
+    return None
+
+
+def sqs_client_of(endpoint_url: str | None, region: str | None, defaults: StackDefaults, problems: list[str]) -> Any:
+    """The SQS client (region: the option, else the stack's ``aws:region``); None, with the problems, if unusable."""
+    try:
+        return sqs_client(endpoint_url, region or defaults.provider("aws:region", "--region"))
+    except CommandError as error:
+        problems += error.problems
+    except Exception as error:  # botocore: no region, a bad endpoint URL
+        problems.append(_sqs_problem(error))
+    return None
+
+
+def print_report(checked: list[str], drifts: list[Drift]) -> None:
+    """A line per side checked, then the drift table (exit 1) or ``no drift``."""
+    console = Console(width=200)
+    for line in checked:
+        console.print(line)
+    if drifts:
+        print_drifts(console, drifts)
+        raise SystemExit(DRIFT_EXIT)
+    console.print("no drift")

@@ -1,9 +1,10 @@
 """Render a stack's infrastructure as files for teams whose installers are off and who don't run Pulumi.
 
-``render(stack, format)`` builds a context from the model (``contexts.py``) and fills a jinja2
-template under ``templates/``; templates only arrange values they are given (``tojson`` keeps
-numbers numbers), so every name, TTL and attribute still comes from the model. JSON outputs are
-parsed back before they are returned, so a broken template fails here rather than at import time.
+``render(stack, format)`` reads the model's objects for the stack and writes them: the JSON formats
+(RabbitMQ definitions, CloudFormation) as documents built in ``documents.py`` and written by ``json.dumps``;
+the text formats (T-SQL, Mermaid) by filling a jinja2 template under ``templates/`` with a context from
+``contexts.py``. Templates only arrange values they are given, so every name, TTL and attribute still comes
+from the model.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jinja2
@@ -18,7 +20,7 @@ import jinja2
 from nsb_delays.components.model import msmq
 from nsb_delays.stack.config import StackConfig
 
-from . import contexts
+from . import contexts, documents
 
 
 class RenderError(ValueError):
@@ -27,11 +29,14 @@ class RenderError(ValueError):
 
 @dataclass(frozen=True)
 class Format:
-    template: str
     section: str  # the nsb-delays:<section> the format renders
-    context: Callable[[StackConfig, str], dict[str, Any]]
-    json: bool
+    content: Callable[[StackConfig, str], Any]  # what the file holds, for a stack (and its name)
+    write: Callable[[Any], str]  # that content as the file's text
     description: str
+
+
+def fill_template(template: str, context: Mapping[str, Any]) -> str:
+    return environment().get_template(template).render(**context)
 
 
 PASSWORDS_FORMAT = "rabbitmq-definitions"
@@ -39,31 +44,27 @@ PASSWORDS_FORMAT = "rabbitmq-definitions"
 
 FORMATS: dict[str, Format] = {
     "rabbitmq-definitions": Format(
-        "rabbitmq-definitions.json.j2",
         "rabbitmq",
-        contexts.definitions_context,
-        True,
+        documents.definitions_document,
+        documents.json_text,
         "RabbitMQ definitions for POST /api/definitions or rabbitmqctl import_definitions",
     ),
     "cloudformation": Format(
-        "cloudformation.json.j2",
         "sqs",
-        contexts.cloudformation_context,
-        True,
+        documents.cloudformation_document,
+        documents.json_text,
         "CloudFormation template: each endpoint's SQS input queue and -delay.fifo queue",
     ),
     "mssql-delayed-store": Format(
-        "mssql-delayed-store.sql.j2",
         "msmq",
         contexts.mssql_context,
-        False,
+        partial(fill_template, "mssql-delayed-store.sql.j2"),
         "idempotent T-SQL for the MSMQ transport's SQL Server delayed store tables",
     ),
     "mermaid": Format(
-        "mermaid.mmd.j2",
         "rabbitmq",
         contexts.mermaid_context,
-        False,
+        partial(fill_template, "mermaid.mmd.j2"),
         "Mermaid flowchart of the delay graph and each endpoint's delivery path",
     ),
 }
@@ -106,14 +107,11 @@ def render(
     if passwords is not None and format_name != PASSWORDS_FORMAT:
         raise RenderError(f"--passwords applies only to --format {PASSWORDS_FORMAT}")
     try:
-        context = (
-            contexts.definitions_context(stack, stack_name, passwords)
+        content = (
+            documents.definitions_document(stack, stack_name, passwords)
             if passwords is not None
-            else spec.context(stack, stack_name)
+            else spec.content(stack, stack_name)
         )
     except ValueError as error:
         raise RenderError(f"format {format_name!r}: {error}") from None
-    text = environment().get_template(spec.template).render(**context)
-    if spec.json:
-        json.loads(text)  # a template bug must not produce a file that only fails on import
-    return text
+    return spec.write(content)

@@ -1,94 +1,16 @@
-"""Template contexts: the model's objects for a stack, arranged for each output format.
+"""Template contexts: the model's objects for a stack, arranged for the text formats (T-SQL, Mermaid).
 
 Every value here is read from ``components.model`` (through the stack config's settings); the only things
-added are the output formats' own structure (CloudFormation logical ids, Mermaid node ids).
+added are the output formats' own structure (Mermaid node ids). The JSON formats are ``documents``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from typing import Any
 
-from nsb_delays.components.model import msmq, permissions, sqs
+from nsb_delays.components.model import msmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig
-
-
-def definitions_context(
-    stack: StackConfig, stack_name: str, passwords: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The topology, and each endpoint user's permissions and topic permissions; the users themselves only with
-    ``passwords`` (user -> password): a definitions import of a user without a password clears the password of an
-    existing one (``rabbit_auth_backend_internal:put_user``), so a file without them must not carry users."""
-    config = stack.rabbitmq
-    assert config is not None
-    grants = config.grants
-    if passwords is not None:
-        missing = sorted(grant.user for grant in grants if grant.user not in passwords)
-        unknown = sorted(set(passwords) - {grant.user for grant in grants})
-        parts = [f"missing {', '.join(missing)}"] if missing else []
-        parts += [f"not a user of this stack: {', '.join(unknown)}"] if unknown else []
-        if parts:
-            raise ValueError(
-                "--passwords must give a password for each endpoint user of the stack and nothing else: "
-                + "; ".join(parts)
-            )
-    users = [
-        {
-            "name": grant.user,
-            "password_hash": permissions.password_hash(passwords[grant.user]),
-            "hashing_algorithm": permissions.HASHING_ALGORITHM,
-            "tags": ",".join(grant.tags),  # RabbitMQ 3.10 reads a comma-separated string; 4.x takes it too
-        }
-        for grant in grants
-        if passwords is not None
-    ]
-    return {"vhost": config.vhost, "topology": config.topology, "users": users, "grants": grants}
-
-
-def _logical_id(queue_name: str, taken: set[str]) -> str:
-    """CloudFormation logical ids are alphanumeric: ``dev-Sales-delay.fifo`` -> ``DevSalesDelayFifoQueue``."""
-    words = re.split(r"[^A-Za-z0-9]+", queue_name)
-    base = "".join(word[:1].upper() + word[1:] for word in words if word) + "Queue"
-    candidate, suffix = base, 2
-    while candidate in taken:
-        candidate, suffix = f"{base}{suffix}", suffix + 1
-    taken.add(candidate)
-    return candidate
-
-
-def cloudformation_properties(spec: sqs.SqsQueueSpec, endpoint: str) -> dict[str, Any]:
-    """``AWS::SQS::Queue`` properties (typed: numbers and booleans) for one model queue."""
-    properties: dict[str, Any] = {
-        "QueueName": spec.name,
-        "DelaySeconds": spec.delay_seconds,
-        "MessageRetentionPeriod": spec.message_retention_seconds,
-        "SqsManagedSseEnabled": spec.sqs_managed_sse_enabled,
-        "Tags": [
-            {"Key": sqs.ENDPOINT_TAG, "Value": sqs.sanitize_queue_name(endpoint)},
-            {"Key": sqs.ROLE_TAG, "Value": spec.role},
-        ],
-    }
-    if spec.fifo_queue:
-        properties["FifoQueue"] = True
-    return properties
-
-
-def cloudformation_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
-    config = stack.sqs
-    assert config is not None
-    taken: set[str] = set()
-    queues = [
-        {
-            "logical_id": _logical_id(spec.name, taken),
-            "endpoint": endpoint,
-            "role": spec.role,
-            "properties": cloudformation_properties(spec, endpoint),
-        }
-        for endpoint, spec in config.queue_specs()
-    ]
-    return {"stack_name": stack_name, "queues": queues}
 
 
 def mssql_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ WINDOW = 10
 KILL_AFTER_SECONDS = (0.02, 0.2)  # after the preflight: inside the move of what is left
 PER_LEVEL = 30  # x 18 levels (10..27): 540 messages, topped up whenever a run finishes before its kill
 LOWEST_TARGET_LEVEL = 10
-CONNECTION_NAME = "nsb-delays delays migrate"  # the CLI's AMQP connection name (infra/commands/delays.py)
+CONNECTION_NAME = "nsb-delays delays migrate"  # the CLI's AMQP connection name (infra/commands/delays/migrate.py)
 REQUEUE_WAIT_SECONDS = 30  # the broker notices the dead connection and requeues its unacked deliveries
 
 

@@ -66,7 +66,7 @@ def test_abort_after_a_partial_run_restores_exactly_the_undispatched_rows(
 def test_cli_run_that_stops_says_how_to_resume_and_abort_restores(spark, postgres, timeout_table, broker_vhost) -> None:
     from click.testing import CliRunner
 
-    from nsb_delays.infra.commands.migrate_command import migrate
+    from nsb_delays.infra.commands.migrate.group import migrate
 
     broker = broker_vhost(["Sales"])
     rows = [timeout("Sales", 600 + i, i, now=utc_now()) for i in range(60)]

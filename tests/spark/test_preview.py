@@ -20,7 +20,7 @@ from nsb_delays.brokers.messages import sqs_message
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
-from nsb_delays.infra.commands.migrate_command import migrate
+from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline import preview as P
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.migration import TargetSettings

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.commands.migrate_command import migrate
+from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from nsb_delays.pipeline.migration import RunOptions, export_ledger_source, run_migration
 from nsb_delays.pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.local import free_port
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.commands.delays import _say_if_unread
+from nsb_delays.infra.commands.delays.moves import say_if_unread
 from nsb_delays.stack.config import stack_file
 
 BROKER = ["--management-url", "http://127.0.0.1:15672", "--username", "guest", "--password", "guest"]
@@ -150,20 +150,24 @@ CHANNEL_CLOSED = (
 
 
 @pytest.mark.parametrize(
-    ("command", "reader", "footer"),
-    [(["migrate"], "plan_move", "nothing was moved"), (["parked"], "read_parked", "nothing was changed")],
+    ("command", "module", "reader", "footer"),
+    [
+        (["migrate"], "moves", "plan_move", "nothing was moved"),
+        (["parked"], "parked", "read_parked", "nothing was changed"),
+    ],
 )
 def test_a_channel_closed_while_a_queue_is_read_is_one_line_with_exit_2(
-    monkeypatch: pytest.MonkeyPatch, command: list[str], reader: str, footer: str
+    monkeypatch: pytest.MonkeyPatch, command: list[str], module: str, reader: str, footer: str
 ) -> None:
     """The broker closing a channel mid-read (``DispatchError`` from ``SourceConnection``) is named, not a traceback."""
+    import importlib
+
     from nsb_delays.brokers.confirms import DispatchError
-    from nsb_delays.infra.commands import delays as delays_command
 
     def closed(*_args: object, **_kwargs: object) -> None:
         raise DispatchError(CHANNEL_CLOSED)
 
-    monkeypatch.setattr(delays_command, reader, closed)
+    monkeypatch.setattr(importlib.import_module(f"nsb_delays.infra.commands.delays.{module}"), reader, closed)
     code, output = delays(*command, *BROKER)
     assert code == 2, output
     assert CHANNEL_CLOSED in output and footer in output
@@ -172,9 +176,9 @@ def test_a_channel_closed_while_a_queue_is_read_is_one_line_with_exit_2(
 
 def test_a_dead_letter_backlog_that_cannot_be_read_is_said_not_taken_for_none(capsys) -> None:
     """Said by the dry run and the move alike (the dry run once said nothing, as if none stayed behind)."""
-    _say_if_unread(DeadLetterBacklog(unknown="GET /api/queues/vhost: 503 Service Unavailable"))
+    say_if_unread(DeadLetterBacklog(unknown="GET /api/queues/vhost: 503 Service Unavailable"))
     said = " ".join(capsys.readouterr().out.split())
     assert "could not read the source's dead-letter backlog (GET /api/queues/vhost: 503 Service Unavailable)" in said
     assert "`nsb-delays status` on the source shows whether any message stayed behind" in said
-    _say_if_unread(DeadLetterBacklog())
+    say_if_unread(DeadLetterBacklog())
     assert capsys.readouterr().out == ""

@@ -17,7 +17,9 @@ from click.testing import CliRunner
 
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands.broker_options import amqp_url_list
-from nsb_delays.infra.commands.migrate_command import command_line, run, target_settings
+from nsb_delays.infra.commands.migrate.checks import target_settings
+from nsb_delays.infra.commands.migrate.resume import command_line
+from nsb_delays.infra.commands.migrate.run import run
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot
 
 DOWN, OTHER_DOWN = closed_port(), closed_port()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from nsb_delays.infra.commands.migrate_command import migrate, target_settings
+from nsb_delays.infra.commands.migrate.checks import target_settings
+from nsb_delays.infra.commands.migrate.group import migrate
 
 VALUES = {
     "target": "sqs",

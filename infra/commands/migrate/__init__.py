@@ -1,8 +1,8 @@
-"""``nsb-delays migrate preview|run|abort``: the PySpark timeout migration (``infra.commands.migrate_command``).
+"""``nsb-delays migrate preview|run|abort``: the PySpark timeout migration (the group: ``group.py``).
 
 The migration needs the ``[spark]`` extra (pyspark, pyarrow, pandas, matplotlib, the ledger drivers);
-the base install runs every other command. Without the extra, ``migrate`` says what to install
-instead of failing at start-up with an import error for every command.
+the base install runs every other command. Without the extra, ``migrate`` is a stand-in that says what to
+install instead of failing at start-up with an import error for every command.
 """
 
 from __future__ import annotations
@@ -17,18 +17,9 @@ SPARK_MODULES = frozenset({"pyspark", "py4j"})
 """What importing the job needs from the extra (its other packages are imported when a command runs)."""
 
 
-def register(cli: click.Group) -> None:
-    try:
-        from nsb_delays.infra.commands.migrate_command import migrate
-    except ModuleNotFoundError as missing:
-        if (missing.name or "").split(".")[0] not in SPARK_MODULES:
-            raise
-        cli.add_command(_needs_spark_extra(missing.name or "pyspark"), name="migrate")
-    else:
-        cli.add_command(migrate, name="migrate")
+def needs_spark_extra(module: str) -> click.Command:
+    """The stand-in for ``migrate`` where ``module`` (of the extra) is missing: any use names the extra."""
 
-
-def _needs_spark_extra(module: str) -> click.Command:
     @click.command(
         name="migrate",
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
@@ -42,3 +33,17 @@ def _needs_spark_extra(module: str) -> click.Command:
         )
 
     return migrate
+
+
+def _command() -> click.Command:
+    try:
+        from .group import migrate
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] not in SPARK_MODULES:
+            raise
+        return needs_spark_extra(missing.name or "pyspark")
+    return migrate
+
+
+migrate = _command()
+"""The ``migrate`` group, or without the ``[spark]`` extra its stand-in."""
