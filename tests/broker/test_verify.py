@@ -25,7 +25,7 @@ from nsb_delays.brokers.verify import (
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.cli import cli
-from nsb_delays.stack.config import SqsConfig, SqsEndpointConfig, load_stack, read_stack_yaml
+from nsb_delays.stack.config import load_stack, parse_stack_config, read_stack_yaml
 from tests.provisioning import provision_rabbitmq, provision_sqs_queues
 
 
@@ -202,7 +202,8 @@ def test_content_based_deduplication_does_not_drop_nservicebus_delayed_messages(
 
 
 def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> None:
-    config = SqsConfig(queue_name_prefix="never-created-", endpoints=(SqsEndpointConfig("Sales"),))
+    config = parse_stack_config({"sqs": {"queueNamePrefix": "never-created-", "endpoints": ["Sales"]}}).sqs
+    assert config is not None
     drifts = verify_sqs(moto_server.client("sqs"), config)
     assert [(d.kind, d.subject) for d in drifts] == [
         ("missing", f"SQS queue {sqs.input_queue_name('Sales', 'never-created-')}"),

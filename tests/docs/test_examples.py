@@ -129,7 +129,7 @@ def test_shell_lines_with_placeholders_redirections_and_other_programs_parse(tmp
 def test_a_python_block_runs_under_mocks_and_its_error_names_the_page_line(tmp_path: Path) -> None:
     page = (
         "~~~python\nfrom nsb_delays.components import SqsEndpoint\n\n"
-        'SqsEndpoint("sales-sqs", endpoint="Sales", queue_name_prefix="prod-")\n~~~\n\n'
+        'SqsEndpoint("sales-sqs", {"endpoint": "Sales", "queue_name_prefix": "prod-"})\n~~~\n\n'
         "~~~python\nfrom nsb_delays.components import SqsEndpoint\n\nSqsEndpoint(endpoint='Sales')\n~~~\n"
     )
     (first, _), (second, message) = outcomes(tmp_path, page)

@@ -33,15 +33,15 @@ def test_the_stack_files_use_every_sqs_option() -> None:
     off, a name already prefixed and one that needs sanitising."""
     sqs = [load_stack(str(path)).sqs for path in STACK_FILES]
     configs = [config for config in sqs if config is not None]
-    assert {config.encrypted for config in configs} == {True, False}
-    assert all(config.queue_name_prefix for config in configs)
     endpoints = [endpoint for config in configs for endpoint in config.endpoints]
+    assert {endpoint.encrypted for endpoint in endpoints} == {True, False}
+    assert all(config.queue_name_prefix for config in configs)
     assert {endpoint.delayed_delivery for endpoint in endpoints} == {True, False}
     assert len({endpoint.message_retention_seconds for endpoint in endpoints}) >= 3
     assert any(
-        endpoint.name.startswith(config.queue_name_prefix) for config in configs for endpoint in config.endpoints
+        endpoint.endpoint.startswith(config.queue_name_prefix) for config in configs for endpoint in config.endpoints
     )
-    assert any("." in endpoint.name for endpoint in endpoints)
+    assert any("." in endpoint.endpoint for endpoint in endpoints)
 
 
 @pytest.mark.parametrize("stack_file", STACK_FILES, ids=lambda path: path.name)
