@@ -24,6 +24,7 @@ from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
 from .management import ManagementApi, ManagementError
+from .retained import RetainedQueue
 
 ISSUE_1407 = "Particular/NServiceBus.RabbitMQ#1407"
 # A second sample one statistics interval (``collect_statistics_interval``: 5000 ms in rabbit's PROJECT_ENV,
@@ -70,15 +71,22 @@ class DelayStatus:
     queues: list[QueueStatus] = field(default_factory=list)
     sqs: list[SqsDelayQueueStatus] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    retained: list[RetainedQueue] = field(default_factory=list)  # with --baseline: queues the stack left behind
 
     @property
     def stuck(self) -> bool:
         return bool(self.warnings)
 
+    def add_retained(self, retained: list[RetainedQueue]) -> None:
+        """The retained queues; one holding messages is a warning: nothing of the stack consumes them any more."""
+        self.retained += retained
+        self.warnings += [f"retained queue {q.queue}: {q.fix}" for q in retained if q.messages]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "broker": self.broker,
             "queues": [asdict(queue) for queue in self.queues],
+            "retained": [queue.as_json() for queue in self.retained],
             "sqs": [asdict(queue) for queue in self.sqs],
             "warnings": self.warnings,
             "stuck": self.stuck,

@@ -410,6 +410,24 @@ def endpoint_user_drifts(api: ManagementApi, grants: UserGrants) -> list[Drift]:
     return user_drifts(grants, user, permissions, api.topic_permissions(grants.vhost, grants.user))
 
 
+RETAINED_QUEUE_FIX = (
+    "Pulumi never replaces a queue it retains on delete (retainOnDelete), and RabbitMQ cannot change a live "
+    "queue's arguments: move or drain its messages, delete the queue, then `pulumi up`; or set retainOnDelete: "
+    "false for its endpoint and let `pulumi up` replace it, deleting its messages"
+)
+
+
+def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift]:
+    """A retained queue whose arguments differ: the way out, since a ``pulumi up`` leaves it as it is."""
+    subjects = {f"queue {name}" for name in kept}
+    return [
+        dataclasses.replace(drift, fix=RETAINED_QUEUE_FIX)
+        if drift.subject in subjects and drift.field.startswith("arguments.") and not drift.fix
+        else drift
+        for drift in drifts
+    ]
+
+
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section."""
     topology = config.topology
@@ -419,7 +437,10 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
     queues = queues_with_policy_details(api, config.vhost, [q.name for q in _receiving_quorum_queues(topology)])
     exchanges = api.exchanges(config.vhost)
-    drifts += topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost))
+    drifts += retained_queue_fixes(
+        topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost)),
+        config.queues_kept_on_delete(),
+    )
     drifts += alternate_exchange_drifts(topology, exchanges)
     drifts += delivery_limit_drifts(
         topology, rmq.parse_reported_broker_version(version), api.policies(config.vhost), queues

@@ -21,9 +21,13 @@ from nsb_delays.brokers.delay_status import (
     sqs_status,
 )
 from nsb_delays.brokers.management import ManagementError
+from nsb_delays.brokers.retained import CountFailed, amqp_counter, retained_queues
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
-from .broker_options import StackDefaults, broker_options, resolve_broker, resolve_sqs, stack_defaults
+from .broker_options import StackDefaults, broker_options, resolve_rabbitmq, resolve_sqs, stack_defaults
 from .errors import EXIT_FAILED, CommandError, is_aws_client_error
+from .retained import retained_table
+from .stack_option import BASELINE_HELP
 
 console = Console(width=160)
 
@@ -73,19 +77,28 @@ def sqs_table(status: DelayStatus) -> Table:
     "statistics are sampled every 5 s: a busy level can show a short one).",
 )
 @click.option("--all", "show_all", is_flag=True, help="List every level queue, empty ones too.")
+@click.option("--baseline", help=BASELINE_HELP + " Needs --stack; one holding messages is a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for monitoring).")
 def status(
-    skip_rabbitmq: bool, with_sqs: bool | None, recheck: float, show_all: bool, as_json: bool, **values: Any
+    skip_rabbitmq: bool,
+    with_sqs: bool | None,
+    recheck: float,
+    show_all: bool,
+    baseline: str | None,
+    as_json: bool,
+    **values: Any,
 ) -> None:
     """What waits per delay level (messages, bytes, the quorum queues' dead-letter backlog: the
-    Particular/NServiceBus.RabbitMQ#1407 stall), parked and poison messages, and each SQS endpoint's
-    -delay.fifo queue. Exit 1 when something is stuck."""
+    Particular/NServiceBus.RabbitMQ#1407 stall), parked and poison messages, each SQS endpoint's
+    -delay.fifo queue, and with --baseline the queues the stack left on the broker. Exit 1 when something is
+    stuck."""
     defaults = stack_defaults(values.get("stack"))
     if with_sqs is None:
         with_sqs = bool(values.get("sqs_endpoint_url")) or bool(defaults.config and defaults.config.sqs)
     if skip_rabbitmq and not with_sqs:
         raise CommandError("nothing to show: --skip-rabbitmq without SQS (--sqs, --sqs-endpoint-url or a stack)")
-    status = DelayStatus() if skip_rabbitmq else read_rabbitmq(values, recheck)
+    previous = baseline_stack(baseline, defaults, skip_rabbitmq)
+    status = DelayStatus() if skip_rabbitmq else read_rabbitmq(values, recheck, previous, defaults)
     if with_sqs:
         status.sqs = read_sqs(values, defaults)
     if as_json:
@@ -96,11 +109,37 @@ def status(
         raise SystemExit(EXIT_FAILED)
 
 
-def read_rabbitmq(values: dict[str, Any], recheck: float) -> DelayStatus:
-    side = resolve_broker(values, connection_name="nsb-delays status")
+def baseline_stack(baseline: str | None, defaults: StackDefaults, skip_rabbitmq: bool) -> StackConfig | None:
+    """``--baseline``'s stack, checked before anything is read: it needs ``--stack`` (what the stack declares now)
+    and a RabbitMQ section (what it kept)."""
+    if baseline is None:
+        return None
+    if defaults.config is None:
+        raise CommandError("--baseline needs --stack: which queues the stack still declares decides which are retained")
+    if skip_rabbitmq:
+        raise CommandError("--baseline looks for retained RabbitMQ queues: drop --skip-rabbitmq")
     try:
-        return rabbitmq_status(side.management, side.vhost, recheck)
-    except ManagementError as error:
+        previous = load_stack(baseline)
+    except ConfigError as error:
+        raise CommandError(f"--baseline {baseline!r}: {error}") from None
+    if previous.rabbitmq is None:
+        raise CommandError(f"--baseline {baseline!r} has no nsb-delays:rabbitmq section: it kept no queue to look for")
+    return previous
+
+
+def read_rabbitmq(
+    values: dict[str, Any], recheck: float, previous: StackConfig | None, defaults: StackDefaults
+) -> DelayStatus:
+    broker = resolve_rabbitmq(values, connection_name="nsb-delays status")
+    try:
+        status = rabbitmq_status(broker.management, broker.nodes.vhost, recheck)
+        if previous is not None and previous.rabbitmq is not None and defaults.config is not None:
+            current = defaults.config.rabbitmq
+            status.add_retained(
+                retained_queues(broker.management, previous.rabbitmq, current, amqp_counter(broker.nodes))
+            )
+        return status
+    except (ManagementError, CountFailed) as error:
         raise CommandError(str(error)) from None
 
 
@@ -120,6 +159,8 @@ def read_sqs(values: dict[str, Any], defaults: StackDefaults) -> list[SqsDelayQu
 def print_status(status: DelayStatus, *, show_rabbitmq: bool, show_sqs: bool, show_all: bool) -> None:
     if show_rabbitmq:
         console.print(queues_table(status, show_all))
+    if status.retained:
+        console.print(retained_table(status.retained))
     if show_sqs:
         console.print(sqs_table(status))
     for warning in status.warnings:

@@ -16,12 +16,14 @@ from rich.console import Console
 from rich.table import Table
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
+from nsb_delays.brokers.retained import CountFailed, RetainedQueue, amqp_counter, retained_queues
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
 
-from .broker_options import StackDefaults, management_options, resolve_management
+from .broker_options import ResolvedBroker, StackDefaults, management_options, resolve_rabbitmq
 from .errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
-from .stack_option import stack_option
+from .retained import retained_table
+from .stack_option import baseline_option, stack_option
 
 NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
 
@@ -101,45 +103,78 @@ def run_checks(
 @click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region.")
 @click.option("--skip-rabbitmq", is_flag=True, help="Do not check RabbitMQ even if the stack configures it.")
 @click.option("--skip-sqs", is_flag=True, help="Do not check SQS even if the stack configures it.")
-@click.option("--json", "as_json", is_flag=True, help="Print {checked, drifts} as JSON instead of a table.")
+@click.option(
+    "--amqp-url",
+    help="AMQP URL for counting the messages of retained queues (with --baseline). Default: the management host "
+    "on 5672 (amqps on 5671 for an https management URL), the same credentials.",
+)
+@baseline_option
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {checked, drifts, retained} as JSON instead of a table."
+)
 def verify(
     stack: str,
     sqs_endpoint_url: str | None,
     region: str | None,
     skip_rabbitmq: bool,
     skip_sqs: bool,
+    baseline: str | None,
     as_json: bool,
     **connection: Any,
 ) -> None:
-    """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift."""
+    """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift. With --baseline,
+    also list the queues an earlier version of the stack kept on delete and the broker still holds (not drift)."""
     try:
         config = load_stack(stack)
         defaults = StackDefaults(read_stack_yaml(stack), config)
     except ConfigError as error:
         raise CannotVerify(str(error)) from None
+    try:
+        previous = load_stack(baseline) if baseline else None
+    except ConfigError as error:
+        raise CannotVerify(f"--baseline {baseline!r}: {error}") from None
+    if previous is not None and previous.rabbitmq is None:
+        raise CannotVerify(f"--baseline {baseline!r} has no nsb-delays:rabbitmq section: it kept no queue to look for")
     problems: list[str] = []  # every side's settings and reachability, reported together
-    api = management_client(connection, defaults, problems) if config.rabbitmq and not skip_rabbitmq else None
+    wants_rabbitmq = bool(config.rabbitmq or previous) and not skip_rabbitmq
+    broker = rabbitmq_client({**connection, "stack": stack}, problems) if wants_rabbitmq else None
+    api = broker.management if broker else None
     sqs = sqs_client_of(sqs_endpoint_url, region, defaults, problems) if config.sqs and not skip_sqs else None
     drifts, checked, unreachable = run_checks(config, api, sqs)
+    retained = retained_of(broker, previous, config, unreachable) if broker and previous else []
     if problems or unreachable:
         raise CannotVerify(problems + unreachable)
-    if not checked:
+    if not checked and previous is None:
         raise CannotVerify(f"stack {stack!r} has nothing to verify (no rabbitmq/sqs section, or both skipped)")
     if as_json:
-        click.echo(json.dumps({"checked": checked, "drifts": [asdict(d) for d in drifts]}, indent=2))
+        document = {"checked": checked, "drifts": [asdict(d) for d in drifts]}
+        click.echo(json.dumps(document | {"retained": [r.as_json() for r in retained]}, indent=2))
         raise SystemExit(DRIFT_EXIT if drifts else NO_DRIFT_EXIT)
-    print_report(checked, drifts)
+    print_report(checked, drifts, retained)
 
 
-def management_client(connection: dict[str, Any], defaults: StackDefaults, problems: list[str]) -> ManagementApi | None:
-    """The RabbitMQ management client the options and the stack describe; None, with the problems, if unusable."""
+def rabbitmq_client(values: dict[str, Any], problems: list[str]) -> ResolvedBroker | None:
+    """The management client (and AMQP nodes) the options and the stack describe; None, with the problems, if
+    unusable."""
     try:
-        return resolve_management(connection, defaults=defaults)
+        return resolve_rabbitmq(values, connection_name="nsb-delays verify")
     except CommandError as error:
         problems += error.problems
     except (ManagementError, ValueError) as error:
         problems.append(str(error))
     return None
+
+
+def retained_of(
+    broker: ResolvedBroker, previous: StackConfig, config: StackConfig, problems: list[str]
+) -> list[RetainedQueue]:
+    """The queues ``previous`` kept on delete that ``config`` no longer declares, on the broker, counted."""
+    assert previous.rabbitmq is not None
+    try:
+        return retained_queues(broker.management, previous.rabbitmq, config.rabbitmq, amqp_counter(broker.nodes))
+    except (ManagementError, CountFailed) as error:
+        problems.append(f"retained queues: {error}")
+    return []
 
 
 def sqs_client_of(endpoint_url: str | None, region: str | None, defaults: StackDefaults, problems: list[str]) -> Any:
@@ -153,11 +188,15 @@ def sqs_client_of(endpoint_url: str | None, region: str | None, defaults: StackD
     return None
 
 
-def print_report(checked: list[str], drifts: list[Drift]) -> None:
-    """A line per side checked, then the drift table (exit 1) or ``no drift``."""
+def print_report(checked: list[str], drifts: list[Drift], retained: list[RetainedQueue]) -> None:
+    """A line per side checked, the retained queues, then the drift table (exit 1) or ``no drift``."""
     console = Console(width=200)
     for line in checked:
         console.print(line)
+    if retained:
+        console.print(retained_table(retained))
+        for queue in retained:
+            console.print(f"  retained {queue.queue}: {queue.fix}", highlight=False)
     if drifts:
         print_drifts(console, drifts)
         raise SystemExit(DRIFT_EXIT)

@@ -5,7 +5,8 @@
   definitions do not change, and the next preview shows no diff. A level NServiceBus declared differently is
   a refused import and an untouched broker.
 - **Change:** adding an endpoint creates only its objects; removing one while its delayed messages are in
-  flight parks them (none lost) and the level keeps delivering the others (NServiceBus.RabbitMQ#1407).
+  flight parks them (none lost) and the level keeps delivering the others (NServiceBus.RabbitMQ#1407); its queue
+  stays with the messages it holds (``retainOnDelete``), and ``verify``/``status --baseline`` list it.
 - **Refusals:** ``pulumi destroy`` refuses to delete the protected delay queues; a bad stack config ends
   the program with one message, no traceback, nothing created.
 """
@@ -15,10 +16,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters, queue_depths
 from nsb_delays.brokers.local import LocalRabbitMq
@@ -26,6 +30,7 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import RecordedResource
+from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.pulumi_engine import created_provider_objects
 from nsb_delays.stack.config import NAMESPACE, parse_stack_config
@@ -37,6 +42,7 @@ from tests.engine.conftest import Stack
 # The removal's `up` must end before the messages mature, or they reach 'Gone' while it still exists and go with it:
 # 12 s was not enough on a loaded CI machine (0 of 20 parked), so 30 s, and the test says when the premise failed.
 GONE_MESSAGES, LIVE_MESSAGES, DELAY_SECONDS = 20, 5, 30
+WAITING_IN_GONE = 3  # plain messages in Gone's own queue when it leaves the stack: retained with it
 
 
 def version_text(broker_version: tuple[int, ...]) -> str:
@@ -136,26 +142,57 @@ def test_adding_an_endpoint_creates_only_its_objects(
     assert verify_rabbitmq(management, parse_stack_config({"rabbitmq": grown}).rabbitmq) == []
 
 
+def stack_file(path: Path, broker: LocalRabbitMq, rabbitmq_section: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": rabbitmq_section}}), encoding="utf-8")
+    return str(path)
+
+
 def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_level(
-    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    new_stack,
+    broker_version: tuple[int, ...],
+    tmp_path: Path,
 ) -> None:
     """NServiceBus.RabbitMQ#1407 through a real ``pulumi up``: ``Gone``'s delayed messages are parked when
-    they mature, ``Live``'s, queued behind them in the same level, still arrive."""
+    they mature, ``Live``'s, queued behind them in the same level, still arrive. ``Gone``'s queue stays with the
+    messages it held (``retainOnDelete``, on by default), and ``verify``/``status --baseline`` name it with them."""
     vhost = new_vhost("engine-remove")
     stack = new_stack(rabbitmq, "remove")
-    configure(stack, rabbitmq, section(vhost, broker_version, ["Live", "Gone"]))
+    before, after = section(vhost, broker_version, ["Live", "Gone"]), section(vhost, broker_version, ["Live"])
+    configure(stack, rabbitmq, before)
     stack.up()
+    with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
+        channel = connection.channel()
+        for i in range(WAITING_IN_GONE):
+            channel.basic_publish("", "Gone", f"waiting {i}".encode(), pika.BasicProperties(delivery_mode=2))
     with ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]) as collector:
         with DelayedPublisher(rabbitmq.amqp_url, vhost) as publisher:
             gone = [publisher.send("Gone", DELAY_SECONDS) for _ in range(GONE_MESSAGES)]
             live = [publisher.send("Live", DELAY_SECONDS) for _ in range(LIVE_MESSAGES)]
-        configure(stack, rabbitmq, section(vhost, broker_version, ["Live"]))
+        configure(stack, rabbitmq, after)
         removed = stack.up()
         late = time.monotonic() - min(send.due_at for send in gone)  # DelayedSend.sent_at is monotonic
         assert late < 0, f"the removal ended {late:.1f} s after the messages were due: the machine was too slow"
         assert summary(removed.stdout).get("deleted", 0) > 0, removed.stdout[-3000:]
-        assert "Gone" not in {q["name"] for q in management.queues(vhost)}
+        assert "Gone" in {q["name"] for q in management.queues(vhost)}, "retained on delete"
+        assert not [b for b in management.bindings(vhost) if b["destination"] == "Gone" and b["source"]]
         assert collector.wait_for([s.message_id for s in live], timeout=DELAY_SECONDS + 60)
+    assert queue_depths(rabbitmq.amqp_url, vhost, ["Gone"]) == {"Gone": WAITING_IN_GONE}
+    login = ["--management-url", rabbitmq.management_url, "--username", "guest", "--password", "guest"]
+    login += ["--amqp-url", rabbitmq.amqp_url]
+    stacks = ["--stack", stack_file(tmp_path / "after.yaml", rabbitmq, after)]
+    stacks += ["--baseline", stack_file(tmp_path / "before.yaml", rabbitmq, before)]
+    verified = CliRunner().invoke(cli, ["verify", *stacks, *login, "--json"])
+    assert verified.exit_code == 0, verified.output  # retained queues are not drift
+    [retained] = json.loads(verified.output)["retained"]
+    assert (retained["queue"], retained["vhost"], retained["messages"]) == ("Gone", vhost, WAITING_IN_GONE)
+    status = CliRunner().invoke(cli, ["status", *stacks, *login, "--vhost", vhost, "--json"])
+    assert status.exit_code == 1, status.output  # a retained queue holding messages is a warning
+    report = json.loads(status.output)
+    assert [(q["queue"], q["messages"]) for q in report["retained"]] == [("Gone", WAITING_IN_GONE)]
+    assert any("retained queue Gone" in warning for warning in report["warnings"])
     parking = rmq.parking_name()
     depths: dict[str, int] = {}
     for _ in range(60):

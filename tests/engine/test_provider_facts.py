@@ -20,7 +20,7 @@ from typing import Any
 import pika
 import pytest
 
-from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.delivery import connection_parameters, queue_depths
 from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
@@ -106,11 +106,41 @@ def test_a_level_queue_changed_on_the_broker_is_a_replacement(
     stack.preview("--expect-no-changes")
 
 
+def test_a_retained_queue_is_never_replaced_and_verify_says_how_to_change_it(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
+) -> None:
+    """A named queue is replaced delete-first; retained, the original would stay, its bindings would be gone and
+    its replacement refused (``inequivalent arg``). So a retained queue's settings are ignored once it exists: the
+    ``up`` leaves the queue, its bindings and its messages as they are, and ``verify`` reports the difference with
+    the way out."""
+    vhost = new_vhost("engine-queue-type-kept")
+    options: dict[str, Any] = {"parkUnroutable": False, "deliveryLimitPolicies": False}
+    stack = new_stack(rabbitmq, "queue-type-kept")
+    configure(stack, rabbitmq, section(vhost, broker_version, ["Sales"], queueType="quorum", **options))
+    stack.up()
+    bindings = sorted(b["source"] + ">" + b["destination"] for b in management.bindings(vhost) if b["source"])
+    with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
+        connection.channel().basic_publish("", "Sales", b"kept", pika.BasicProperties(delivery_mode=2))
+    classic = section(vhost, broker_version, ["Sales"], queueType="classic", **options)
+    configure(stack, rabbitmq, classic)
+    result = stack.up()
+    assert "replaced" not in summary(result.stdout) and "deleted" not in summary(result.stdout), result.stdout
+    assert management.request("GET", f"queues/{path_segment(vhost)}/Sales")["type"] == "quorum"
+    assert queue_depths(rabbitmq.amqp_url, vhost, ["Sales"]) == {"Sales": 1}
+    assert sorted(b["source"] + ">" + b["destination"] for b in management.bindings(vhost) if b["source"]) == bindings
+    config = parse_stack_config({"rabbitmq": classic}).rabbitmq
+    assert config is not None
+    drifts = {d.subject: d for d in verify_rabbitmq(management, config) if d.field == "arguments.x-queue-type"}
+    assert set(drifts) == {"queue Sales", "queue error", "queue audit"}
+    assert all("move or drain its messages, delete the queue" in d.fix for d in drifts.values())
+
+
 def test_changing_the_queue_type_replaces_the_queues_and_their_bindings(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
 ) -> None:
+    """Without ``retainOnDelete`` a queue type change deletes the queues and declares them anew."""
     vhost = new_vhost("engine-queue-type")
-    options: dict[str, Any] = {"parkUnroutable": False, "deliveryLimitPolicies": False}
+    options: dict[str, Any] = {"parkUnroutable": False, "deliveryLimitPolicies": False, "retainOnDelete": False}
     stack = new_stack(rabbitmq, "queue-type")
     configure(stack, rabbitmq, section(vhost, broker_version, ["Sales"], queueType="quorum", **options))
     stack.up()
