@@ -1,7 +1,7 @@
 """The RabbitMQ delay topology NServiceBus declares, as plain data.
 
 Every name, argument (with its exact Python type) and routing-key rule lives here once; the Pulumi
-components, renderers, verifier, simulator, policy pack and pipeline read it from here. Source:
+components, renderers, verifier, policy pack and pipeline read it from here. Source:
 NServiceBus.Transport.RabbitMQ ``DelayInfrastructure.cs`` and the routing topologies (see
 ``shared/reference/nservicebus-facts.md`` section 1).
 """
