@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
-# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/local.py
+# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/rabbitmq.py
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 DEBIAN_MIRROR ?= http://deb.debian.org/debian

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import record
@@ -38,6 +37,7 @@ from nsb_delays.infra.pulumi_engine import (
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
 from nsb_delays.stack.errors import sigterm_as_interrupt
 from nsb_delays.stack.plan import rabbitmq_topology
+from servers.rabbitmq import LocalRabbitMq
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))

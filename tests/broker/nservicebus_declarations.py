@@ -19,7 +19,6 @@ from urllib.parse import quote
 import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.stack.config import (
     DELIVERY_LIMIT_POLICIES_KEY,
     NAMESPACE,
@@ -28,6 +27,7 @@ from nsb_delays.stack.config import (
     read_stack_yaml,
 )
 from nsb_delays.stack.plan import receiving_queues
+from servers.rabbitmq import LocalRabbitMq
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),

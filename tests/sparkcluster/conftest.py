@@ -1,6 +1,6 @@
 """The cluster tier: the migration through ``spark-submit`` on a real standalone Spark cluster.
 
-One cluster per session (``servers.local.LocalSparkCluster``: a master and two one-core workers from
+One cluster per session (``servers.spark.LocalSparkCluster``: a master and two one-core workers from
 pyspark's own distribution on 127.0.0.1, stopped by PID). Its executors run a Python that has only
 ``pipeline/executor-requirements.txt`` installed — not this package — so every test proves that the
 executors get nsb_delays from the zip the README tells users to ship, and nothing from the driver.

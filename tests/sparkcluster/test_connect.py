@@ -1,5 +1,5 @@
 """``migrate preview``, ``run`` and ``abort`` through Spark Connect (``--remote sc://127.0.0.1:P``) on the standalone
-cluster: a Connect server (``servers.local.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
+cluster: a Connect server (``servers.spark.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
 executors' Python in ``PYSPARK_PYTHON``; the client runs from its own virtualenv (``make setup`` builds it from
 ``python -m nsb_delays.pipeline --connect-requirements``) and ships the package itself (``addArtifacts``).
 
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from nsb_delays.brokers.local import free_port
+from nsb_delays.brokers.demo_servers import free_port
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
