@@ -331,7 +331,7 @@ def cli(*arguments: str) -> Command:
 def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Command:
     """The README's cluster command: spark-submit in client mode, the JDBC driver in --jars, the package zip in
     --py-files, the executors' Python (only pipeline/executor-requirements.txt) named by spark.pyspark.python."""
-    from nsb_delays.pipeline import __main__ as job_file
+    from nsb_delays.infra import spark_job
 
     settings = {"spark.pyspark.python": str(cluster.executor_python), "spark.pyspark.driver.python": sys.executable,
                 "spark.ui.enabled": "false"}  # fmt: skip
@@ -339,7 +339,7 @@ def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Comman
         str(BIN / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client",
         "--jars", str(POSTGRES_JDBC_JAR), "--py-files", str(package),
         *(item for key, value in settings.items() for item in ("--conf", f"{key}={value}")),
-        str(job_file.__file__), *arguments,
+        str(spark_job.__file__), *arguments,
     ]  # fmt: skip
     path = {"PATH": f"{BIN}:{os.environ['PATH']}"}
     daemons = tuple(process.pid for process in cluster.processes)  # master and workers: the executors are below them
@@ -364,7 +364,7 @@ def end_to_end(
     ]  # fmt: skip
     package = Path(tempfile.mkdtemp(prefix="nsb-bench-ship-")) / "nsb_delays.zip"
     if cluster is not None:
-        subprocess.run([sys.executable, "-m", "nsb_delays.pipeline", "--py-files", str(package)], check=True,
+        subprocess.run([sys.executable, "-m", "nsb_delays.infra.spark_job", "--py-files", str(package)], check=True,
                        capture_output=True)  # fmt: skip
 
     def cpu() -> dict[str, float]:

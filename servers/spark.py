@@ -30,7 +30,7 @@ from . import PROJECT
 # The executors' Python: a virtualenv of the same interpreter with only pipeline/executor-requirements.txt
 # (`make setup` builds it), so no executor can import nsb_delays from the driver's environment.
 SPARK_EXECUTOR_VENV = Path(os.environ.get("NSB_SPARK_EXECUTOR_VENV") or PROJECT / ".cache" / "spark-executor-venv")
-# The Spark Connect client's Python: this package (--no-deps) with `python -m nsb_delays.pipeline
+# The Spark Connect client's Python: this package (--no-deps) with `python -m nsb_delays.infra.spark_job
 # --connect-requirements`, which the project's own environment cannot hold (`make setup` builds it).
 SPARK_CONNECT_VENV = Path(os.environ.get("NSB_SPARK_CONNECT_VENV") or PROJECT / ".cache" / "spark-connect-venv")
 SPARK_CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -209,7 +209,7 @@ class LocalSparkConnect:
         if not self.client_python.exists():
             raise ServiceUnavailable(
                 f"the Spark Connect client's Python {self.client_python} is missing: `make setup` builds it "
-                "(this package with `python -m nsb_delays.pipeline --connect-requirements`)"
+                "(this package with `python -m nsb_delays.infra.spark_job --connect-requirements`)"
             )
         environment = {**self.cluster.environment(), "PYSPARK_PYTHON": str(self.cluster.executor_python)}
         with self.log.open("wb") as log:
