@@ -7,7 +7,8 @@ installs it); a missing one raises ``ServiceUnavailable`` with the install hint.
 
 Only what the demo runs ships here. The tests and benchmarks build their servers on these in
 ``servers/`` (not installed): ``servers/rabbitmq.py`` adds what only they do to a broker (restarts,
-crashes, ``rabbitmqctl``), ``servers/cluster.py`` the three-node cluster, and the databases and Spark.
+crashes, ``rabbitmqctl``), ``servers/cluster.py`` is the three-node cluster, ``servers/databases.py``
+and ``servers/spark.py`` hold the rest.
 """
 
 from __future__ import annotations
