@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
-# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/local.py
+# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/rabbitmq.py
 # ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -14,7 +14,7 @@ DEBIAN_MIRROR ?= http://deb.debian.org/debian
 EXECUTOR_VENV := $(or $(NSB_SPARK_EXECUTOR_VENV),$(CURDIR)/.cache/spark-executor-venv)
 EXECUTOR_STAMP := $(EXECUTOR_VENV)/.installed
 # The Spark Connect client's Python (`migrate … --remote`, tests/sparkcluster): this package without its Pulumi
-# dependencies, whose protobuf pin excludes pyspark 4's Connect client (pipeline/shipping.py).
+# dependencies, whose protobuf pin excludes pyspark 4's Connect client (pipeline/shipping.py, infra/spark_job.py).
 CONNECT_VENV := $(or $(NSB_SPARK_CONNECT_VENV),$(CURDIR)/.cache/spark-connect-venv)
 CONNECT_STAMP := $(CONNECT_VENV)/.installed
 
@@ -92,7 +92,7 @@ $(EXECUTOR_STAMP): pipeline/executor-requirements.txt $(STAMP)
 $(CONNECT_STAMP): pyproject.toml pipeline/shipping.py $(STAMP)
 	rm -rf "$(CONNECT_VENV)"
 	"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv "$(CONNECT_VENV)"
-	$(PY) -m nsb_delays.pipeline --connect-requirements > "$(CONNECT_VENV)/requirements.txt"
+	$(PY) -m nsb_delays.infra.spark_job --connect-requirements > "$(CONNECT_VENV)/requirements.txt"
 	"$(CONNECT_VENV)/bin/python" -m pip install -q -r "$(CONNECT_VENV)/requirements.txt"
 	"$(CONNECT_VENV)/bin/python" -m pip install -q --no-deps -e .
 	touch "$(CONNECT_STAMP)"

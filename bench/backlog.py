@@ -47,12 +47,12 @@ from pathlib import Path
 
 from nsb_delays.brokers.confirms import ConfirmPublisher
 from nsb_delays.brokers.delivery import ArrivalCollector, queue_depths
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.messages import RabbitMqMessage, outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
+from servers.rabbitmq import LocalRabbitMq
 
 from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
 from .measures import load
@@ -318,7 +318,7 @@ def main() -> None:
     endpoints = [endpoint.endpoint for endpoint in rabbitmq.endpoints]
     broker_type: type[LocalRabbitMq] = LocalRabbitMq
     if BROKER == "4.0":
-        from servers.local import ChrootRabbitMq
+        from servers.rabbitmq import ChrootRabbitMq
 
         broker_type = ChrootRabbitMq
     with broker_type() as broker, broker_type() as twin:

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
+from servers.rabbitmq import LocalRabbitMq
 
 RATE_PER_SECOND = float(os.environ.get("NSB_BENCH_RATE", "50"))
 STEADY_SECONDS = float(os.environ.get("NSB_BENCH_SECONDS", "20"))

@@ -36,12 +36,12 @@ from datetime import UTC, datetime, timedelta
 import pika
 
 from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 
 from .measures import load, tree_cpu_seconds
 
@@ -208,7 +208,7 @@ def delays_migrate(broker: LocalRabbitMq, vhost: str, *options: str) -> tuple[fl
 def broker_under_test() -> LocalRabbitMq:
     """RabbitMQ 3.10 (Debian 12), or 4.0 (the test tier's chroot) with ``NSB_BENCH_RABBITMQ=4.0``."""
     if os.environ.get("NSB_BENCH_RABBITMQ", "3.10") == "4.0":
-        from servers.local import ChrootRabbitMq
+        from servers.rabbitmq import ChrootRabbitMq
 
         return ChrootRabbitMq()
     return LocalRabbitMq()

@@ -8,7 +8,7 @@ table from PostgreSQL against the same rows as Parquet.
    whether the broker's CPU is the limit.
 2. **End to end**: ``migrate run`` of N stored timeouts PostgreSQL -> RabbitMQ v2 as an operator runs it (a
    subprocess, JVM start included): in local mode, and through ``spark-submit`` on a standalone cluster of two
-   one-core workers (``servers.local.LocalSparkCluster``, the cluster tier's). Printed: wall time, rows/s, the
+   one-core workers (``servers.spark.LocalSparkCluster``, the cluster tier's). Printed: wall time, rows/s, the
    ratio to one publisher and to the ceiling, the run's own phases, and the CPU seconds of broker, PostgreSQL and
    Spark during it (where the two cores went).
 3. **Preview**: ``migrate preview`` of M rows from PostgreSQL (made server-side with ``generate_series``) and of
@@ -42,15 +42,18 @@ import psycopg
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from nsb_delays.brokers.local import LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.demo_servers import ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
+from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
 from nsb_delays.stack.config import parse_stack_config
-from servers.local import POSTGRES_JDBC_JAR, LocalPostgres, LocalSparkCluster
+from servers.databases import LocalPostgres
+from servers.rabbitmq import LocalRabbitMq
+from servers.spark import LocalSparkCluster
 
 from .measures import TreeSampler, load, machine_cpu_seconds, tree_cpu_seconds
 
@@ -328,7 +331,7 @@ def cli(*arguments: str) -> Command:
 def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Command:
     """The README's cluster command: spark-submit in client mode, the JDBC driver in --jars, the package zip in
     --py-files, the executors' Python (only pipeline/executor-requirements.txt) named by spark.pyspark.python."""
-    from nsb_delays.pipeline import __main__ as job_file
+    from nsb_delays.infra import spark_job
 
     settings = {"spark.pyspark.python": str(cluster.executor_python), "spark.pyspark.driver.python": sys.executable,
                 "spark.ui.enabled": "false"}  # fmt: skip
@@ -336,7 +339,7 @@ def submit(cluster: LocalSparkCluster, package: Path, *arguments: str) -> Comman
         str(BIN / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client",
         "--jars", str(POSTGRES_JDBC_JAR), "--py-files", str(package),
         *(item for key, value in settings.items() for item in ("--conf", f"{key}={value}")),
-        str(job_file.__file__), *arguments,
+        str(spark_job.__file__), *arguments,
     ]  # fmt: skip
     path = {"PATH": f"{BIN}:{os.environ['PATH']}"}
     daemons = tuple(process.pid for process in cluster.processes)  # master and workers: the executors are below them
@@ -361,7 +364,7 @@ def end_to_end(
     ]  # fmt: skip
     package = Path(tempfile.mkdtemp(prefix="nsb-bench-ship-")) / "nsb_delays.zip"
     if cluster is not None:
-        subprocess.run([sys.executable, "-m", "nsb_delays.pipeline", "--py-files", str(package)], check=True,
+        subprocess.run([sys.executable, "-m", "nsb_delays.infra.spark_job", "--py-files", str(package)], check=True,
                        capture_output=True)  # fmt: skip
 
     def cpu() -> dict[str, float]:

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import record
@@ -37,6 +36,7 @@ from nsb_delays.infra.pulumi_engine import (
     provider_credentials,
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))

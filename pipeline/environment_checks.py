@@ -270,8 +270,9 @@ def remote_problems(remote: str | None) -> list[str]:
 # ConnectCommon.CONNECT_GRPC_BINDING_PORT: the server's default port, and the client's for sc://host alone.
 SPARK_CONNECT_DEFAULT_PORT = 15002
 CONNECT_CLIENT_ADVICE = (
-    "run the migration from a virtualenv of its own: `pip install -r <(python -m nsb_delays.pipeline "
-    '--connect-requirements)` and this package with `pip install --no-deps` (README "Running on a cluster")'
+    "run the migration from a virtualenv of its own: `pip install -r <(python -m nsb_delays.infra.spark_job "
+    "--connect-requirements)` and this package with `pip install --no-deps` (docs/how-to/migrate-timeouts.md, "
+    '"Through Spark Connect")'
 )
 
 

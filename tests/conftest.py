@@ -3,7 +3,7 @@
 A server that cannot start skips its tests on a developer machine and fails them under ``CI=true``,
 so CI never passes without having run them. The ``rabbitmq`` broker is parametrized: every test that
 uses it runs on Debian 12's RabbitMQ 3.10 (``rabbitmq-3.10``) and on Debian 13's RabbitMQ 4.0 from
-its chroot (``rabbitmq-4.0``, ``servers.local.ChrootRabbitMq``); ``-k rabbitmq-4.0`` picks one.
+its chroot (``rabbitmq-4.0``, ``servers.rabbitmq.ChrootRabbitMq``); ``-k rabbitmq-4.0`` picks one.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.local import DEFAULT_PORT_RANGE, LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary
 from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
 

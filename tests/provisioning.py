@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from nsb_delays.brokers.local import LocalMoto
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.stack.config import NAMESPACE, StackConfig
+from servers.rabbitmq import LocalMoto
 from tests.engine.conftest import require_pulumi
 
 

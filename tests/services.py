@@ -1,4 +1,4 @@
-"""What only a test checks about the private servers (``servers/local.py``, shared with the benchmarks): a broker's
+"""What only a test checks about the private servers (``servers/``, shared with the benchmarks): a broker's
 processes gone and its mounts never visible after it stops, and signals sent the way a terminal or a background
 script sends them. The servers themselves are re-exported for the tests."""
 
@@ -9,21 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from nsb_delays.brokers.local import LocalRabbitMq
-from servers.local import (
-    MARIADB_JDBC_JAR,
-    POSTGRES_JDBC_JAR,
-    RABBITMQ4_HINT,
-    RABBITMQ4_ROOT,
-    SPARK_CONNECT_VENV,
-    SPARK_EXECUTOR_VENV,
-    ChrootRabbitMq,
-    LocalMariaDb,
-    LocalPostgres,
-    LocalSparkCluster,
-    LocalSparkConnect,
-    spark_home,
-)
+from nsb_delays.pipeline.spark import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
+from servers.databases import LocalMariaDb, LocalPostgres
+from servers.rabbitmq import RABBITMQ4_HINT, RABBITMQ4_ROOT, ChrootRabbitMq, LocalRabbitMq
+from servers.spark import SPARK_CONNECT_VENV, SPARK_EXECUTOR_VENV, LocalSparkCluster, LocalSparkConnect, spark_home
 
 __all__ = [
     "MARIADB_JDBC_JAR",

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.demo_servers import DemoMoto, DemoRabbitMq, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, check_before_provisioning, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
@@ -104,13 +104,13 @@ class Measured:
     measured: float | None  # None: did not arrive in time
 
 
-RabbitMqBroker = LocalRabbitMq | ExistingRabbitMq
+RabbitMqBroker = DemoRabbitMq | ExistingRabbitMq
 
 
 @contextmanager
 def private_servers(
     rabbitmq: bool, moto: bool, console: Console, existing: ExistingRabbitMq | None = None
-) -> Iterator[tuple[RabbitMqBroker | None, LocalMoto | None]]:
+) -> Iterator[tuple[RabbitMqBroker | None, DemoMoto | None]]:
     """Start the servers with their clean-up registered *before* start, so an interrupt mid-start cleans up too."""
     with ExitStack() as cleanup:
         broker: RabbitMqBroker | None = None
@@ -119,7 +119,7 @@ def private_servers(
             broker = existing
             console.print(f"RabbitMQ {existing.management_url} (given; the demo leaves it running)")
         elif rabbitmq:
-            broker = LocalRabbitMq()
+            broker = DemoRabbitMq()
             cleanup.callback(broker.__exit__, None, None, None)  # stops server and epmd, removes the state
             console.print(
                 f"starting RabbitMQ: management {broker.management_url}, AMQP {broker.amqp_port}, "
@@ -127,7 +127,7 @@ def private_servers(
             )
             broker.start()
         if moto:
-            sqs = LocalMoto()
+            sqs = DemoMoto()
             cleanup.callback(sqs.stop)
             sqs.start()
             console.print(f"moto (SQS, CloudFormation) {sqs.endpoint_url}")
@@ -269,7 +269,7 @@ def pulumi_up(
 
 
 def provision_sqs(
-    moto: LocalMoto, stack: StackConfig, stack_name: str, cloudformation_stack: str = CLOUDFORMATION_STACK
+    moto: DemoMoto, stack: StackConfig, stack_name: str, cloudformation_stack: str = CLOUDFORMATION_STACK
 ) -> Any:
     """``render --format cloudformation`` as a CloudFormation stack in moto; returns moto's SQS client."""
     cloudformation = moto.client("cloudformation")
@@ -375,7 +375,7 @@ def provision(
     stack: StackConfig,
     stack_name: str,
     broker: RabbitMqBroker | None,
-    moto: LocalMoto | None,
+    moto: DemoMoto | None,
     console: Console,
     cleanup: ExitStack,
 ) -> Any:

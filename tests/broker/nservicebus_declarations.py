@@ -19,7 +19,6 @@ from urllib.parse import quote
 import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.stack.config import (
     DELIVERY_LIMIT_POLICIES_KEY,
     NAMESPACE,
@@ -27,6 +26,7 @@ from nsb_delays.stack.config import (
     parse_stack_config,
     read_stack_yaml,
 )
+from servers.rabbitmq import LocalRabbitMq
 
 NAMES = {
     "v2": ("nsb.v2.delay-level-{:02d}", "nsb.v2.delay-delivery"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.local import LocalRabbitMq
+from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import require_installed
 from tests.services import ChrootRabbitMq, broker_processes, host_mounts_under, wait_gone
 

@@ -14,10 +14,10 @@ import time
 from dataclasses import replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import StackConfig, load_stack
+from servers.rabbitmq import LocalRabbitMq
 from tests.provisioning import provision_rabbitmq
 
 DELAYS = (3, 6, 9, 13)

@@ -20,10 +20,10 @@ import pytest
 
 from nsb_delays.brokers import move_plan
 from nsb_delays.brokers.delay_mover import HELD_OVERHEAD_BYTES, BrokerSide
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import MoveRefused, plan_move, run_move
 from nsb_delays.components.model import rabbitmq as rmq
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, publish, read_levels
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 

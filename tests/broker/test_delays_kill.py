@@ -21,10 +21,10 @@ from collections import Counter
 
 import pika
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, level_depths, publish, read_levels, spread_over_levels
 from tests.broker.test_delays_moves import CLI, broker_arguments
 

@@ -15,10 +15,10 @@ import time
 import pika
 
 from nsb_delays.brokers.delay_mover import BrokerSide, scan_queues
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, depths_once_handed_back, publish
 from tests.broker.test_delays_moves import CLI, broker_arguments
 

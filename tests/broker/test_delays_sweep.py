@@ -13,11 +13,11 @@ from __future__ import annotations
 import pika
 
 from nsb_delays.brokers.delay_mover import BrokerSide, LevelResult
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import plan_move, run_move
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import (
     declare_graphs,
     delayed_message,

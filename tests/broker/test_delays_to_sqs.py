@@ -33,10 +33,10 @@ from typing import Any
 import pika
 import pytest
 
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.in_flight_messages import (
     ENDPOINTS,
     PoisonMessage,

@@ -13,13 +13,13 @@ import json
 
 import pytest
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, Drift, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import StackConfig, parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import provision_rabbitmq, pulumi_up

@@ -19,12 +19,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
 from nsb_delays.stack.config import load_stack, read_stack_yaml
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.conftest import settled_queues
 from tests.conftest import IN_CI, require_installed
 from tests.engine.conftest import BUILT_ENGINE

@@ -24,10 +24,10 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
 from tests.endpoint_client import ALLOWED, REFUSED, EndpointClient, EventType, Inbox, Outcome, outcome
 

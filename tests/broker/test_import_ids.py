@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.components.encoding import binding_properties_key
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.provisioning import provision_rabbitmq
 
 

@@ -13,12 +13,12 @@ import pika.exceptions
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.stack.config import StackConfig, parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import pulumi_up

@@ -14,13 +14,13 @@ from click.testing import CliRunner
 from sqlglot import exp
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import msmq, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, MsmqConfig, StackConfig, load_stack, read_stack_yaml
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.provisioning import pulumi_up
 
 DELAYS = (0, 1, 2, 3)

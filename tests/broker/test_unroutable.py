@@ -32,10 +32,10 @@ import pika.exceptions
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, connection_parameters
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
 from tests.provisioning import provision_rabbitmq

@@ -13,7 +13,6 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.local import LocalMoto, LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import (
     Drift,
@@ -26,6 +25,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import load_stack, parse_stack_config, read_stack_yaml
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.provisioning import provision_rabbitmq, provision_sqs_queues
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nsb_delays.brokers.cluster import RabbitMqCluster
-from nsb_delays.brokers.local import ServiceUnavailable
+from nsb_delays.brokers.demo_servers import ServiceUnavailable
+from servers.cluster import RabbitMqCluster
 from tests.conftest import BROKERS, unavailable, vhost_factory
 from tests.services import broker_processes, host_mounts_under, wait_gone
 

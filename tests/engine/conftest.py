@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import yaml
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.infra.pulumi_engine import (
     ENGINE_DIR_VARIABLE,
     PulumiCli,
@@ -28,6 +27,7 @@ from nsb_delays.infra.pulumi_engine import (
     offline_environment,
     provider_credentials,
 )
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
 from tests.conftest import unavailable
 

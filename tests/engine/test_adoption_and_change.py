@@ -25,7 +25,6 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters, queue_depths
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
@@ -34,6 +33,7 @@ from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.pulumi_engine import created_provider_objects
 from nsb_delays.stack.config import NAMESPACE, parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.broker.test_nservicebus_compatibility import own_policies, start_endpoints, without_statistics

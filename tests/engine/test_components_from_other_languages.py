@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.provider import COMPONENTS, PACKAGE
 from nsb_delays.infra.pulumi_engine import provider_credentials
+from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import unavailable
 from tests.engine.conftest import ROOT, PulumiEngine, Stack, init_stack, remove_stack
 

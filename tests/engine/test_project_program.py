@@ -18,11 +18,11 @@ import pika
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
 
 DELAYS = (0, 1, 2, 3, 5)

@@ -21,11 +21,11 @@ import pika
 import pytest
 
 from nsb_delays.brokers.delivery import connection_parameters, queue_depths
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.broker.test_nservicebus_compatibility import without_statistics
 from tests.engine.conftest import Stack
 from tests.engine.test_adoption_and_change import configure, section, summary

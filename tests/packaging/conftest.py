@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,23 @@ DEV_STACK = PROJECT / "Pulumi.dev.yaml"
 USER_PROJECT = Path(__file__).parent / "user_project"  # a user's project: its imports are not ours
 # Output of the build backend, the install and the CLI: no environment of the developer's leaks in.
 LEAKY_VARIABLES = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "PYTHONHOME", "PYSPARK_PYTHON")
+# Nothing for tests ships: code only the tests and benchmarks use lives in these folders, none of them installed.
+RIG_FOLDERS = ("tests", "servers", "bench")
+# The test rigs the package once held (the delivery simulator, now tests/simulated_broker.py; the three-node
+# cluster and the tests' local servers, now in servers/) and the names of test modules and fixtures.
+RIG_MODULES = ("simulator.py", "simulated_broker.py", "cluster.py", "local.py", "services.py", "conftest.py")
+
+
+def rigs_among(paths: Iterable[str]) -> list[str]:
+    """The test rigs among ``paths`` (``nsb_delays/brokers/cluster.py`` in the wheel, ``brokers/cluster.py`` in
+    the checkout): a file under a rig folder, a rig module's name, or a test module (``test_*.py``)."""
+    return sorted(
+        path
+        for path in paths
+        if set(path.split("/")[:-1]) & set(RIG_FOLDERS)
+        or path.rsplit("/", 1)[-1] in RIG_MODULES
+        or path.rsplit("/", 1)[-1].startswith("test_")
+    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:

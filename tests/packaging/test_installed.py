@@ -106,12 +106,12 @@ def write_export(path: Path, now: datetime) -> None:
 
 
 def test_spark_submit_runs_the_installed_job(spark_venv: Venv, user_project: Path, tmp_path: Path) -> None:
-    """``spark-submit "$(python -m nsb_delays.pipeline --job-file)" preview`` in local mode, from the user's
+    """``spark-submit "$(python -m nsb_delays.infra.spark_job --job-file)" preview`` in local mode, from the user's
     project (its ``pipeline`` package first on the driver's and the workers' sys.path): [spark] alone runs it."""
     env = in_user_project(spark_venv, user_project, PYSPARK_PYTHON=str(spark_venv.python))
-    job_file = run([spark_venv.python, "-m", "nsb_delays.pipeline", "--job-file"], cwd=user_project, env=env)
+    job_file = run([spark_venv.python, "-m", "nsb_delays.infra.spark_job", "--job-file"], cwd=user_project, env=env)
     job = Path(job_file.stdout.strip())
-    assert job == site_packages(spark_venv) / "nsb_delays" / "pipeline" / "__main__.py"
+    assert job == site_packages(spark_venv) / "nsb_delays" / "infra" / "spark_job.py"
     export = tmp_path / "timeouts.parquet"
     write_export(export, datetime.now(UTC))
     report_dir = tmp_path / "report"

@@ -18,7 +18,7 @@ from email.parser import HeaderParser
 
 import pytest
 
-from tests.packaging.conftest import PROJECT, Built, source_files
+from tests.packaging.conftest import PROJECT, Built, rigs_among, source_files
 
 PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
@@ -79,6 +79,16 @@ def test_the_wheel_is_one_namespace_holding_every_file_of_our_folders(built: Bui
         "nsb_delays/policies/analyzer",
         "nsb_delays/policies/requirements.txt",
     ]
+
+
+def test_no_test_rig_is_in_the_wheel(built: Built) -> None:
+    """Code only the tests or benchmarks use stays out: no delivery simulator, no three-node cluster, none of the
+    tests' servers, nothing of ``tests/``, ``servers/`` or ``bench/``. The demo's own broker and moto ship."""
+    files = set(record(built.wheel))
+    assert rigs_among(files) == []
+    gone = {"nsb_delays/infra/simulator.py", "nsb_delays/brokers/cluster.py", "nsb_delays/brokers/local.py"}
+    assert gone.isdisjoint(files)
+    assert "nsb_delays/brokers/demo_servers.py" in files
 
 
 def test_metadata_as_pypi_expects_it(built: Built) -> None:

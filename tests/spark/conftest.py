@@ -20,7 +20,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from nsb_delays.brokers.amqp import AmqpNodes
-from nsb_delays.brokers.local import LocalRabbitMq
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.pipeline.delays import from_micros, now_micros
 from nsb_delays.pipeline.layouts import sql_persistence_layout
@@ -28,6 +27,7 @@ from nsb_delays.pipeline.ledger import Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import TargetSettings
 from nsb_delays.pipeline.sources import JdbcSource
 from nsb_delays.stack.config import parse_stack_config
+from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import serve, unavailable, vhost_factory
 from tests.provisioning import provision_rabbitmq
 from tests.services import POSTGRES_JDBC_JAR, LocalPostgres

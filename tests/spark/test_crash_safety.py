@@ -1,4 +1,4 @@
-"""Kill a real run (``spark-submit`` of the job file ``pipeline/__main__.py``, SIGKILL to its whole process group) at
+"""Kill a real run (``spark-submit`` of the job file ``infra/spark_job.py``, SIGKILL to its whole process group) at
 several points, rerun it, and count: no timeout may be lost; a duplicate may only come from a batch
 that was in flight (not yet marked in the ledger) when the run died, and carries the same message id.
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.pipeline import __main__ as job_file
+from nsb_delays.infra import spark_job
 from nsb_delays.pipeline.ledger import PENDING, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
 from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 PROJECT = Path(__file__).resolve().parents[2]
-JOB_FILE = Path(job_file.__file__)  # what `python -m nsb_delays.pipeline --job-file` prints
+JOB_FILE = Path(spark_job.__file__)  # what `python -m nsb_delays.infra.spark_job --job-file` prints
 ENDPOINTS = ["Sales", "Billing"]
 ROWS, BATCH_SIZE, PARTITIONS = 1200, 100, 2
 KILL_POINTS = {

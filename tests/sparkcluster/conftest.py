@@ -1,6 +1,6 @@
 """The cluster tier: the migration through ``spark-submit`` on a real standalone Spark cluster.
 
-One cluster per session (``servers.local.LocalSparkCluster``: a master and two one-core workers from
+One cluster per session (``servers.spark.LocalSparkCluster``: a master and two one-core workers from
 pyspark's own distribution on 127.0.0.1, stopped by PID). Its executors run a Python that has only
 ``pipeline/executor-requirements.txt`` installed — not this package — so every test proves that the
 executors get nsb_delays from the zip the README tells users to ship, and nothing from the driver.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.pipeline import __main__ as job_file
+from nsb_delays.infra import spark_job
 from tests.conftest import serve
 from tests.services import (
     POSTGRES_JDBC_JAR,
@@ -32,7 +32,7 @@ from tests.services import (
 from tests.spark.conftest import broker_vhost, management, rabbitmq, timeout_table  # noqa: F401
 
 PROJECT = Path(__file__).resolve().parents[2]
-JOB_FILE = Path(job_file.__file__)  # what `python -m nsb_delays.pipeline --job-file` prints
+JOB_FILE = Path(spark_job.__file__)  # what `python -m nsb_delays.infra.spark_job --job-file` prints
 BIN = Path(sys.executable).parent
 # The cluster tier's moto credentials: the driver's environment and, through spark.executorEnv.*, the executors'.
 AWS_TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -55,10 +55,10 @@ def spark_connect(spark_cluster: LocalSparkCluster) -> Iterator[LocalSparkConnec
 def connect_client(
     connect: LocalSparkConnect, command: str, arguments: list[str], *, background: bool = False
 ) -> subprocess.Popen[bytes]:
-    """``python -m nsb_delays.pipeline <command> … --remote sc://…`` from the Connect client's own virtualenv, as
+    """``python -m nsb_delays.infra.spark_job <command> … --remote sc://…`` from the Connect client's own virtualenv, as
     a terminal starts it (Ctrl-C works) or, ``background``, as a script's ``… &`` does (SIGINT ignored)."""
     return subprocess.Popen(
-        [str(connect.client_python), "-m", "nsb_delays.pipeline", command, *arguments, "--remote", connect.url],
+        [str(connect.client_python), "-m", "nsb_delays.infra.spark_job", command, *arguments, "--remote", connect.url],
         cwd=PROJECT, env=submit_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=as_from_a_background_script if background else ctrl_c_as_from_a_terminal,
@@ -67,9 +67,9 @@ def connect_client(
 
 @pytest.fixture(scope="session")
 def package_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``python -m nsb_delays.pipeline --py-files nsb_delays.zip``, as the README says."""
+    """``python -m nsb_delays.infra.spark_job --py-files nsb_delays.zip``, as the migration guide says."""
     target = tmp_path_factory.mktemp("ship") / "nsb_delays.zip"
-    result = subprocess.run([sys.executable, "-m", "nsb_delays.pipeline", "--py-files", str(target)],
+    result = subprocess.run([sys.executable, "-m", "nsb_delays.infra.spark_job", "--py-files", str(target)],
                             capture_output=True, text=True, check=True)  # fmt: skip
     assert result.stdout.strip() == str(target)
     return target

@@ -1,7 +1,7 @@
 """``migrate preview``, ``run`` and ``abort`` through Spark Connect (``--remote sc://127.0.0.1:P``) on the standalone
-cluster: a Connect server (``servers.local.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
+cluster: a Connect server (``servers.spark.LocalSparkConnect``) started with the JDBC driver in ``--jars`` and the
 executors' Python in ``PYSPARK_PYTHON``; the client runs from its own virtualenv (``make setup`` builds it from
-``python -m nsb_delays.pipeline --connect-requirements``) and ships the package itself (``addArtifacts``).
+``python -m nsb_delays.infra.spark_job --connect-requirements``) and ships the package itself (``addArtifacts``).
 
 The executors see only what the server and the client's artifacts give them; the ledger, the report and the
 quarantine file are written by the client.
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from nsb_delays.brokers.local import free_port
+from nsb_delays.brokers.demo_servers import free_port
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
@@ -184,7 +184,7 @@ def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server
         (SPARK_CONNECT_VENV / "bin" / "python", nobody, "no Spark Connect server answers"),
     ]:
         result = subprocess.run(
-            [str(python), "-m", "nsb_delays.pipeline", "run", *source_arguments(postgres, "ConnectRefused"), *target,
+            [str(python), "-m", "nsb_delays.infra.spark_job", "run", *source_arguments(postgres, "ConnectRefused"), *target,
              "--remote", remote],
             cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
         )  # fmt: skip

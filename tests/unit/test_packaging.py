@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.packaging.conftest import RIG_FOLDERS, rigs_among, source_files
+
 PROJECT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
@@ -88,6 +90,19 @@ def test_imports_are_namespaced(path: Path) -> None:
     and break, or import a user's own package, once installed."""
     assert bare_imports(path) == []
     assert parent_relative_imports(path) == []
+
+
+def test_no_test_rig_is_in_an_installed_folder() -> None:
+    """Code only the tests or benchmarks use lives in ``tests/``, ``servers/`` or ``bench/``, never in a folder the
+    wheel installs (the packaging tier checks the wheel itself)."""
+    installed = [name for name in source_files() if name.split("/")[0] in FOLDERS]
+    assert installed and rigs_among(installed) == []
+    assert not set(RIG_FOLDERS) & set(FOLDERS)
+
+
+def test_the_rig_check_knows_the_rigs_the_package_once_held() -> None:
+    once = ["infra/simulator.py", "brokers/cluster.py", "brokers/local.py", "nsb_delays/servers/rabbitmq.py"]
+    assert rigs_among([*once, "brokers/demo_servers.py", "pipeline/databases.py"]) == sorted(once)
 
 
 def test_the_policy_pack_version_is_the_package_version() -> None:

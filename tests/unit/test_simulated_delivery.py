@@ -1,6 +1,6 @@
 """Route the model's keys through the *recorded* resources (not the model's path function).
 
-The simulator (``infra/simulator.py``) applies RabbitMQ's rules: topic matching, exchange-to-exchange
+The simulator (``tests/simulated_broker.py``, not installed) applies RabbitMQ's rules: topic matching, exchange-to-exchange
 bindings, TTL then dead-lettering with the original key. Whatever delay and endpoint we pick, the
 message must reach exactly that endpoint after exactly that many seconds.
 """
@@ -18,8 +18,8 @@ from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import record
 from nsb_delays.infra.program import record_stack
-from nsb_delays.infra.simulator import Graph, deliver, topic_matches
 from nsb_delays.stack.config import parse_stack_config
+from tests.simulated_broker import Graph, deliver, topic_matches
 
 WORD = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=12)
 ENDPOINT_NAME = st.lists(WORD, min_size=1, max_size=4).map(".".join)

@@ -1,6 +1,6 @@
 """A RabbitMQ cluster on loopback: three nodes, one Erlang cookie, one private epmd, joined by rabbitmqctl.
 
-Each node is a ``LocalRabbitMq`` (or a launcher derived from it, such as the tests' RabbitMQ 4.0
+Each node is a ``servers.rabbitmq.LocalRabbitMq`` (or a launcher derived from it, such as the RabbitMQ 4.0
 chroot) with its own node name, ports and state folder; the cluster only adds what makes them one
 cluster: the same ``.erlang.cookie`` in every node's home, one epmd on a free port that every node
 (and every ``rabbitmqctl``) registers with and looks the others up in, and the join itself, as an
@@ -30,8 +30,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .local import BrokerCommandFailed, LocalRabbitMq, free_port, stop_process_group, wait_until
-from .management import ManagementApi
+from nsb_delays.brokers.demo_servers import free_port, stop_process_group, wait_until
+from nsb_delays.brokers.management import ManagementApi
+
+from .rabbitmq import BrokerCommandFailed, LocalRabbitMq
 
 
 @dataclass(frozen=True)

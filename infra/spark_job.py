@@ -1,13 +1,14 @@
-"""The migration job's file for ``spark-submit`` (and ``python -m nsb_delays.pipeline``).
+"""The migration job's file for ``spark-submit`` (and ``python -m nsb_delays.infra.spark_job``).
 
-spark-submit takes a Python *file*; from an installed package this is it. A cluster's executors also
-need the package itself and a few libraries (see ``shipping``):
+spark-submit takes a Python *file*; from an installed package this is it. It runs the CLI's ``migrate``
+command, so it is an entry point of the top layer, like the CLI itself. A cluster's executors also need the
+package itself and a few libraries (see ``nsb_delays.pipeline.shipping``):
 
-    python -m nsb_delays.pipeline --py-files nsb_delays.zip        # the package, zipped for --py-files
-    python -m nsb_delays.pipeline --executor-requirements          # what the executors' Python needs
-    python -m nsb_delays.pipeline --connect-requirements           # a Spark Connect client's Python (--remote)
+    python -m nsb_delays.infra.spark_job --py-files nsb_delays.zip     # the package, zipped for --py-files
+    python -m nsb_delays.infra.spark_job --executor-requirements       # what the executors' Python needs
+    python -m nsb_delays.infra.spark_job --connect-requirements        # a Spark Connect client's Python (--remote)
     spark-submit --master spark://host:7077 --jars /usr/share/java/postgresql.jar --py-files nsb_delays.zip \\
-        "$(python -m nsb_delays.pipeline --job-file)" run --source-jdbc jdbc:postgresql://db/app --endpoint Sales ...
+        "$(python -m nsb_delays.infra.spark_job --job-file)" run --source-jdbc jdbc:postgresql://db/app --endpoint Sales
 
 Run as a file, this directory is first on ``sys.path``; every import here and in the package is
 ``nsb_delays.``-qualified or relative, so none of the package's module names can shadow anything.
@@ -27,7 +28,8 @@ HELPERS = (
     ("--executor-requirements", "print what the executors' Python needs (pip install -r)"),
     ("--connect-requirements", "print what a Spark Connect client's Python needs (--remote)"),
 )
-USAGE = f"usage: python -m nsb_delays.pipeline {' | '.join(flag for flag, _ in HELPERS)} | preview|run|abort [OPTIONS]"
+RUN_AS = "python -m nsb_delays.infra.spark_job"
+USAGE = f"usage: {RUN_AS} {' | '.join(flag for flag, _ in HELPERS)} | preview|run|abort [OPTIONS]"
 
 
 def help_text() -> str:
@@ -35,7 +37,7 @@ def help_text() -> str:
     width = max(len(flag) for flag, _ in HELPERS) + 2
     helpers = "\n".join(f"  {flag.ljust(width)}{text}" for flag, text in HELPERS)
     own = migrate.get_help(click.Context(migrate, info_name="migrate"))
-    return f"{own}\n\nPackaging helpers (each alone: python -m nsb_delays.pipeline --job-file):\n{helpers}"
+    return f"{own}\n\nPackaging helpers (each alone: {RUN_AS} --job-file):\n{helpers}"
 
 
 def _helper(arguments: list[str]) -> int | None:

@@ -1,9 +1,14 @@
-"""Private, loopback-only RabbitMQ and moto (SQS) servers for the demo, the tests and the benchmarks.
+"""The demo's own servers: a private, loopback-only RabbitMQ and moto (SQS, CloudFormation) for
+``nsb-delays demo``, and the port and process helpers they need.
 
 Each server gets its own state folder and free ports, is started by us and stopped by us by PID,
 and never listens beyond 127.0.0.1. Debian's ``rabbitmq-server`` provides the broker (``make setup``
-installs it); a missing one raises ``ServiceUnavailable`` with the install hint. The databases the
-tests use live in ``tests/services.py``: production code never needs them.
+installs it); a missing one raises ``ServiceUnavailable`` with the install hint.
+
+Only what the demo runs ships here. The tests and benchmarks build their servers on these in
+``servers/`` (not installed): ``servers/rabbitmq.py`` adds what only they do to a broker (restarts,
+crashes, ``rabbitmqctl``), ``servers/cluster.py`` is the three-node cluster, ``servers/databases.py``
+and ``servers/spark.py`` hold the rest.
 """
 
 from __future__ import annotations
@@ -17,10 +22,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import requests
@@ -35,10 +39,6 @@ INSTALL_HINT = (
 
 class ServiceUnavailable(RuntimeError):
     """A server cannot be started on this machine (not installed, or it failed to come up)."""
-
-
-class BrokerCommandFailed(RuntimeError):
-    """A RabbitMQ command-line tool (rabbitmqctl) refused or failed; the message has its output."""
 
 
 # Where ``free_port`` looks: below the kernel's ephemeral range (``ip_local_port_range``, 32768-60999 by
@@ -97,7 +97,8 @@ def wait_until(check: Any, what: str, timeout: float, log: Path | None = None) -
     raise ServiceUnavailable(f"{what} did not become ready within {timeout:.0f} s\n{tail}")
 
 
-def _group_alive(group: int) -> bool:
+def process_group_alive(group: int) -> bool:
+    """Whether any process of the process group ``group`` still exists."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -124,19 +125,19 @@ def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float =
                 os.killpg(group, signal.SIGKILL)
             process.wait(10)
     deadline = time.monotonic() + 10
-    while _group_alive(group) and time.monotonic() < deadline:
+    while process_group_alive(group) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _group_alive(group):
+    if process_group_alive(group):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
 
 
 @dataclass
-class LocalRabbitMq:
+class DemoRabbitMq:
     """RabbitMQ (Debian's 3.10) with the management plugin, private state, its own epmd, free ports.
 
-    How the broker is configured (``rabbitmq.conf``, plugins, the environment naming every state
-    path, node, port and epmd) is built here once; how its processes are launched is the
+    How the broker is configured (``rabbitmq.conf``, plugins, ``advanced.config``, the environment naming
+    every state path, node, port and epmd) is built here once; how its processes are launched is the
     ``tool_command``/``epmd_command`` pair (the server and ``rabbitmqctl`` are both tools), so a
     launcher that runs another RabbitMQ the same way (the tests run Debian 13's 4.0 in a chroot) only
     replaces those and where the broker sees its state folder and scripts.
@@ -149,9 +150,6 @@ class LocalRabbitMq:
     epmd_port: int = field(default_factory=free_port)
     username: str = "guest"
     password: str = "guest"
-    # Settings of the ``rabbit`` application that rabbitmq.conf cannot express (advanced.config), e.g.
-    # ``dead_letter_worker_consumer_prefetch``; read when the broker starts.
-    rabbit_app_env: dict[str, int] = field(default_factory=dict)
     server: subprocess.Popen[bytes] | None = None
     epmd: subprocess.Popen[bytes] | None = None
 
@@ -222,7 +220,8 @@ class LocalRabbitMq:
             "PATH": f"{self.rabbitmq_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         }
 
-    def _write_config(self) -> None:
+    def write_config(self) -> None:
+        """Write rabbitmq.conf, enabled_plugins and advanced.config (again: a restart reads them anew)."""
         d = self.state_dir
         for sub in ("home", "mnesia", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -235,12 +234,11 @@ class LocalRabbitMq:
             "collect_statistics_interval = 1000\n"
         )
         (d / "enabled_plugins").write_text("[rabbitmq_management].\n")
-        settings = ", ".join(f"{{{name}, {value}}}" for name, value in self.rabbit_app_env.items())
-        (d / "advanced.config").write_text(f"[{{rabbit, [{settings}]}}].\n")
+        (d / "advanced.config").write_text(self.advanced_config())
 
-    def write_config(self) -> None:
-        """Write rabbitmq.conf, enabled_plugins and advanced.config (again: a restart reads them anew)."""
-        self._write_config()
+    def advanced_config(self) -> str:
+        """``advanced.config``: what rabbitmq.conf cannot express. The demo's broker needs nothing there."""
+        return "[].\n"
 
     def claim_dist_port(self) -> int:
         """Keep the Erlang distribution port if still free, else take a fresh one; returns the port used.
@@ -287,13 +285,13 @@ class LocalRabbitMq:
             start_new_session=True,
         )
 
-    def start(self, timeout: float = 90) -> LocalRabbitMq:
+    def start(self, timeout: float = 90) -> Self:
         """Start epmd and the broker and wait until it answers; a second call on a running broker does nothing
-        (``with LocalRabbitMq().start() as broker`` would otherwise start a second one and lose the first)."""
+        (``with DemoRabbitMq().start() as broker`` would otherwise start a second one and lose the first)."""
         if self.server is not None and self.server.poll() is None:
             return self
         self.check_installed()
-        self._write_config()
+        self.write_config()
         self.start_epmd()
         try:
             self.launch_server()
@@ -309,88 +307,17 @@ class LocalRabbitMq:
         response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=2)
         return response.status_code == 200
 
-    def version(self) -> str:
-        """The broker's own ``rabbitmq_version`` (``3.10.8``, ``4.0.5``)."""
-        response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=5)
-        response.raise_for_status()
-        return str(response.json()["rabbitmq_version"])
-
     def stop_broker(self) -> None:
         """Stop the broker but keep epmd and the state folder (for a restart with the same data)."""
         stop_process_group(self.server)
         self.server = None
-
-    def kill_broker(self) -> None:
-        """SIGKILL the broker's whole process group: a crash, no clean shutdown (epmd and state stay).
-
-        Returns once every member is gone (a chroot broker's mounts, and so its state folder, are
-        released only then)."""
-        if self.server is not None:
-            group = self.server.pid
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
-            self.server.wait(30)
-            deadline = time.monotonic() + 10
-            while _group_alive(group) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        self.server = None
-
-    def restart(self, timeout: float = 90) -> None:
-        self.stop_broker()
-        self.launch_server()
-        self.wait_ready(timeout, "RabbitMQ restart")
 
     def stop(self) -> None:
         self.stop_broker()
         stop_process_group(self.epmd, timeout=5)
         self.epmd = None
 
-    def ctl(self, *args: str, timeout: float = 120) -> str:
-        """``rabbitmqctl -n <this node> ARGS`` with the broker's environment (its cookie, epmd port); stdout."""
-        command = self.tool_command("rabbitmqctl", "-n", self.node, *args)
-        tool = subprocess.Popen(
-            command,
-            env=self._env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,  # its own group: a hung CLI VM is killed with everything it started
-        )
-        try:
-            stdout, stderr = tool.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(tool.pid, signal.SIGKILL)
-            tool.communicate()
-            raise BrokerCommandFailed(
-                f"rabbitmqctl {' '.join(args)} on {self.node}: no answer in {timeout:.0f} s"
-            ) from None
-        result = subprocess.CompletedProcess(command, tool.returncode, stdout, stderr)
-        if result.returncode:
-            raise BrokerCommandFailed(
-                f"rabbitmqctl {' '.join(args)} on {self.node} exited with {result.returncode}: "
-                f"{(result.stderr or result.stdout).strip()[-1000:]}"
-            )
-        return result.stdout
-
-    def beam_pid(self) -> int | None:
-        """The Erlang VM (``beam.smp``) among the broker's processes, for its RSS."""
-        if self.server is None:
-            return None
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError):
-                name, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
-                if name.startswith("beam") and int(rest.split()[3]) == self.server.pid:
-                    return int(stat.parent.name)
-        return None
-
-    def api(self) -> requests.Session:
-        session = requests.Session()
-        session.auth = (self.username, self.password)
-        return session
-
-    def __enter__(self) -> LocalRabbitMq:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -399,7 +326,7 @@ class LocalRabbitMq:
 
 
 @dataclass
-class LocalMoto:
+class DemoMoto:
     """moto's SQS (and CloudFormation) server in a thread of this process, on a free loopback port."""
 
     port: int = field(default_factory=free_port)
@@ -410,7 +337,7 @@ class LocalMoto:
     def endpoint_url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self) -> LocalMoto:
+    def start(self) -> Self:
         try:
             from moto.server import ThreadedMotoServer
         except ImportError as error:
@@ -431,25 +358,13 @@ class LocalMoto:
             aws_secret_access_key="testing",
         )
 
-    def reset(self) -> None:
-        requests.post(f"{self.endpoint_url}/moto-api/reset", timeout=5)
-
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
             self._server = None
 
-    def __enter__(self) -> LocalMoto:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_services(rabbitmq: bool = True, moto: bool = True) -> Iterator[tuple[LocalRabbitMq | None, LocalMoto | None]]:
-    """Start the requested servers and stop them all on exit, whatever happens in between."""
-    with contextlib.ExitStack() as stack:
-        broker = stack.enter_context(LocalRabbitMq()) if rabbitmq else None
-        sqs = stack.enter_context(LocalMoto()) if moto else None
-        yield broker, sqs
