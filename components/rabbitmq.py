@@ -8,7 +8,7 @@ key comes from the model, every provider encoding from ``components.encoding``: 
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
 from collections.abc import Mapping
-from typing import Optional
+from typing import Any, Optional, Self
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
@@ -31,6 +31,7 @@ from .model.settings import (
 )
 
 TYPE_PREFIX = f"{PACKAGE}:index:"
+Spec = model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec
 
 
 def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
@@ -51,28 +52,8 @@ def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.Queu
 
 
 class Declared:
-    """The resources one component declared for a model ``Topology``, keyed by physical name."""
-
-    def __init__(self) -> None:
-        self.exchanges: dict[str, rabbitmq.Exchange] = {}
-        self.queues: dict[str, rabbitmq.Queue] = {}
-        self.bindings: list[rabbitmq.Binding] = []
-        self.policies: dict[str, rabbitmq.Policy] = {}
-
-
-def declare_topology(
-    component: pulumi.ComponentResource,
-    name: str,
-    topology: model.Topology,
-    *,
-    vhost: str,
-    broker_version: str,
-    adopt_existing: bool,
-    protect_delay_queues: bool = False,
-    retain_on_delete: bool = False,
-    exchange_names: Mapping[str, pulumi.Input[str]] | None = None,
-) -> Declared:
-    """Declare every exchange, queue, binding and policy of ``topology`` as children of ``component``.
+    """The resources one component declares for a model ``Topology``, keyed by physical name, as children of the
+    component, with the options of where they go (vhost, broker version, adoption) and what they keep.
 
     A binding takes its source and destination from the ``name`` outputs of the exchanges/queues it
     joins (declared here, or given in ``exchange_names`` as another component's outputs), so the engine records
@@ -84,86 +65,112 @@ def declare_topology(
     NServiceBus installers declared, and fails rather than replace anything whose properties differ;
     the parking objects, which only this project declares, are created. Queues that keep delayed messages are
     protected and retained with ``protect_delay_queues``; queues that receive messages are retained on delete with
-    ``retain_on_delete``, and then never replaced (a change of their settings is ignored: see ``ignore_changes``).
+    ``retain_on_delete``, and then never replaced (a change of their settings is ignored: see ``queue``).
     """
-    declared = Declared()
 
-    def adopt(
-        spec: model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec, physical_id: str
-    ) -> str | None:
-        """Import what NServiceBus declared; what only we declare (parking) is created, even when adopting."""
-        return physical_id if adopt_existing and spec.nservicebus_declares else None
+    def __init__(
+        self,
+        component: pulumi.ComponentResource,
+        name: str,
+        *,
+        vhost: str,
+        broker_version: str,
+        adopt_existing: bool,
+        protect_delay_queues: bool = False,
+        retain_on_delete: bool = False,
+        exchange_names: Mapping[str, pulumi.Input[str]] | None = None,
+    ) -> None:
+        self.component = component
+        self.name = name
+        self.vhost = vhost
+        self.broker_version = broker_version
+        self.adopt_existing = adopt_existing
+        self.protect_delay_queues = protect_delay_queues
+        self.retain_on_delete = retain_on_delete
+        self.names: dict[str, pulumi.Input[str]] = dict(exchange_names or {})
+        self.exchanges: dict[str, rabbitmq.Exchange] = {}
+        self.queues: dict[str, rabbitmq.Queue] = {}
+        self.bindings: list[rabbitmq.Binding] = []
+        self.policies: dict[str, rabbitmq.Policy] = {}
 
-    for exchange in topology.exchanges:
-        declared.exchanges[exchange.name] = rabbitmq.Exchange(
-            f"{name}-{exchange.name}",
+    def declare(self, topology: model.Topology) -> Self:
+        for exchange in topology.exchanges:
+            self.exchanges[exchange.name] = self.exchange(exchange)
+            self.names[exchange.name] = self.exchanges[exchange.name].name
+        for queue in topology.queues:
+            self.queues[queue.name] = self.queue(queue)
+        self.bindings = [self.binding(binding) for binding in topology.bindings]
+        self.policies = {policy.name: self.policy(policy) for policy in topology.policies}
+        return self
+
+    def options(self, spec: Spec, physical_id: str, **options: Any) -> pulumi.ResourceOptions:
+        """Each child's options: imported when adopting what NServiceBus declared (what only we declare, parking,
+        is created even then)."""
+        adopted = physical_id if self.adopt_existing and spec.nservicebus_declares else None
+        return pulumi.ResourceOptions(parent=self.component, import_=adopted, **options)
+
+    def exchange(self, exchange: model.ExchangeSpec) -> rabbitmq.Exchange:
+        return rabbitmq.Exchange(
+            f"{self.name}-{exchange.name}",
             name=exchange.name,
-            vhost=vhost,
+            vhost=self.vhost,
             settings=rabbitmq.ExchangeSettingsArgs(
                 type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
             ),
-            opts=pulumi.ResourceOptions(parent=component, import_=adopt(exchange, import_id(exchange.name, vhost))),
+            opts=self.options(exchange, import_id(exchange.name, self.vhost)),
         )
-    for queue in topology.queues:
-        guard = queue.keeps_messages and protect_delay_queues
-        kept = queue.receives_messages and retain_on_delete
-        declared.queues[queue.name] = rabbitmq.Queue(
-            f"{name}-{queue.name}",
+
+    def queue(self, queue: model.QueueSpec) -> rabbitmq.Queue:
+        """A named queue is replaced delete-first (the bridge's ``nameRequiresDeleteBeforeReplace``): its bindings
+        go, a retained original stays, and the new declaration is refused (inequivalent arg). So a retained queue is
+        never replaced: its settings are ignored once it exists, and ``verify`` reports a change as drift."""
+        guard = queue.keeps_messages and self.protect_delay_queues
+        kept = queue.receives_messages and self.retain_on_delete
+        return rabbitmq.Queue(
+            f"{self.name}-{queue.name}",
             name=queue.name,
-            vhost=vhost,
-            settings=queue_settings(queue, broker_version),
-            opts=pulumi.ResourceOptions(
-                parent=component,
+            vhost=self.vhost,
+            settings=queue_settings(queue, self.broker_version),
+            opts=self.options(
+                queue,
+                import_id(queue.name, self.vhost),
                 protect=guard,
                 retain_on_delete=guard or kept,
-                # A named queue is replaced delete-first (the bridge's nameRequiresDeleteBeforeReplace): its bindings
-                # go, the retained original stays, and the new declaration is refused (inequivalent arg). So Pulumi
-                # never replaces a retained queue; `verify` reports a settings change as drift, with the way out.
                 ignore_changes=["settings"] if kept else None,
-                import_=adopt(queue, import_id(queue.name, vhost)),
             ),
         )
-    names: dict[str, pulumi.Input[str]] = {**(exchange_names or {})}
-    names |= {exchange_name: resource.name for exchange_name, resource in declared.exchanges.items()}
-    for binding in topology.bindings:
+
+    def binding(self, binding: model.BindingSpec) -> rabbitmq.Binding:
         destination = (
-            declared.queues[binding.destination].name
-            if binding.destination_type == "queue" and binding.destination in declared.queues
-            else names.get(binding.destination, binding.destination)
+            self.queues[binding.destination].name
+            if binding.destination_type == "queue" and binding.destination in self.queues
+            else self.names.get(binding.destination, binding.destination)
         )
-        declared.bindings.append(
-            rabbitmq.Binding(
-                f"{name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
-                source=names.get(binding.source, binding.source),
-                destination=destination,
-                destination_type=binding.destination_type,
-                routing_key=binding.routing_key,
-                vhost=vhost,
-                opts=pulumi.ResourceOptions(
-                    parent=component, import_=adopt(binding, binding_import_id(binding, vhost))
-                ),
-            )
+        return rabbitmq.Binding(
+            f"{self.name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
+            source=self.names.get(binding.source, binding.source),
+            destination=destination,
+            destination_type=binding.destination_type,
+            routing_key=binding.routing_key,
+            vhost=self.vhost,
+            opts=self.options(binding, binding_import_id(binding, self.vhost)),
         )
-    for policy in topology.policies:
-        target = declared.queues.get(policy.target) or declared.exchanges.get(policy.target)
+
+    def policy(self, policy: model.PolicySpec) -> rabbitmq.Policy:
+        target = self.queues.get(policy.target) or self.exchanges.get(policy.target)
         definition: dict[str, pulumi.Input[str]] = {**policy_definition(policy.definition)}
         alternate = definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY)
-        if isinstance(alternate, str) and alternate in names:
-            definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = names[alternate]  # waits for the parking exchange
-        declared.policies[policy.name] = rabbitmq.Policy(
-            f"{name}-{policy.name}",
+        if isinstance(alternate, str) and alternate in self.names:
+            definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
+        return rabbitmq.Policy(
+            f"{self.name}-{policy.name}",
             name=policy.name,
-            vhost=vhost,
+            vhost=self.vhost,
             policy=rabbitmq.PolicyPolicyArgs(
                 pattern=policy.pattern, priority=policy.priority, apply_to=policy.apply_to, definition=definition
             ),
-            opts=pulumi.ResourceOptions(
-                parent=component,
-                depends_on=[target] if target else [],
-                import_=adopt(policy, import_id(policy.name, vhost)),
-            ),
+            opts=self.options(policy, import_id(policy.name, self.vhost), depends_on=[target] if target else []),
         )
-    return declared
 
 
 def named(given: pulumi.Input[str], expected: str, input_name: str) -> pulumi.Output[str]:
@@ -203,15 +210,14 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         settings = settings_of_args(DelayInfrastructureSettings, component, name, args)
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
         topology = settings.topology()
-        self.resources = declare_topology(
+        self.resources = Declared(
             self,
             name,
-            topology,
             vhost=settings.vhost,
             broker_version=settings.broker_version,
             adopt_existing=settings.adopt_existing,
             protect_delay_queues=settings.protect_delay_queues,
-        )
+        ).declare(topology)
         parking = self.resources.exchanges.get(model.parking_name(settings.generation))
         self.delivery_exchange = self.resources.exchanges[model.delivery_exchange_name(settings.generation)].name
         self.parking_exchange = parking.name if parking else None
@@ -264,16 +270,15 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             )
             if args.get(key) is not None
         }
-        self.resources = declare_topology(
+        self.resources = Declared(
             self,
             name,
-            topology,
             vhost=settings.vhost,
             broker_version=settings.broker_version,
             adopt_existing=settings.adopt_existing,
             retain_on_delete=settings.retain_on_delete,
             exchange_names=given,
-        )
+        ).declare(topology)
         self.queue_name = self.resources.queues[settings.endpoint].name
         self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
         self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(settings.endpoint))
@@ -299,15 +304,14 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         component = type(self).__name__
         settings = settings_of_args(SharedQueuesSettings, component, name, args)
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
-        self.resources = declare_topology(
+        self.resources = Declared(
             self,
             name,
-            settings.topology(),
             vhost=settings.vhost,
             broker_version=settings.broker_version,
             adopt_existing=settings.adopt_existing,
             retain_on_delete=settings.retain_on_delete,
-        )
+        ).declare(settings.topology())
         self.error_queue = self.resources.queues[settings.error_queue].name
         self.audit_queue = self.resources.queues[settings.audit_queue].name
         self.register_outputs({"errorQueue": self.error_queue, "auditQueue": self.audit_queue})
