@@ -1,4 +1,4 @@
-"""``nsb-delays explain``: seed 001's table on the terminal, JSON for scripts, clear errors."""
+"""``nsb-delays explain``: the hops of a delayed message on the terminal, JSON for scripts, clear errors."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ``migrate`` group: ``preview``, ``run`` and ``abort``, each in its own module, over the PySpark job in
-``pipeline/``. ``spark-submit`` runs it through ``pipeline/__main__.py`` (the job file: ``python -m
-nsb_delays.pipeline --job-file`` prints its path). Needs the ``[spark]`` extra.
+``pipeline/``. ``spark-submit`` runs it through ``infra/spark_job.py`` (the job file: ``python -m
+nsb_delays.infra.spark_job --job-file`` prints its path). Needs the ``[spark]`` extra.
 
 Options name the source (a JDBC table or an export), the target (RabbitMQ or SQS), the cutoff,
 an endpoint, the batch size and the Spark master; see ``--help`` of each command.
