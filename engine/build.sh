@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real Pulumi engine for this checkout, built from pinned Go modules (pulumi/pulumi and pulumi-terraform-bridge go.mod pins in engine/*/go.mod):
+# The real Pulumi engine for this checkout, built from the Go modules each folder's go.mod pins:
 #   cli/      the `pulumi` CLI               github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 #   python/   the Python language host       github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
 #   rabbitmq/ the RabbitMQ resource provider  cyrilgdn/terraform-provider-rabbitmq through pulumi-terraform-bridge
