@@ -11,7 +11,6 @@ the test waits that long before calling a message lost.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
 from nsb_delays.brokers.management import ManagementApi
@@ -29,9 +28,9 @@ DEAD_LETTER_RETRY_SECONDS = 180  # rabbit.app dead_letter_worker_publisher_confi
 def test_restart_with_messages_in_delay_queues_loses_none(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, delivery_limit_policies: bool
 ) -> None:
-    dev = load_stack("dev").rabbitmq
-    assert dev is not None
-    config = replace(dev, vhost=new_vhost("restart"), generation="v2", delivery_limit_policies=delivery_limit_policies)
+    changes = {"vhost": new_vhost("restart"), "generation": "v2", "deliveryLimitPolicies": delivery_limit_policies}
+    config = load_stack("dev").with_values("rabbitmq", **changes).rabbitmq
+    assert config is not None
     provision_rabbitmq(rabbitmq.management_url, StackConfig(rabbitmq=config))
     destinations = config.receiving_queues()
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:

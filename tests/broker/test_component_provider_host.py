@@ -271,7 +271,7 @@ CASES = [
         "orders",
         {"endpoint": "Sales.Orders", "queueNamePrefix": "prod-", "messageRetentionSeconds": 86400},
         lambda name: sqs.SqsEndpoint(
-            name, endpoint="Sales.Orders", queue_name_prefix="prod-", message_retention_seconds=86400
+            name, {"endpoint": "Sales.Orders", "queue_name_prefix": "prod-", "message_retention_seconds": 86400}
         ),
     ),
 ]

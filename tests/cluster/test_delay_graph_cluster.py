@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -93,9 +93,10 @@ def forgets_the_stopped_node(version: str) -> bool:
 
 def dev_config(vhost: str, version: str) -> RabbitMqConfig:
     """The dev stack in ``vhost``; RabbitMQ 3.10 refuses the 4.0 delivery-limit policies (quorum-only apply-to)."""
-    dev = load_stack("dev").rabbitmq
+    changes = {"vhost": vhost, "generation": "v2", "deliveryLimitPolicies": not version.startswith("3.")}
+    dev = load_stack("dev").with_values("rabbitmq", **changes).rabbitmq
     assert dev is not None
-    return replace(dev, vhost=vhost, generation="v2", delivery_limit_policies=not version.startswith("3."))
+    return dev
 
 
 def dev_stack_in_vhost(folder: Path, vhost: str, version: str) -> Path:
