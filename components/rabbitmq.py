@@ -32,6 +32,7 @@ from .model.settings import (
 
 TYPE_PREFIX = f"{PACKAGE}:index:"
 Spec = model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec
+Placement = DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings  # where, and on which broker
 
 
 def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
@@ -72,19 +73,17 @@ class Declared:
         self,
         component: pulumi.ComponentResource,
         name: str,
+        where: Placement,
         *,
-        vhost: str,
-        broker_version: str,
-        adopt_existing: bool,
         protect_delay_queues: bool = False,
         retain_on_delete: bool = False,
         exchange_names: Mapping[str, pulumi.Input[str]] | None = None,
     ) -> None:
         self.component = component
         self.name = name
-        self.vhost = vhost
-        self.broker_version = broker_version
-        self.adopt_existing = adopt_existing
+        self.vhost = where.vhost
+        self.broker_version = where.broker_version
+        self.adopt_existing = where.adopt_existing
         self.protect_delay_queues = protect_delay_queues
         self.retain_on_delete = retain_on_delete
         self.names: dict[str, pulumi.Input[str]] = dict(exchange_names or {})
@@ -213,9 +212,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
         self.resources = Declared(
             self,
             name,
-            vhost=settings.vhost,
-            broker_version=settings.broker_version,
-            adopt_existing=settings.adopt_existing,
+            settings,
             protect_delay_queues=settings.protect_delay_queues,
         ).declare(topology)
         parking = self.resources.exchanges.get(model.parking_name(settings.generation))
@@ -273,9 +270,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         self.resources = Declared(
             self,
             name,
-            vhost=settings.vhost,
-            broker_version=settings.broker_version,
-            adopt_existing=settings.adopt_existing,
+            settings,
             retain_on_delete=settings.retain_on_delete,
             exchange_names=given,
         ).declare(topology)
@@ -307,9 +302,7 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
         self.resources = Declared(
             self,
             name,
-            vhost=settings.vhost,
-            broker_version=settings.broker_version,
-            adopt_existing=settings.adopt_existing,
+            settings,
             retain_on_delete=settings.retain_on_delete,
         ).declare(settings.topology())
         self.error_queue = self.resources.queues[settings.error_queue].name
