@@ -8,7 +8,7 @@ key comes from the model, every provider encoding from ``components.encoding``: 
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
 from collections.abc import Mapping
-from typing import Any, Optional, Self
+from typing import Any, ClassVar, Optional, Self
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
@@ -50,6 +50,29 @@ def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.Queu
             arguments={key: str(value) for key, value in arguments.items()},
         )
     return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
+
+
+class PolicyChain:
+    """Each policy a program declares in a vhost waits for the one declared before it: one policy change at a time.
+
+    Measured on a three-node RabbitMQ 4.0.5 cluster: of four ``pulumi up`` of the dev stack into new vhosts, one left
+    exchange ``Billing`` without its alternate-exchange policy, although the policy existed (``rabbitmqctl
+    list_exchanges name policy`` showed none, so no sampled statistic was at fault). Every policy change makes the
+    broker recompute the policy of every object in the vhost (rabbitmq-server ``rabbit_policy``
+    ``update_matched_objects``), so two changes at once can each write a result computed without the other. Keyed by
+    the program's run (its stack resource, a new one per run) and the vhost."""
+
+    last: ClassVar[dict[str, tuple[object, rabbitmq.Policy]]] = {}
+
+    @classmethod
+    def after(cls, vhost: str) -> list[pulumi.Resource]:
+        run, previous = cls.last.get(vhost, (None, None))
+        return [previous] if previous is not None and run is pulumi.runtime.get_root_resource() else []
+
+    @classmethod
+    def add(cls, vhost: str, policy: rabbitmq.Policy) -> rabbitmq.Policy:
+        cls.last[vhost] = (pulumi.runtime.get_root_resource(), policy)
+        return policy
 
 
 class Declared:
@@ -161,15 +184,17 @@ class Declared:
         alternate = definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY)
         if isinstance(alternate, str) and alternate in self.names:
             definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
-        return rabbitmq.Policy(
+        waits_for = [*([target] if target else []), *PolicyChain.after(self.vhost)]
+        declared = rabbitmq.Policy(
             f"{self.name}-{policy.name}",
             name=policy.name,
             vhost=self.vhost,
             policy=rabbitmq.PolicyPolicyArgs(
                 pattern=policy.pattern, priority=policy.priority, apply_to=policy.apply_to, definition=definition
             ),
-            opts=self.options(policy, import_id(policy.name, self.vhost), depends_on=[target] if target else []),
+            opts=self.options(policy, import_id(policy.name, self.vhost), depends_on=waits_for),
         )
+        return PolicyChain.add(self.vhost, declared)
 
 
 def named(given: pulumi.Input[str], expected: str, input_name: str) -> pulumi.Output[str]:

@@ -104,7 +104,7 @@ def dev_stack_in_vhost(folder: Path, vhost: str, version: str) -> Path:
     document = yaml.safe_load(stack_file("dev").read_text())
     settings = document["config"]["nsb-delays:rabbitmq"]
     settings["vhost"] = vhost
-    settings[DELIVERY_LIMIT_POLICIES_KEY] = dev_config(vhost, version).delivery_limit_policies
+    settings[DELIVERY_LIMIT_POLICIES_KEY] = bool(dev_config(vhost, version).topology.delivery_limit_policies)
     path = folder / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
@@ -139,7 +139,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
     for vhost in (applied.vhost, rendered_vhost):
         # a queue's policy is a statistic the API reports 5-10 s after it changed: verify once every one shows
         expected = {
-            queue: rmq.delivery_limit_policy_name(queue) if applied.delivery_limit_policies else None
+            queue: rmq.delivery_limit_policy_name(queue) if applied.topology.delivery_limit_policies else None
             for queue in applied.receiving_queues()
         }
         settled_queues(ManagementApi(third.management_url), vhost, expected)

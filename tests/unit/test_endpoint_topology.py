@@ -85,3 +85,18 @@ def test_endpoint_names_that_cannot_work_are_refused(name: str, rule: str) -> No
 def test_a_199_byte_endpoint_name_fits_a_routing_key() -> None:
     name = "é" * 99 + "x"  # 199 bytes in UTF-8
     assert set(queues(declared(lambda: RabbitMqEndpoint("ep", {"endpoint": name})))) == {name}
+
+
+def test_each_policy_of_a_stack_waits_for_the_one_before_it() -> None:
+    """One policy change at a time per vhost (``components.rabbitmq.PolicyChain``): the broker recomputes every
+    object's policy on each change, and two at once left an exchange without its policy on a 4.0 cluster."""
+    from nsb_delays.components.resource_types import RABBITMQ_POLICY
+    from nsb_delays.infra.program import record_stack
+    from nsb_delays.stack.config import load_stack
+    from tests.unit.helpers import of_type
+
+    policies = of_type(record_stack(load_stack("dev")), RABBITMQ_POLICY)
+    assert len(policies) > 5
+    for previous, policy in zip(policies, policies[1:], strict=False):
+        assert previous.urn in policy.dependencies, f"{policy.name} does not wait for {previous.name}"
+    assert not any(p.urn in policies[0].dependencies for p in policies[1:])
