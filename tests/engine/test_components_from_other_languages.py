@@ -14,7 +14,7 @@ What the language hosts built here (``engine/``) cannot do, so the programs do i
 at its last step: ``pulumi-language-yaml`` v1.25.0 has no ``Link`` ("method Link not implemented"); the
 ``packages:`` entry is what that step writes. ``pulumi package gen-sdk --language nodejs`` needs the host's
 ``GeneratePackage``, which ``pulumi-language-nodejs`` v3.68.0 does not have ("method GeneratePackage not
-implemented"), so ``index.ts`` writes out the two remote component classes a generated SDK would hold.
+implemented"), so ``index.ts`` writes out the three remote component classes a generated SDK would hold.
 """
 
 from __future__ import annotations
