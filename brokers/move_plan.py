@@ -62,7 +62,7 @@ def _delivery_limit(queue: dict[str, Any], version: tuple[int, ...]) -> int | No
 
 def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
     """v2 levels whose messages came back so often that one more return could dead-letter them early."""
-    if scan.generation != "v2" or not any(level.most_returned for level in scan.levels):
+    if scan.generation != rmq.Generation.V2 or not any(level.most_returned for level in scan.levels):
         return []
     version = rmq.parse_reported_broker_version(str(source.management.overview().get("rabbitmq_version", "0")))
     queues = {queue["name"]: queue for queue in source.management.queues(source.vhost)}
@@ -179,7 +179,7 @@ def plan_move(
     The messages read stay held on the plan's connection (up to ``hold_bytes``, see ``SourceConnection``);
     on a refusal or any error the connection is closed first, which hands every one of them back.
     """
-    if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == "v2":
+    if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == rmq.Generation.V2:
         raise MoveRefused(
             [f"source and destination are the same v2 graph ({source.describe()}): messages would only go round"]
         )

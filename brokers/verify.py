@@ -63,7 +63,7 @@ def requirement_drifts(
     """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering),
     as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
     drifts = []
-    if generation == "v2":
+    if generation == rmq.Generation.V2:
         if rmq.parse_reported_broker_version(version) < rmq.MINIMUM_BROKER_VERSION:
             oldest = _dotted(rmq.MINIMUM_BROKER_VERSION)
             fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"

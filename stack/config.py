@@ -11,6 +11,7 @@ stack file (``stack_file``) and reads it strictly (a duplicate key or a YAML err
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -115,19 +116,28 @@ class RabbitMqConfig:
         """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
         return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
 
+    @functools.cached_property
+    def _components(self) -> tuple[tuple[bool, rmq.Topology], ...]:
+        """Each component's objects, in the order the program declares them, with whether it retains its queues on
+        delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
+        return (
+            (False, self.infrastructure.topology()),
+            (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
+            *((endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints),
+        )
+
     def queues_kept_on_delete(self) -> tuple[str, ...]:
         """The queues Pulumi leaves on the broker when it deletes them (``retainOnDelete``): the queues holding
         an endpoint's messages, of the components whose ``retain_on_delete`` is on (as the components declare it)."""
-        owners = [(self.shared_queues.retain_on_delete, self.shared_queues.topology())]
-        owners += [(endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints]
-        return tuple(q.name for keep, topology in owners if keep for q in topology.queues if q.receives_messages)
+        return tuple(
+            q.name for keep, topology in self._components if keep for q in topology.queues if q.receives_messages
+        )
 
-    @property
+    @functools.cached_property
     def topology(self) -> rmq.Topology:
         """Every object, in the order the program declares them: exchanges and queues before the policies that
         name them."""
-        parts = [self.infrastructure.topology(), self.shared_queues.topology()]
-        return rmq.Topology.join(parts + [endpoint.topology() for endpoint in self.endpoints])
+        return rmq.Topology.join(topology for _, topology in self._components)
 
     @property
     def grants(self) -> tuple[permissions.UserGrants, ...]:
@@ -238,7 +248,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
     if broker_version is not None:
         section["broker_version"] = broker_version
     endpoints: list[EndpointSettings] = []
-    users: list[tuple[int, EndpointUserSettings, str]] = []
+    users: list[tuple[str, EndpointUserSettings, str]] = []
     entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[RABBITMQ_ENDPOINT], problems)
     for entry_path, fields in entries:
         where = f"{entry_path}.instanceDiscriminators"
@@ -248,7 +258,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
         endpoint = settings_from(EndpointSettings, section | fields)
         endpoints.append(endpoint)
         if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems)):
-            users.append((int(entry_path.rsplit("[", 1)[1].rstrip("]")), *parsed))
+            users.append((entry_path, *parsed))
     config = RabbitMqConfig(
         settings_from(DelayInfrastructureSettings, section),
         settings_from(SharedQueuesSettings, section),
@@ -257,7 +267,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
         tuple(key for _, _, key in users),
     )
     _check_rabbitmq_names(config, path, problems)
-    _check_endpoint_users(config, [i for i, _, _ in users], path, problems)
+    _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
 
@@ -291,15 +301,15 @@ def _endpoint_user(
     return settings, password_key
 
 
-def _check_endpoint_users(config: RabbitMqConfig, entries: list[int], path: str, problems: list[str]) -> None:
-    """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the index of the
-    endpoint entry ``config.users[j]`` belongs to."""
+def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
+    """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the path of the
+    endpoint entry ``config.users[j]`` belongs to (``nsb-delays:rabbitmq.endpoints[2]``)."""
     known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
-    for i, user in zip(entries, config.users, strict=True):
+    for entry, user in zip(entries, config.users, strict=True):
         unknown = [d for d in user.sends_to if d not in known]
         if unknown:
             problems.append(
-                f"{path}.endpoints[{i}].user.sendsTo: {', '.join(map(repr, unknown))} "
+                f"{entry}.user.sendsTo: {', '.join(map(repr, unknown))} "
                 f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
                 f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
             )

@@ -7,6 +7,7 @@ against them and the configuration reference is generated from them, so neither 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -119,9 +120,11 @@ SHAPE_KEYS: dict[str, tuple[ConfigKey, ...]] = {
 }
 
 
+@functools.cache
 def config_keys() -> dict[str, dict[str, ConfigKey]]:
     """Every key the parser accepts, by place (``rabbitmq`` is ``nsb-delays:rabbitmq``, ``rabbitmq.endpoints[]`` an
-    entry of its ``endpoints``), settings first in their declaration order."""
+    entry of its ``endpoints``), settings first in their declaration order. Derived once (the parser reads it for
+    each section and each endpoint user); callers only read it."""
     return {
         place: {**_setting_keys(place), **{shape.key: shape for shape in SHAPE_KEYS[place]}}
         for place in SECTION_PLACES

@@ -317,9 +317,20 @@ def fields_of(settings_type: type[Any]) -> dict[str, dataclasses.Field[Any]]:
     return {item.name: item for item in dataclasses.fields(settings_type)}
 
 
+_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _type_hints(settings_type: type[Any]) -> dict[str, Any]:
+    """A settings class's annotations, resolved once: ``get_type_hints`` evaluates every one of them at each call,
+    and a stack's config checks each value of each endpoint against its field."""
+    if settings_type not in _TYPE_HINTS:
+        _TYPE_HINTS[settings_type] = typing.get_type_hints(settings_type)
+    return _TYPE_HINTS[settings_type]
+
+
 def value_type(settings_type: type[Any], name: str) -> Any:
     """A field's declared type, ``X | None`` read as ``X`` (None there means "not given")."""
-    hint = typing.get_type_hints(settings_type)[name]
+    hint = _type_hints(settings_type)[name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     return hint

@@ -273,15 +273,19 @@ class ResolvedBroker:
 
 
 def resolve_rabbitmq(
-    values: Mapping[str, Any], prefix: str = "", connection_name: str = "nsb-delays"
+    values: Mapping[str, Any],
+    prefix: str = "",
+    connection_name: str = "nsb-delays",
+    defaults: StackDefaults | None = None,
 ) -> ResolvedBroker:
-    """The management client and AMQP nodes of the broker ``values`` describe (``CommandError`` if unusable)."""
+    """The management client and AMQP nodes of the broker ``values`` describe (``CommandError`` if unusable);
+    ``defaults``: the stack the command has read already (else ``--stack`` is read here)."""
 
     def value(option: str) -> Any:
         return values.get(_param(prefix, option))
 
     stack_flag = _name(prefix, "stack")
-    defaults = stack_defaults(value("stack"), stack_flag)
+    defaults = defaults or stack_defaults(value("stack"), stack_flag)
     urls = amqp_url_list(value("amqp_url"))
     refused = amqp_url_problems(urls, _name(prefix, "amqp-url"))
     if refused:

@@ -21,12 +21,12 @@ from nsb_delays.brokers.delay_status import (
     sqs_status,
 )
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.brokers.retained import CountFailed, amqp_counter, retained_queues
-from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
+from nsb_delays.brokers.retained import CountFailed
+from nsb_delays.stack.config import RabbitMqConfig
 
 from .broker_options import StackDefaults, broker_options, resolve_rabbitmq, resolve_sqs, stack_defaults
 from .errors import EXIT_FAILED, CommandError, is_aws_client_error
-from .retained import retained_table
+from .retained import find_retained, load_baseline, retained_table
 from .stack_option import BASELINE_HELP
 
 console = Console(width=160)
@@ -109,7 +109,7 @@ def status(
         raise SystemExit(EXIT_FAILED)
 
 
-def baseline_stack(baseline: str | None, defaults: StackDefaults, skip_rabbitmq: bool) -> StackConfig | None:
+def baseline_stack(baseline: str | None, defaults: StackDefaults, skip_rabbitmq: bool) -> RabbitMqConfig | None:
     """``--baseline``'s stack, checked before anything is read: it needs ``--stack`` (what the stack declares now)
     and a RabbitMQ section (what it kept)."""
     if baseline is None:
@@ -118,26 +118,17 @@ def baseline_stack(baseline: str | None, defaults: StackDefaults, skip_rabbitmq:
         raise CommandError("--baseline needs --stack: which queues the stack still declares decides which are retained")
     if skip_rabbitmq:
         raise CommandError("--baseline looks for retained RabbitMQ queues: drop --skip-rabbitmq")
-    try:
-        previous = load_stack(baseline)
-    except ConfigError as error:
-        raise CommandError(f"--baseline {baseline!r}: {error}") from None
-    if previous.rabbitmq is None:
-        raise CommandError(f"--baseline {baseline!r} has no nsb-delays:rabbitmq section: it kept no queue to look for")
-    return previous
+    return load_baseline(baseline)
 
 
 def read_rabbitmq(
-    values: dict[str, Any], recheck: float, previous: StackConfig | None, defaults: StackDefaults
+    values: dict[str, Any], recheck: float, previous: RabbitMqConfig | None, defaults: StackDefaults
 ) -> DelayStatus:
-    broker = resolve_rabbitmq(values, connection_name="nsb-delays status")
+    broker = resolve_rabbitmq(values, connection_name="nsb-delays status", defaults=defaults)
     try:
         status = rabbitmq_status(broker.management, broker.nodes.vhost, recheck)
-        if previous is not None and previous.rabbitmq is not None and defaults.config is not None:
-            current = defaults.config.rabbitmq
-            status.add_retained(
-                retained_queues(broker.management, previous.rabbitmq, current, amqp_counter(broker.nodes))
-            )
+        if previous is not None and defaults.config is not None:
+            status.add_retained(find_retained(broker, previous, defaults.config.rabbitmq))
         return status
     except (ManagementError, CountFailed) as error:
         raise CommandError(str(error)) from None

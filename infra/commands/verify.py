@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.brokers.retained import CountFailed, RetainedQueue, amqp_counter, retained_queues
+from nsb_delays.brokers.retained import CountFailed, RetainedQueue
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq, verify_sqs
-from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.stack.config import ConfigError, RabbitMqConfig, StackConfig, load_stack, read_stack_yaml
 
 from .broker_options import ResolvedBroker, StackDefaults, management_options, resolve_rabbitmq
 from .errors import EXIT_FAILED, EXIT_OK, CommandError, is_aws_client_error
-from .retained import retained_table
+from .retained import find_retained, load_baseline, retained_table
 from .stack_option import baseline_option, stack_option
 
 NO_DRIFT_EXIT, DRIFT_EXIT = EXIT_OK, EXIT_FAILED
@@ -129,15 +129,10 @@ def verify(
         defaults = StackDefaults(read_stack_yaml(stack), config)
     except ConfigError as error:
         raise CannotVerify(str(error)) from None
-    try:
-        previous = load_stack(baseline) if baseline else None
-    except ConfigError as error:
-        raise CannotVerify(f"--baseline {baseline!r}: {error}") from None
-    if previous is not None and previous.rabbitmq is None:
-        raise CannotVerify(f"--baseline {baseline!r} has no nsb-delays:rabbitmq section: it kept no queue to look for")
+    previous = load_baseline(baseline) if baseline else None
     problems: list[str] = []  # every side's settings and reachability, reported together
     wants_rabbitmq = bool(config.rabbitmq or previous) and not skip_rabbitmq
-    broker = rabbitmq_client({**connection, "stack": stack}, problems) if wants_rabbitmq else None
+    broker = rabbitmq_client({**connection, "stack": stack}, defaults, problems) if wants_rabbitmq else None
     api = broker.management if broker else None
     sqs = sqs_client_of(sqs_endpoint_url, region, defaults, problems) if config.sqs and not skip_sqs else None
     drifts, checked, unreachable = run_checks(config, api, sqs)
@@ -153,11 +148,11 @@ def verify(
     print_report(checked, drifts, retained)
 
 
-def rabbitmq_client(values: dict[str, Any], problems: list[str]) -> ResolvedBroker | None:
+def rabbitmq_client(values: dict[str, Any], defaults: StackDefaults, problems: list[str]) -> ResolvedBroker | None:
     """The management client (and AMQP nodes) the options and the stack describe; None, with the problems, if
     unusable."""
     try:
-        return resolve_rabbitmq(values, connection_name="nsb-delays verify")
+        return resolve_rabbitmq(values, connection_name="nsb-delays verify", defaults=defaults)
     except CommandError as error:
         problems += error.problems
     except (ManagementError, ValueError) as error:
@@ -166,12 +161,11 @@ def rabbitmq_client(values: dict[str, Any], problems: list[str]) -> ResolvedBrok
 
 
 def retained_of(
-    broker: ResolvedBroker, previous: StackConfig, config: StackConfig, problems: list[str]
+    broker: ResolvedBroker, previous: RabbitMqConfig, config: StackConfig, problems: list[str]
 ) -> list[RetainedQueue]:
-    """The queues ``previous`` kept on delete that ``config`` no longer declares, on the broker, counted."""
-    assert previous.rabbitmq is not None
+    """``find_retained``, or the problem that stopped it (reported with every other side's)."""
     try:
-        return retained_queues(broker.management, previous.rabbitmq, config.rabbitmq, amqp_counter(broker.nodes))
+        return find_retained(broker, previous, config.rabbitmq)
     except (ManagementError, CountFailed) as error:
         problems.append(f"retained queues: {error}")
     return []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqSharedQueues
@@ -97,6 +99,6 @@ def test_each_policy_of_a_stack_waits_for_the_one_before_it() -> None:
 
     policies = of_type(record_stack(load_stack("dev")), RABBITMQ_POLICY)
     assert len(policies) > 5
-    for previous, policy in zip(policies, policies[1:], strict=False):
+    for previous, policy in itertools.pairwise(policies):
         assert previous.urn in policy.dependencies, f"{policy.name} does not wait for {previous.name}"
     assert not any(p.urn in policies[0].dependencies for p in policies[1:])

@@ -3,6 +3,7 @@ endpoints whose delivery bindings would catch each other's delayed messages."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from .names import GENERATIONS, LEVEL_COUNT, delay_level_name, delivery_exchange_name, parking_name
@@ -28,6 +29,7 @@ PROVIDER_ID_SEPARATOR = "@"
 BINDING_ID_SEPARATOR = "/"
 
 
+@functools.cache
 def delay_infrastructure_names() -> frozenset[str]:
     """Every exchange and queue name of the delay infrastructure, both generations (they may live side by side)."""
     return frozenset(
@@ -40,6 +42,7 @@ def delay_infrastructure_names() -> frozenset[str]:
     )
 
 
+@functools.cache
 def parking_names() -> frozenset[str]:
     """The parking exchange/queue name of both generations (``parking_name``): reserved like the delay names."""
     return frozenset(parking_name(generation) for generation in GENERATIONS)

@@ -142,7 +142,12 @@ class Topology:
 
     @staticmethod
     def join(parts: Iterable[Topology]) -> Topology:
-        total = Topology()
-        for part in parts:
-            total = total + part
-        return total
+        """The parts in order, each kind concatenated once (adding them pairwise copies the growing total each time:
+        quadratic in a stack's endpoints)."""
+        listed = list(parts)
+        return Topology(
+            tuple(e for part in listed for e in part.exchanges),
+            tuple(q for part in listed for q in part.queues),
+            tuple(b for part in listed for b in part.bindings),
+            tuple(p for part in listed for p in part.policies),
+        )

@@ -21,7 +21,7 @@ from .options import progress_option, window_option
 @click.option(
     "--source-generation",
     type=click.Choice(rmq.GENERATIONS),
-    default="v2",
+    default=rmq.Generation.V2.value,
     show_default=True,
     help="The source graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
 )
