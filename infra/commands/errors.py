@@ -112,19 +112,29 @@ def exception_log(error: BaseException, label: str = "nsb-delays", path: Path | 
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt), so clean-up and the interrupted report run for both."""
+    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt), so clean-up and the interrupted report run for both.
+
+    Both are recorded as well: Python runs a signal handler between any two bytecodes of the main thread, a garbage
+    collector's finalizer included, and an exception raised inside one is printed and dropped (``Exception ignored
+    in: <finalize object …>``; seen with urllib3's connection-pool finalizer). An interrupt that was dropped so is
+    raised again when the block ends, and the command still ends as interrupted."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
 
-    def interrupt(_signum: int, _frame: Any) -> None:
+    def interrupt(signum: int, _frame: Any) -> None:
+        received.append(signum)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:  # reached only when no KeyboardInterrupt came out of the block: one was dropped on the way
+        raise KeyboardInterrupt
 
 
 def _fail(code: int) -> NoReturn:
