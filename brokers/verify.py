@@ -159,14 +159,14 @@ def delivery_limit_drifts(
         wanted = _expected_policy_body(spec)
         live = live_policies.get(spec.name)
         if live is None:
-            missing.add(spec.target)
+            missing.update(spec.targets)
             fix = "apply the stack again (pulumi up), or import the rendered definitions"
             drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
             continue
         for field, value in wanted.items():
             if not _same(value, live.get(field)):
                 drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
-    own = {spec.target: spec.name for spec in topology.delivery_limit_policies}
+    own = {target: spec.name for spec in topology.delivery_limit_policies for target in spec.targets}
     live_queues = {q["name"]: q for q in queues}
     unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
     for queue in _receiving_quorum_queues(topology):
@@ -328,15 +328,14 @@ def alternate_exchange_drifts(topology: rmq.Topology, exchanges: Iterable[dict[s
     live = {exchange["name"]: exchange for exchange in exchanges}
     drifts = []
     for spec in topology.alternate_exchange_policies:
-        exchange = live.get(spec.target)
-        if exchange is None or exchange.get("policy") == spec.name:
-            continue  # a missing exchange is topology drift
-        fix = f"make {spec.name} the policy applied to exchange {spec.target!r}: no other policy may outrank it"
-        drifts.append(
-            Drift(
-                "different", f"exchange {spec.target}", "policy", shown(spec.name), shown(exchange.get("policy")), fix
+        for target in spec.targets:
+            exchange = live.get(target)
+            if exchange is None or exchange.get("policy") == spec.name:
+                continue  # a missing exchange is topology drift
+            fix = f"make {spec.name} the policy applied to exchange {target!r}: no other policy may outrank it"
+            drifts.append(
+                Drift("different", f"exchange {target}", "policy", shown(spec.name), shown(exchange.get("policy")), fix)
             )
-        )
     return drifts
 
 

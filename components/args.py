@@ -10,7 +10,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from .model.rabbitmq import Generation, QueueType, RoutingTopology
+from .model.rabbitmq import Generation, PolicyScope, QueueType, RoutingTopology
 
 
 class RabbitMqDelayInfrastructureArgs(TypedDict):
@@ -77,11 +77,34 @@ class RabbitMqEndpointArgs(TypedDict):
     legacy_timeout_manager: NotRequired[bool]
     """Adds the legacy timeout manager's queues `<endpoint>.Timeouts` and `<endpoint>.TimeoutsDispatcher`. Default: `false`."""
     delivery_limit_policies: NotRequired[bool]
-    """Pre-create NServiceBus's `nsb.<queue>.delivery-limit` policy for each quorum receiving queue; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
+    """Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
+    policy_scope: NotRequired[PolicyScope]
+    """Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for all the stack's endpoints (`RabbitMqEndpointPolicies`); or `endpoint`, one per queue or exchange, named as NServiceBus names its own (`nsb.<queue>.delivery-limit`). One per object makes every policy change cost the broker a match of every object of the vhost. Default: `"stack"`."""
     delivery_exchange: NotRequired[pulumi.Input[str]]
     """The delivery exchange of the stack's `RabbitMqDelayInfrastructure` (its `deliveryExchange` output): the endpoint's delivery bindings then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
     parking_exchange: NotRequired[pulumi.Input[str]]
     """The parking exchange of the stack's `RabbitMqDelayInfrastructure` (its `parkingExchange` output): the endpoint's alternate-exchange policies then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
+
+
+class RabbitMqEndpointPoliciesArgs(TypedDict):
+    """The inputs of ``RabbitMqEndpointPolicies``."""
+
+    vhost: NotRequired[str]
+    """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
+    broker_version: NotRequired[str]
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
+    adopt_existing: NotRequired[bool]
+    """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    generation: NotRequired[Generation]
+    """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
+    policy_group: NotRequired[str]
+    """Names the stack's combined policies, `nsb-delays.<policyGroup>.<kind>.<bucket>`: give each stack that shares a vhost its own. Default: the Pulumi stack's name."""
+    delivery_limit_queues: NotRequired[list[str]]
+    """The quorum receiving queues that get delivery limit 100000 (NServiceBus.RabbitMQ 10+ wants it). Default: `[]`."""
+    parked_exchanges: NotRequired[list[str]]
+    """The endpoint exchanges that get the parking exchange as their alternate exchange. Default: `[]`."""
+    parking_exchange: NotRequired[pulumi.Input[str]]
+    """The parking exchange of the stack's `RabbitMqDelayInfrastructure` (its `parkingExchange` output): the parking policies then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
 
 
 class RabbitMqEndpointUserArgs(TypedDict):

@@ -64,6 +64,17 @@ COMPONENTS = (
         ),
     ),
     ComponentArgs(
+        "RabbitMqEndpointPolicies",
+        model_settings.EndpointPoliciesSettings,
+        (
+            PulumiInput(
+                "parking_exchange",
+                "NotRequired[pulumi.Input[str]]",
+                "The parking exchange " + _EXCHANGE_NAME.format(output="parkingExchange", what="parking policies"),
+            ),
+        ),
+    ),
+    ComponentArgs(
         "RabbitMqEndpointUser",
         model_settings.EndpointUserSettings,
         (PulumiInput("password", "pulumi.Input[str]", "Its password: pass a secret (it is stored as one anyway)."),),

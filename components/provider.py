@@ -16,13 +16,20 @@ from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.server import ComponentInitError, main
 
 from .model.settings import PACKAGE
-from .rabbitmq import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqEndpointUser, RabbitMqSharedQueues
+from .rabbitmq import (
+    RabbitMqDelayInfrastructure,
+    RabbitMqEndpoint,
+    RabbitMqEndpointPolicies,
+    RabbitMqEndpointUser,
+    RabbitMqSharedQueues,
+)
 from .sqs import SqsEndpoint
 
 COMPONENTS: list[type[pulumi.ComponentResource]] = [
     RabbitMqDelayInfrastructure,
     RabbitMqSharedQueues,
     RabbitMqEndpoint,
+    RabbitMqEndpointPolicies,
     RabbitMqEndpointUser,
     SqsEndpoint,
 ]

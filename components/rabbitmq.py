@@ -16,6 +16,7 @@ import pulumi_rabbitmq as rabbitmq
 from .args import (
     RabbitMqDelayInfrastructureArgs,
     RabbitMqEndpointArgs,
+    RabbitMqEndpointPoliciesArgs,
     RabbitMqEndpointUserArgs,
     RabbitMqSharedQueuesArgs,
 )
@@ -25,6 +26,7 @@ from .model import rabbitmq as model
 from .model.settings import (
     PACKAGE,
     DelayInfrastructureSettings,
+    EndpointPoliciesSettings,
     EndpointSettings,
     EndpointUserSettings,
     SharedQueuesSettings,
@@ -32,7 +34,8 @@ from .model.settings import (
 
 TYPE_PREFIX = f"{PACKAGE}:index:"
 Spec = model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec
-Placement = DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings  # where, and on which broker
+# where, and on which broker
+Placement = DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings | EndpointPoliciesSettings
 
 
 def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
@@ -181,12 +184,12 @@ class Declared:
         )
 
     def policy(self, policy: model.PolicySpec) -> rabbitmq.Policy:
-        target = self.queues.get(policy.target) or self.exchanges.get(policy.target)
+        local = [self.queues.get(name) or self.exchanges.get(name) for name in policy.targets]
         definition: dict[str, pulumi.Input[str]] = {**policy_definition(policy.definition)}
         alternate = definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY)
         if isinstance(alternate, str) and alternate in self.names:
             definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
-        waits_for = [*([target] if target else []), *PolicyChain.after(self.vhost)]
+        waits_for = [*(target for target in local if target is not None), *PolicyChain.after(self.vhost)]
         declared = rabbitmq.Policy(
             f"{self.name}-{policy.name}",
             name=policy.name,
@@ -313,6 +316,36 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         )
 
 
+class RabbitMqEndpointPolicies(pulumi.ComponentResource):
+    """The parking and delivery-limit policies of a stack's endpoints (those with ``policy_scope`` ``stack``, the
+    default), as a few combined policies, ``nsb-delays.<policyGroup>.<kind>.<bucket>``, each matching up to 4 KiB of
+    names (``model.combined_policies``): every policy change costs the broker a match of every object in the vhost,
+    so one policy per object makes a large stack's ``pulumi up`` quadratic. The objects get the same definitions as
+    one policy each would give them: delivery limit 100000 on ``delivery_limit_queues``, the parking exchange as
+    alternate exchange on ``parked_exchanges``.
+    """
+
+    policy_names: pulumi.Output[list[str]]
+    """The combined policies' names."""
+
+    def __init__(
+        self, name: str, args: RabbitMqEndpointPoliciesArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        component = type(self).__name__
+        settings = settings_of_args(EndpointPoliciesSettings, component, name, args, ("parking_exchange",))
+        super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
+        parking = model.parking_name(settings.generation)
+        given = args.get("parking_exchange")
+        self.resources = Declared(
+            self,
+            name,
+            settings,
+            exchange_names={parking: named(given, parking, "parking_exchange")} if given is not None else None,
+        ).declare(settings.topology(pulumi.get_stack()))
+        self.policy_names = pulumi.Output.from_input(list(self.resources.policies))
+        self.register_outputs({"policyNames": self.policy_names})
+
+
 class RabbitMqSharedQueues(pulumi.ComponentResource):
     """The ``error`` and ``audit`` queues every endpoint sends to: declared once per broker/vhost, retained on delete
     with ``retain_on_delete`` (default)."""
@@ -320,9 +353,7 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
     error_queue: pulumi.Output[str]
     audit_queue: pulumi.Output[str]
 
-    def __init__(
-        self, name: str, args: RabbitMqSharedQueuesArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: RabbitMqSharedQueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         component = type(self).__name__
         settings = settings_of_args(SharedQueuesSettings, component, name, args)
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)

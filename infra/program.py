@@ -10,6 +10,7 @@ import pulumi
 from nsb_delays.components.args import (
     RabbitMqDelayInfrastructureArgs,
     RabbitMqEndpointArgs,
+    RabbitMqEndpointPoliciesArgs,
     RabbitMqEndpointUserArgs,
     RabbitMqSharedQueuesArgs,
     SqsEndpointArgs,
@@ -19,6 +20,7 @@ from nsb_delays.components.model.settings import values_of
 from nsb_delays.components.rabbitmq import (
     RabbitMqDelayInfrastructure,
     RabbitMqEndpoint,
+    RabbitMqEndpointPolicies,
     RabbitMqEndpointUser,
     RabbitMqSharedQueues,
 )
@@ -50,7 +52,8 @@ def read_pulumi_config() -> tuple[StackConfig, Passwords]:
             raw[key], passwords[key] = {"secure": "(encrypted)"}, secret
         else:
             raw[key] = config.get(key)
-    return parse_stack_config({key: value for key, value in raw.items() if value is not None}), passwords
+    given = {key: value for key, value in raw.items() if value is not None}
+    return parse_stack_config(given, pulumi.get_stack()), passwords
 
 
 def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, Any]:
@@ -72,6 +75,16 @@ def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, 
         )
         for settings in config.endpoints
     }
+    if config.policies.delivery_limit_queues or config.policies.parked_exchanges:
+        RabbitMqEndpointPolicies(
+            "endpoint-policies",
+            cast(
+                RabbitMqEndpointPoliciesArgs,
+                values_of(config.policies)
+                | {"policy_group": config.policy_group, "parking_exchange": infrastructure.parking_exchange},
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
+        )
     users = {
         settings.user: RabbitMqEndpointUser(
             f"rabbitmq-user-{settings.user}",

@@ -31,6 +31,7 @@ from nsb_delays.components.model.settings import (
     SQS,
     SQS_ENDPOINT,
     DelayInfrastructureSettings,
+    EndpointPoliciesSettings,
     EndpointSettings,
     EndpointUserSettings,
     SharedQueuesSettings,
@@ -44,6 +45,8 @@ from .keys import MSMQ, ConfigKey, config_keys
 
 NAMESPACE = PACKAGE
 SECTIONS = ("rabbitmq", "sqs", "msmq")
+UNNAMED_STACK = "stack"
+"""The stack name of a config parsed without one (tests, benchmarks): it names the combined policies."""
 DELIVERY_LIMIT_POLICIES_KEY = camel_case("delivery_limit_policies")
 BROKER_VERSION_KEY = camel_case("broker_version")
 
@@ -83,6 +86,12 @@ class RabbitMqConfig:
     endpoints: tuple[EndpointSettings, ...] = ()
     users: tuple[EndpointUserSettings, ...] = ()
     password_keys: tuple[str, ...] = ()
+    policies: EndpointPoliciesSettings = field(default_factory=EndpointPoliciesSettings)
+    stack: str = UNNAMED_STACK  # names the combined policies unless ``policyGroup`` does
+
+    @property
+    def policy_group(self) -> str:
+        return self.policies.policy_group or self.stack
 
     @property
     def vhost(self) -> str:
@@ -124,6 +133,7 @@ class RabbitMqConfig:
             (False, self.infrastructure.topology()),
             (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
             *((endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints),
+            (False, self.policies.topology(self.stack)),
         )
 
     def queues_kept_on_delete(self) -> tuple[str, ...]:
@@ -178,13 +188,14 @@ class StackConfig:
     sqs: SqsConfig | None = None
     msmq: MsmqConfig | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    stack: str = UNNAMED_STACK
 
     def with_values(self, section: str, **values: Any) -> StackConfig:
         """The same stack with ``values`` (stack config keys, ``deliveryLimitPolicies=False``) set in ``section``:
         parsed again, so an override is checked like the stack file."""
         raw = dict(self.raw)
         raw[section] = {**(raw.get(section) or {}), **values}
-        return parse_stack_config(raw)
+        return parse_stack_config(raw, self.stack)
 
 
 def _fields(
@@ -240,7 +251,7 @@ def _strings(values: Any, where: str, problems: list[str], what: str = "entry") 
     return tuple(value for value in values if value not in bad)
 
 
-def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
+def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig:
     path = f"{NAMESPACE}:rabbitmq"
     keys = config_keys()
     section = _fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
@@ -265,6 +276,8 @@ def _parse_rabbitmq(raw: Any, problems: list[str]) -> RabbitMqConfig:
         tuple(endpoints),
         tuple(user for _, user, _ in users),
         tuple(key for _, _, key in users),
+        settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
+        stack,
     )
     _check_rabbitmq_names(config, path, problems)
     _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
@@ -403,6 +416,12 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
     for name, count in Counter(queues).items():
         if count > 1:
             problems.append(f"{path}.endpoints: queue {name!r} is declared {count} times (duplicate endpoint or queue)")
+    group = config.policy_group
+    if not group.strip() or "@" in group or any(ch.isspace() for ch in group):
+        problems.append(
+            f"{path}.policyGroup: {group!r} must be a non-empty name without '@' or whitespace: it names the stack's "
+            "combined policies, and the provider's policy id is 'name@vhost'"
+        )
     for a, b in rmq.shadowing_addresses(list(config.receiving_queues())):
         problems.append(
             f"{path}.endpoints: {a!r} would also receive delayed messages addressed to {b!r} "
@@ -475,10 +494,11 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
-def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
-    """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values."""
+def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> StackConfig:
+    """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values; ``stack`` is the name of
+    the stack they configure."""
     problems: list[str] = []
-    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems) if raw.get("rabbitmq") is not None else None
+    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems, stack) if raw.get("rabbitmq") is not None else None
     passwords = password_keys(raw.get("rabbitmq"))
     unknown = sorted(set(raw) - set(SECTIONS) - set(passwords))
     for key in unknown:
@@ -489,9 +509,7 @@ def parse_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:
         raise ConfigError(problems)
-    return StackConfig(rabbitmq, sqs_config, msmq_config, raw)
-
-
+    return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack)
 
 
 # --- the stack file -----------------------------------------------------------------------------------
@@ -572,6 +590,16 @@ def stack_file(stack: str, cwd: Path | None = None) -> Path:
     raise StackFileError([f"no stack {stack!r}: Pulumi.{stack}.yaml is not in {looked}{project_note}{stacks_note}"])
 
 
+def stack_name(stack: str) -> str:
+    """The stack's name: ``--stack`` as given, or the ``<name>`` of a ``Pulumi.<name>.yaml`` path."""
+    if not is_stack_path(stack):
+        return stack
+    name = Path(stack).name
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    return name.removeprefix("Pulumi.")
+
+
 def read_stack_yaml(stack: str) -> dict[str, Any]:
     """The ``config:`` mapping of the stack file ``--stack`` names (see ``stack_file``)."""
     path = stack_file(stack)
@@ -619,4 +647,4 @@ def namespace_values(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_stack(stack: str) -> StackConfig:
     """The validated config of ``--stack`` (a name or a path); ConfigError lists every problem."""
-    return parse_stack_config(namespace_values(read_stack_yaml(stack)))
+    return parse_stack_config(namespace_values(read_stack_yaml(stack)), stack_name(stack))

@@ -86,9 +86,7 @@ _ENDPOINTS_DOC = "The endpoints: each a name, or a mapping with `name` and the k
 # The keys that give the config its shape rather than set a component's setting: declared here, once.
 SHAPE_KEYS: dict[str, tuple[ConfigKey, ...]] = {
     RABBITMQ: (ConfigKey("endpoints", "endpoints", list, _ENDPOINTS_DOC, "none"),),
-    RABBITMQ_ENDPOINT: (
-        ConfigKey("user", "user", Mapping, _USER_DOC, "none"),
-    ),
+    RABBITMQ_ENDPOINT: (ConfigKey("user", "user", Mapping, _USER_DOC, "none"),),
     RABBITMQ_USER: (
         ConfigKey(
             "passwordKey",
@@ -126,6 +124,5 @@ def config_keys() -> dict[str, dict[str, ConfigKey]]:
     entry of its ``endpoints``), settings first in their declaration order. Derived once (the parser reads it for
     each section and each endpoint user); callers only read it."""
     return {
-        place: {**_setting_keys(place), **{shape.key: shape for shape in SHAPE_KEYS[place]}}
-        for place in SECTION_PLACES
+        place: {**_setting_keys(place), **{shape.key: shape for shape in SHAPE_KEYS[place]}} for place in SECTION_PLACES
     }

@@ -192,10 +192,18 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVho
     )
     delivery_limit_policies: bool | None = setting(
         None,
-        doc="Pre-create NServiceBus's `nsb.<queue>.delivery-limit` policy for each quorum receiving queue; false when "
-        "the policies are managed elsewhere.",
+        doc="Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; "
+        "false when the policies are managed elsewhere.",
         places=(RABBITMQ,),
         default_text="true from `brokerVersion` 4.0, false below",
+    )
+    policy_scope: rmq.PolicyScope = setting(
+        rmq.PolicyScope.STACK,
+        doc="Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for "
+        "all the stack's endpoints (`RabbitMqEndpointPolicies`); or `endpoint`, one per queue or exchange, named as "
+        "NServiceBus names its own (`nsb.<queue>.delivery-limit`). One per object makes every policy change cost "
+        "the broker a match of every object of the vhost.",
+        places=(RABBITMQ,),
     )
 
     @property
@@ -223,7 +231,57 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVho
             legacy_timeout_manager=self.legacy_timeout_manager,
             delivery_limit_policies=self.declares_delivery_limit_policies,
             park_unroutable=self.park_unroutable,
+            own_policies=self.policy_scope == rmq.PolicyScope.ENDPOINT,
         )
+
+    def policies(self) -> tuple[rmq.PolicySpec, ...]:
+        """Its per-object parking and delivery-limit policies, whoever declares them (``policy_scope``)."""
+        return rmq.receiving_queue_policies(
+            self.receiving_queues,
+            generation=self.generation,
+            routing_topology=self.routing_topology,
+            queue_type=self.queue_type,
+            delivery_limit_policies=self.declares_delivery_limit_policies,
+            park_unroutable=self.park_unroutable,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointPoliciesSettings(OfGeneration, OnBroker, InVhost):
+    """``RabbitMqEndpointPolicies``: the parking and delivery-limit policies of a stack's endpoints, combined."""
+
+    policy_group: str | None = setting(
+        None,
+        doc="Names the stack's combined policies, `nsb-delays.<policyGroup>.<kind>.<bucket>`: give each stack that "
+        "shares a vhost its own.",
+        places=(RABBITMQ,),
+        default_text="the Pulumi stack's name",
+    )
+    delivery_limit_queues: tuple[str, ...] = setting(
+        (), doc="The quorum receiving queues that get delivery limit 100000 (NServiceBus.RabbitMQ 10+ wants it)."
+    )
+    parked_exchanges: tuple[str, ...] = setting(
+        (), doc="The endpoint exchanges that get the parking exchange as their alternate exchange."
+    )
+
+    def covering(self, endpoints: tuple[EndpointSettings, ...]) -> EndpointPoliciesSettings:
+        """These settings for ``endpoints``: the targets of those that leave their policies to the stack."""
+        policies = [p for e in endpoints if e.policy_scope == rmq.PolicyScope.STACK for p in e.policies()]
+
+        def targets(apply_to: str) -> tuple[str, ...]:
+            return tuple(name for p in policies if p.apply_to == apply_to for name in p.targets)
+
+        return dataclasses.replace(
+            self,
+            delivery_limit_queues=targets(rmq.QUORUM_QUEUES_TARGET),
+            parked_exchanges=targets(rmq.EXCHANGES_TARGET),
+        )
+
+    def topology(self, stack: str) -> rmq.Topology:
+        """The combined policies, named by ``policy_group`` or else ``stack``."""
+        per_object = [rmq.delivery_limit_policy(queue) for queue in self.delivery_limit_queues]
+        per_object += [rmq.alternate_exchange_policy(exchange, self.generation) for exchange in self.parked_exchanges]
+        return rmq.Topology(policies=rmq.combined_policies(per_object, self.policy_group or stack))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,7 +354,13 @@ class SqsEndpointSettings:
         )
 
 
-RABBITMQ_SETTINGS = (DelayInfrastructureSettings, SharedQueuesSettings, EndpointSettings, EndpointUserSettings)
+RABBITMQ_SETTINGS = (
+    DelayInfrastructureSettings,
+    SharedQueuesSettings,
+    EndpointSettings,
+    EndpointPoliciesSettings,
+    EndpointUserSettings,
+)
 ALL_SETTINGS = (*RABBITMQ_SETTINGS, SqsEndpointSettings)
 
 

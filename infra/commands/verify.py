@@ -109,9 +109,7 @@ def run_checks(
     "on 5672 (amqps on 5671 for an https management URL), the same credentials.",
 )
 @baseline_option
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print {checked, drifts, retained} as JSON instead of a table."
-)
+@click.option("--json", "as_json", is_flag=True, help="Print {checked, drifts, retained} as JSON instead of a table.")
 def verify(
     stack: str,
     sqs_endpoint_url: str | None,

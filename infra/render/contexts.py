@@ -71,9 +71,10 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
         edges.append({"from": source, "to": target, "label": _mermaid_label(label), "style": binding.role})
     for policy in topology.alternate_exchange_policies:  # parking: where what an exchange cannot route goes
         alternate = str(policy.definition[rmq.ALTERNATE_EXCHANGE_POLICY_KEY])
-        if ("exchange", policy.target) in ids and ("exchange", alternate) in ids:
-            source, target = ids[("exchange", policy.target)], ids[("exchange", alternate)]
-            edges.append({"from": source, "to": target, "label": "unroutable", "style": "alternate"})
+        for parked in policy.targets:
+            if ("exchange", parked) in ids and ("exchange", alternate) in ids:
+                source, target = ids[("exchange", parked)], ids[("exchange", alternate)]
+                edges.append({"from": source, "to": target, "label": "unroutable", "style": "alternate"})
     delivered = _reachable({ids[("exchange", rmq.delivery_exchange_name(config.generation))]}, edges)
     for entry in nodes:
         entry["group"] = "levels" if entry.pop("role") == "delay-level" else "" if entry["id"] in delivered else "other"

@@ -29,6 +29,7 @@ def test_schema_names_every_component_under_the_package(schema: dict) -> None:
         "nsb-delays:index:RabbitMqDelayInfrastructure",
         "nsb-delays:index:RabbitMqSharedQueues",
         "nsb-delays:index:RabbitMqEndpoint",
+        "nsb-delays:index:RabbitMqEndpointPolicies",
         "nsb-delays:index:RabbitMqEndpointUser",
         "nsb-delays:index:SqsEndpoint",
     }
@@ -43,6 +44,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "generation",
         "routingTopology",
         "queueType",
+        "policyScope",
         "vhost",
         "instanceDiscriminators",
         "legacyTimeoutManager",

@@ -48,11 +48,12 @@ def test_the_pattern_escapes_the_queue_name_as_dotnet_regex_escape_does(queue: s
 def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
     assert rmq.delivery_limit_policy("Sales") == rmq.PolicySpec(
         name="nsb.Sales.delivery-limit",
-        target="Sales",
+        targets=("Sales",),
         pattern="^Sales$",
         apply_to="quorum_queues",
         priority=0,
         definition={"delivery-limit": 100_000},
+        by_nservicebus=True,
     )
     assert rmq.is_delivery_limit_policy_name("nsb.anything.delivery-limit")
     assert not rmq.is_delivery_limit_policy_name("team.Sales.delivery-limit")
@@ -73,7 +74,7 @@ def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not()
 
 
 def test_the_component_declares_the_policy_with_string_definition_values() -> None:
-    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False})  # noqa: E731 (parking: test_parking.py)
+    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "policy_scope": "endpoint"})  # noqa: E731 (parking: test_parking.py)
     (policy,) = of_type(declared(build), RABBITMQ_POLICY)
     assert policy.inputs["name"] == "nsb.Sales.delivery-limit" and policy.inputs["vhost"] == "/"
     assert policy.inputs["policy"] == {
@@ -89,10 +90,10 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
 @pytest.mark.parametrize(("broker_version", "policies"), [("3.10", 0), ("3.13", 0), ("4.0", 1), ("4.1", 1)])
 def test_the_component_declares_the_policy_by_default_from_rabbitmq_4_0(broker_version: str, policies: int) -> None:
     """Below 4.0 there is no default delivery limit to override, and NServiceBus creates no policy there."""
-    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version})  # noqa: E731
+    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "policy_scope": "endpoint"})  # noqa: E731
     assert len(of_type(declared(build), RABBITMQ_POLICY)) == policies
     def forced():
-        return RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "delivery_limit_policies": False})
+        return RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "delivery_limit_policies": False, "policy_scope": "endpoint"})
     assert of_type(declared(forced), RABBITMQ_POLICY) == []
 
 
@@ -100,7 +101,16 @@ def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() ->
     on = record_stack(
         parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, "parkUnroutable": False}})
     )
+    # NServiceBus never declares a combined policy: adoption creates it (beside the transport's own, if any)
     assert [(r.physical_name, r.import_id) for r in of_type(on, RABBITMQ_POLICY)] == [
+        ("nsb-delays.stack.delivery-limit.all", None)
+    ]
+    per_endpoint = record_stack(
+        parse_stack_config(
+            {"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, "parkUnroutable": False, "policyScope": "endpoint"}}
+        )
+    )
+    assert [(r.physical_name, r.import_id) for r in of_type(per_endpoint, RABBITMQ_POLICY)] == [
         ("nsb.Sales.delivery-limit", "nsb.Sales.delivery-limit@/")
     ]
     off = record_stack(
@@ -115,7 +125,7 @@ def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() ->
 
 def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() -> None:
     stack = parse_stack_config(
-        {"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"], "parkUnroutable": False}}
+        {"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"], "parkUnroutable": False, "policyScope": "endpoint"}}
     )
     document = json.loads(render(stack, "rabbitmq-definitions", "t"))
     assert document["policies"] == [

@@ -97,7 +97,8 @@ def test_each_policy_of_a_stack_waits_for_the_one_before_it() -> None:
     from nsb_delays.stack.config import load_stack
     from tests.unit.helpers import of_type
 
-    policies = of_type(record_stack(load_stack("dev")), RABBITMQ_POLICY)
+    per_object = load_stack("dev").with_values("rabbitmq", policyScope="endpoint")
+    policies = of_type(record_stack(per_object), RABBITMQ_POLICY)
     assert len(policies) > 5
     for previous, policy in itertools.pairwise(policies):
         assert previous.urn in policy.dependencies, f"{policy.name} does not wait for {previous.name}"

@@ -37,7 +37,7 @@ def test_parking_names_per_generation(generation: str, name: str) -> None:
     (policy,) = topology.policies
     assert policy == rmq.PolicySpec(
         name=f"nsb-delays.{rmq.delivery_exchange_name(generation)}.unroutable",
-        target=rmq.delivery_exchange_name(generation),
+        targets=(rmq.delivery_exchange_name(generation),),
         pattern="^" + rmq.delivery_exchange_name(generation).replace(".", r"\.") + "$",
         apply_to="exchanges",
         priority=0,
@@ -56,9 +56,9 @@ def test_the_parking_binding_takes_delayed_keys_only() -> None:
 
 def test_endpoint_exchanges_get_the_policy_in_the_conventional_topology_only() -> None:
     conventional = rmq.endpoint_topology("Billing", instance_discriminators=["blue"], delivery_limit_policies=False)
-    assert [(p.target, p.definition) for p in conventional.policies] == [
-        ("Billing", {"alternate-exchange": "nsb.v2.delay-unroutable"}),
-        ("Billing-blue", {"alternate-exchange": "nsb.v2.delay-unroutable"}),
+    assert [(p.targets, p.definition) for p in conventional.policies] == [
+        (("Billing",), {"alternate-exchange": "nsb.v2.delay-unroutable"}),
+        (("Billing-blue",), {"alternate-exchange": "nsb.v2.delay-unroutable"}),
     ]
     direct = rmq.endpoint_topology("Billing", routing_topology="direct", delivery_limit_policies=False)
     assert direct.policies == ()  # the delivery exchange's own alternate exchange catches a missing queue
@@ -72,14 +72,14 @@ def test_the_stack_switch_turns_parking_off() -> None:
     ).topology
     parking = rmq.parking_name()
     assert parking in {q.name for q in on.queues} and parking not in {q.name for q in off.queues}
-    assert {p.target for p in on.policies if p.apply_to == "exchanges"} == {"nsb.v2.delay-delivery", "Sales"}
+    assert {t for p in on.policies if p.apply_to == "exchanges" for t in p.targets} == {"nsb.v2.delay-delivery", "Sales"}
     assert not [p for p in off.policies if p.apply_to == "exchanges"]
 
 
 def test_the_components_declare_parking_by_policy_never_by_argument() -> None:
     def build() -> None:
         infrastructure = RabbitMqDelayInfrastructure("delays", {})
-        RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_limit_policies": False, "delivery_exchange": infrastructure.delivery_exchange, "parking_exchange": infrastructure.parking_exchange})
+        RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_limit_policies": False, "policy_scope": "endpoint", "delivery_exchange": infrastructure.delivery_exchange, "parking_exchange": infrastructure.parking_exchange})
 
     resources = declared(build)
     parking = rmq.parking_name()

@@ -756,10 +756,22 @@ def test_a_delivery_limit_argument_on_an_endpoint_queue_is_reported() -> None:
 
 def test_the_programs_own_policies_pass_and_a_changed_one_is_reported() -> None:
     assert delivery_limit_violations(dev_recorded()) == []
-    own = find(dev_recorded(), RABBITMQ_POLICY, rmq.delivery_limit_policy_name("Sales"))
+    combined = find(dev_recorded(), RABBITMQ_POLICY, "nsb-delays.dev.delivery-limit.all")
     weakened = changed(
-        dev_recorded(), own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "20"})
+        dev_recorded(), combined, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "20"})
     )
+    violations = delivery_limit_violations(weakened)
+    assert sorted(v.message.split("'")[3] for v in violations) == ["Billing", "Billing-blue", "Sales", "Shipping"]
+    assert all(v.urn == combined.urn and v.mandatory for v in violations)
+    assert "definition {'delivery-limit': '20'}" in violations[0].message
+    assert "declare it as RabbitMqEndpointPolicies does" in violations[0].message
+
+
+def test_per_endpoint_policies_pass_and_a_changed_one_is_reported() -> None:
+    recorded = record_stack(load_stack(STACK).with_values("rabbitmq", policyScope="endpoint"), stack=STACK)
+    assert delivery_limit_violations(recorded) == []
+    own = find(recorded, RABBITMQ_POLICY, rmq.delivery_limit_policy_name("Sales"))
+    weakened = changed(recorded, own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "20"}))
     (violation,) = delivery_limit_violations(weakened)
     assert violation.urn == own.urn and violation.mandatory
     assert (

@@ -62,7 +62,7 @@ def test_an_alternate_exchange_argument_on_the_delivery_exchange_is_mandatory_to
 def test_a_higher_priority_policy_without_an_alternate_exchange_takes_parking_away() -> None:
     """RabbitMQ applies one policy per object, the highest priority: a team's exchange policy can outrank ours."""
     recorded = list(dev_recorded())
-    ours = find(recorded, RABBITMQ_POLICY, rmq.alternate_exchange_policy_name("Sales"))
+    ours = find(recorded, RABBITMQ_POLICY, rmq.combined_policy_name("dev", "unroutable", rmq.ROOT_BUCKET))
     inputs = {
         **ours.inputs,
         "name": "team-federation",

@@ -35,9 +35,10 @@ def test_dev_stack_declares_the_graph_three_endpoints_and_six_sqs_queues() -> No
     assert counts[QUEUE] == 28 + 1 + 8
     # graph + parking + fanout->queue + delivery bindings (Sales, Billing, Billing-blue, Shipping)
     assert counts[BINDING] == 56 + 1 + 8 + 4
-    # delivery-limit per quorum receiving queue; the parking exchange as alternate of the delivery exchange
-    # and of each receiving queue's exchange (conventional)
-    assert counts[RABBITMQ_POLICY] == 4 + 1 + 4
+    # the parking exchange as alternate of the delivery exchange; one combined delivery-limit policy for the
+    # quorum receiving queues and one combined parking policy for their exchanges (conventional)
+    assert counts[RABBITMQ_POLICY] == 1 + 1 + 1
+    assert counts["nsb-delays:index:RabbitMqEndpointPolicies"] == 1
     assert counts[SQS_QUEUE] == 6
     assert counts["nsb-delays:index:RabbitMqEndpoint"] == 3 and counts["nsb-delays:index:SqsEndpoint"] == 3
 

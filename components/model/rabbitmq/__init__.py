@@ -4,6 +4,7 @@
 - ``objects``: exchanges, queues, bindings, policies and ``Topology``;
 - ``graph``: the delay graph, parking and an endpoint's objects;
 - ``delivery_limits``: NServiceBus's delivery-limit policy and its broker verifier's rules;
+- ``combined``: a stack's parking and delivery-limit policies combined, a few per vhost;
 - ``name_rules``: which names can work;
 - ``routing``: a delayed message's routing key and path;
 - ``arguments``: queue arguments as the broker stores and compares them;
@@ -12,8 +13,9 @@
 Everything is importable from here too (``from nsb_delays.components.model import rabbitmq as rmq``).
 """
 
-from . import arguments, delivery_limits, graph, name_rules, names, objects, routing, versions
+from . import arguments, combined, delivery_limits, graph, name_rules, names, objects, routing, versions
 from .arguments import *  # noqa: F403
+from .combined import *  # noqa: F403
 from .delivery_limits import *  # noqa: F403
 from .graph import *  # noqa: F403
 from .name_rules import *  # noqa: F403
@@ -29,6 +31,7 @@ __all__ = [
     *arguments.__all__,
     *delivery_limits.__all__,
     *graph.__all__,
+    *combined.__all__,
     *routing.__all__,
     *name_rules.__all__,
 ]

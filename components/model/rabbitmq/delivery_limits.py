@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .names import QueueType, exact_name_pattern
+from .names import QueueType, exact_name_pattern, is_combined_policy_name
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
 from .versions import parse_broker_version
 
@@ -90,11 +90,12 @@ def delivery_limit_policy(queue: str) -> PolicySpec:
     """The policy NServiceBus creates for one quorum receive queue: ``^<Regex.Escape(queue)>$``, priority 0."""
     return PolicySpec(
         name=delivery_limit_policy_name(queue),
-        target=queue,
+        targets=(queue,),
         pattern=exact_name_pattern(queue),
         apply_to=DELIVERY_LIMIT_POLICY_APPLY_TO,
         priority=DELIVERY_LIMIT_POLICY_PRIORITY,
         definition={DELIVERY_LIMIT_POLICY_KEY: UNLIMITED_DELIVERY_LIMIT},
+        by_nservicebus=True,
     )
 
 
@@ -241,9 +242,10 @@ def delivery_limit_conflicts(
     other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``
     None counts as 4.x) any user policy that ties or outranks ``nsb.<queue>.delivery-limit`` (priority
     >= 0), because a queue has one policy and the transport's cannot be applied. Flagged but not
-    refused: a limit of exactly 100000 that does not come from NServiceBus's policy. A policy named
-    ``nsb.<queue>.delivery-limit`` with another pattern, target, priority or definition is flagged
-    (and refused when its limit is not 100000).
+    refused: a limit of exactly 100000 that does not come from NServiceBus's policy or a stack's combined
+    delivery-limit policy (``nsb-delays.<group>.delivery-limit.<bucket>``). Either of those with another
+    target, priority or definition (or for NServiceBus's, pattern) is flagged (and refused when its limit is not
+    100000).
     """
     own = delivery_limit_policy(queue)
     on_4x = broker_version is None or broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
@@ -254,9 +256,10 @@ def delivery_limit_conflicts(
             continue
         limit = _as_limit(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
         limit_refused = limit is not None and limit != UNLIMITED_DELIVERY_LIMIT
-        if policy.name == own.name and not policy.operator:
+        combined = is_combined_policy_name(policy.name, DELIVERY_LIMIT_POLICY_KEY)
+        if (policy.name == own.name or combined) and not policy.operator:
             declared = (
-                policy.pattern,
+                policy.pattern if not combined else own.pattern,  # a combined pattern reaches many queues
                 policy.apply_to,
                 policy.priority,
                 {k: _as_limit(v) for k, v in policy.definition.items()},
@@ -268,7 +271,9 @@ def delivery_limit_conflicts(
                         queue, policy.name, False, "definition",
                         _describe_policy(own.pattern, own.apply_to, own.priority, own.definition),
                         _describe_policy(policy.pattern, policy.apply_to, policy.priority, policy.definition),
-                        limit_refused, "declare it exactly as NServiceBus does (RabbitMqEndpoint)",
+                        limit_refused,
+                        "declare it as RabbitMqEndpointPolicies does" if combined
+                        else "declare it exactly as NServiceBus does (RabbitMqEndpoint)",
                     )
                 )  # fmt: skip
             continue

@@ -19,6 +19,7 @@ from .names import (
     DEFAULT_GENERATION,
     DEFAULT_ROUTING_TOPOLOGY,
     MAX_LEVEL,
+    OWN_POLICY_PREFIX,
     PARKING_BINDING_KEY,
     QUEUE_TYPES,
     ROUTING_TOPOLOGIES,
@@ -55,6 +56,7 @@ __all__ = [
     "level_ttl_ms",
     "parking_queue_arguments",
     "parking_topology",
+    "receiving_queue_policies",
     "shared_queues",
 ]
 
@@ -123,7 +125,7 @@ def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
 ALTERNATE_EXCHANGE_POLICY_KEY = "alternate-exchange"
 ALTERNATE_EXCHANGE_ARGUMENT = "alternate-exchange"  # as a declare argument: what NServiceBus's declaration refuses
 ALTERNATE_EXCHANGE_POLICY_PRIORITY = 0
-ALTERNATE_EXCHANGE_POLICY_PREFIX = "nsb-delays."  # ours; NServiceBus's own policies start with "nsb."
+ALTERNATE_EXCHANGE_POLICY_PREFIX = OWN_POLICY_PREFIX
 ALTERNATE_EXCHANGE_POLICY_SUFFIX = ".unroutable"
 
 
@@ -141,7 +143,7 @@ def alternate_exchange_policy(exchange: str, generation: str = DEFAULT_GENERATIO
     """``exchange``'s alternate exchange is the graph's parking exchange: ``^<escaped name>$``, apply-to exchanges."""
     return PolicySpec(
         name=alternate_exchange_policy_name(exchange),
-        target=exchange,
+        targets=(exchange,),
         pattern=exact_name_pattern(exchange),
         apply_to=EXCHANGES_TARGET,
         priority=ALTERNATE_EXCHANGE_POLICY_PRIORITY,
@@ -208,13 +210,11 @@ def endpoint_topology(
     legacy_timeout_manager: bool = False,
     delivery_limit_policies: bool = True,
     park_unroutable: bool = True,
+    own_policies: bool = True,
 ) -> Topology:
-    """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings.
-
-    With ``delivery_limit_policies`` each quorum receiving queue also gets the delivery-limit policy
-    NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x. With ``park_unroutable``
-    and the conventional topology, each receiving queue's own exchange gets the parking exchange as its
-    alternate exchange (the delivery exchange routes there even when the queue is gone).
+    """What ``rabbitmq-transport endpoint create`` declares: receiving queues and their delivery bindings, and with
+    ``own_policies`` the endpoint's per-object policies (``receiving_queue_policies``); without, the stack declares
+    them combined for all its endpoints (``combined_policies``).
     """
     instance: Role = "instance"
     receiving: list[tuple[str, Role]] = [(endpoint, "endpoint")]
@@ -223,16 +223,43 @@ def endpoint_topology(
     parts.append(
         Topology(bindings=tuple(delivery_binding(name, routing_topology, generation) for name, _ in receiving))
     )
-    if delivery_limit_policies and queue_type == QueueType.QUORUM:
-        parts.append(Topology(policies=tuple(delivery_limit_policy(name) for name, _ in receiving)))
-    if park_unroutable and routing_topology == RoutingTopology.CONVENTIONAL:
-        parts.append(Topology(policies=tuple(alternate_exchange_policy(name, generation) for name, _ in receiving)))
+    if own_policies:
+        policies = receiving_queue_policies(
+            [name for name, _ in receiving],
+            generation=generation,
+            routing_topology=routing_topology,
+            queue_type=queue_type,
+            delivery_limit_policies=delivery_limit_policies,
+            park_unroutable=park_unroutable,
+        )
+        parts.append(Topology(policies=policies))
     if legacy_timeout_manager:
         parts += [
             _owned_queue(name, "legacy-timeouts", routing_topology, queue_type)
             for name in legacy_timeout_queue_names(endpoint)
         ]
     return Topology.join(parts)
+
+
+def receiving_queue_policies(
+    receiving_queues: Sequence[str],
+    *,
+    generation: str = DEFAULT_GENERATION,
+    routing_topology: str = DEFAULT_ROUTING_TOPOLOGY,
+    queue_type: str = DEFAULT_ENDPOINT_QUEUE_TYPE,
+    delivery_limit_policies: bool = True,
+    park_unroutable: bool = True,
+) -> tuple[PolicySpec, ...]:
+    """One policy per object. With ``delivery_limit_policies`` each quorum receiving queue gets the delivery-limit
+    policy NServiceBus 10+ would otherwise create at start (if it may) on RabbitMQ 4.x. With ``park_unroutable``
+    and the conventional topology, each receiving queue's own exchange gets the parking exchange as its
+    alternate exchange (the delivery exchange routes there even when the queue is gone)."""
+    policies: list[PolicySpec] = []
+    if delivery_limit_policies and queue_type == QueueType.QUORUM:
+        policies += [delivery_limit_policy(name) for name in receiving_queues]
+    if park_unroutable and routing_topology == RoutingTopology.CONVENTIONAL:
+        policies += [alternate_exchange_policy(name, generation) for name in receiving_queues]
+    return tuple(policies)
 
 
 def shared_queues(

@@ -23,6 +23,7 @@ __all__ = [
     "LEGACY_TIMEOUT_QUEUE_SUFFIXES",
     "LEVEL_COUNT",
     "MAX_LEVEL",
+    "OWN_POLICY_PREFIX",
     "PARKING_BINDING_KEY",
     "QUEUE_TYPES",
     "ROUTING_TOPOLOGIES",
@@ -31,6 +32,7 @@ __all__ = [
     "QueueType",
     "RoutingTopology",
     "check_level",
+    "combined_policy_name",
     "delay_level_name",
     "delivery_exchange_name",
     "dotnet_regex_escape",
@@ -38,6 +40,7 @@ __all__ = [
     "exact_name_pattern",
     "generation_spec",
     "instance_queue_name",
+    "is_combined_policy_name",
     "legacy_timeout_queue_names",
     "lower_level_binding_key",
     "parking_name",
@@ -81,6 +84,17 @@ DEFAULT_ENDPOINT_QUEUE_TYPE = QueueType.QUORUM
 DEFAULT_ERROR_QUEUE = "error"
 DEFAULT_AUDIT_QUEUE = "audit"
 LEGACY_TIMEOUT_QUEUE_SUFFIXES = (".Timeouts", ".TimeoutsDispatcher")
+OWN_POLICY_PREFIX = "nsb-delays."  # the policies only this project declares; NServiceBus's own start with "nsb."
+
+
+def combined_policy_name(group: str, kind: str, bucket: str) -> str:
+    """``nsb-delays.<group>.<kind>.<bucket>``: a stack's combined policy (``combined.combined_policies``)."""
+    return f"{OWN_POLICY_PREFIX}{group}.{kind}.{bucket}"
+
+
+def is_combined_policy_name(name: str | None, kind: str) -> bool:
+    """Whether ``name`` is a combined policy of ``kind`` (any group, any bucket)."""
+    return name is not None and name.startswith(OWN_POLICY_PREFIX) and f".{kind}." in name[len(OWN_POLICY_PREFIX) :]
 
 
 @dataclass(frozen=True)

@@ -99,20 +99,22 @@ class BindingSpec:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A broker policy (``PUT /api/policies/<vhost>/<name>``) whose pattern matches exactly one object:
-    NServiceBus's delivery limit on a quorum receive queue, or the parking alternate exchange on an exchange."""
+    """A broker policy (``PUT /api/policies/<vhost>/<name>``) whose pattern matches exactly its ``targets``:
+    NServiceBus's delivery limit on a quorum receive queue (one queue, ``by_nservicebus``), the parking alternate
+    exchange on an exchange, or either for many objects at once (``combined_policies``)."""
 
     name: str
-    target: str  # the one queue (apply-to quorum_queues) or exchange (apply-to exchanges) its pattern matches
+    targets: tuple[str, ...]  # the queues (apply-to quorum_queues) or exchanges (apply-to exchanges) it matches
     pattern: str
     apply_to: Literal["quorum_queues", "exchanges"]
     priority: int
     definition: Mapping[str, int | str]
+    by_nservicebus: bool = False  # NServiceBus 10+ declares this very policy (4.x, with the rights)
 
     @property
     def nservicebus_declares(self) -> bool:
-        """NServiceBus 10+ creates delivery-limit policies (4.x, with the rights); never an alternate exchange."""
-        return self.apply_to == QUORUM_QUEUES_TARGET
+        """What adoption may import: only NServiceBus's own ``nsb.<queue>.delivery-limit``."""
+        return self.by_nservicebus
 
 
 @dataclass(frozen=True)
