@@ -54,6 +54,7 @@ __all__ = [
     "AppliedPolicies",
     "ObjectKind",
     "PolicyMatch",
+    "PolicyMatcher",
     "applied_policies",
     "match_policy",
     "merge_operator_definitions",
@@ -140,19 +141,23 @@ def _apply_to_fits(apply_to: str, kind: ObjectKind, queue_type: str | None) -> b
     return apply_to == QUEUES_TARGET or _QUEUE_TYPE_TARGETS.get(apply_to, "") == queue_type
 
 
-def _pattern_matches(pattern: str, name: str) -> bool | None:
-    """``re:run(Name, Pattern, [{capture, none}])``: unanchored, on bytes. None when Python cannot compile it."""
+def _compiled(pattern: str) -> re.Pattern[bytes] | None:
+    """``re:run(Name, Pattern, [{capture, none}])`` runs on bytes (no ``unicode`` option): a bytes regex of the
+    pattern's UTF-8. None when Python cannot compile it (a PCRE feature ``re`` lacks)."""
     try:
-        return re.search(pattern.encode(), name.encode()) is not None
+        return re.compile(pattern.encode())
     except re.error:
         return None
 
 
-def policy_applies(
-    policy: BrokerPolicy, kind: ObjectKind, name: str, queue_type: str | None, broker_version: tuple[int, ...]
+def _applies(
+    policy: BrokerPolicy,
+    regex: re.Pattern[bytes] | None,
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> bool | None:
-    """``rabbit_policy`` ``matches``: apply-to, the queue type's unsupported keys, then the pattern.
-    None when the answer is unknown here (a pattern Python cannot compile, a queue type not known here)."""
     if not _apply_to_fits(policy.apply_to, kind, queue_type):
         return False
     if kind == "queue":
@@ -161,7 +166,15 @@ def policy_applies(
             return None
         if unsupported.intersection(policy.definition):
             return False
-    return _pattern_matches(policy.pattern, name)
+    return None if regex is None else regex.search(name.encode()) is not None  # unanchored, like re:run
+
+
+def policy_applies(
+    policy: BrokerPolicy, kind: ObjectKind, name: str, queue_type: str | None, broker_version: tuple[int, ...]
+) -> bool | None:
+    """``rabbit_policy`` ``matches``: apply-to, the queue type's unsupported keys, then the pattern.
+    None when the answer is unknown here (a pattern Python cannot compile, a queue type not known here)."""
+    return _applies(policy, _compiled(policy.pattern), kind, name, queue_type, broker_version)
 
 
 @dataclass(frozen=True)
@@ -186,18 +199,18 @@ class PolicyMatch:
         return self.policy.name if self.policy is not None and self.determined else None
 
 
-def match_policy(
-    policies: Iterable[BrokerPolicy],
+def _match(
+    compiled: Iterable[tuple[BrokerPolicy, re.Pattern[bytes] | None]],
     kind: ObjectKind,
     name: str,
-    queue_type: str | None = None,
-    broker_version: tuple[int, ...] = _V4,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> PolicyMatch:
     """``rabbit_policy:match/2``: the highest-priority policy that applies; ties and unknowns reported."""
     matching: list[BrokerPolicy] = []
     unknown: list[BrokerPolicy] = []
-    for policy in policies:
-        applies = policy_applies(policy, kind, name, queue_type, broker_version)
+    for policy, regex in compiled:
+        applies = _applies(policy, regex, kind, name, queue_type, broker_version)
         if applies is None:
             unknown.append(policy)
         elif applies:
@@ -206,6 +219,18 @@ def match_policy(
     top = [p for p in matching if p.priority == best]
     relevant = tuple(p for p in unknown if best is None or p.priority >= best)
     return PolicyMatch(top[0] if top else None, tuple(top) if len(top) > 1 else (), relevant)
+
+
+def match_policy(
+    policies: Iterable[BrokerPolicy],
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None = None,
+    broker_version: tuple[int, ...] = _V4,
+) -> PolicyMatch:
+    """The policy of ``policies`` RabbitMQ applies to one exchange or queue (``queue_type``: classic, quorum,
+    stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
+    return _match(((p, _compiled(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
 
 
 def _merge_value(key: str, value: object, operator_value: object, broker_version: tuple[int, ...]) -> object:
@@ -277,6 +302,38 @@ def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
     return problems
 
 
+class PolicyMatcher:
+    """One vhost's policy and operator policy lists, their patterns compiled once: ``applied`` per object."""
+
+    def __init__(
+        self,
+        policies: Iterable[BrokerPolicy],
+        operator_policies: Iterable[BrokerPolicy] = (),
+        broker_version: tuple[int, ...] = _V4,
+    ) -> None:
+        self.policies = tuple((p, _compiled(p.pattern)) for p in policies)
+        self.operator_policies = tuple((p, _compiled(p.pattern)) for p in operator_policies)
+        self.broker_version = broker_version
+
+    def applied(self, kind: ObjectKind, name: str, queue_type: str | None = None) -> AppliedPolicies:
+        """``rabbit_policy:set/1`` and ``effective_definition/1`` for one exchange or queue."""
+        user = _match(self.policies, kind, name, queue_type, self.broker_version)
+        operator = _match(self.operator_policies, kind, name, queue_type, self.broker_version)
+        problems = _undetermined("policies" if user.tied else "policy", user)
+        problems += _undetermined("operator policies" if operator.tied else "operator policy", operator)
+        if problems:
+            return AppliedPolicies(user, operator, None, tuple(problems))
+        try:
+            definition = merge_operator_definitions(
+                user.policy.definition if user.policy else None,
+                operator.policy.definition if operator.policy else None,
+                self.broker_version,
+            )
+        except ValueError as error:
+            return AppliedPolicies(user, operator, None, (str(error),))
+        return AppliedPolicies(user, operator, definition or {})
+
+
 def applied_policies(
     policies: Iterable[BrokerPolicy],
     operator_policies: Iterable[BrokerPolicy],
@@ -285,22 +342,8 @@ def applied_policies(
     queue_type: str | None = None,
     broker_version: tuple[int, ...] = _V4,
 ) -> AppliedPolicies:
-    """``rabbit_policy:set/1`` and ``effective_definition/1`` for one exchange or queue, from the policy lists."""
-    user = match_policy(policies, kind, name, queue_type, broker_version)
-    operator = match_policy(operator_policies, kind, name, queue_type, broker_version)
-    problems = _undetermined("policies" if user.tied else "policy", user)
-    problems += _undetermined("operator policies" if operator.tied else "operator policy", operator)
-    if problems:
-        return AppliedPolicies(user, operator, None, tuple(problems))
-    try:
-        definition = merge_operator_definitions(
-            user.policy.definition if user.policy else None,
-            operator.policy.definition if operator.policy else None,
-            broker_version,
-        )
-    except ValueError as error:
-        return AppliedPolicies(user, operator, None, (str(error),))
-    return AppliedPolicies(user, operator, definition or {})
+    """``PolicyMatcher.applied`` for one object (build a ``PolicyMatcher`` once for many)."""
+    return PolicyMatcher(policies, operator_policies, broker_version).applied(kind, name, queue_type)
 
 
 def _integer(value: object) -> int | None:
