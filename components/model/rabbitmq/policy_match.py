@@ -24,14 +24,16 @@ works out from the records what the broker writes into each object's record, by 
   definition is ``merge_operator_definitions/2``: the union of both definitions' keys, a key in both merged by
   ``merge_policy_value/3`` -> ``rabbit_policies.erl`` ``merge_policy_value/3``: the lower value for
   ``message-ttl``, ``max-length``, ``max-length-bytes``, ``max-in-memory-length``, ``max-in-memory-bytes``,
-  ``expires``, ``delivery-limit`` (4.0: for ``delivery-limit`` the higher when either is negative, i.e. unlimited
-  wins), 4.0: the operator's for ``queue-version`` and ``overflow``; the operator's for two booleans.
+  ``expires``, ``delivery-limit`` (4.0: for ``delivery-limit`` the higher when either is negative, "the more
+  conservative value": the limited one), 4.0: the operator's for ``queue-version`` and ``overflow``; the operator's
+  for two booleans.
 - A quorum queue's delivery limit: ``rabbit_quorum_queue.erl`` ``ra_machine_config/1`` (3.10, 3.12;
   4.0: ``gather_policy_config/2``) with
   ``rabbit_queue_type_util.erl`` ``args_policy_lookup/3``: the effective definition's ``delivery-limit`` and the
   ``x-delivery-limit`` argument, the lower of both (3.10/3.12 ``fun min/2``; 4.0 ``resolve_delivery_limit/2``: the
-  higher when either is negative); none at all: no limit (3.x) or ``?DEFAULT_DELIVERY_LIMIT`` 20 (4.0); a negative
-  limit is none (4.0 ``rabbit_fifo.erl`` ``init``), which the management API shows as ``unlimited``.
+  higher when either is negative: the limited one); none at all: no limit (3.x) or ``?DEFAULT_DELIVERY_LIMIT``
+  20 (4.0); a negative limit is none (4.0 ``rabbit_fifo.erl`` ``init``), shown by the management API as
+  ``unlimited``.
 
 Python's ``re`` is not PCRE: a pattern it cannot compile makes the outcome unknown (``PolicyMatch.unknown``),
 as ``BrokerPolicy.reaches`` does, whenever that policy could have been the one applied.
@@ -239,7 +241,7 @@ def _merge_value(key: str, value: object, operator_value: object, broker_version
     if key in _LOWER_WINS and numbers:
         assert isinstance(value, int | float) and isinstance(operator_value, int | float)
         if key == DELIVERY_LIMIT_POLICY_KEY and broker_version >= _V4 and (value < 0 or operator_value < 0):
-            return max(value, operator_value)  # 4.0: a negative (unlimited) delivery limit wins
+            return max(value, operator_value)  # 4.0: with a negative (unlimited) one, the more conservative
         return min(value, operator_value)
     if key in _OPERATOR_WINS_SINCE_4_0 and broker_version >= _V4:
         return operator_value
