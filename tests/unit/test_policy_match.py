@@ -46,6 +46,15 @@ def test_the_pattern_matches_anywhere_in_the_name_unless_anchored() -> None:
     assert rmq.match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders").name is None
 
 
+def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run() -> None:
+    exact, dotted = policy("exact", r"^team\.orders$", priority=2), policy("dot", "^team.orders$", priority=1)
+    matcher = rmq.PolicyMatcher([exact, dotted])
+    assert matcher.applied("exchange", "team.orders").user.name == "exact"
+    assert matcher.applied("exchange", "teamXorders").user.name == "dot"  # '.' is not literal: a regex run
+    assert matcher.applied("exchange", "team.orders2").user.name is None
+    assert matcher.applied("exchange", "team.orders\n").user.name == "exact"  # '$' before a final newline, as PCRE
+
+
 def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)

@@ -152,6 +152,9 @@ def _compiled(pattern: str) -> re.Pattern[bytes] | None:
         return None
 
 
+_Compiled = tuple[BrokerPolicy, re.Pattern[bytes] | None]
+
+
 def _applies(
     policy: BrokerPolicy,
     regex: re.Pattern[bytes] | None,
@@ -202,7 +205,7 @@ class PolicyMatch:
 
 
 def _match(
-    compiled: Iterable[tuple[BrokerPolicy, re.Pattern[bytes] | None]],
+    compiled: Iterable[_Compiled],
     kind: ObjectKind,
     name: str,
     queue_type: str | None,
@@ -304,6 +307,31 @@ def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
     return problems
 
 
+# ``^name$`` with nothing but literal characters and escaped punctuation (NServiceBus's and our own policies):
+# matched by a lookup instead of a regex run per object.
+_LITERAL_PATTERN = re.compile(r"\^((?:[^\\.^$*+?{}\[\]|()]|\\[^0-9A-Za-z])*)\$")
+
+
+class _PolicyIndex:
+    """One policy list, patterns compiled once; exact-name patterns looked up by name."""
+
+    def __init__(self, policies: Iterable[BrokerPolicy]) -> None:
+        self.exact: dict[str, list[_Compiled]] = {}
+        self.general: list[_Compiled] = []
+        for policy in policies:
+            entry = (policy, _compiled(policy.pattern))
+            literal = _LITERAL_PATTERN.fullmatch(policy.pattern)
+            if literal is None or entry[1] is None:
+                self.general.append(entry)
+            else:
+                self.exact.setdefault(re.sub(r"\\(.)", r"\1", literal.group(1), flags=re.S), []).append(entry)
+
+    def candidates(self, name: str) -> list[_Compiled]:
+        """Every policy whose pattern could match ``name`` (``$`` also matches before a final newline)."""
+        found = self.exact.get(name, []) + self.general
+        return found + self.exact.get(name[:-1], []) if name.endswith("\n") else found
+
+
 class PolicyMatcher:
     """One vhost's policy and operator policy lists, their patterns compiled once: ``applied`` per object."""
 
@@ -313,14 +341,14 @@ class PolicyMatcher:
         operator_policies: Iterable[BrokerPolicy] = (),
         broker_version: tuple[int, ...] = _V4,
     ) -> None:
-        self.policies = tuple((p, _compiled(p.pattern)) for p in policies)
-        self.operator_policies = tuple((p, _compiled(p.pattern)) for p in operator_policies)
+        self.policies = _PolicyIndex(policies)
+        self.operator_policies = _PolicyIndex(operator_policies)
         self.broker_version = broker_version
 
     def applied(self, kind: ObjectKind, name: str, queue_type: str | None = None) -> AppliedPolicies:
         """``rabbit_policy:set/1`` and ``effective_definition/1`` for one exchange or queue."""
-        user = _match(self.policies, kind, name, queue_type, self.broker_version)
-        operator = _match(self.operator_policies, kind, name, queue_type, self.broker_version)
+        user = _match(self.policies.candidates(name), kind, name, queue_type, self.broker_version)
+        operator = _match(self.operator_policies.candidates(name), kind, name, queue_type, self.broker_version)
         problems = _undetermined("policies" if user.tied else "policy", user)
         problems += _undetermined("operator policies" if operator.tied else "operator policy", operator)
         if problems:
