@@ -458,15 +458,16 @@ def endpoint_users_drifts(api: ManagementApi, planned: Sequence[UserGrants]) -> 
         permissions |= {(vhost, str(entry["user"])): entry for entry in api.vhost_permissions(vhost)}
         for entry in api.vhost_topic_permissions(vhost):
             topic[vhost, str(entry["user"])].append(entry)
-    drifts = []
-    for grants in planned:
-        user, key = users.get(grants.user), (grants.vhost, grants.user)
-        drifts += (
-            user_drifts(grants, user, permissions.get(key), topic.get(key, []))
-            if user
-            else user_drifts(grants, None, None, [])
+    return [
+        drift
+        for grants in planned
+        for drift in user_drifts(
+            grants,
+            users.get(grants.user),
+            permissions.get((grants.vhost, grants.user)),
+            topic.get((grants.vhost, grants.user), []),
         )
-    return drifts
+    ]
 
 
 RETAINED_QUEUE_FIX = (
