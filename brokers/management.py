@@ -151,6 +151,21 @@ class ManagementApi:
         [] when there is none (``rabbit_mgmt_wm_topic_permission`` answers 404 then, as for an unknown user)."""
         return list(self._found(f"topic-permissions/{path_segment(vhost)}/{path_segment(user)}") or [])
 
+    def users(self) -> list[dict[str, Any]]:
+        """``GET /api/users``: every user, each as ``GET /api/users/<name>`` shows it (``rabbit_mgmt_wm_users``
+        ``users(all)`` formats each with ``rabbit_mgmt_format:internal_user/1``, as ``rabbit_mgmt_wm_user`` does)."""
+        return list(self.request("GET", "users"))
+
+    def vhost_permissions(self, vhost: str) -> list[dict[str, Any]]:
+        """``GET /api/vhosts/<vhost>/permissions``: ``user``, ``configure``, ``write``, ``read`` of every user with
+        permissions in the vhost (``rabbit_mgmt_wm_permissions_vhost``)."""
+        return list(self.request("GET", f"vhosts/{path_segment(vhost)}/permissions"))
+
+    def vhost_topic_permissions(self, vhost: str) -> list[dict[str, Any]]:
+        """``GET /api/vhosts/<vhost>/topic-permissions``: ``user``, ``exchange``, ``write``, ``read`` of every topic
+        permission in the vhost (``rabbit_mgmt_wm_topic_permissions_vhost``)."""
+        return list(self.request("GET", f"vhosts/{path_segment(vhost)}/topic-permissions"))
+
     def vhost_exists(self, vhost: str) -> bool:
         return any(v["name"] == vhost for v in self.request("GET", "vhosts"))
 

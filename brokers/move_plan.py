@@ -32,32 +32,37 @@ from .delay_status import DeadLetterBacklog, dead_letter_backlog
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
+from .verify import broker_policies, queue_type
 
 NOTHING_MOVED = "nothing was moved"
 # RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
 # that is dead-lettered, which for a delay level means on to the next level, early. Every run's plan
 # hands each message back once, a killed run its window; refuse while a few returns are still left.
-QUORUM_DEFAULT_DELIVERY_LIMIT = 20
-QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE = (4, 0, 0)
 RETURNS_HELD_BACK = 3
 
 
-def _delivery_limit(queue: dict[str, Any], version: tuple[int, ...]) -> int | None:
-    """The level queue's delivery limit as the broker applies it; None when unlimited."""
-    reported = queue.get("delivery_limit")
-    if isinstance(reported, int) and not isinstance(reported, bool):
-        return None if reported < 0 else reported
-    limits = [
-        value
-        for value in (
-            (queue.get("effective_policy_definition") or {}).get("delivery-limit"),
-            (queue.get("arguments") or {}).get("x-delivery-limit"),
-        )
-        if isinstance(value, int) and not isinstance(value, bool)
-    ]
-    if limits:
-        return None if min(limits) < 0 else min(limits)
-    return QUORUM_DEFAULT_DELIVERY_LIMIT if version >= QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE else None
+def level_delivery_limits(source: BrokerSide, levels: list[str], version: tuple[int, ...]) -> dict[str, int | None]:
+    """Each level queue's delivery limit as the broker applies it (None: unlimited), computed from the queue's
+    arguments and the vhost's policy lists (``rmq.PolicyMatcher``), not from the queues' lagging statistics.
+    A level whose applied policy cannot be worked out (a tie, a pattern Python cannot evaluate) is left out."""
+    api, vhost = source.management, source.vhost
+    matcher = rmq.PolicyMatcher(
+        broker_policies(api.policies(vhost)), broker_policies(api.operator_policies(vhost), True), version
+    )
+    queues = {queue["name"]: queue for queue in api.queues(vhost)}
+    limits: dict[str, int | None] = {}
+    for name in levels:
+        queue = queues.get(name)
+        if queue is None:
+            continue
+        kind = queue_type(queue)
+        applied = matcher.applied("queue", name, kind)
+        if kind != rmq.QueueType.QUORUM:
+            limits[name] = None  # only quorum queues have a delivery limit
+        elif applied.definition is not None:
+            arguments = queue.get("arguments") or {}
+            limits[name] = rmq.quorum_queue_delivery_limit(arguments, applied.definition, version)
+    return limits
 
 
 def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
@@ -65,10 +70,11 @@ def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
     if scan.generation != rmq.Generation.V2 or not any(level.most_returned for level in scan.levels):
         return []
     version = rmq.parse_reported_broker_version(str(source.management.overview().get("rabbitmq_version", "0")))
-    queues = {queue["name"]: queue for queue in source.management.queues(source.vhost)}
+    returned = [level.queue for level in scan.levels if level.most_returned]
+    limits = level_delivery_limits(source, returned, version)
     problems = []
     for level in scan.levels:
-        limit = _delivery_limit(queues.get(level.queue, {}), version)
+        limit = limits.get(level.queue)
         if level.most_returned and limit is not None and level.most_returned + RETURNS_HELD_BACK >= limit:
             problems.append(
                 f"{level.queue}: messages were handed back {level.most_returned} times (x-delivery-count; every "

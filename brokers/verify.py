@@ -4,8 +4,11 @@ RabbitMQ: broker version and feature flags (v2), then every exchange, queue and 
 stack's ``Topology`` with exactly the expected type, durability and arguments (argument types
 included: a string TTL is drift). Bindings out of our delay-level exchanges that the model does not
 know are drift too; delivery bindings of endpoints outside this stack are not (installers add them).
-Quorum receiving queues: NServiceBus's delivery-limit policy (when the stack declares it) and any
-delivery limit NServiceBus.RabbitMQ 10+ would refuse to start on, from wherever it comes.
+Policies: each the stack declares exists exactly; the effective definition of each object a declared policy is for
+carries the declared values (whichever policy applies: combined policies count), worked out from the policy lists
+as the broker does (``components.model.rabbitmq.policy_match``), never read from the queues' statistics, which lag.
+Quorum receiving queues: any delivery limit NServiceBus.RabbitMQ 10+ would refuse to start on, from wherever it
+comes. Each kind of object is listed once per vhost.
 Endpoint users (``user:`` of an endpoint): each exists with exactly the tags, permissions and topic permissions
 ``components.model.permissions.endpoint_user_grants`` gives it, and no other topic permission in the vhost.
 SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares.
@@ -19,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import time
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -125,83 +128,138 @@ def _same(want: Any, got: Any) -> bool:
     return want == got and type(want) is type(got)
 
 
-def _limit_source(queue: dict[str, Any]) -> str:
-    """Where a live queue's delivery limit comes from, as the management API tells it."""
+def _limit_source(arguments: dict[str, Any], applied: rmq.AppliedPolicies) -> str:
+    """Where a queue's delivery limit comes from: its argument and the policies that set it."""
     sources = []
-    argument = (queue.get("arguments") or {}).get(rmq.DELIVERY_LIMIT_ARGUMENT)
+    argument = arguments.get(rmq.DELIVERY_LIMIT_ARGUMENT)
     if argument is not None:
         sources.append(f"argument {rmq.DELIVERY_LIMIT_ARGUMENT}={argument}")
-    from_policy = (queue.get("effective_policy_definition") or {}).get(rmq.DELIVERY_LIMIT_POLICY_KEY)
+    from_policy = (applied.definition or {}).get(rmq.DELIVERY_LIMIT_POLICY_KEY)
     if from_policy is not None:
-        owners = [f"policy {queue['policy']!r}"] if queue.get("policy") else []
-        owners += [f"operator policy {queue['operator_policy']!r}"] if queue.get("operator_policy") else []
-        sources.append(f"{' / '.join(owners) or 'a policy'}: {rmq.DELIVERY_LIMIT_POLICY_KEY}={from_policy}")
+        sources.append(
+            f"{applied.source(rmq.DELIVERY_LIMIT_POLICY_KEY)}: {rmq.DELIVERY_LIMIT_POLICY_KEY}={from_policy}"
+        )
     return "; ".join(sources) or "broker default, no policy"
 
 
-def delivery_limit_drifts(
-    topology: rmq.Topology,
-    broker_version: tuple[int, ...],
-    policies: Iterable[dict[str, Any]],
-    queues: Iterable[dict[str, Any]],
-) -> list[Drift]:
-    """NServiceBus's delivery-limit policies (those ``topology`` declares) and each quorum receiving queue's limit.
-
-    A declared policy must exist exactly (pattern, apply-to, priority, definition) and be the one the
-    queue has applied; on RabbitMQ 4.x the queue's ``delivery_limit`` must then be 100000. Whether
-    the stack declares the policies or not, a limit NServiceBus would refuse to start on is drift.
-    """
+def declared_policy_drifts(topology: rmq.Topology, policies: Iterable[dict[str, Any]]) -> list[Drift]:
+    """Each policy the stack declares exists exactly: pattern, apply-to, priority, definition."""
     drifts: list[Drift] = []
     live_policies = {p["name"]: p for p in policies}
-    missing: set[str] = set()
     for spec in topology.policies:
         subject = f"policy {spec.name}"
         wanted = _expected_policy_body(spec)
         live = live_policies.get(spec.name)
         if live is None:
-            missing.update(spec.targets)
             fix = "apply the stack again (pulumi up), or import the rendered definitions"
             drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
             continue
         for field, value in wanted.items():
             if not _same(value, live.get(field)):
                 drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
-    own = {target: spec.name for spec in topology.delivery_limit_policies for target in spec.targets}
+    return drifts
+
+
+def queue_type(queue: dict[str, Any]) -> str:
+    """A listed queue's type (its record's, not a statistic): ``classic``, ``quorum`` or ``stream``."""
+    arguments = queue.get("arguments") or {}
+    return str(queue.get("type") or arguments.get(rmq.QUEUE_TYPE_ARGUMENT) or rmq.QueueType.CLASSIC)
+
+
+def undetermined_policy_drift(subject: str, applied: rmq.AppliedPolicies) -> Drift:
+    """The applied policy cannot be worked out: a tie at the top priority, or a pattern Python cannot evaluate."""
+    fixes = []
+    for match in (applied.user, applied.operator):
+        if match.tied:
+            names = ", ".join(repr(p.name) for p in match.tied)
+            fixes.append(f"give one of {names} a higher priority than the others")
+        fixes += [
+            f"rewrite the pattern of {p.name!r} without PCRE-only syntax, or check by hand what applies"
+            for p in match.unknown
+        ]
+    fix = "; ".join(fixes) or "make the policies' merge one RabbitMQ defines"
+    return Drift(
+        "different", subject, "applied policy", "one policy of the highest priority", "; ".join(applied.problems), fix
+    )
+
+
+def effective_definition_drifts(
+    subject: str, spec: rmq.PolicySpec, applied: rmq.AppliedPolicies, keys: Iterable[str] | None = None
+) -> list[Drift]:
+    """The object's effective definition carries each of ``keys`` (default: all) of ``spec``'s definition."""
+    if applied.definition is None:
+        return [undetermined_policy_drift(subject, applied)]
+    drifts = []
+    for key in spec.definition if keys is None else keys:
+        want, got = spec.definition[key], applied.definition.get(key)
+        if _same(want, got):
+            continue
+        fix = (
+            f"make a policy with {key} {shown(want)} the one applied to {subject}, e.g. {spec.name}: no policy "
+            "of a higher or equal priority may match it"
+        )
+        if got is not None:
+            source = applied.source(key)
+        elif applied.user.name is not None:
+            source = f"policy {applied.user.name!r} applies, without {key}"
+        else:
+            source = "no policy applies"
+        actual = f"{shown(got)} ({source})"
+        drifts.append(Drift("different", subject, f"effective {key}", shown(want), actual, fix))
+    return drifts
+
+
+def delivery_limit_drifts(
+    topology: rmq.Topology,
+    broker_version: tuple[int, ...],
+    matcher: rmq.PolicyMatcher,
+    queues: Iterable[dict[str, Any]],
+    missing_policies: Iterable[str] = (),
+) -> list[Drift]:
+    """Each quorum receiving queue's delivery limit, computed from its arguments and the policy lists.
+
+    A limit NServiceBus would refuse to start on is drift whether the stack declares NServiceBus's delivery-limit
+    policies or not; where it declares one for the queue (and it exists: ``missing_policies`` are reported
+    already), the queue's effective ``delivery-limit`` must be its value (100000), whichever policy sets it.
+    """
+    drifts: list[Drift] = []
+    own = {target: spec for spec in topology.delivery_limit_policies for target in spec.targets}
+    missing = set(missing_policies)
     live_queues = {q["name"]: q for q in queues}
     unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
     for queue in _receiving_quorum_queues(topology):
         live = live_queues.get(queue.name)
-        if live is None or "effective_policy_definition" not in live:
-            continue  # missing queues are topology drift; no statistics yet: nothing to judge
+        if live is None:
+            continue  # missing queues are topology drift
         subject = f"queue {queue.name}"
+        kind = queue_type(live)
+        applied = matcher.applied("queue", queue.name, kind)
+        if applied.definition is None:
+            drifts.append(undetermined_policy_drift(subject, applied))
+            continue
+        arguments = live.get("arguments") or {}
         refusal = rmq.nservicebus_delivery_limit_refusal(
             queue.name,
             broker_version=broker_version,
-            queue_type=live.get("type"),
-            arguments=live.get("arguments") or {},
-            effective_policy_definition=live.get("effective_policy_definition"),
-            applied_policy=live.get("policy"),
-            operator_policy=live.get("operator_policy"),
-            delivery_limit=live.get("delivery_limit"),
+            queue_type=kind,
+            arguments=arguments,
+            effective_policy_definition=applied.definition,
+            applied_policy=applied.user.name,
+            operator_policy=applied.operator.name,
+            delivery_limit=rmq.reported_delivery_limit(arguments, applied.definition, broker_version),
         )
-        limit = rmq.effective_delivery_limit(
-            live.get("arguments") or {}, live.get("effective_policy_definition"), live.get("delivery_limit")
-        )
-        expected = f"{unlimited} from {own[queue.name]}" if queue.name in own else f"none, or {unlimited}"
+        spec = own.get(queue.name)
         if refusal:
-            drifts.append(
-                Drift("different", subject, "delivery limit", expected, f"{limit} ({_limit_source(live)})", refusal)
+            limit = rmq.effective_delivery_limit(
+                arguments,
+                applied.definition,
+                rmq.reported_delivery_limit(arguments, applied.definition, broker_version),
             )
-        elif queue.name in own and queue.name not in missing:
-            if live.get("policy") != own[queue.name]:
-                fix = f"make {own[queue.name]} the policy applied to {queue.name!r}: no other policy may outrank it"
-                drifts.append(
-                    Drift("different", subject, "policy", shown(own[queue.name]), shown(live.get("policy")), fix)
-                )
-            elif "delivery_limit" in live and live["delivery_limit"] != unlimited:
-                drifts.append(
-                    Drift("different", subject, "delivery_limit", str(unlimited), shown(live["delivery_limit"]))
-                )
+            expected = f"{unlimited} from {spec.name}" if spec else f"none, or {unlimited}"
+            actual = f"{limit} ({_limit_source(arguments, applied)})"
+            drifts.append(Drift("different", subject, "delivery limit", expected, actual, refusal))
+        elif spec is not None and spec.name not in missing:
+            drifts += effective_definition_drifts(subject, spec, applied, [rmq.DELIVERY_LIMIT_POLICY_KEY])
     return drifts
 
 
@@ -303,39 +361,23 @@ def topology_drifts(
     return drifts
 
 
-# NServiceBus waits up to 20 x 3 s for a queue's policy details (BrokerVerifier.GetQueueDetails); a new
-# queue has none until the broker's next statistics round.
-QUEUE_DETAILS_TIMEOUT_SECONDS = 30.0
-
-
-def queues_with_policy_details(
-    api: ManagementApi, vhost: str, names: Iterable[str], timeout: float = QUEUE_DETAILS_TIMEOUT_SECONDS
-) -> list[dict[str, Any]]:
-    """The vhost's queues, waiting (bounded) until each of ``names`` that exists shows its effective policy."""
-    wanted = set(names)
-    deadline = time.monotonic() + timeout
-    while True:
-        queues = api.queues(vhost)
-        pending = [q for q in queues if q["name"] in wanted and "effective_policy_definition" not in q]
-        if not pending or time.monotonic() >= deadline:
-            return queues
-        time.sleep(0.5)
-
-
-def alternate_exchange_drifts(topology: rmq.Topology, exchanges: Iterable[dict[str, Any]]) -> list[Drift]:
-    """Each exchange with a parking policy must have that policy applied (another may outrank it): else a
-    delayed message its destination cannot take stalls its level again (Particular/NServiceBus.RabbitMQ#1407)."""
-    live = {exchange["name"]: exchange for exchange in exchanges}
+def alternate_exchange_drifts(
+    topology: rmq.Topology,
+    exchanges: Iterable[dict[str, Any]],
+    matcher: rmq.PolicyMatcher,
+    missing_policies: Iterable[str] = (),
+) -> list[Drift]:
+    """Each exchange the stack parks must have the parking policy's alternate exchange in its effective definition,
+    whichever policy gives it: else a delayed message its destination cannot take stalls its level again
+    (Particular/NServiceBus.RabbitMQ#1407)."""
+    live = {exchange["name"] for exchange in exchanges}
+    missing = set(missing_policies)  # reported already, once for all the exchanges it covers
     drifts = []
     for spec in topology.alternate_exchange_policies:
-        for target in spec.targets:
-            exchange = live.get(target)
-            if exchange is None or exchange.get("policy") == spec.name:
-                continue  # a missing exchange is topology drift
-            fix = f"make {spec.name} the policy applied to exchange {target!r}: no other policy may outrank it"
-            drifts.append(
-                Drift("different", f"exchange {target}", "policy", shown(spec.name), shown(exchange.get("policy")), fix)
-            )
+        for target in spec.targets if spec.name not in missing else ():
+            if target in live:  # a missing exchange is topology drift
+                subject = f"exchange {target}"
+                drifts += effective_definition_drifts(subject, spec, matcher.applied("exchange", target))
     return drifts
 
 
@@ -409,6 +451,30 @@ def endpoint_user_drifts(api: ManagementApi, grants: UserGrants) -> list[Drift]:
     return user_drifts(grants, user, permissions, api.topic_permissions(grants.vhost, grants.user))
 
 
+def endpoint_users_drifts(api: ManagementApi, planned: Sequence[UserGrants]) -> list[Drift]:
+    """``user_drifts`` of every planned user, from one listing of the users and, per vhost, one of the permissions
+    and one of the topic permissions (never one call per user)."""
+    if not planned:
+        return []
+    users = {str(user["name"]): user for user in api.users()}
+    permissions: dict[tuple[str, str], dict[str, Any]] = {}
+    topic: defaultdict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for vhost in sorted({grants.vhost for grants in planned}):
+        permissions |= {(vhost, str(entry["user"])): entry for entry in api.vhost_permissions(vhost)}
+        for entry in api.vhost_topic_permissions(vhost):
+            topic[vhost, str(entry["user"])].append(entry)
+    return [
+        drift
+        for grants in planned
+        for drift in user_drifts(
+            grants,
+            users.get(grants.user),
+            permissions.get((grants.vhost, grants.user)),
+            topic.get((grants.vhost, grants.user), []),
+        )
+    ]
+
+
 RETAINED_QUEUE_FIX = (
     "Pulumi never replaces a queue it retains on delete (retainOnDelete), and RabbitMQ cannot change a live "
     "queue's arguments: move or drain its messages, delete the queue, then `pulumi up`; or set retainOnDelete: "
@@ -428,23 +494,29 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
 
 
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
-    """Every drift of the live broker from the stack's RabbitMQ section."""
+    """Every drift of the live broker from the stack's RabbitMQ section. Each listing is read once: exchanges,
+    queues, bindings, policies, operator policies, and (with endpoint users) users, permissions, topic permissions."""
     topology = config.topology
     version = str(api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
-    queues = queues_with_policy_details(api, config.vhost, [q.name for q in _receiving_quorum_queues(topology)])
-    exchanges = api.exchanges(config.vhost)
+    broker_version = rmq.parse_reported_broker_version(version)
+    exchanges, queues = api.exchanges(config.vhost), api.queues(config.vhost)
+    policies = api.policies(config.vhost)
+    matcher = rmq.PolicyMatcher(
+        broker_policies(policies), broker_policies(api.operator_policies(config.vhost), True), broker_version
+    )
     drifts += retained_queue_fixes(
         topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost)),
         config.queues_kept_on_delete(),
     )
-    drifts += alternate_exchange_drifts(topology, exchanges)
-    drifts += delivery_limit_drifts(
-        topology, rmq.parse_reported_broker_version(version), api.policies(config.vhost), queues
-    )
-    return drifts + [drift for grants in config.grants for drift in endpoint_user_drifts(api, grants)]
+    declared = declared_policy_drifts(topology, policies)
+    drifts += declared
+    missing = [d.subject.removeprefix("policy ") for d in declared if d.kind == "missing"]
+    drifts += alternate_exchange_drifts(topology, exchanges, matcher, missing)
+    drifts += delivery_limit_drifts(topology, broker_version, matcher, queues, missing)
+    return drifts + endpoint_users_drifts(api, config.grants)
 
 
 def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:

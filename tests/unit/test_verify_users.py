@@ -78,6 +78,18 @@ def as_granted(grants: UserGrants) -> dict[str, Any]:
     }
 
 
+def as_listed(grants: UserGrants) -> dict[str, Any]:
+    """The same grants as the listings ``verify_rabbitmq`` reads once: ``GET /api/users``,
+    ``/api/vhosts/<vhost>/permissions`` and ``/api/vhosts/<vhost>/topic-permissions``."""
+    one = as_granted(grants)
+    vhost = path_segment(grants.vhost)
+    return {
+        "users": [one[user_path(grants)]],
+        f"vhosts/{vhost}/permissions": [one[permissions_path(grants)]],
+        f"vhosts/{vhost}/topic-permissions": one[topic_path(grants)],
+    }
+
+
 def drifts_of(answers: dict[str, Any], grants: UserGrants | None = None) -> list[Drift]:
     return endpoint_user_drifts(FakeBroker(answers), grants or sales())
 
@@ -187,11 +199,16 @@ def test_verify_rabbitmq_checks_the_stacks_users() -> None:
         "overview": {"rabbitmq_version": "4.0.5"},
         "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
         "vhosts": [{"name": config.vhost}],
-        **{f"{kind}/{path_segment(config.vhost)}": [] for kind in ("exchanges", "queues", "bindings", "policies")},
+        **{
+            f"{kind}/{path_segment(config.vhost)}": []
+            for kind in ("exchanges", "queues", "bindings", "policies", "operator-policies")
+        },
     }
-    without_user = verify_rabbitmq(FakeBroker(answers), config)
+    vhost = path_segment(config.vhost)
+    nobody = {"users": [], f"vhosts/{vhost}/permissions": [], f"vhosts/{vhost}/topic-permissions": []}
+    without_user = verify_rabbitmq(FakeBroker(answers | nobody), config)
     assert without_user[-1] == Drift("missing", "user Sales", "", "exists", "(absent)")
-    granted = answers | as_granted(sales())
+    granted = answers | as_listed(sales())
     assert verify_rabbitmq(FakeBroker(granted), config) == without_user[:-1]
-    granted[permissions_path(sales())] = granted[permissions_path(sales())] | {"read": "^.*$"}
+    granted[f"vhosts/{vhost}/permissions"] = [granted[f"vhosts/{vhost}/permissions"][0] | {"read": "^.*$"}]
     assert verify_rabbitmq(FakeBroker(granted), config)[-1].subject == "permissions of Sales"

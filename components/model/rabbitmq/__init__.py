@@ -5,6 +5,7 @@
 - ``graph``: the delay graph, parking and an endpoint's objects;
 - ``delivery_limits``: NServiceBus's delivery-limit policy and its broker verifier's rules;
 - ``combined``: a stack's parking and delivery-limit policies combined, a few per vhost;
+- ``policy_match``: which policy the broker applies to an object, and the effective definition, from the lists;
 - ``name_rules``: which names can work;
 - ``routing``: a delayed message's routing key and path;
 - ``arguments``: queue arguments as the broker stores and compares them;
@@ -13,7 +14,7 @@
 Everything is importable from here too (``from nsb_delays.components.model import rabbitmq as rmq``).
 """
 
-from . import arguments, combined, delivery_limits, graph, name_rules, names, objects, routing, versions
+from . import arguments, combined, delivery_limits, graph, name_rules, names, objects, policy_match, routing, versions
 from .arguments import *  # noqa: F403
 from .combined import *  # noqa: F403
 from .delivery_limits import *  # noqa: F403
@@ -21,6 +22,7 @@ from .graph import *  # noqa: F403
 from .name_rules import *  # noqa: F403
 from .names import *  # noqa: F403
 from .objects import *  # noqa: F403
+from .policy_match import *  # noqa: F403
 from .routing import *  # noqa: F403
 from .versions import *  # noqa: F403
 
@@ -30,6 +32,7 @@ __all__ = [
     *versions.__all__,
     *arguments.__all__,
     *delivery_limits.__all__,
+    *policy_match.__all__,
     *graph.__all__,
     *combined.__all__,
     *routing.__all__,

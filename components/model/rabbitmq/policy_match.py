@@ -1,0 +1,410 @@
+"""Which policy RabbitMQ applies to an exchange or queue, and the effective definition, computed from the lists.
+
+The management API's ``policy``, ``operator_policy``, ``effective_policy_definition`` and ``delivery_limit`` of a
+listed queue come from the queue process's statistics and lag a policy change by seconds; the policy lists
+(``GET /api/policies/<vhost>``, ``GET /api/operator-policies/<vhost>``) are the broker's records. This module
+works out from the records what the broker writes into each object's record, by the broker's own rules
+(rabbitmq/rabbitmq-server ``deps/rabbit/src``, read at tags v3.10.8, v3.12.0, v3.13.0 and v4.0.5):
+
+- ``rabbit_policy.erl`` ``match/2`` -> ``match_all/2`` (4.0: ``match/3``, ``match_all/3``): the policies that
+  ``matches/2`` (4.0: ``matches/3``) accepts, sorted by ``priority_comparator/2`` (``priority(A) >= priority(B)``)
+  with ``lists:sort/2``; the first one is applied. ``matches`` takes a policy when its apply-to fits the object
+  (``matches_type/2`` for exchanges: ``exchanges``, ``all``; for queues 3.10's ``matches_type/2``: ``queues``,
+  ``all``; 3.12+ ``matches_queue_type/3``: ``queues``, ``all``, and ``classic_queues`` / ``quorum_queues`` /
+  ``streams`` by the queue's type), when ``is_applicable`` holds (queues only: ``rabbit_queue_type.erl``
+  ``is_policy_applicable/2``: no key of the definition is in the queue type's ``capabilities()``
+  ``unsupported_policies``; exchanges: always), and when ``re:run(Name, Pattern, [{capture, none}])`` matches —
+  unanchored, on the name's bytes (no ``unicode`` option): matched here as bytes regexes on UTF-8.
+- Ties: two matching policies of the same highest priority compare ``>=`` both ways, so ``lists:sort/2`` keeps
+  them in the order of the input list, which is ``rabbit_runtime_parameters:list/2`` (``mnesia:match_object`` on
+  the ``rabbit_runtime_parameters`` set table in 3.10; ``rabbit_db_rtparams:get_all/2``, Mnesia or Khepri, in
+  4.0): store order, which no client sees or controls. A tie is therefore reported (``PolicyMatch.tied``), never
+  resolved.
+- Operator policies are matched the same way (``match_op/1`` is ``match/2`` over ``list_op/1``); the effective
+  definition is ``merge_operator_definitions/2``: the union of both definitions' keys, a key in both merged by
+  ``merge_policy_value/3`` -> ``rabbit_policies.erl`` ``merge_policy_value/3``: the lower value for
+  ``message-ttl``, ``max-length``, ``max-length-bytes``, ``max-in-memory-length``, ``max-in-memory-bytes``,
+  ``expires``, ``delivery-limit`` (4.0: for ``delivery-limit`` the higher when either is negative, "the more
+  conservative value": the limited one), 4.0: the operator's for ``queue-version`` and ``overflow``; the operator's
+  for two booleans.
+- A quorum queue's delivery limit: ``rabbit_quorum_queue.erl`` ``ra_machine_config/1`` (3.10, 3.12;
+  4.0: ``gather_policy_config/2``) with
+  ``rabbit_queue_type_util.erl`` ``args_policy_lookup/3``: the effective definition's ``delivery-limit`` and the
+  ``x-delivery-limit`` argument, the lower of both (3.10/3.12 ``fun min/2``; 4.0 ``resolve_delivery_limit/2``: the
+  higher when either is negative: the limited one); none at all: no limit (3.x) or ``?DEFAULT_DELIVERY_LIMIT``
+  20 (4.0); a negative limit is none (4.0 ``rabbit_fifo.erl`` ``init``), shown by the management API as
+  ``unlimited``.
+
+Python's ``re`` is not PCRE: a pattern it cannot compile makes the outcome unknown (``PolicyMatch.unknown``),
+as ``BrokerPolicy.reaches`` does, whenever that policy could have been the one applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .delivery_limits import DELIVERY_LIMIT_ARGUMENT, DELIVERY_LIMIT_POLICY_KEY, BrokerPolicy
+
+__all__ = [
+    "ALL_TARGET",
+    "QUEUES_TARGET",
+    "QUORUM_DEFAULT_DELIVERY_LIMIT",
+    "QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE",
+    "AppliedPolicies",
+    "ObjectKind",
+    "PolicyMatch",
+    "PolicyMatcher",
+    "applied_policies",
+    "match_policy",
+    "merge_operator_definitions",
+    "policy_applies",
+    "quorum_queue_delivery_limit",
+    "reported_delivery_limit",
+    "unsupported_policy_keys",
+]
+
+ObjectKind = Literal["exchange", "queue"]
+ALL_TARGET = "all"
+QUEUES_TARGET = "queues"
+# rabbit_policy.erl matches_queue_type/3 (3.12.0, 4.0.5): the queue-type apply-tos and the type each takes.
+_QUEUE_TYPE_TARGETS = {"classic_queues": "classic", "quorum_queues": "quorum", "streams": "stream"}
+
+# rabbit_quorum_queue.erl ?DEFAULT_DELIVERY_LIMIT (v4.0.5), applied when neither argument nor policy sets one.
+QUORUM_DEFAULT_DELIVERY_LIMIT = 20
+QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE = (4, 0, 0)
+
+# capabilities() unsupported_policies of rabbit_classic_queue.erl, rabbit_quorum_queue.erl and
+# rabbit_stream_queue.erl: (first version, {queue type: keys}), newest first; read at v3.10.8 (the same at v3.12.0),
+# v3.13.0 and v4.0.5.
+_IN_MEMORY = ("max-in-memory-length", "max-in-memory-bytes", "target-group-size")  # quorum-only from 3.13
+_COMMON_CLASSIC = ("max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "delivery-limit",
+                   "dead-letter-strategy")  # fmt: skip
+_QUORUM = ("max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params", "ha-sync-mode",
+           "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator", "max-age",
+           "stream-max-segment-size-bytes", "initial-cluster-size")  # fmt: skip
+_STREAM = ("expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "max-length",
+           "max-in-memory-length", "max-in-memory-bytes", "max-priority", "overflow", "queue-mode",
+           "single-active-consumer", "delivery-limit", "ha-mode", "ha-params", "ha-sync-mode", "ha-promote-on-shutdown",
+           "ha-promote-on-failure", "queue-master-locator", "dead-letter-strategy")  # fmt: skip
+_UNSUPPORTED_POLICIES: tuple[tuple[tuple[int, int, int], dict[str, frozenset[str]]], ...] = (
+    (
+        (4, 0, 0),
+        {
+            "classic": frozenset((*_COMMON_CLASSIC, *_IN_MEMORY)),
+            "quorum": frozenset(_QUORUM),
+            "stream": frozenset((*_STREAM, "target-group-size")),
+        },
+    ),
+    (
+        (3, 13, 0),
+        {
+            "classic": frozenset((*_COMMON_CLASSIC, "queue-leader-locator", *_IN_MEMORY)),
+            "quorum": frozenset(_QUORUM),
+            "stream": frozenset((*_STREAM, "target-group-size")),
+        },
+    ),
+    (
+        (0, 0, 0),
+        {
+            "classic": frozenset((*_COMMON_CLASSIC, "queue-leader-locator")),
+            "quorum": frozenset(_QUORUM),
+            "stream": frozenset(_STREAM),
+        },
+    ),
+)
+
+# rabbit_policies.erl merge_policy_value/3: keys where the lower of policy and operator policy value holds.
+_LOWER_WINS = frozenset(
+    ("message-ttl", "max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes", "expires",
+     DELIVERY_LIMIT_POLICY_KEY)
+)  # fmt: skip
+_OPERATOR_WINS_SINCE_4_0 = frozenset(("queue-version", "overflow"))
+_V4 = (4, 0, 0)
+
+
+def unsupported_policy_keys(queue_type: str, broker_version: tuple[int, ...]) -> frozenset[str] | None:
+    """The definition keys that keep a whole policy off a queue of ``queue_type`` (None: a type not known here)."""
+    for since, table in _UNSUPPORTED_POLICIES:
+        if broker_version >= since:
+            return table.get(queue_type)
+    return None  # pragma: no cover - the last band starts at 0.0.0
+
+
+def _apply_to_fits(apply_to: str, kind: ObjectKind, queue_type: str | None) -> bool:
+    """``matches_type/2`` / ``matches_queue_type/3``. 3.10 accepts no queue-type apply-to at all
+    (``apply_to_validation/2``), so one rule serves every version."""
+    if apply_to == ALL_TARGET:
+        return True
+    if kind == "exchange":
+        return apply_to == "exchanges"
+    return apply_to == QUEUES_TARGET or _QUEUE_TYPE_TARGETS.get(apply_to, "") == queue_type
+
+
+def _compiled(pattern: str) -> re.Pattern[bytes] | None:
+    """``re:run(Name, Pattern, [{capture, none}])`` runs on bytes (no ``unicode`` option): a bytes regex of the
+    pattern's UTF-8. None when Python cannot compile it (a PCRE feature ``re`` lacks)."""
+    try:
+        return re.compile(pattern.encode())
+    except re.error:
+        return None
+
+
+_Compiled = tuple[BrokerPolicy, re.Pattern[bytes] | None]
+
+
+def _applies(
+    policy: BrokerPolicy,
+    regex: re.Pattern[bytes] | None,
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
+) -> bool | None:
+    if not _apply_to_fits(policy.apply_to, kind, queue_type):
+        return False
+    if kind == "queue":
+        unsupported = unsupported_policy_keys(queue_type or "", broker_version)
+        if unsupported is None:
+            return None
+        if unsupported.intersection(policy.definition):
+            return False
+    return None if regex is None else regex.search(name.encode()) is not None  # unanchored, like re:run
+
+
+def policy_applies(
+    policy: BrokerPolicy, kind: ObjectKind, name: str, queue_type: str | None, broker_version: tuple[int, ...]
+) -> bool | None:
+    """``rabbit_policy`` ``matches``: apply-to, the queue type's unsupported keys, then the pattern.
+    None when the answer is unknown here (a pattern Python cannot compile, a queue type not known here)."""
+    return _applies(policy, _compiled(policy.pattern), kind, name, queue_type, broker_version)
+
+
+@dataclass(frozen=True)
+class PolicyMatch:
+    """The policy RabbitMQ applies to one object, from one list (user or operator policies).
+
+    ``policy`` is the applied one when ``determined``; ``tied`` holds every matching policy of the highest priority
+    when there are several (the broker takes one of them by store order: undefined); ``unknown`` holds the
+    policies Python could not evaluate that could outrank or tie the best known match.
+    """
+
+    policy: BrokerPolicy | None
+    tied: tuple[BrokerPolicy, ...] = ()
+    unknown: tuple[BrokerPolicy, ...] = ()
+
+    @property
+    def determined(self) -> bool:
+        return not self.tied and not self.unknown
+
+    @property
+    def name(self) -> str | None:
+        return self.policy.name if self.policy is not None and self.determined else None
+
+
+def _match(
+    compiled: Iterable[_Compiled],
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
+) -> PolicyMatch:
+    """``rabbit_policy:match/2``: the highest-priority policy that applies; ties and unknowns reported."""
+    matching: list[BrokerPolicy] = []
+    unknown: list[BrokerPolicy] = []
+    for policy, regex in compiled:
+        applies = _applies(policy, regex, kind, name, queue_type, broker_version)
+        if applies is None:
+            unknown.append(policy)
+        elif applies:
+            matching.append(policy)
+    best = max((p.priority for p in matching), default=None)
+    top = [p for p in matching if p.priority == best]
+    relevant = tuple(p for p in unknown if best is None or p.priority >= best)
+    return PolicyMatch(top[0] if top else None, tuple(top) if len(top) > 1 else (), relevant)
+
+
+def match_policy(
+    policies: Iterable[BrokerPolicy],
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None = None,
+    broker_version: tuple[int, ...] = _V4,
+) -> PolicyMatch:
+    """The policy of ``policies`` RabbitMQ applies to one exchange or queue (``queue_type``: classic, quorum,
+    stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
+    return _match(((p, _compiled(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
+
+
+def _merge_value(key: str, value: object, operator_value: object, broker_version: tuple[int, ...]) -> object:
+    """``rabbit_policies:merge_policy_value/3``; ValueError where the broker has no rule (it would crash)."""
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, operator_value))
+    if key in _LOWER_WINS and numbers:
+        assert isinstance(value, int | float) and isinstance(operator_value, int | float)
+        if key == DELIVERY_LIMIT_POLICY_KEY and broker_version >= _V4 and (value < 0 or operator_value < 0):
+            return max(value, operator_value)  # 4.0: with a negative (unlimited) one, the more conservative
+        return min(value, operator_value)
+    if key in _OPERATOR_WINS_SINCE_4_0 and broker_version >= _V4:
+        return operator_value
+    if isinstance(value, bool) and isinstance(operator_value, bool):
+        return operator_value
+    raise ValueError(f"RabbitMQ has no rule to merge {key!r} = {value!r} (policy) with {operator_value!r} (operator)")
+
+
+def merge_operator_definitions(
+    definition: Mapping[str, object] | None,
+    operator_definition: Mapping[str, object] | None,
+    broker_version: tuple[int, ...] = _V4,
+) -> dict[str, object] | None:
+    """``rabbit_policy:merge_operator_definitions/2``: None when neither policy applies."""
+    if definition is None and operator_definition is None:
+        return None
+    user, operator = dict(definition or {}), dict(operator_definition or {})
+    merged = user | operator
+    for key in user.keys() & operator.keys():
+        merged[key] = _merge_value(key, user[key], operator[key], broker_version)
+    return dict(sorted(merged.items()))
+
+
+@dataclass(frozen=True)
+class AppliedPolicies:
+    """One object's applied policy and operator policy, and its effective definition (``{}`` when none applies;
+    None when undetermined: see ``problems``)."""
+
+    user: PolicyMatch
+    operator: PolicyMatch
+    definition: Mapping[str, object] | None
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def determined(self) -> bool:
+        return self.definition is not None
+
+    def source(self, key: str) -> str:
+        """Which policy sets ``key`` of the effective definition: ``policy 'a'``, ``operator policy 'o'``, both."""
+        owners = [
+            f"{kind} {match.policy.name!r}"
+            for kind, match in (("policy", self.user), ("operator policy", self.operator))
+            if match.policy is not None and key in match.policy.definition
+        ]
+        return " / ".join(owners) or "no policy"
+
+
+def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
+    problems = []
+    if match.tied:
+        names = " and ".join(repr(p.name) for p in match.tied)
+        problems.append(
+            f"{kind} {names} tie at priority {match.tied[0].priority}: RabbitMQ applies one of them by store order "
+            "(undefined)"
+        )
+    for policy in match.unknown:
+        problems.append(
+            f"{kind} {policy.name!r}'s pattern {policy.pattern!r} cannot be evaluated here (Python's re is not PCRE)"
+        )
+    return problems
+
+
+# ``^name$`` with nothing but literal characters and escaped punctuation (NServiceBus's and our own policies):
+# matched by a lookup instead of a regex run per object.
+_LITERAL_PATTERN = re.compile(r"\^((?:[^\\.^$*+?{}\[\]|()]|\\[^0-9A-Za-z])*)\$")
+
+
+class _PolicyIndex:
+    """One policy list, patterns compiled once; exact-name patterns looked up by name."""
+
+    def __init__(self, policies: Iterable[BrokerPolicy]) -> None:
+        self.exact: dict[str, list[_Compiled]] = {}
+        self.general: list[_Compiled] = []
+        for policy in policies:
+            entry = (policy, _compiled(policy.pattern))
+            literal = _LITERAL_PATTERN.fullmatch(policy.pattern)
+            if literal is None or entry[1] is None:
+                self.general.append(entry)
+            else:
+                self.exact.setdefault(re.sub(r"\\(.)", r"\1", literal.group(1), flags=re.S), []).append(entry)
+
+    def candidates(self, name: str) -> list[_Compiled]:
+        """Every policy whose pattern could match ``name`` (``$`` also matches before a final newline)."""
+        found = self.exact.get(name, []) + self.general
+        return found + self.exact.get(name[:-1], []) if name.endswith("\n") else found
+
+
+class PolicyMatcher:
+    """One vhost's policy and operator policy lists, their patterns compiled once: ``applied`` per object."""
+
+    def __init__(
+        self,
+        policies: Iterable[BrokerPolicy],
+        operator_policies: Iterable[BrokerPolicy] = (),
+        broker_version: tuple[int, ...] = _V4,
+    ) -> None:
+        self.policies = _PolicyIndex(policies)
+        self.operator_policies = _PolicyIndex(operator_policies)
+        self.broker_version = broker_version
+
+    def applied(self, kind: ObjectKind, name: str, queue_type: str | None = None) -> AppliedPolicies:
+        """``rabbit_policy:set/1`` and ``effective_definition/1`` for one exchange or queue."""
+        user = _match(self.policies.candidates(name), kind, name, queue_type, self.broker_version)
+        operator = _match(self.operator_policies.candidates(name), kind, name, queue_type, self.broker_version)
+        problems = _undetermined("policies" if user.tied else "policy", user)
+        problems += _undetermined("operator policies" if operator.tied else "operator policy", operator)
+        if problems:
+            return AppliedPolicies(user, operator, None, tuple(problems))
+        try:
+            definition = merge_operator_definitions(
+                user.policy.definition if user.policy else None,
+                operator.policy.definition if operator.policy else None,
+                self.broker_version,
+            )
+        except ValueError as error:
+            return AppliedPolicies(user, operator, None, (str(error),))
+        return AppliedPolicies(user, operator, definition or {})
+
+
+def applied_policies(
+    policies: Iterable[BrokerPolicy],
+    operator_policies: Iterable[BrokerPolicy],
+    kind: ObjectKind,
+    name: str,
+    queue_type: str | None = None,
+    broker_version: tuple[int, ...] = _V4,
+) -> AppliedPolicies:
+    """``PolicyMatcher.applied`` for one object (build a ``PolicyMatcher`` once for many)."""
+    return PolicyMatcher(policies, operator_policies, broker_version).applied(kind, name, queue_type)
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def quorum_queue_delivery_limit(
+    arguments: Mapping[str, object], definition: Mapping[str, object] | None, broker_version: tuple[int, ...]
+) -> int | None:
+    """A quorum queue's delivery limit as RabbitMQ applies it; None when it has none (redelivers without limit)."""
+    from_policy = _integer((definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
+    from_argument = _integer(arguments.get(DELIVERY_LIMIT_ARGUMENT))
+    on_4 = broker_version >= QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE
+    if from_policy is not None and from_argument is not None:
+        either_negative = from_policy < 0 or from_argument < 0
+        resolve = max if on_4 and either_negative else min  # 4.0 resolve_delivery_limit/2; 3.x fun min/2
+        limit: int | None = resolve(from_policy, from_argument)
+    else:
+        limit = from_policy if from_policy is not None else from_argument
+    if limit is None:
+        return QUORUM_DEFAULT_DELIVERY_LIMIT if on_4 else None
+    return None if on_4 and limit < 0 else limit
+
+
+def reported_delivery_limit(
+    arguments: Mapping[str, object], definition: Mapping[str, object] | None, broker_version: tuple[int, ...]
+) -> int | str | None:
+    """What ``GET /api/queues`` shows as a quorum queue's ``delivery_limit`` once its statistics caught up: the
+    limit, or ``"unlimited"`` (4.0 ``rabbit_quorum_queue.erl`` ``handle_tick/3``); None on 3.x, which has no
+    such field."""
+    if broker_version < QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE:
+        return None
+    limit = quorum_queue_delivery_limit(arguments, definition, broker_version)
+    return "unlimited" if limit is None else limit

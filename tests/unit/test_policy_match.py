@@ -1,0 +1,245 @@
+"""``policy_match``: which policy RabbitMQ applies and the effective definition, by the broker's rules (the same
+computation against real 3.10 and 4.0 brokers is tests/broker/test_policy_match.py); and ``verify_rabbitmq`` reads
+each listing once, however many endpoints a stack has."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.stack.config import load_stack
+
+V3_10, V3_12, V4_0 = (3, 10, 8), (3, 12, 0), (4, 0, 5)
+
+
+def policy(name: str, pattern: str, apply_to: str = "all", priority: int = 0, **definition: Any) -> rmq.BrokerPolicy:
+    return rmq.BrokerPolicy(name, pattern, apply_to, priority, {k.replace("_", "-"): v for k, v in definition.items()})
+
+
+def operator(
+    name: str, pattern: str, apply_to: str = "queues", priority: int = 0, **definition: Any
+) -> rmq.BrokerPolicy:
+    return rmq.BrokerPolicy(
+        name, pattern, apply_to, priority, {k.replace("_", "-"): v for k, v in definition.items()}, True
+    )
+
+
+def test_the_highest_priority_wins_whatever_the_list_order() -> None:
+    low, high = policy("low", "Sales", priority=1, max_length=1), policy("high", "Sal", priority=2, max_length=2)
+    for order in ([low, high], [high, low]):
+        match = rmq.match_policy(order, "queue", "Sales", "quorum")
+        assert (match.name, match.determined) == ("high", True)
+
+
+def test_the_pattern_matches_anywhere_in_the_name_unless_anchored() -> None:
+    assert rmq.match_policy([policy("p", "ale")], "exchange", "Sales").name == "p"
+    assert rmq.match_policy([policy("p", "^ale")], "exchange", "Sales").name is None
+    assert rmq.match_policy([policy("p", r"^team\.orders$")], "exchange", "team.orders").name == "p"
+    assert rmq.match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders").name is None
+
+
+def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run() -> None:
+    exact, dotted = policy("exact", r"^team\.orders$", priority=2), policy("dot", "^team.orders$", priority=1)
+    matcher = rmq.PolicyMatcher([exact, dotted])
+    assert matcher.applied("exchange", "team.orders").user.name == "exact"
+    assert matcher.applied("exchange", "teamXorders").user.name == "dot"  # '.' is not literal: a regex run
+    assert matcher.applied("exchange", "team.orders2").user.name is None
+    assert matcher.applied("exchange", "team.orders\n").user.name == "exact"  # '$' before a final newline, as PCRE
+
+
+def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
+    """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
+    one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)
+    assert rmq.match_policy([one, two], "queue", "café", "classic").name == "two"
+
+
+@pytest.mark.parametrize(
+    ("apply_to", "kind", "queue_type", "applies"),
+    [
+        ("exchanges", "exchange", None, True),
+        ("exchanges", "queue", "classic", False),
+        ("queues", "exchange", None, False),
+        ("queues", "queue", "stream", True),
+        ("all", "exchange", None, True),
+        ("all", "queue", "quorum", True),
+        ("classic_queues", "queue", "classic", True),
+        ("classic_queues", "queue", "quorum", False),
+        ("quorum_queues", "queue", "quorum", True),
+        ("quorum_queues", "queue", "classic", False),
+        ("quorum_queues", "exchange", None, False),
+        ("streams", "queue", "stream", True),
+        ("streams", "queue", "quorum", False),
+    ],
+)
+def test_apply_to_per_kind_and_queue_type(apply_to: str, kind: Any, queue_type: str | None, applies: bool) -> None:
+    assert rmq.policy_applies(policy("p", "x", apply_to, max_length_bytes=1), kind, "x", queue_type, V4_0) is applies
+
+
+def test_a_definition_the_queue_type_refuses_keeps_the_whole_policy_off_it() -> None:
+    """``rabbit_queue_type:is_policy_applicable/2``: a delivery limit never applies to a classic queue or a stream;
+    the lower policy that the type takes applies instead. Exchanges take any definition."""
+    limit, ttl = policy("limit", "S", priority=5, delivery_limit=5), policy("ttl", "S", priority=1, message_ttl=9)
+    assert rmq.match_policy([limit, ttl], "queue", "S", "quorum", V4_0).name == "limit"
+    assert rmq.match_policy([limit, ttl], "queue", "S", "classic", V4_0).name == "ttl"
+    assert rmq.match_policy([limit, ttl], "queue", "S", "stream", V4_0).name is None  # message-ttl: not on streams
+    assert rmq.match_policy([limit, ttl], "exchange", "S").name == "limit"
+    # the lists differ by version: max-in-memory-length is refused by classic queues from 3.13 only
+    memory = policy("memory", "S", max_in_memory_length=3)
+    assert rmq.match_policy([memory], "queue", "S", "classic", V3_12).name == "memory"
+    assert rmq.match_policy([memory], "queue", "S", "classic", V4_0).name is None
+
+
+def test_a_tie_at_the_top_priority_is_reported_not_resolved() -> None:
+    a, b = policy("a", "Sales", priority=3, max_length=1), policy("b", "ales", priority=3, max_length=2)
+    below = policy("below", "S", priority=1)
+    match = rmq.match_policy([below, a, b], "queue", "Sales", "quorum")
+    assert (match.determined, match.name, {p.name for p in match.tied}) == (False, None, {"a", "b"})
+    applied = rmq.applied_policies([a, b], [], "queue", "Sales", "quorum")
+    assert applied.definition is None and "'a' and 'b' tie at priority 3" in applied.problems[0]
+    # a tie below the winner does not matter
+    assert rmq.match_policy([a, b, policy("top", "S", priority=4)], "queue", "Sales", "quorum").name == "top"
+
+
+def test_a_pattern_python_cannot_compile_makes_the_outcome_unknown_when_it_could_win() -> None:
+    pcre_only = policy("pcre", r"\QSales\E", priority=5)  # \Q…\E quoting: PCRE has it, Python's re does not
+    assert rmq.policy_applies(pcre_only, "queue", "Sales", "quorum", V4_0) is None
+    ours = policy("ours", "^Sales$", priority=1, max_length=1)
+    match = rmq.match_policy([pcre_only, ours], "queue", "Sales", "quorum")
+    assert (match.determined, [p.name for p in match.unknown]) == (False, ["pcre"])
+    assert "cannot be evaluated here" in rmq.applied_policies([pcre_only, ours], [], "queue", "Sales").problems[0]
+    low = policy("pcre", r"\QSales\E", priority=0)  # it could not outrank 'ours': the outcome is known
+    assert rmq.match_policy([low, ours], "queue", "Sales", "quorum").name == "ours"
+
+
+def test_operator_policies_merge_per_key_by_the_brokers_rules() -> None:
+    user = policy("user", "S", max_length=10, message_ttl=5, delivery_limit=-1, overflow="drop-head", x=1)
+    ops = operator("ops", "S", max_length=3, message_ttl=60, delivery_limit=7, overflow="reject-publish")
+    applied = rmq.applied_policies([user], [ops], "queue", "S", "quorum", V4_0)
+    assert (applied.user.name, applied.operator.name) == ("user", "ops")
+    assert applied.definition == {
+        "delivery-limit": 7,  # 4.0: with a negative (unlimited) one, the higher: the limited one
+        "max-length": 3,  # the lower
+        "message-ttl": 5,
+        "overflow": "reject-publish",  # 4.0: the operator's
+        "x": 1,  # only in one of them: kept
+    }
+    assert applied.source("max-length") == "policy 'user' / operator policy 'ops'"
+    merged = rmq.merge_operator_definitions({"delivery-limit": -1}, {"delivery-limit": 7}, V3_12)
+    assert merged == {"delivery-limit": -1}  # 3.x: the lower (3.x refuses negative limits anyway)
+    assert rmq.merge_operator_definitions(None, None) is None
+    assert rmq.merge_operator_definitions({"a": True}, {"a": False}) == {"a": False}  # booleans: the operator's
+
+
+def test_a_merge_the_broker_has_no_rule_for_is_undetermined() -> None:
+    """3.x has no merge rule for 'overflow' (its operator policies cannot set it): never guessed."""
+    user, ops = policy("user", "S", overflow="drop-head"), operator("ops", "S", overflow="reject-publish")
+    applied = rmq.applied_policies([user], [ops], "queue", "S", "classic", V3_12)
+    assert applied.definition is None and "no rule to merge 'overflow'" in applied.problems[0]
+
+
+def test_no_policy_is_an_empty_effective_definition() -> None:
+    applied = rmq.applied_policies([policy("p", "x")], [], "exchange", "Sales")
+    assert (applied.determined, applied.definition, applied.user.name) == (True, {}, None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "definition", "version", "limit"),
+    [
+        ({}, {}, V3_10, None),  # 3.x: no default
+        ({}, {}, V4_0, 20),  # 4.0: ?DEFAULT_DELIVERY_LIMIT
+        ({"x-delivery-limit": 3}, {"delivery-limit": 100000}, V3_10, 3),  # the lower
+        ({"x-delivery-limit": 3}, {"delivery-limit": 100000}, V4_0, 3),
+        ({}, {"delivery-limit": 100000}, V4_0, 100000),
+        ({"x-delivery-limit": 5}, {}, V4_0, 5),
+        ({"x-delivery-limit": 5}, {"delivery-limit": -1}, V4_0, 5),  # 4.0: with a negative one, the higher
+        ({"x-delivery-limit": -1}, {"delivery-limit": -5}, V4_0, None),  # both negative: none
+        ({}, {"delivery-limit": -1}, V4_0, None),
+        ({"x-delivery-limit": 5}, {"delivery-limit": 2}, V3_12, 2),
+    ],
+)
+def test_the_quorum_delivery_limit(
+    arguments: dict[str, Any], definition: dict[str, Any], version: tuple[int, ...], limit: int | None
+) -> None:
+    assert rmq.quorum_queue_delivery_limit(arguments, definition, version) == limit
+
+
+def test_the_reported_delivery_limit_feeds_nservicebus_rule() -> None:
+    assert rmq.reported_delivery_limit({}, {"delivery-limit": -1}, V4_0) == "unlimited"
+    assert rmq.reported_delivery_limit({}, {}, V3_10) is None
+    assert rmq.effective_delivery_limit({}, {}, rmq.reported_delivery_limit({}, {}, V4_0)) == 20
+    assert rmq.effective_delivery_limit({}, {}, rmq.reported_delivery_limit({}, {}, V3_10)) == 100000
+
+
+# --- verify_rabbitmq lists each kind of object once -----------------------------------------------------------
+
+
+class RecordingBroker(ManagementApi):
+    """A fake of the management HTTP API (the unit tier only; tests/broker proves the real one): serves canned
+    JSON lists by path and counts every GET."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__("http://broker.invalid:15672")
+        self.answers = answers
+        self.asked: Counter[str] = Counter()
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        assert method == "GET", "verify only reads"
+        self.asked[path] += 1
+        return self.answers[path]
+
+
+def thousand_endpoint_stack(tmp_path: Path) -> Path:
+    endpoints = [
+        {"name": f"team{n:04}.Sales", "user": {"passwordKey": f"password{n}", "sendsTo": ["team0000.Sales"]}}
+        for n in range(1000)
+    ]
+    config = {"nsb-delays:rabbitmq": {"vhost": "orders", "queueType": "quorum", "endpoints": endpoints}}
+    config |= {f"nsb-delays:password{n}": {"secure": "v1:abc"} for n in range(1000)}
+    path = tmp_path / "Pulumi.thousand.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+def test_verify_reads_each_listing_once_for_a_thousand_endpoints(tmp_path: Path) -> None:
+    config = load_stack(str(thousand_endpoint_stack(tmp_path))).rabbitmq
+    assert config is not None and len(config.grants) == 1000
+    topology, vhost = config.topology, path_segment(config.vhost)
+    answers: dict[str, Any] = {
+        "overview": {"rabbitmq_version": "4.0.5"},
+        "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
+        "vhosts": [{"name": config.vhost}],
+        f"exchanges/{vhost}": [{"name": e.name, "type": e.type, "durable": e.durable} for e in topology.exchanges],
+        f"queues/{vhost}": [{"name": q.name, "arguments": dict(q.arguments)} for q in topology.queues],
+        f"bindings/{vhost}": [],
+        f"policies/{vhost}": [
+            {
+                "name": p.name,
+                "pattern": p.pattern,
+                "apply-to": p.apply_to,
+                "priority": p.priority,
+                "definition": dict(p.definition),
+            }
+            for p in topology.policies
+        ],
+        f"operator-policies/{vhost}": [],
+        "users": [],
+        f"vhosts/{vhost}/permissions": [],
+        f"vhosts/{vhost}/topic-permissions": [],
+    }
+    broker = RecordingBroker(answers)
+    started = time.monotonic()
+    drifts = verify_rabbitmq(broker, config)
+    took = time.monotonic() - started
+    assert set(broker.asked.values()) == {1}, {path: n for path, n in broker.asked.items() if n > 1}
+    assert set(broker.asked) == set(answers)
+    assert [d.subject for d in drifts if d.subject.startswith("user ")] == [f"user {g.user}" for g in config.grants]
+    assert not [d for d in drifts if d.field in ("applied policy", "delivery limit") or d.field.startswith("effective")]
+    assert took < 20, f"verify took {took:.1f} s for 1,000 endpoints"
