@@ -1,7 +1,7 @@
 """Reusable Pulumi components for NServiceBus native delayed delivery, and the pure model they read.
 
 Each component takes ``(name, args: <Component>Args, opts)``, Pulumi's convention; the choices a setting takes from a
-fixed set are the enums ``Generation``, ``RoutingTopology`` and ``QueueType``.
+fixed set are the enums ``Generation``, ``RoutingTopology``, ``QueueType`` and ``PolicyScope``.
 
 ``components.model`` has no Pulumi import; the components below are imported on first use so that
 the model (used by the pipeline's Spark workers and the renderers) never pulls in Pulumi.
@@ -15,15 +15,18 @@ from typing import Any
 _EXPORTS = {
     "RabbitMqDelayInfrastructure": ".rabbitmq",
     "RabbitMqEndpoint": ".rabbitmq",
+    "RabbitMqEndpointPolicies": ".rabbitmq",
     "RabbitMqEndpointUser": ".rabbitmq",
     "RabbitMqSharedQueues": ".rabbitmq",
     "SqsEndpoint": ".sqs",
     "RabbitMqDelayInfrastructureArgs": ".args",
     "RabbitMqEndpointArgs": ".args",
+    "RabbitMqEndpointPoliciesArgs": ".args",
     "RabbitMqEndpointUserArgs": ".args",
     "RabbitMqSharedQueuesArgs": ".args",
     "SqsEndpointArgs": ".args",
     "Generation": ".model.rabbitmq",
+    "PolicyScope": ".model.rabbitmq",
     "QueueType": ".model.rabbitmq",
     "RoutingTopology": ".model.rabbitmq",
 }

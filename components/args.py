@@ -62,6 +62,8 @@ class RabbitMqEndpointArgs(TypedDict):
     """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    delivery_limit_policies: NotRequired[bool]
+    """Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
     generation: NotRequired[Generation]
     """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
     routing_topology: NotRequired[RoutingTopology]
@@ -76,8 +78,6 @@ class RabbitMqEndpointArgs(TypedDict):
     """Adds a queue `<endpoint>-<discriminator>` with its own delivery binding for each. Default: `[]`."""
     legacy_timeout_manager: NotRequired[bool]
     """Adds the legacy timeout manager's queues `<endpoint>.Timeouts` and `<endpoint>.TimeoutsDispatcher`. Default: `false`."""
-    delivery_limit_policies: NotRequired[bool]
-    """Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
     policy_scope: NotRequired[PolicyScope]
     """Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for all the stack's endpoints (`RabbitMqEndpointPolicies`); or `endpoint`, one per queue or exchange, named as NServiceBus names its own (`nsb.<queue>.delivery-limit`). One per object makes every policy change cost the broker a match of every object of the vhost. Default: `"stack"`."""
     delivery_exchange: NotRequired[pulumi.Input[str]]
@@ -95,6 +95,8 @@ class RabbitMqEndpointPoliciesArgs(TypedDict):
     """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. Default: `"4.0"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
+    delivery_limit_policies: NotRequired[bool]
+    """Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; false when the policies are managed elsewhere. Default: true from `brokerVersion` 4.0, false below."""
     generation: NotRequired[Generation]
     """The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, `nsb.delay-level-NN`). Default: `"v2"`."""
     policy_group: NotRequired[str]

@@ -135,6 +135,24 @@ class Parking:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DeliveryLimits(OnBroker):
+    delivery_limit_policies: bool | None = setting(
+        None,
+        doc="Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; "
+        "false when the policies are managed elsewhere.",
+        places=(RABBITMQ,),
+        default_text="true from `brokerVersion` 4.0, false below",
+    )
+
+    @property
+    def declares_delivery_limit_policies(self) -> bool:
+        """``delivery_limit_policies``, or when not given what ``broker_version`` wants (resolved here only)."""
+        if self.delivery_limit_policies is not None:
+            return self.delivery_limit_policies
+        return rmq.delivery_limit_policies_by_default(self.broker_version)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SharedQueueNames:
     error_queue: str = setting(rmq.DEFAULT_ERROR_QUEUE, doc="The error queue every endpoint may send to.",
                                places=(RABBITMQ,))  # fmt: skip
@@ -176,7 +194,7 @@ class SharedQueuesSettings(SharedQueueNames, OwnQueues, Routed, OnBroker, InVhos
 
 
 @dataclass(frozen=True, kw_only=True)
-class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVhost):
+class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits, InVhost):
     """``RabbitMqEndpoint``: an endpoint's queues, exchange, delivery bindings and policies."""
 
     endpoint: str = setting(doc="The endpoint's name and its input queue's (its address); dotted names work.",
@@ -190,13 +208,6 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVho
         doc="Adds the legacy timeout manager's queues `<endpoint>.Timeouts` and `<endpoint>.TimeoutsDispatcher`.",
         places=(RABBITMQ_ENDPOINT,),
     )
-    delivery_limit_policies: bool | None = setting(
-        None,
-        doc="Give each quorum receiving queue the delivery limit NServiceBus.RabbitMQ 10+ wants (100000) by policy; "
-        "false when the policies are managed elsewhere.",
-        places=(RABBITMQ,),
-        default_text="true from `brokerVersion` 4.0, false below",
-    )
     policy_scope: rmq.PolicyScope = setting(
         rmq.PolicyScope.STACK,
         doc="Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for "
@@ -205,13 +216,6 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVho
         "the broker a match of every object of the vhost.",
         places=(RABBITMQ,),
     )
-
-    @property
-    def declares_delivery_limit_policies(self) -> bool:
-        """``delivery_limit_policies``, or when not given what ``broker_version`` wants (resolved here only)."""
-        if self.delivery_limit_policies is not None:
-            return self.delivery_limit_policies
-        return rmq.delivery_limit_policies_by_default(self.broker_version)
 
     @property
     def receiving_queues(self) -> tuple[str, ...]:
@@ -247,7 +251,7 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, OnBroker, InVho
 
 
 @dataclass(frozen=True, kw_only=True)
-class EndpointPoliciesSettings(OfGeneration, OnBroker, InVhost):
+class EndpointPoliciesSettings(OfGeneration, DeliveryLimits, InVhost):
     """``RabbitMqEndpointPolicies``: the parking and delivery-limit policies of a stack's endpoints, combined."""
 
     policy_group: str | None = setting(
@@ -279,7 +283,8 @@ class EndpointPoliciesSettings(OfGeneration, OnBroker, InVhost):
 
     def topology(self, stack: str) -> rmq.Topology:
         """The combined policies, named by ``policy_group`` or else ``stack``."""
-        per_object = [rmq.delivery_limit_policy(queue) for queue in self.delivery_limit_queues]
+        limited = self.delivery_limit_queues if self.declares_delivery_limit_policies else ()
+        per_object = [rmq.delivery_limit_policy(queue) for queue in limited]
         per_object += [rmq.alternate_exchange_policy(exchange, self.generation) for exchange in self.parked_exchanges]
         return rmq.Topology(policies=rmq.combined_policies(per_object, self.policy_group or stack))
 

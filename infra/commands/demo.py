@@ -256,7 +256,8 @@ def pulumi_up(
     policies), on a local state removed when the demo ends; the provider's credentials as environment
     variables (``provider_credentials``)."""
     assert stack.rabbitmq is not None
-    section = dict(stack.raw["rabbitmq"])
+    # the combined policies are named after the stack file's stack, not the demo's private Pulumi stack
+    section = dict(stack.raw["rabbitmq"]) | {"policyGroup": stack.rabbitmq.policy_group}
     config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section}
     credentials = provider_credentials(broker.username, broker.password)
     local = cleanup.enter_context(LocalStack(cli, DEMO_PULUMI_STACK, config, credentials))

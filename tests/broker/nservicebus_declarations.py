@@ -141,10 +141,16 @@ def validate_delivery_limit(api: Any, vhost: str, queue_name: str, broker_versio
 
 
 def endpoint_only_section(
-    vhost: str, generation: str, topology: str, delivery_limit_policies: bool = False, park_unroutable: bool = True
+    vhost: str,
+    generation: str,
+    topology: str,
+    delivery_limit_policies: bool = False,
+    park_unroutable: bool = True,
+    policy_scope: str = "endpoint",
 ) -> dict[str, Any]:
     """The dev stack's ``nsb-delays:rabbitmq`` without the legacy timeout queues that ``endpoint create`` doesn't
-    make; ``park_unroutable=False`` leaves out the parking objects, which NServiceBus never declares."""
+    make; ``park_unroutable=False`` leaves out the parking objects, which NServiceBus never declares. One policy per
+    queue, named as the transport names its own, unless ``policy_scope`` is ``stack``."""
     dev = read_stack_yaml("dev")[f"{NAMESPACE}:rabbitmq"]
     endpoints = [
         {key: value for key, value in endpoint.items() if key != "legacyTimeoutManager"}
@@ -160,6 +166,7 @@ def endpoint_only_section(
         "endpoints": endpoints,
         DELIVERY_LIMIT_POLICIES_KEY: delivery_limit_policies,
         "parkUnroutable": park_unroutable,
+        "policyScope": policy_scope,
     }
     return section
 

@@ -29,9 +29,9 @@ UNLIMITED = rmq.UNLIMITED_DELIVERY_LIMIT
 
 
 def small_stack(vhost: str, delivery_limit_policies: bool) -> StackConfig:
-    return parse_stack_config(
-        {"rabbitmq": {"vhost": vhost, "endpoints": list(RECEIVING), "deliveryLimitPolicies": delivery_limit_policies}}
-    )
+    """One policy per queue, named as NServiceBus names its own (combined ones: test_nservicebus_compatibility)."""
+    section = {"vhost": vhost, "endpoints": list(RECEIVING), "deliveryLimitPolicies": delivery_limit_policies}
+    return parse_stack_config({"rabbitmq": section | {"policyScope": rmq.PolicyScope.ENDPOINT.value}})
 
 
 def own(delivery_limit_policies: bool) -> dict[str, str | None]:

@@ -215,9 +215,11 @@ def start_up(matrix: Matrix, topology: str, sales: EndpointClient, broker_versio
     effective = details.get("effective_policy_definition")
     seen = Outcome("reported" if effective is not None else "never reported", f"after {waited:.1f} s: {effective}")
     matrix.check(topology, "GET /api/queues/{vh}/Sales until effective_policy_definition", "reported", seen)
-    # 4.0: the stack's own nsb.Sales.delivery-limit policy makes the limit 100000; 3.10: no limit, read as 100000
+    # 4.0: the stack's combined delivery-limit policy (the stack file is Pulumi.<topology>.yaml) makes the limit
+    # 100000, which the transport takes from any policy; 3.10: no limit, read as 100000
     assert effective == ({"delivery-limit": nsb.UNLIMITED} if on_4_0 else {})
-    assert details.get("policy") == (rmq.delivery_limit_policy_name("Sales") if on_4_0 else None)
+    combined = rmq.combined_policy_name(topology, rmq.DELIVERY_LIMIT_POLICY_KEY, rmq.ROOT_BUCKET)
+    assert details.get("policy") == (combined if on_4_0 else None)
     validated = Outcome(nsb.validate_delivery_limit(sales.api, sales.vhost, "Sales", broker_version))
     limit = validated.noted(f"limit {details.get('delivery_limit', 'not reported (3.x: unlimited)')}")
     matrix.check(topology, "delivery limit validated, no PUT /api/policies (SetDeliveryLimitViaPolicy)", "ok", limit)

@@ -38,10 +38,13 @@ def start_endpoints(management: ManagementApi, stack: StackConfig, broker_versio
 
 
 def own_policies(stack: StackConfig, delivery_limit_policies: bool) -> dict[str, str | None]:
-    """Version-specific: the policy each receiving queue has applied once the endpoints ran (none below 4.0)."""
+    """Version-specific: the policy each receiving queue has applied once the endpoints ran (none below 4.0): the
+    stack's (NServiceBus's own name, or a combined one), or the transport's own where it created it."""
     assert stack.rabbitmq is not None
+    declared = {q: p.name for p in stack.rabbitmq.topology.delivery_limit_policies for q in p.targets}
     queues = stack.rabbitmq.receiving_queues()
-    return {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in queues}
+    own = {q: declared.get(q, rmq.delivery_limit_policy_name(q)) for q in queues}
+    return {q: own[q] if delivery_limit_policies else None for q in queues}
 
 
 @pytest.mark.parametrize(("generation", "topology"), CASES)
@@ -71,7 +74,10 @@ def test_program_adopts_what_nservicebus_declared(
     assert without_statistics(management.definitions(stack.rabbitmq.vhost)) == without_statistics(before)
 
 
-@pytest.mark.parametrize(("generation", "topology"), CASES)
+@pytest.mark.parametrize(
+    ("generation", "topology", "policy_scope"),
+    [*((*case, "endpoint") for case in CASES), ("v2", "conventional", "stack")],
+)
 def test_nservicebus_adopts_what_the_program_declared(
     rabbitmq: LocalRabbitMq,
     management: ManagementApi,
@@ -80,10 +86,14 @@ def test_nservicebus_adopts_what_the_program_declared(
     delivery_limit_policies: bool,
     generation: str,
     topology: str,
+    policy_scope: str,
 ) -> None:
-    """The program declares everything, policies included on 4.0; NServiceBus's endpoints then declare and
-    validate without a difference and without creating anything."""
-    section = nsb.endpoint_only_section(new_vhost("program-first"), generation, topology, delivery_limit_policies)
+    """The program declares everything, policies included on 4.0 (one per queue, or the stack's combined ones, whose
+    100000 the transport takes from any policy); NServiceBus's endpoints then declare and validate without a
+    difference and without creating anything."""
+    section = nsb.endpoint_only_section(
+        new_vhost("program-first"), generation, topology, delivery_limit_policies, policy_scope=policy_scope
+    )
     stack = parse_stack_config({"rabbitmq": section})
     pulumi_up(rabbitmq.management_url, rabbitmq.username, rabbitmq.password, section)
     settled_queues(management, stack.rabbitmq.vhost, own_policies(stack, delivery_limit_policies))

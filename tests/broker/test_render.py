@@ -170,8 +170,8 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     queues = {label.split("<br/>")[0]: node for node, label in queue_labels.items()}
     edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
     graph = (stack.rabbitmq).topology
-    # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per alternate-exchange policy
-    alternates = [p for p in graph.policies if p.apply_to == rmq.EXCHANGES_TARGET]
+    # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per exchange a policy parks
+    alternates = [t for p in graph.policies if p.apply_to == rmq.EXCHANGES_TARGET for t in p.targets]
     assert len(edges) == len(graph.bindings) + rmq.LEVEL_COUNT + len(alternates)
     for source, _, target in edges:
         assert {source, target} <= set(exchanges.values()) | set(queues.values())

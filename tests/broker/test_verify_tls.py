@@ -77,7 +77,8 @@ def https_management(rabbitmq: LocalRabbitMq) -> tuple[str, Path]:
 
 def tls_stack(vhost: str, delivery_limit_policies: bool) -> StackConfig:
     return parse_stack_config(
-        {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales"], "deliveryLimitPolicies": delivery_limit_policies}}
+        {"rabbitmq": {"vhost": vhost, "endpoints": ["Sales"], "deliveryLimitPolicies": delivery_limit_policies}},
+        "tls",  # the stack file below is Pulumi.tls.yaml: the combined policies carry its name
     )
 
 

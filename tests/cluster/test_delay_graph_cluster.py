@@ -104,6 +104,7 @@ def dev_stack_in_vhost(folder: Path, vhost: str, version: str) -> Path:
     document = yaml.safe_load(stack_file("dev").read_text())
     settings = document["config"]["nsb-delays:rabbitmq"]
     settings["vhost"] = vhost
+    settings["policyGroup"] = vhost  # both stacks share a broker: each names its combined policies
     settings[DELIVERY_LIMIT_POLICIES_KEY] = bool(dev_config(vhost, version).topology.delivery_limit_policies)
     path = folder / f"Pulumi.{vhost}.yaml"
     path.write_text(yaml.safe_dump(document))

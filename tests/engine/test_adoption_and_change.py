@@ -75,7 +75,9 @@ def test_adopt_existing_takes_over_what_nservicebus_declared(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
 ) -> None:
     vhost = new_vhost("engine-adopt")
-    wanted = section(vhost, broker_version, ["Sales", "Billing"], parkUnroutable=False, adoptExisting=True)
+    # one policy per queue, as the transport names its own: adoption imports them (combined ones would be created)
+    scope = {"policyScope": rmq.PolicyScope.ENDPOINT.value}
+    wanted = section(vhost, broker_version, ["Sales", "Billing"], parkUnroutable=False, adoptExisting=True, **scope)
     config = parse_stack_config({"rabbitmq": wanted})
     nsb.declare_as_nservicebus(rabbitmq, config)
     delivery_limit_policies = wanted["deliveryLimitPolicies"]
@@ -137,12 +139,19 @@ def test_adding_an_endpoint_creates_only_its_objects(
     configure(stack, rabbitmq, grown)
     result = stack.up()
     counts = summary(result.stdout)
-    assert set(counts) <= {"created", "unchanged"}, result.stdout[-3000:]
+    assert set(counts) <= {"created", "updated", "unchanged"}, result.stdout[-3000:]
+    config = parse_stack_config({"rabbitmq": grown}, stack.name).rabbitmq
+    assert config is not None
+    # the combined policies' patterns take Shipping in: updated in place, nothing else changes
+    assert counts.get("updated", 0) == len(config.policies.topology(stack.name).policies), result.stdout[-3000:]
     assert {q["name"] for q in management.queues(vhost)} - before == {"Shipping"}
-    assert verify_rabbitmq(management, parse_stack_config({"rabbitmq": grown}).rabbitmq) == []
+    assert verify_rabbitmq(management, config) == []
 
 
 def stack_file(path: Path, broker: LocalRabbitMq, rabbitmq_section: dict[str, Any]) -> str:
+    """The section as a stack file at ``path``; name it ``Pulumi.<stack>.yaml``: the stack's name names its combined
+    policies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": rabbitmq_section}}), encoding="utf-8")
     return str(path)
 
@@ -182,8 +191,8 @@ def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_lev
     assert queue_depths(rabbitmq.amqp_url, vhost, ["Gone"]) == {"Gone": WAITING_IN_GONE}
     login = ["--management-url", rabbitmq.management_url, "--username", "guest", "--password", "guest"]
     login += ["--amqp-url", rabbitmq.amqp_url]
-    stacks = ["--stack", stack_file(tmp_path / "after.yaml", rabbitmq, after)]
-    stacks += ["--baseline", stack_file(tmp_path / "before.yaml", rabbitmq, before)]
+    stacks = ["--stack", stack_file(tmp_path / "after" / f"Pulumi.{stack.name}.yaml", rabbitmq, after)]
+    stacks += ["--baseline", stack_file(tmp_path / "before" / f"Pulumi.{stack.name}.yaml", rabbitmq, before)]
     verified = CliRunner().invoke(cli, ["verify", *stacks, *login, "--json"])
     assert verified.exit_code == 0, verified.output  # retained queues are not drift
     [retained] = json.loads(verified.output)["retained"]

@@ -130,7 +130,7 @@ def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> Non
     schema = json.loads(result.stdout)
     assert schema["name"] == PACKAGE
     assert set(schema["resources"]) == {f"{PACKAGE}:index:{component.__name__}" for component in COMPONENTS}
-    assert len(COMPONENTS) == 5
+    assert len(COMPONENTS) == 6
 
 
 @pytest.mark.parametrize("language", OTHER_LANGUAGES)

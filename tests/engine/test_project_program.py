@@ -72,7 +72,7 @@ def deployed(request, rabbitmq: LocalRabbitMq, broker_version, module_vhost, eng
     stack.run("config", "set", "--secret", f"{NAMESPACE}:salesPassword", SALES_PASSWORD)
     stack.up()
     secret = {"salesPassword": {"secure": "(encrypted)"}}
-    yield Deployed(stack, parse_stack_config({"rabbitmq": section, **secret}), vhost)
+    yield Deployed(stack, parse_stack_config({"rabbitmq": section, **secret}, stack.name), vhost)
     remove_stack(stack)
 
 

@@ -88,7 +88,7 @@ def test_a_level_queue_changed_on_the_broker_is_a_replacement(
     configure(stack, rabbitmq, wanted)
     stack.up()
     level = redeclare_level_queue(rabbitmq, vhost, "v2")
-    config = parse_stack_config({"rabbitmq": wanted}).rabbitmq
+    config = parse_stack_config({"rabbitmq": wanted}, stack.name).rabbitmq
     assert config is not None
     assert verify_rabbitmq(management, config) != []
     stack.run("refresh", "--yes", "--skip-preview")
@@ -128,7 +128,7 @@ def test_a_retained_queue_is_never_replaced_and_verify_says_how_to_change_it(
     assert management.request("GET", f"queues/{path_segment(vhost)}/Sales")["type"] == "quorum"
     assert queue_depths(rabbitmq.amqp_url, vhost, ["Sales"]) == {"Sales": 1}
     assert sorted(b["source"] + ">" + b["destination"] for b in management.bindings(vhost) if b["source"]) == bindings
-    config = parse_stack_config({"rabbitmq": classic}).rabbitmq
+    config = parse_stack_config({"rabbitmq": classic}, stack.name).rabbitmq
     assert config is not None
     drifts = {d.subject: d for d in verify_rabbitmq(management, config) if d.field == "arguments.x-queue-type"}
     assert set(drifts) == {"queue Sales", "queue error", "queue audit"}
@@ -150,7 +150,7 @@ def test_changing_the_queue_type_replaces_the_queues_and_their_bindings(
     replaced = [line for line in result.stdout.splitlines() if "replaced" in line]
     assert any("rabbitmq:index:Queue" in line and "-Sales " in line for line in replaced), result.stdout[-3000:]
     assert any("rabbitmq:index:Binding" in line and "queue-Sales " in line for line in replaced), result.stdout[-3000:]
-    config = parse_stack_config({"rabbitmq": classic}).rabbitmq
+    config = parse_stack_config({"rabbitmq": classic}, stack.name).rabbitmq
     assert config is not None
     assert verify_rabbitmq(management, config) == []
     assert management.request("GET", f"queues/{path_segment(vhost)}/Sales")["type"] == "classic"

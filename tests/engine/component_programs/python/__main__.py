@@ -6,6 +6,7 @@ from nsb_delays.components import (
     QueueType,
     RabbitMqDelayInfrastructure,
     RabbitMqEndpoint,
+    RabbitMqEndpointPolicies,
     RabbitMqSharedQueues,
     RoutingTopology,
 )
@@ -40,6 +41,18 @@ RabbitMqEndpoint(
         "delivery_limit_policies": delivery_limit_policies,
         "broker_version": broker_version,
         "delivery_exchange": delays.delivery_exchange,
+    },
+)
+RabbitMqEndpointPolicies(
+    "policies",
+    {
+        "policy_group": "components",
+        "vhost": vhost,
+        "delivery_limit_policies": delivery_limit_policies,
+        "broker_version": broker_version,
+        "delivery_limit_queues": ["Sales", "Sales-blue"],
+        "parked_exchanges": ["Sales", "Sales-blue"],
+        "parking_exchange": delays.parking_exchange,
     },
 )
 pulumi.export("deliveryExchange", delays.delivery_exchange)

@@ -30,6 +30,13 @@ class RabbitMqEndpoint extends pulumi.ComponentResource {
     }
 }
 
+class RabbitMqEndpointPolicies extends pulumi.ComponentResource {
+    constructor(name: string, args: Inputs, opts?: pulumi.ComponentResourceOptions) {
+        const outputs = { policyNames: undefined };
+        super("nsb-delays:index:RabbitMqEndpointPolicies", name, { ...args, ...outputs }, opts, true);
+    }
+}
+
 const config = new pulumi.Config();
 const vhost = config.require("vhost");
 const brokerVersion = config.require("brokerVersion");
@@ -55,6 +62,16 @@ new RabbitMqEndpoint("billing", {
     deliveryLimitPolicies,
     brokerVersion,
     deliveryExchange: delays.deliveryExchange,
+});
+
+new RabbitMqEndpointPolicies("policies", {
+    policyGroup: "components",
+    vhost,
+    deliveryLimitPolicies,
+    brokerVersion,
+    deliveryLimitQueues: ["Sales", "Sales-blue"],
+    parkedExchanges: ["Sales", "Sales-blue"],
+    parkingExchange: delays.parkingExchange,
 });
 
 export const deliveryExchange = delays.deliveryExchange;
