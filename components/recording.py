@@ -8,14 +8,14 @@ the broker tests apply them to a real RabbitMQ and SQS emulator the way the prov
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 
 from .model.settings import PACKAGE
-from .resource_types import SQS_QUEUE
+from .resource_types import SQS_QUEUE, STACK_REFERENCE
 
 PROJECT = PACKAGE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
@@ -58,11 +58,20 @@ class RecordedResource:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that return inputs as outputs (plus SQS url/arn) and remember every registration."""
 
-    def __init__(self, region: str = "us-east-1", account: str = "123456789012") -> None:
+    def __init__(
+        self,
+        region: str = "us-east-1",
+        account: str = "123456789012",
+        stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.region = region
         self.account = account
+        self.stack_outputs = dict(stack_outputs or {})  # what each referenced stack exports
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        if args.typ == STACK_REFERENCE:
+            name = str(args.inputs.get("name", args.name))
+            return name, {"name": name, "outputs": dict(self.stack_outputs.get(name, {})), "secretOutputNames": []}
         outputs = dict(args.inputs)
         if args.typ == SQS_QUEUE:
             name = outputs.get("name", args.name)
@@ -115,13 +124,14 @@ def record(
     stack: str = "test",
     preview: bool = False,
     sink: list[RecordedResource] | None = None,
+    stack_outputs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[RecordedResource]:
     """Run ``build`` as a Pulumi program under recording mocks and return what it registered.
 
     Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
     raises; pass ``sink`` to see what was registered before the error (a config error: nothing).
     """
-    monitor = _CapturingMonitor(RecordingMocks(), sink)
+    monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi.runtime.test is unannotated

@@ -11,3 +11,4 @@ RABBITMQ_TOPIC_PERMISSIONS = "rabbitmq:index/topicPermissions:TopicPermissions"
 RABBITMQ_PROVIDER = "pulumi:providers:rabbitmq"
 SQS_QUEUE = "aws:sqs/queue:Queue"
 SQS_REDRIVE_POLICY = "aws:sqs/redrivePolicy:RedrivePolicy"
+STACK_REFERENCE = "pulumi:pulumi:StackReference"  # pulumi/pulumi sdk/python/lib/pulumi/stack_reference.py

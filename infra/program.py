@@ -15,6 +15,7 @@ from nsb_delays.components.args import (
     RabbitMqSharedQueuesArgs,
     SqsEndpointArgs,
 )
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.components.model.settings import values_of
 from nsb_delays.components.rabbitmq import (
@@ -56,22 +57,46 @@ def read_pulumi_config() -> tuple[StackConfig, Passwords]:
     return parse_stack_config(given, pulumi.get_stack()), passwords
 
 
+GRAPH_OUTPUTS = ("rabbitmqDeliveryExchange", "rabbitmqParkingExchange")
+"""What a stack that declares the delay graph exports for the stacks of endpoints that reference it (``graphStack``)."""
+
+
+def graph_outputs(config: RabbitMqConfig) -> dict[str, str | None]:
+    """The names a graph stack of ``config``'s generation exports as ``GRAPH_OUTPUTS`` (parking: only with it)."""
+    parking = rmq.parking_name(config.generation) if config.infrastructure.park_unroutable else None
+    return dict(zip(GRAPH_OUTPUTS, (rmq.delivery_exchange_name(config.generation), parking), strict=True))
+
+
+def declare_graph(config: RabbitMqConfig) -> tuple[dict[str, Any], list[pulumi.Resource], dict[str, Any]]:
+    """The delay graph and the shared queues, or where another stack has them: the exchanges' names for the
+    endpoints (outputs they wait for), what the endpoints wait for, and this stack's outputs."""
+    if config.placement.declares_graph:
+        infrastructure = RabbitMqDelayInfrastructure(
+            f"delays-{config.generation}",
+            cast(RabbitMqDelayInfrastructureArgs, values_of(config.infrastructure)),
+        )
+        RabbitMqSharedQueues("shared-queues", cast(RabbitMqSharedQueuesArgs, values_of(config.shared_queues)))
+        exchanges = {
+            "delivery_exchange": infrastructure.delivery_exchange,
+            "parking_exchange": infrastructure.parking_exchange,
+        }
+        outputs = dict(zip(GRAPH_OUTPUTS, exchanges.values(), strict=True))
+        return exchanges, [infrastructure], outputs | {"rabbitmqDelayLevels": infrastructure.level_names}
+    if config.placement.graph_stack is None:
+        return {}, [], {}  # by name: each component's default is its generation's name
+    graph = pulumi.StackReference(config.placement.graph_stack)
+    delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
+    return {"delivery_exchange": graph.require_output(delivery), "parking_exchange": graph.get_output(parking)}, [], {}
+
+
 def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, Any]:
     """The section's components, each from its settings in the plan."""
-    infrastructure = RabbitMqDelayInfrastructure(
-        f"delays-{config.generation}",
-        cast(RabbitMqDelayInfrastructureArgs, values_of(config.infrastructure)),
-    )
-    RabbitMqSharedQueues("shared-queues", cast(RabbitMqSharedQueuesArgs, values_of(config.shared_queues)))
-    exchanges = {
-        "delivery_exchange": infrastructure.delivery_exchange,
-        "parking_exchange": infrastructure.parking_exchange,
-    }
+    exchanges, graph, outputs = declare_graph(config)
     endpoints = {
         settings.endpoint: RabbitMqEndpoint(
             f"rabbitmq-{settings.endpoint}",
             cast(RabbitMqEndpointArgs, values_of(settings) | exchanges),
-            opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
+            opts=pulumi.ResourceOptions(depends_on=graph),
         )
         for settings in config.endpoints
     }
@@ -81,9 +106,9 @@ def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, 
             cast(
                 RabbitMqEndpointPoliciesArgs,
                 values_of(config.policies)
-                | {"policy_group": config.policy_group, "parking_exchange": infrastructure.parking_exchange},
+                | {"policy_group": config.policy_group, "parking_exchange": exchanges.get("parking_exchange")},
             ),
-            opts=pulumi.ResourceOptions(depends_on=[infrastructure]),
+            opts=pulumi.ResourceOptions(depends_on=graph),
         )
     users = {
         settings.user: RabbitMqEndpointUser(
@@ -93,10 +118,9 @@ def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, 
         )
         for settings, password_key in zip(config.users, config.password_keys, strict=True)
     }
-    outputs = {"rabbitmqEndpointUsers": {name: c.user_name for name, c in users.items()}} if users else {}
+    if users:
+        outputs["rabbitmqEndpointUsers"] = {name: c.user_name for name, c in users.items()}
     return outputs | {
-        "rabbitmqDeliveryExchange": infrastructure.delivery_exchange,
-        "rabbitmqDelayLevels": infrastructure.level_names,
         "rabbitmqEndpointQueues": {name: component.receiving_queues for name, component in endpoints.items()},
     }
 
@@ -152,4 +176,7 @@ def record_stack(config: StackConfig, *, stack: str = "test") -> list[RecordedRe
     def program() -> None:
         declare(config, {key: pulumi.Output.secret(SECRET_PLACEHOLDER) for key in keys})
 
-    return record(program, stack=stack)
+    # a referenced graph stack is taken to export what this project's program exports for the same generation
+    graph_stack = config.rabbitmq.placement.graph_stack if config.rabbitmq else None
+    references = {graph_stack: graph_outputs(config.rabbitmq)} if graph_stack and config.rabbitmq else {}
+    return record(program, stack=stack, stack_outputs=references)

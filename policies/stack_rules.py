@@ -595,12 +595,15 @@ def validate_parking(args: StackValidationArgs, report: Report) -> None:
     for key, broker in _brokers(args.resources).items():
         if broker.incomplete:
             continue
-        for generation in _generations_present(broker):
+        for generation in rmq.GENERATIONS:
             delivery = rmq.delivery_exchange_name(generation)
-            if delivery not in broker.exchanges:
+            # a stack of endpoints whose graph another stack declares binds from a delivery exchange it does not
+            # declare: its endpoint exchanges need the graph's parking exchange all the same
+            graph_here = delivery in broker.exchanges
+            if not graph_here and not any(source == delivery for source, *_ in broker.bindings):
                 continue
             # the delivery exchange, and the endpoint exchanges it routes to (conventional topology)
-            guarded = {delivery: broker.exchanges[delivery]}
+            guarded = {delivery: broker.exchanges[delivery]} if graph_here else {}
             for (source, kind, destination, routing_key), binding in broker.bindings.items():
                 if source == delivery and kind == "exchange" and routing_key == rmq.endpoint_binding_key(destination):
                     guarded.setdefault(destination, broker.exchanges.get(destination, binding))
@@ -616,10 +619,12 @@ def validate_parking(args: StackValidationArgs, report: Report) -> None:
                         f"(the parking exchange {rmq.parking_name(generation)!r} by policy).",
                         resource.urn,
                     )
-                elif not _parks(broker, str(alternate)):
+                elif not _parks(broker, str(alternate)) and (graph_here or alternate != rmq.parking_name(generation)):
                     report(
                         f"exchange {exchange!r} ({_where(key)}) has alternate exchange {alternate!r}, which is not "
-                        "declared here or is bound to no queue: unroutable delayed messages would still stall.",
+                        "declared here or is bound to no queue (nor, in a stack whose graph another stack "
+                        f"declares, the graph's parking exchange {rmq.parking_name(generation)!r}): unroutable "
+                        "delayed messages would still stall.",
                         resource.urn,
                     )
 

@@ -34,6 +34,7 @@ from nsb_delays.components.model.settings import (
     EndpointPoliciesSettings,
     EndpointSettings,
     EndpointUserSettings,
+    GraphPlacementSettings,
     SharedQueuesSettings,
     SqsEndpointSettings,
     camel_case,
@@ -88,6 +89,7 @@ class RabbitMqConfig:
     password_keys: tuple[str, ...] = ()
     policies: EndpointPoliciesSettings = field(default_factory=EndpointPoliciesSettings)
     stack: str = UNNAMED_STACK  # names the combined policies unless ``policyGroup`` does
+    placement: GraphPlacementSettings = field(default_factory=GraphPlacementSettings)
 
     @property
     def policy_group(self) -> str:
@@ -129,9 +131,16 @@ class RabbitMqConfig:
     def _components(self) -> tuple[tuple[bool, rmq.Topology], ...]:
         """Each component's objects, in the order the program declares them, with whether it retains its queues on
         delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
+        graph = (
+            (
+                (False, self.infrastructure.topology()),
+                (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
+            )
+            if self.placement.declares_graph
+            else ()
+        )
         return (
-            (False, self.infrastructure.topology()),
-            (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
+            *graph,
             *((endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints),
             (False, self.policies.topology(self.stack)),
         )
@@ -278,7 +287,13 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
         tuple(key for _, _, key in users),
         settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
         stack,
+        settings_from(GraphPlacementSettings, section),
     )
+    if config.placement.graph_stack is not None and config.placement.declares_graph:
+        problems.append(
+            f"{path}.graphStack: {config.placement.graph_stack!r} names the stack that declares the delay graph, but "
+            "this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove graphStack"
+        )
     _check_rabbitmq_names(config, path, problems)
     _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)

@@ -330,6 +330,27 @@ class EndpointUserSettings(SharedQueueNames, Routed, OfGeneration, InVhost):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GraphPlacementSettings:
+    """Where a stack's endpoints find the delay graph: not a component's settings, the program's (one estate in
+    several stacks: the graph in one, each team's endpoints in another)."""
+
+    declares_graph: bool = setting(
+        True,
+        doc="Declare the delay graph (with parking) and the error and audit queues in this stack; false in a stack of "
+        "endpoints whose graph another stack of the same vhost declares.",
+        places=(RABBITMQ,),
+    )
+    graph_stack: str | None = setting(
+        None,
+        doc="With `declaresGraph: false`, the stack that declares the graph, as Pulumi names it "
+        "(`org/project/stack`): the endpoints take its outputs `rabbitmqDeliveryExchange` and "
+        "`rabbitmqParkingExchange` (a Pulumi `StackReference`) and wait for them.",
+        places=(RABBITMQ,),
+        default_text="none: the graph's exchanges by their names",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class SqsEndpointSettings:
     """``SqsEndpoint``: an endpoint's input queue and, with ``delayed_delivery``, its ``-delay.fifo`` queue."""
 
@@ -366,7 +387,7 @@ RABBITMQ_SETTINGS = (
     EndpointPoliciesSettings,
     EndpointUserSettings,
 )
-ALL_SETTINGS = (*RABBITMQ_SETTINGS, SqsEndpointSettings)
+ALL_SETTINGS = (*RABBITMQ_SETTINGS, GraphPlacementSettings, SqsEndpointSettings)
 
 
 # --- values of any origin, checked against the declarations ---------------------------------------------------------
