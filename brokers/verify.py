@@ -351,9 +351,10 @@ def topology_drifts(
     for binding in sorted(wanted - live):
         drifts.append(Drift("missing", _binding_subject(*binding), "", "bound", ABSENT))
     delivery = rmq.delivery_exchange_name(generation)
+    declared = {exchange.name for exchange in topology.exchanges}  # a stack of endpoints declares no level
     for source, destination_type, destination, key in sorted(live - wanted):
         parsed = rmq.parse_delay_level_name(source)
-        ours = parsed is not None and parsed[0] == generation
+        ours = parsed is not None and parsed[0] == generation and source in declared
         miswired_delivery = source == delivery and key != rmq.endpoint_binding_key(destination)
         if ours or miswired_delivery:
             subject = _binding_subject(source, destination_type, destination, key)
