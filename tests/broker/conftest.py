@@ -7,12 +7,13 @@ the vhost (and everything in it) is deleted when the fixture that made it ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.stack.config import RabbitMqConfig
 from tests.conftest import vhost_factory
 
 
@@ -42,6 +43,18 @@ def applied_policy(queue: dict) -> str | None:
     return queue.get("policy") if "effective_policy_definition" in queue else "(no statistics yet)"
 
 
+def declared_delivery_limit_policies(config: RabbitMqConfig, queues: Iterable[str]) -> dict[str, str | None]:
+    """Each of ``queues``' delivery-limit policy as the stack declares it (combined or one per queue); None: none."""
+    declared = {q: p.name for p in config.topology.delivery_limit_policies for q in p.targets}
+    return {queue: declared.get(queue) for queue in queues}
+
+
+def _limit_settled(queue: dict) -> bool:
+    """4.x reports a queue's ``delivery_limit`` from the queue itself, and it can lag its effective definition's."""
+    limit = (queue.get("effective_policy_definition") or {}).get("delivery-limit")
+    return limit is None or "delivery_limit" not in queue or queue["delivery_limit"] == limit
+
+
 def settled_queues(
     management: ManagementApi, vhost: str, applied: dict[str, str | None], timeout: float = 60
 ) -> dict[str, dict]:
@@ -54,7 +67,8 @@ def settled_queues(
     while True:
         queues = {q["name"]: q for q in management.queues(vhost)}
         reported = {name: applied_policy(queues.get(name, {})) for name in applied}
-        if reported == applied or time.monotonic() > deadline:
+        limits = all(_limit_settled(queues.get(name, {})) for name in applied)
+        if (reported == applied and limits) or time.monotonic() > deadline:
             assert reported == applied, f"applied policies never settled in vhost {vhost!r}"
             return queues
         time.sleep(0.5)

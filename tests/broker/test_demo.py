@@ -25,7 +25,7 @@ from nsb_delays.infra.cli import cli
 from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
 from nsb_delays.stack.config import load_stack, read_stack_yaml
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
-from tests.broker.conftest import settled_queues
+from tests.broker.conftest import declared_delivery_limit_policies, settled_queues
 from tests.conftest import IN_CI, require_installed
 from tests.engine.conftest import BUILT_ENGINE
 from tests.services import ctrl_c_as_from_a_terminal
@@ -152,7 +152,8 @@ def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
     tmp_path: Path,
 ) -> None:
     vhost = new_vhost("demo")
-    command = [*DEMO[:-2], "--stack", str(dev_stack_file(tmp_path, vhost)), "--delays", "0,2", *given_broker(rabbitmq)]
+    stack_file = dev_stack_file(tmp_path, vhost)
+    command = [*DEMO[:-2], "--stack", str(stack_file), "--delays", "0,2", *given_broker(rabbitmq)]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"RabbitMQ {rabbitmq.management_url} (given; the demo leaves it running)" in result.stdout
@@ -161,7 +162,9 @@ def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
     assert len(rows) == 2 * 3 and all(float(measured) >= int(asked) - 0.005 for _, asked, measured in rows)
     notice = "is older than 4.0: provisioning without the delivery-limit policies" in " ".join(result.stdout.split())
     assert notice == (not delivery_limit_policies)  # version-specific: 3.10 gets the stack without policies
-    applied = {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in ("Sales", "Shipping")}
+    config = load_stack(str(stack_file)).with_values("rabbitmq", deliveryLimitPolicies=delivery_limit_policies).rabbitmq
+    assert config is not None
+    applied = declared_delivery_limit_policies(config, ("Sales", "Shipping"))
     queues = settled_queues(management, vhost, applied)  # the broker still runs, the stack stays provisioned
     if delivery_limit_policies:
         assert queues["Sales"]["delivery_limit"] == rmq.UNLIMITED_DELIVERY_LIMIT

@@ -40,7 +40,10 @@ from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
 from tests.provisioning import provision_rabbitmq
 
-STRANDED, LIVE, DELAY = 40, 5, 2
+# 8 s, so that publishing to four vhosts and deleting each Gone queue ends before any of them matures even on a loaded
+# machine (with 2 s, a load of 14 on 2 cores let Gone's messages reach its queue before it was deleted: no stall)
+STRANDED, LIVE, DELAY = 40, 5, 8
+STALLED_LEVEL = DELAY.bit_length() - 1  # the highest bit of the delay: where the messages wait, then stall
 CLOCK_GRANULARITY_SECONDS = 0.005
 # Unprotected, the live messages stay held back however long one waits (at-least-once dead-lettering retries the
 # stranded ones at the head of level 1 for ever): they are checked when the protected ones have all arrived,
@@ -81,8 +84,8 @@ def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool, until: Callable[[d
         time.sleep(1)
 
 
-def level_one(report: dict) -> dict:
-    return next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(1))
+def stalled_level(report: dict) -> dict:
+    return next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(STALLED_LEVEL))
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +112,8 @@ def cases(
             stranded = [publisher.send("Gone", DELAY) for _ in range(STRANDED)]
             live = [publisher.send("Live", DELAY) for _ in range(LIVE)]
         management.delete_queue(vhost, "Gone")
+        late = time.monotonic() - min(send.due_at for send in stranded)
+        assert late < 0, f"Gone was deleted {late:.1f} s after its messages were due: the machine was too slow"
         management.delete_queue(vhost, "Retired")  # stays removed (Gone comes back for the redelivery)
         prepared[(topology, parking)] = Case(topology, parking, vhost, collector, stranded, live)
     protected = [case for case in prepared.values() if case.parking]
@@ -127,13 +132,13 @@ def test_without_parking_a_removed_endpoint_stalls_its_level(cases, rabbitmq: Lo
     assert case.collector.arrivals == [], "the live endpoint's messages got through: no stall reproduced"
     held = STRANDED + LIVE
     report = status(
-        rabbitmq, case.vhost, wanted=True, until=lambda report: level_one(report)["dead_letter_messages"] == held
+        rabbitmq, case.vhost, wanted=True, until=lambda report: stalled_level(report)["dead_letter_messages"] == held
     )
     assert report["stuck"]
-    level = level_one(report)
+    level = stalled_level(report)
     assert level["dead_letter_messages"] == held  # all held in level 1's dead-letter queue
     assert level["dead_letter_bytes"] > 0
-    assert any("#1407" in warning and rmq.delay_level_name(1) in warning for warning in report["warnings"])
+    assert any("#1407" in warning and rmq.delay_level_name(STALLED_LEVEL) in warning for warning in report["warnings"])
 
 
 @pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
@@ -148,7 +153,7 @@ def test_with_parking_the_live_endpoint_gets_its_messages_on_time(cases, topolog
         got = arrivals.get(send.message_id)
         assert got and len(got) == 1, f"{send.message_id} did not arrive once"
         assert got[0].arrived_at >= send.due_at - CLOCK_GRANULARITY_SECONDS, f"{send.message_id} arrived early"
-        assert set(got[0].expired_in) == {rmq.delay_level_name(1)}, got[0].expired_in
+        assert set(got[0].expired_in) == {rmq.delay_level_name(STALLED_LEVEL)}, got[0].expired_in
     assert cases[(topology, False)].collector.arrivals == [], "the unprotected vhost's live messages got through"
 
 
@@ -189,22 +194,25 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     topology = rmq.ROUTING_TOPOLOGIES[0]
     stalled, target = cases[(topology, False)].vhost, cases[(topology, True)].vhost  # the target has a v2 graph
     held = STRANDED + LIVE
-    status(rabbitmq, stalled, wanted=True, until=lambda report: level_one(report)["dead_letter_messages"] == held)
+    status(rabbitmq, stalled, wanted=True, until=lambda report: stalled_level(report)["dead_letter_messages"] == held)
     transfer = ["delays", "transfer", "--source-generation", "v2",
                 *broker_arguments(rabbitmq, target, "destination-"), "--no-progress"]  # fmt: skip
 
     dry = cli(rabbitmq, stalled, *transfer, "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     said = " ".join(dry.stdout.split())  # rich wraps at the terminal's width
-    assert f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(1)} would stay behind" in said
+    assert (
+        f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(STALLED_LEVEL)} would stay behind"
+        in said
+    )
 
     moved = cli(rabbitmq, stalled, *transfer)
     assert moved.returncode == 1, moved.stdout + moved.stderr
     assert "moved 0 message(s)" in " ".join(moved.stdout.split())
     assert f"{held} message(s) stayed behind in the source's dead-letter backlog" in moved.stderr
-    assert f"{rmq.delay_level_name(1)} holds {held} dead-lettered message(s)" in moved.stderr
+    assert f"{rmq.delay_level_name(STALLED_LEVEL)} holds {held} dead-lettered message(s)" in moved.stderr
     assert "#1407" in moved.stderr and "rerun the same command" in moved.stderr
-    assert level_one(status(rabbitmq, stalled, wanted=True))["dead_letter_messages"] == held  # still there
+    assert stalled_level(status(rabbitmq, stalled, wanted=True))["dead_letter_messages"] == held  # still there
 
 
 @pytest.mark.parametrize(("topology", "parking"), CASES)
