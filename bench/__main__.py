@@ -16,6 +16,7 @@ BENCHMARKS = {
     "delays": "bench.delays",
     "backlog": "bench.backlog",
     "pulumi": "bench.pulumi",
+    "split": "bench.split",
 }
 
 
