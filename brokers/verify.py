@@ -495,21 +495,24 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
 
 
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
-    """Every drift of the live broker from the stack's RabbitMQ section. Each listing is read once: exchanges,
-    queues, bindings, policies, operator policies, and (with endpoint users) users, permissions, topic permissions."""
+    """Every drift of the live broker from the stack's RabbitMQ section. The vhost's exchanges, queues, bindings and
+    policies come from one read of its definitions (the records as the broker exports them, without statistics);
+    operator policies, and with endpoint users the users, permissions and topic permissions, one read each."""
     topology = config.topology
     version = str(api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
     broker_version = rmq.parse_reported_broker_version(version)
-    exchanges, queues = api.exchanges(config.vhost), api.queues(config.vhost)
-    policies = api.policies(config.vhost)
+    definitions = api.definitions(config.vhost)
+    exchanges, queues, bindings, policies = (
+        list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
+    )
     matcher = rmq.PolicyMatcher(
         broker_policies(policies), broker_policies(api.operator_policies(config.vhost), True), broker_version
     )
     drifts += retained_queue_fixes(
-        topology_drifts(topology, config.generation, exchanges, queues, api.bindings(config.vhost)),
+        topology_drifts(topology, config.generation, exchanges, queues, bindings),
         config.queues_kept_on_delete(),
     )
     declared = declared_policy_drifts(topology, policies)

@@ -4,7 +4,6 @@ each listing once, however many endpoints a stack has."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -216,30 +215,29 @@ def test_verify_reads_each_listing_once_for_a_thousand_endpoints(tmp_path: Path)
         "overview": {"rabbitmq_version": "4.0.5"},
         "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
         "vhosts": [{"name": config.vhost}],
-        f"exchanges/{vhost}": [{"name": e.name, "type": e.type, "durable": e.durable} for e in topology.exchanges],
-        f"queues/{vhost}": [{"name": q.name, "arguments": dict(q.arguments)} for q in topology.queues],
-        f"bindings/{vhost}": [],
-        f"policies/{vhost}": [
-            {
-                "name": p.name,
-                "pattern": p.pattern,
-                "apply-to": p.apply_to,
-                "priority": p.priority,
-                "definition": dict(p.definition),
-            }
-            for p in topology.policies
-        ],
+        f"definitions/{vhost}": {
+            "exchanges": [{"name": e.name, "type": e.type, "durable": e.durable} for e in topology.exchanges],
+            "queues": [{"name": q.name, "arguments": dict(q.arguments)} for q in topology.queues],
+            "bindings": [],
+            "policies": [
+                {
+                    "name": p.name,
+                    "pattern": p.pattern,
+                    "apply-to": p.apply_to,
+                    "priority": p.priority,
+                    "definition": dict(p.definition),
+                }
+                for p in topology.policies
+            ],
+        },
         f"operator-policies/{vhost}": [],
         "users": [],
         f"vhosts/{vhost}/permissions": [],
         f"vhosts/{vhost}/topic-permissions": [],
     }
     broker = RecordingBroker(answers)
-    started = time.monotonic()
     drifts = verify_rabbitmq(broker, config)
-    took = time.monotonic() - started
     assert set(broker.asked.values()) == {1}, {path: n for path, n in broker.asked.items() if n > 1}
     assert set(broker.asked) == set(answers)
     assert [d.subject for d in drifts if d.subject.startswith("user ")] == [f"user {g.user}" for g in config.grants]
     assert not [d for d in drifts if d.field in ("applied policy", "delivery limit") or d.field.startswith("effective")]
-    assert took < 20, f"verify took {took:.1f} s for 1,000 endpoints"
