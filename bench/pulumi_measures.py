@@ -4,6 +4,7 @@ refresh and ``verify`` of a stack against one read of the vhost's definitions.""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -103,6 +104,13 @@ def growth_exponent(points: Sequence[tuple[int, float]]) -> float:
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs)
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def provider_objects(stack: LocalStack) -> int:
+    """The RabbitMQ objects in the stack's state (``pulumi stack export``), the provider itself not counted: an up's
+    output of thousands of lines is no reliable count."""
+    resources = json.loads(stack.run("stack", "export"))["deployment"].get("resources") or []
+    return sum(1 for resource in resources if resource["type"].startswith("rabbitmq:"))
 
 
 def timed(action: Callable[[], Any]) -> tuple[float, Any]:
