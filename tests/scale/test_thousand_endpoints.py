@@ -53,6 +53,18 @@ def parsed(raw: dict[str, Any], stack: Stack) -> RabbitMqConfig:
     return config
 
 
+def new_scale_stack(
+    rabbitmq: LocalRabbitMq, new_vhost, new_stack, broker_version: tuple[int, ...], label: str
+) -> tuple[Stack, RabbitMqConfig]:
+    """A new stack configured for the graph and ``ENDPOINTS`` endpoints in a vhost of its own, and its parsed config
+    (parsed with the stack's name, which names its combined policies)."""
+    vhost = new_vhost(f"scale-{label}")
+    stack = new_stack(rabbitmq, label)
+    raw = section(vhost, broker_version, endpoint_names())
+    configure(stack, rabbitmq, raw)
+    return stack, parsed(raw, stack)
+
+
 def assert_no_drift(management: ManagementApi, config: RabbitMqConfig) -> None:
     statistics_settled(management, config.vhost)  # 4.0 reports a new policy's delivery limit seconds later
     assert verify_rabbitmq(management, config) == []
@@ -61,11 +73,8 @@ def assert_no_drift(management: ManagementApi, config: RabbitMqConfig) -> None:
 def test_a_thousand_endpoints_up_then_no_change(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...], figure
 ) -> None:
-    vhost = new_vhost("scale-up")
-    stack = new_stack(rabbitmq, "scale")
-    raw = section(vhost, broker_version, endpoint_names())
-    configure(stack, rabbitmq, raw)
-    config = parsed(raw, stack)
+    stack, config = new_scale_stack(rabbitmq, new_vhost, new_stack, broker_version, "scale")
+    vhost = config.vhost
     assert bool(config.topology.delivery_limit_policies) == (broker_version >= (4, 0))
     start = time.monotonic()
     output = up(stack)
@@ -136,11 +145,8 @@ def kill_midway(stack: Stack, management: ManagementApi, vhost: str, kill_at: in
 def test_an_up_killed_midway_recovers_with_cancel_and_the_same_up(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...], figure
 ) -> None:
-    vhost = new_vhost("scale-killed")
-    stack = new_stack(rabbitmq, "killed")
-    raw = section(vhost, broker_version, endpoint_names())
-    configure(stack, rabbitmq, raw)
-    config = parsed(raw, stack)
+    stack, config = new_scale_stack(rabbitmq, new_vhost, new_stack, broker_version, "killed")
+    vhost = config.vhost
     queues_at_kill, survivors = kill_midway(stack, management, vhost, int(len(config.topology.queues) * KILL_AT_SHARE))
 
     # what the kill left: objects on the broker, a state without them, the update's lock
