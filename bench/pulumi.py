@@ -13,9 +13,11 @@ against the ceiling: the same objects created by a bare client through the manag
 (c) The largest skip-checkpoints stack: a no-change ``preview --expect-no-changes`` (target <= 60 s), a
     ``refresh --expect-no-changes``, and ``verify`` (0 drifts) against one GET /api/definitions/<vhost>
     (target <= 2x).
-(d) The broker's CPU seconds (beam.smp utime+stime) per endpoint during the up, the stack's combined policies
-    (policyScope stack) against one policy per object (policyScope endpoint), the latter up to
-    NSB_BENCH_PULUMI_PER_OBJECT_MAX endpoints (default 300: 1,000 took 21 min and failed before combined policies).
+(d) CPU seconds: of the up's processes (the CLI, the language host and program, the provider: this process's
+    waited-for children) and of the bare client (this process); and the broker's (beam.smp utime+stime) per
+    endpoint during the up, the stack's combined policies (policyScope stack) against one policy per object
+    (policyScope endpoint), the latter up to NSB_BENCH_PULUMI_PER_OBJECT_MAX endpoints (default 300: 1,000 took
+    21 min and failed before combined policies).
 Each row prints the 1-minute load average at its start and end. Figures are printed, never asserted.
 Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.0),
 NSB_BENCH_PULUMI_PARALLEL (default 16).
@@ -43,6 +45,7 @@ from servers.rabbitmq import ChrootRabbitMq, LocalRabbitMq
 
 from .pulumi_measures import (
     baseline,
+    client_cpu,
     cpu_seconds,
     growth_exponent,
     load,
@@ -61,7 +64,8 @@ SKIP = {"PULUMI_SKIP_CHECKPOINTS": "true"}
 CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "false"}
 COLUMNS = (
     ("version", 7), ("state", 16), ("policies", 8), ("endpoints", 9), ("objects", 7), ("up s", 7), ("obj/s", 6),
-    ("bare s", 6), ("obj/s", 6), ("ratio", 5), ("ms/endpt", 8), ("cpu s/endpt", 11), ("load", 9),
+    ("bare s", 6), ("obj/s", 6), ("ratio", 5), ("ms/endpt", 8), ("cpu s/endpt", 11), ("up cpu", 6), ("bare cpu", 8),
+    ("load", 9),
 )  # fmt: skip
 
 
@@ -106,7 +110,7 @@ class Run:
         config = {"rabbitmq:endpoint": self.broker.management_url, f"{NAMESPACE}:rabbitmq": raw}
         env = SKIP if state == "skip-checkpoints" else CHECKPOINTS
         stack = self.cleanup.enter_context(LocalStack(self.cli, f"bench-{label}", config, credentials | env))
-        load_before, cpu_before = load(), cpu_seconds(self.broker.beam_pid())
+        load_before, cpu_before, client_before = load(), cpu_seconds(self.broker.beam_pid()), client_cpu(children=True)
         try:
             up_seconds, _ = timed(lambda: stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL)))
         except PulumiFailed as failed:
@@ -114,15 +118,18 @@ class Run:
             print(f"{self.version:>7} {state:>16} {scope:>8} {size:>9} up FAILED: {summary}", flush=True)
             return None
         cpu = (cpu_seconds(self.broker.beam_pid()) - cpu_before) / size
+        up_cpu = client_cpu(children=True) - client_before
         objects = provider_objects(stack)
         parsed = parse_stack_config({"rabbitmq": raw}, stack.name).rabbitmq
         assert parsed is not None
-        bare = ("", "", "")
+        bare, bare_cpu = ("", "", ""), ""
         if with_baseline:
             bare_config = parse_stack_config({"rabbitmq": raw | {"vhost": f"bare-{label}"}}, stack.name).rabbitmq
             assert bare_config is not None
             self.api.create_vhost(bare_config.vhost)
+            bare_before = client_cpu(children=False)
             bare_seconds, bare_objects = baseline(self.api, bare_config, PARALLEL)
+            bare_cpu = f"{client_cpu(children=False) - bare_before:.1f}"
             self.api.delete_vhost(bare_config.vhost)
             if bare_objects != objects:
                 print(f"  {bare_objects} objects through the API, {objects} in the stack's state", flush=True)
@@ -132,7 +139,8 @@ class Run:
         print(
             row(
                 self.version, state, str(scope), size, objects, f"{up_seconds:.1f}", f"{objects / up_seconds:.0f}",
-                *bare, f"{1000 * up_seconds / size:.0f}", f"{cpu:.3f}", f"{load_before:.1f}-{load():.1f}",
+                *bare, f"{1000 * up_seconds / size:.0f}", f"{cpu:.3f}", f"{up_cpu:.0f}",
+                bare_cpu, f"{load_before:.1f}-{load():.1f}",
             ),
             flush=True,
         )  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -93,6 +94,13 @@ def cpu_seconds(pid: int | None) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     # fields[0] is field 3 (state): utime and stime are fields 14 and 15
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def client_cpu(children: bool) -> float:
+    """User + system CPU seconds of this process (the bare client's threads) or of its waited-for children (a
+    ``pulumi`` command and the plugins it waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def growth_exponent(points: Sequence[tuple[int, float]]) -> float:
