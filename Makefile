@@ -24,7 +24,7 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root engine actionlint demo test unit lint bench docs clean
+.PHONY: setup system-packages rabbitmq4-root engine actionlint demo test unit scale lint bench docs clean
 
 setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint
 
@@ -120,6 +120,12 @@ test: setup
 
 unit: $(STAMP)
 	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+# The scale tier (tests/scale: 1,000 endpoints through the real engine, an up killed midway and recovered), opt-in:
+# about ten minutes per broker version on 2 cores, too long for `make test` (CONTRIBUTING.md, The suite's figures).
+# One worker per broker version.
+scale: setup
+	NSB_SCALE_TESTS=1 $(PY) -m pytest -n 2 --dist loadgroup tests/scale $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml) into site/. Strict: a broken internal link or anchor, a page missing from
 # the nav, a reference that cannot be generated or a Mermaid diagram mermaid-cli cannot draw fails it. External

@@ -1,166 +1,196 @@
-"""A real ``pulumi up`` of the delay graph plus 10, 100 and 1,000 endpoints into a fresh RabbitMQ 3.10, against the
-ceiling: the same objects created by a bare client through the management API at the same parallelism.
+"""A real ``pulumi up`` of the delay graph plus 100, 300 and 1,000 endpoints into a fresh RabbitMQ 3.10 and 4.0,
+against the ceiling: the same objects created by a bare client through the management API at the same parallelism.
 
-(a) ``up``: wall time and resources/s of ``pulumi up --parallel P`` (the program, the engine, the RabbitMQ
-    provider), each size into a vhost of its own; the baseline PUTs the same exchanges, queues and policies, then
-    the bindings, with P threads (HTTP keep-alive, one session per thread). Target: up within 2x of the baseline.
-    Each size twice: as a DIY backend runs by default, writing the whole state after every step (quadratic in
-    the stack's size), and with PULUMI_SKIP_CHECKPOINTS=true (one write at the end; pulumi/pulumi
-    sdk/go/common/env/env.go SkipCheckpoints); the default only up to NSB_BENCH_PULUMI_CHECKPOINTED_MAX
-    endpoints (default 100: 1,000 would take well over an hour).
-(b) A no-change ``pulumi preview`` of the largest stack, against the same program under mocks (the program's own
-    cost, no engine). Target: under 60 s on this machine.
-Figures are printed, never asserted: the machine is shared, so they are what this run saw.
-Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 10,100,1000), NSB_BENCH_PULUMI_PARALLEL (default 16).
+(a) ``up``: wall time and objects/s of ``pulumi up --parallel P`` (the program, the engine, the RabbitMQ provider),
+    each size into a vhost of its own, against the baseline (bench/pulumi_measures.py ``baseline``: the same
+    exchanges, queues and policies, then the bindings, P threads). On 4.0 the stack declares delivery-limit
+    policies, on 3.10 not. Each size with PULUMI_SKIP_CHECKPOINTS=true (one state write at the end; pulumi/pulumi
+    sdk/go/common/env/env.go SkipCheckpoints) and, up to NSB_BENCH_PULUMI_CHECKPOINTED_MAX endpoints (default
+    300), as a DIY backend runs by default (the whole state written after every step). Targets: up within 2x of
+    the baseline at 100 and 1,000 endpoints with skip-checkpoints.
+(b) Time per endpoint and the growth exponent (least squares of log(time) on log(endpoints)) of each curve.
+    Target: <= 1.15 with skip-checkpoints.
+(c) The largest skip-checkpoints stack: a no-change ``preview --expect-no-changes`` (target <= 60 s), a
+    ``refresh --expect-no-changes``, and ``verify`` (0 drifts) against one GET /api/definitions/<vhost>
+    (target <= 2x).
+(d) CPU seconds: of the up's processes (the CLI, the language host and program, the provider: this process's
+    waited-for children) and of the bare client (this process); and the broker's (beam.smp utime+stime) per
+    endpoint during the up, the stack's combined policies (policyScope stack) against one policy per object
+    (policyScope endpoint), the latter up to NSB_BENCH_PULUMI_PER_OBJECT_MAX endpoints (default 300: 1,000 took
+    21 min and failed before combined policies).
+Each row prints the 1-minute load average at its start and end. Figures are printed, never asserted.
+Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.0),
+NSB_BENCH_PULUMI_PARALLEL (default 16).
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
-from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.recording import record
 from nsb_delays.infra.commands.errors import sigterm_as_interrupt
-from nsb_delays.infra.program import declare
 from nsb_delays.infra.pulumi_engine import (
     LocalStack,
+    PulumiCli,
     PulumiFailed,
-    created_provider_objects,
     find_pulumi,
     provider_credentials,
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
-from servers.rabbitmq import LocalRabbitMq
+from servers.rabbitmq import ChrootRabbitMq, LocalRabbitMq
 
-SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "10,100,1000").split(","))
+from .pulumi_measures import (
+    baseline,
+    client_cpu,
+    cpu_seconds,
+    growth_exponent,
+    load,
+    no_change_checks,
+    provider_objects,
+    timed,
+)
+
+SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "100,300,1000").split(","))
+VERSIONS = tuple(os.environ.get("NSB_BENCH_PULUMI_VERSIONS", "3.10,4.0").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))
-CHECKPOINTED_MAX = int(os.environ.get("NSB_BENCH_PULUMI_CHECKPOINTED_MAX", "100"))
-MODES = {"checkpoints": {}, "skip-checkpoints": {"PULUMI_SKIP_CHECKPOINTS": "true"}}
-BROKER_VERSION = "3.10"
+CHECKPOINTED_MAX = int(os.environ.get("NSB_BENCH_PULUMI_CHECKPOINTED_MAX", "300"))
+PER_OBJECT_MAX = int(os.environ.get("NSB_BENCH_PULUMI_PER_OBJECT_MAX", "300"))
+BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
+SKIP = {"PULUMI_SKIP_CHECKPOINTS": "true"}
+CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "false"}
+COLUMNS = (
+    ("version", 7), ("state", 16), ("policies", 8), ("endpoints", 9), ("objects", 7), ("up s", 7), ("obj/s", 6),
+    ("bare s", 6), ("obj/s", 6), ("ratio", 5), ("ms/endpt", 8), ("cpu s/endpt", 11), ("up cpu", 6), ("bare cpu", 8),
+    ("load", 9),
+)  # fmt: skip
 
 
-def section(vhost: str, endpoints: int) -> dict[str, Any]:
-    names = [f"Endpoint{i:05d}" for i in range(endpoints)]
-    return {"vhost": vhost, "brokerVersion": BROKER_VERSION, "deliveryLimitPolicies": False, "endpoints": names}
+def section(vhost: str, version: str, endpoints: int, scope: rmq.PolicyScope) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "brokerVersion": version,
+        "deliveryLimitPolicies": rmq.parse_reported_broker_version(version)
+        >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "policyScope": str(scope),
+        "endpoints": [f"Endpoint{i:05d}" for i in range(endpoints)],
+    }
 
 
-def baseline(api: ManagementApi, config: RabbitMqConfig) -> tuple[float, int]:
-    """The model's objects through the management API, P at a time: exchanges, queues and policies, then bindings."""
-    topology = config.topology
-    vhost = path_segment(config.vhost)
-    local = threading.local()
+def row(*cells: object) -> str:
+    return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, COLUMNS, strict=True))
 
-    def session() -> ManagementApi:
-        if not hasattr(local, "api"):
-            local.api = ManagementApi(api.url, api.username, api.password)
-        return local.api  # type: ignore[no-any-return]
 
-    def put(path_and_body: tuple[str, dict[str, Any]]) -> None:
-        session().request("PUT", *path_and_body)
+@dataclass
+class Run:
+    """One broker version's rows: ``curves`` maps a curve's name to its (endpoints, seconds) points."""
 
-    def post(path_and_body: tuple[str, dict[str, Any]]) -> None:
-        session().request("POST", *path_and_body)
+    cli: PulumiCli
+    version: str
+    broker: LocalRabbitMq
+    cleanup: ExitStack
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
-    arguments = {q.name: rmq.queue_arguments_as_stored(q.arguments, BROKER_VERSION) for q in topology.queues}
-    first = [
-        *(
-            (f"exchanges/{vhost}/{path_segment(e.name)}", {"type": e.type, "durable": e.durable})
-            for e in topology.exchanges
-        ),
-        *(
-            (f"queues/{vhost}/{path_segment(q.name)}", {"durable": q.durable, "arguments": arguments[q.name]})
-            for q in topology.queues
-        ),
-        *(
-            (
-                f"policies/{vhost}/{path_segment(p.name)}",
-                {
-                    "pattern": p.pattern,
-                    "apply-to": p.apply_to,
-                    "priority": p.priority,
-                    "definition": dict(p.definition),
-                },
-            )
-            for p in topology.policies
-        ),
-    ]
-    kind = {"queue": "q", "exchange": "e"}
-    second = [
-        (
-            f"bindings/{vhost}/e/{path_segment(b.source)}/{kind[b.destination_type]}/{path_segment(b.destination)}",
-            {"routing_key": b.routing_key},
-        )
-        for b in topology.bindings
-    ]
-    start = time.perf_counter()
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        list(pool.map(put, first))
-        list(pool.map(post, second))
-    return time.perf_counter() - start, len(first) + len(second)
+    @property
+    def api(self) -> ManagementApi:
+        return ManagementApi(self.broker.management_url, self.broker.username, self.broker.password, timeout=300)
+
+    def up(
+        self, state: str, scope: rmq.PolicyScope, size: int, with_baseline: bool
+    ) -> tuple[LocalStack, RabbitMqConfig] | None:
+        """One row: an ``up`` of ``size`` endpoints into a vhost of its own (and the bare client's into another);
+        the stack and its parsed config, or None when the up failed."""
+        label = f"{self.version.replace('.', '')}-{state}-{scope}-{size}"
+        raw = section(f"bench-{label}", self.version, size, scope)
+        self.api.create_vhost(raw["vhost"])
+        credentials = provider_credentials(self.broker.username, self.broker.password)
+        config = {"rabbitmq:endpoint": self.broker.management_url, f"{NAMESPACE}:rabbitmq": raw}
+        env = SKIP if state == "skip-checkpoints" else CHECKPOINTS
+        stack = self.cleanup.enter_context(LocalStack(self.cli, f"bench-{label}", config, credentials | env))
+        load_before, cpu_before, client_before = load(), cpu_seconds(self.broker.beam_pid()), client_cpu(children=True)
+        try:
+            up_seconds, _ = timed(lambda: stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL)))
+        except PulumiFailed as failed:
+            summary = " ".join(line.strip() for line in str(failed).splitlines()[-4:])
+            print(f"{self.version:>7} {state:>16} {scope:>8} {size:>9} up FAILED: {summary}", flush=True)
+            return None
+        cpu = (cpu_seconds(self.broker.beam_pid()) - cpu_before) / size
+        up_cpu = client_cpu(children=True) - client_before
+        objects = provider_objects(stack)
+        parsed = parse_stack_config({"rabbitmq": raw}, stack.name).rabbitmq
+        assert parsed is not None
+        bare, bare_cpu = ("", "", ""), ""
+        if with_baseline:
+            bare_config = parse_stack_config({"rabbitmq": raw | {"vhost": f"bare-{label}"}}, stack.name).rabbitmq
+            assert bare_config is not None
+            self.api.create_vhost(bare_config.vhost)
+            bare_before = client_cpu(children=False)
+            bare_seconds, bare_objects = baseline(self.api, bare_config, PARALLEL)
+            bare_cpu = f"{client_cpu(children=False) - bare_before:.1f}"
+            self.api.delete_vhost(bare_config.vhost)
+            if bare_objects != objects:
+                print(f"  {bare_objects} objects through the API, {objects} in the stack's state", flush=True)
+            bare = (f"{bare_seconds:.1f}", f"{bare_objects / bare_seconds:.0f}", f"{up_seconds / bare_seconds:.2f}")
+            self.curves.setdefault("bare client", []).append((size, bare_seconds))
+        self.curves.setdefault(f"up {state} policies {scope}", []).append((size, up_seconds))
+        print(
+            row(
+                self.version, state, str(scope), size, objects, f"{up_seconds:.1f}", f"{objects / up_seconds:.0f}",
+                *bare, f"{1000 * up_seconds / size:.0f}", f"{cpu:.3f}", f"{up_cpu:.0f}",
+                bare_cpu, f"{load_before:.1f}-{load():.1f}",
+            ),
+            flush=True,
+        )  # fmt: skip
+        return stack, parsed
+
+    def measure(self) -> None:
+        biggest: tuple[LocalStack, RabbitMqConfig] | None = None
+        for size in SIZES:
+            made = self.up("skip-checkpoints", rmq.PolicyScope.STACK, size, with_baseline=True)
+            if made is not None and size == max(SIZES):
+                biggest = made
+            elif made is not None:
+                self.api.delete_vhost(made[1].vhost)
+        if biggest is not None:
+            for line in no_change_checks(biggest[0], self.api, biggest[1], PARALLEL):
+                print(line, flush=True)
+            self.api.delete_vhost(biggest[1].vhost)
+        for size in SIZES:
+            if size > PER_OBJECT_MAX:
+                print(f"{self.version:>7} {'skip-checkpoints':>16} {'endpoint':>8} {size:>9} not run (over "
+                      f"NSB_BENCH_PULUMI_PER_OBJECT_MAX={PER_OBJECT_MAX}): per-object policies, 1,000 endpoints "
+                      "failed after 21 min (docs/measurements.md)", flush=True)  # fmt: skip
+                continue
+            made = self.up("skip-checkpoints", rmq.PolicyScope.ENDPOINT, size, with_baseline=False)
+            if made is not None:
+                self.api.delete_vhost(made[1].vhost)
+        for size in SIZES:
+            if size > CHECKPOINTED_MAX:
+                continue
+            made = self.up("checkpoints", rmq.PolicyScope.STACK, size, with_baseline=False)
+            if made is not None:
+                self.api.delete_vhost(made[1].vhost)
+        for name, points in self.curves.items():
+            per_endpoint = ", ".join(f"{size}: {1000 * seconds / size:.0f} ms" for size, seconds in points)
+            print(f"  {self.version} {name}: per endpoint {per_endpoint}; growth exponent "
+                  f"{growth_exponent(points):.2f}", flush=True)  # fmt: skip
 
 
 def main() -> None:
     cli = find_pulumi()
     if cli is None:
         raise SystemExit("no Pulumi CLI: run `make setup` (it builds one into .cache/engine) or put pulumi on PATH")
-    print(f"pulumi {cli.executable}; --parallel {PARALLEL}; RabbitMQ {BROKER_VERSION}", flush=True)
-    header = ("state", "endpoints", "objects", "up s", "obj/s", "bare s", "obj/s", "ratio")
-    print(" ".join(f"{title:>{width}}" for title, width in zip(header, (16, 9, 7, 7, 7, 7, 7, 6), strict=True)))
-    # SIGTERM unwinds like Ctrl-C: the broker and the stacks' temporary folders are removed either way
-    with sigterm_as_interrupt(), LocalRabbitMq() as broker, ExitStack() as cleanup:
-        api = ManagementApi(broker.management_url, broker.username, broker.password)
-        credentials = provider_credentials(broker.username, broker.password)
-        largest: tuple[LocalStack, dict[str, Any]] | None = None
-        for mode, mode_env in MODES.items():
-            for size in SIZES:
-                if mode == "checkpoints" and size > CHECKPOINTED_MAX:
-                    continue
-                vhost = f"{mode}-{size}"
-                config = {"rabbitmq:endpoint": broker.management_url, f"{NAMESPACE}:rabbitmq": section(vhost, size)}
-                api.create_vhost(vhost)
-                stack = cleanup.enter_context(LocalStack(cli, f"bench-{mode}-{size}", config, credentials | mode_env))
-                start = time.perf_counter()
-                try:
-                    output = stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL))
-                except PulumiFailed as failed:
-                    # e.g. 1,000 endpoints on RabbitMQ 3.10: policy PUTs answered EOF after 60 s (README, benchmarks)
-                    summary = " ".join(line.strip() for line in str(failed).splitlines()[-4:])
-                    print(f"{mode:>16} {size:>9} up failed after {time.perf_counter() - start:.0f} s: {summary}")
-                    continue
-                up_seconds = time.perf_counter() - start
-                objects = len(created_provider_objects(output))
-                parsed = parse_stack_config({"rabbitmq": section(f"bare-{vhost}", size)}).rabbitmq
-                assert parsed is not None
-                api.create_vhost(parsed.vhost)
-                bare_seconds, bare_objects = baseline(api, parsed)
-                assert bare_objects == objects, f"{bare_objects} objects through the API, {objects} through pulumi up"
-                print(
-                    f"{mode:>16} {size:>9} {objects:>7} {up_seconds:>7.1f} {objects / up_seconds:>7.0f} "
-                    f"{bare_seconds:>7.1f} {bare_objects / bare_seconds:>7.0f} {up_seconds / bare_seconds:>6.2f}",
-                    flush=True,
-                )
-                largest = (stack, section(vhost, size))
-        if largest is None:
-            return
-        stack, raw = largest
-        start = time.perf_counter()
-        stack.run("preview", "--expect-no-changes", "--parallel", str(PARALLEL))
-        preview_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        recorded = record(lambda: declare(parse_stack_config({"rabbitmq": raw}), {}), stack="bench")
-        mocks_seconds = time.perf_counter() - start
-        print(
-            f"no-change preview of {len(raw['endpoints'])} endpoints: {preview_seconds:.1f} s "
-            f"(target < 60 s); the program under mocks: {mocks_seconds:.1f} s for {len(recorded)} resources "
-            f"(ratio {preview_seconds / mocks_seconds:.1f})",
-            flush=True,
-        )
+    print(f"pulumi {cli.executable}; --parallel {PARALLEL}; {os.cpu_count()} cores; load {load():.1f}", flush=True)
+    print(row(*(title for title, _ in COLUMNS)), flush=True)
+    # SIGTERM unwinds like Ctrl-C: the brokers and the stacks' temporary folders are removed either way
+    with sigterm_as_interrupt():
+        for version in VERSIONS:
+            with BROKERS[version]() as broker, ExitStack() as cleanup:
+                Run(cli, version, broker, cleanup).measure()
+    print(f"load at the end {load():.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -78,11 +78,9 @@ class PulumiEngine:
         timeout: float = 900,
     ) -> Result:
         completed = subprocess.run(
-            [str(self.cli.executable), *args, "--non-interactive", "--color", "never"],
+            self.command(*args),
             cwd=cwd,
-            env=offline_environment(self.cli, self.backend, PASSPHRASE)
-            | SKIP_CHECKPOINTS
-            | {"NO_COLOR": "1", **(env or {})},
+            env=self.environment(env),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -92,6 +90,30 @@ class PulumiEngine:
         if check and result.returncode != 0:
             pytest.fail(result.explain(), pytrace=False)
         return result
+
+    def command(self, *args: str) -> list[str]:
+        return [str(self.cli.executable), *args, "--non-interactive", "--color", "never"]
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return (
+            offline_environment(self.cli, self.backend, PASSPHRASE)
+            | SKIP_CHECKPOINTS
+            | {"NO_COLOR": "1", **(env or {})}
+        )
+
+    def start(self, *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        """``pulumi ARGS`` started in a session of its own (so a test can kill its process group, and find the
+        plugins it started in process groups of their own by the session), its output in pipes."""
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=cwd,
+            env=self.environment(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
 
 
 def require_pulumi() -> PulumiCli:
@@ -126,15 +148,19 @@ class Stack:
     def run(self, *args: str, check: bool = True, timeout: float = 900) -> Result:
         return self.engine.run(
             *args,
-            "--stack",
-            self.name,
-            "--config-file",
-            str(self.config_file),
+            *self.stack_args(),
             cwd=self.project_dir,
             env=self.env,
             check=check,
             timeout=timeout,
         )
+
+    def stack_args(self) -> list[str]:
+        return ["--stack", self.name, "--config-file", str(self.config_file)]
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """``pulumi ARGS`` on this stack, not waited for (``PulumiEngine.start``)."""
+        return self.engine.start(*args, *self.stack_args(), cwd=self.project_dir, env=self.env)
 
     def up(self, *extra: str, check: bool = True) -> Result:
         return self.run("up", "--yes", "--skip-preview", *extra, check=check)

@@ -1,0 +1,158 @@
+"""What ``bench pulumi`` (bench/pulumi.py) measures beside the ``up`` itself: the bare management-API client that
+creates the same objects, the broker's CPU seconds, the growth exponent of a curve, and a no-change preview,
+refresh and ``verify`` of a stack against one read of the vhost's definitions."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
+from nsb_delays.stack.config import RabbitMqConfig
+from servers.rabbitmq import statistics_settled
+
+
+def load() -> float:
+    """The 1-minute load average: the machine is shared, so each figure is printed with it."""
+    return os.getloadavg()[0]
+
+
+def baseline(api: ManagementApi, config: RabbitMqConfig, parallel: int) -> tuple[float, int]:
+    """The model's objects through the management API, ``parallel`` at a time (one keep-alive session per thread):
+    exchanges, queues and policies, then bindings. Returns the seconds and the number of objects."""
+    topology = config.topology
+    vhost = path_segment(config.vhost)
+    local = threading.local()
+
+    def session() -> ManagementApi:
+        if not hasattr(local, "api"):
+            local.api = ManagementApi(api.url, api.username, api.password, timeout=300)
+        return local.api  # type: ignore[no-any-return]
+
+    def put(path_and_body: tuple[str, dict[str, Any]]) -> None:
+        session().request("PUT", *path_and_body)
+
+    def post(path_and_body: tuple[str, dict[str, Any]]) -> None:
+        session().request("POST", *path_and_body)
+
+    arguments = {q.name: rmq.queue_arguments_as_stored(q.arguments, config.broker_version) for q in topology.queues}
+    first = [
+        *(
+            (f"exchanges/{vhost}/{path_segment(e.name)}", {"type": e.type, "durable": e.durable})
+            for e in topology.exchanges
+        ),
+        *(
+            (f"queues/{vhost}/{path_segment(q.name)}", {"durable": q.durable, "arguments": arguments[q.name]})
+            for q in topology.queues
+        ),
+        *(
+            (
+                f"policies/{vhost}/{path_segment(p.name)}",
+                {
+                    "pattern": p.pattern,
+                    "apply-to": p.apply_to,
+                    "priority": p.priority,
+                    "definition": dict(p.definition),
+                },
+            )
+            for p in topology.policies
+        ),
+    ]
+    kind = {"queue": "q", "exchange": "e"}
+    second = [
+        (
+            f"bindings/{vhost}/e/{path_segment(b.source)}/{kind[b.destination_type]}/{path_segment(b.destination)}",
+            {"routing_key": b.routing_key},
+        )
+        for b in topology.bindings
+    ]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(put, first))
+        list(pool.map(post, second))
+    return time.perf_counter() - start, len(first) + len(second)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of process ``pid`` (``/proc/<pid>/stat`` fields 14 and 15, in clock ticks); NaN without one."""
+    if pid is None:
+        return math.nan
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state): utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def client_cpu(children: bool) -> float:
+    """User + system CPU seconds of this process (the bare client's threads) or of its waited-for children (a
+    ``pulumi`` command and the plugins it waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def growth_exponent(points: Sequence[tuple[int, float]]) -> float:
+    """The least-squares slope of log(seconds) on log(endpoints): 1 is linear, 2 quadratic; NaN under 2 points."""
+    if len(points) < 2:
+        return math.nan
+    xs = [math.log(size) for size, _ in points]
+    ys = [math.log(seconds) for _, seconds in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def provider_objects(stack: LocalStack) -> int:
+    """The RabbitMQ objects in the stack's state (``pulumi stack export``), the provider itself not counted: an up's
+    output of thousands of lines is no reliable count."""
+    resources = json.loads(stack.run("stack", "export"))["deployment"].get("resources") or []
+    return sum(1 for resource in resources if resource["type"].startswith("rabbitmq:"))
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = action()
+    return time.perf_counter() - start, result
+
+
+def no_change_checks(stack: LocalStack, api: ManagementApi, config: RabbitMqConfig, parallel: int) -> list[str]:
+    """A no-change ``preview`` and ``refresh`` of ``stack`` (both ``--expect-no-changes``) and ``verify`` of its
+    vhost against one ``GET /api/definitions/<vhost>``, as lines to print."""
+    endpoints = len(config.endpoints)
+    lines = []
+    for command in (
+        ("preview", "--expect-no-changes", "--parallel", str(parallel)),
+        ("refresh", "--yes", "--skip-preview", "--expect-no-changes", "--parallel", str(parallel)),
+    ):
+        before = load()
+        try:
+            seconds, _ = timed(lambda: stack.run(*command))  # noqa: B023
+            outcome = f"{seconds:.1f} s"
+        except PulumiFailed as failed:
+            outcome = f"FAILED: {' '.join(str(failed).splitlines()[-3:])}"
+        target = " (target <= 60 s)" if command[0] == "preview" else ""
+        loads = f"load {before:.1f}-{load():.1f}"
+        lines.append(f"  no-change {command[0]} of {endpoints} endpoints: {outcome}{target}; {loads}")
+    settled = statistics_settled(api, config.vhost)
+    before = load()
+    verify_seconds, drifts = timed(lambda: verify_rabbitmq(api, config))
+    definitions_seconds, _ = timed(lambda: api.definitions(config.vhost))
+    shown = "".join(f"; {drift}" for drift in drifts[:3])
+    lines.append(
+        f"  verify of {endpoints} endpoints: {verify_seconds:.2f} s, {len(drifts)} drifts{shown}"
+        f"; GET /api/definitions/<vhost>: {definitions_seconds:.2f} s; ratio {verify_seconds / definitions_seconds:.2f}"
+        f" (target <= 2); load {before:.1f}-{load():.1f}; queue statistics settled {settled:.1f} s before"
+    )
+    return lines
