@@ -199,10 +199,8 @@ def test_verify_rabbitmq_checks_the_stacks_users() -> None:
         "overview": {"rabbitmq_version": "4.0.5"},
         "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
         "vhosts": [{"name": config.vhost}],
-        **{
-            f"{kind}/{path_segment(config.vhost)}": []
-            for kind in ("exchanges", "queues", "bindings", "policies", "operator-policies")
-        },
+        f"definitions/{path_segment(config.vhost)}": {"exchanges": [], "queues": [], "bindings": [], "policies": []},
+        f"operator-policies/{path_segment(config.vhost)}": [],
     }
     vhost = path_segment(config.vhost)
     nobody = {"users": [], f"vhosts/{vhost}/permissions": [], f"vhosts/{vhost}/topic-permissions": []}

@@ -158,8 +158,8 @@ def nservicebus_delivery_limit_refusal(
         return (
             f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
             "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
-            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} may set one, "
-            f"{UNLIMITED_DELIVERY_LIMIT})"
+            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} or the stack's combined "
+            f"delivery-limit policy may set one, {UNLIMITED_DELIVERY_LIMIT})"
         )
     # SetDeliveryLimitViaPolicy: the transport would now create its policy.
     version = ".".join(map(str, broker_version))
