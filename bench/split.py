@@ -3,9 +3,9 @@
 
 Prints each stack's up time and objects, ``verify``'s drifts for every stack, then destroys the first team's stack and
 says whether every object of the graph and of the other teams stayed exactly as it was. The team stacks find the
-graph by name (each bench stack has a state of its own, so no stack reference); tests/engine/test_split_stacks.py
-proves the reference. Figures are printed, never asserted. Settings: NSB_BENCH_SPLIT_STACKS (5),
-NSB_BENCH_SPLIT_ENDPOINTS (200), NSB_BENCH_PULUMI_PARALLEL (16).
+graph by name (each bench stack has a state of its own, so no stack reference);
+tests/engine/test_split_stacks_deployed.py proves the reference. Figures are printed, never asserted.
+Settings: NSB_BENCH_SPLIT_STACKS (5), NSB_BENCH_SPLIT_ENDPOINTS (200), NSB_BENCH_PULUMI_PARALLEL (16).
 """
 
 from __future__ import annotations

@@ -120,13 +120,17 @@ def example_value(section: str, key: str) -> Any:
     return {bool: True, int: 345600, list: [], str: "Orders"}[typ]
 
 
+# Keys that take effect only beside another: the smallest config of each gives the other too.
+COMPANIONS: dict[str, dict[str, Any]] = {"graphStack": {"declaresGraph": False}}
+
+
 def config_with(section: str, key: str) -> dict[str, Any]:
     """The smallest stack config that gives ``key`` of ``section`` a value."""
     value = example_value(section, key)
     top, _, below = section.partition(".")
     raw: dict[str, Any] = {top: {"endpoints": ["Sales"]}}
     if below == "":
-        raw[top][key] = value
+        raw[top] |= COMPANIONS.get(key, {}) | {key: value}
     elif below == "endpoints[]":
         raw[top]["endpoints"] = [{"name": "Sales", key: value}]
     elif below == "endpoints[].user":

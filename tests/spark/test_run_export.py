@@ -24,7 +24,7 @@ from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from nsb_delays.pipeline.migration import RunOptions, export_ledger_source, run_migration
 from nsb_delays.pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
-from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now
+from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 from tests.spark.test_crash_safety import kill_when_marked, spark_submit
 
 ENDPOINTS = ["Sales", "Billing"]
@@ -156,6 +156,7 @@ def test_run_from_an_export_killed_mid_dispatch_resumes_without_loss(spark, post
         ]
     )  # fmt: skip
     kill_when_marked(job, marker)
+    wait_for_the_run_lock_to_be_free(source)  # PostgreSQL ends the killed job's session a moment later
     ((table,),) = ledger_rows(
         postgres.dsn, f'select "MigrationTable" from "{STATE_TABLE}" where "SourceTable" = %s', (source.layout.table,)
     )

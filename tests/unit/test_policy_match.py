@@ -1,5 +1,5 @@
 """``policy_match``: which policy RabbitMQ applies and the effective definition, by the broker's rules (the same
-computation against real 3.10 and 4.0 brokers is tests/broker/test_policy_match.py); and ``verify_rabbitmq`` reads
+computation against real 3.10 and 4.0 brokers is tests/broker/test_policy_match_on_the_broker.py); and ``verify_rabbitmq`` reads
 each listing once, however many endpoints a stack has."""
 
 from __future__ import annotations

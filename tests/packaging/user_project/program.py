@@ -15,7 +15,7 @@ import nsb_delays.components
 import nsb_delays.pipeline
 import pipeline  # the user's own package
 from components import RabbitMqEndpoint as UserRabbitMqEndpoint
-from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint, SqsEndpoint
+from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint, RabbitMqEndpointPolicies, SqsEndpoint
 
 
 class Mocks(pulumi.runtime.Mocks):
@@ -54,6 +54,8 @@ def policy_verdict() -> list[str]:
     def declare() -> None:
         delays = RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": "/"})
         RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_exchange": delays.delivery_exchange})
+        policies = {"delivery_limit_queues": ["Sales"], "parked_exchanges": ["Sales"]}
+        RabbitMqEndpointPolicies("policies", {**policies, "parking_exchange": delays.parking_exchange})
         SqsEndpoint("sales-sqs", {"endpoint": "Sales", "queue_name_prefix": "prod-"})
         SqsEndpoint("plain-sqs", {"endpoint": "Plain", "queue_name_prefix": "prod-", "encrypted": False})
 
