@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 
 from .model.settings import PACKAGE
+from .rabbitmq import PolicyChain
 from .resource_types import SQS_QUEUE, STACK_REFERENCE
 
 PROJECT = PACKAGE
@@ -131,6 +132,7 @@ def record(
     Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
     raises; pass ``sink`` to see what was registered before the error (a config error: nothing).
     """
+    PolicyChain.last.clear()  # runs under mocks in one process share their stack resource: one chain per recording
     monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 

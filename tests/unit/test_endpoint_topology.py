@@ -103,3 +103,18 @@ def test_each_policy_of_a_stack_waits_for_the_one_before_it() -> None:
     for previous, policy in itertools.pairwise(policies):
         assert previous.urn in policy.dependencies, f"{policy.name} does not wait for {previous.name}"
     assert not any(p.urn in policies[0].dependencies for p in policies[1:])
+
+
+def test_a_recording_starts_its_own_policy_chain() -> None:
+    """Runs under mocks in one process share their stack resource: a second recording of the same stack must not
+    chain its first policy to the last policy of the first recording (the clean-clone run failed on that once)."""
+    from nsb_delays.components.resource_types import RABBITMQ_POLICY
+    from nsb_delays.infra.program import record_stack
+    from nsb_delays.stack.config import load_stack
+    from tests.unit.helpers import of_type
+
+    per_object = load_stack("dev").with_values("rabbitmq", policyScope="endpoint")
+    first = of_type(record_stack(per_object), RABBITMQ_POLICY)
+    again = of_type(record_stack(per_object), RABBITMQ_POLICY)
+    assert [p.urn for p in again] == [p.urn for p in first]
+    assert again[0].dependencies == first[0].dependencies
