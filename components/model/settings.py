@@ -226,17 +226,18 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         problems = rmq.rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
-        return rmq.endpoint_topology(
+        topology = rmq.endpoint_topology(
             self.endpoint,
             generation=self.generation,
             routing_topology=self.routing_topology,
             queue_type=self.queue_type,
             instance_discriminators=self.instance_discriminators,
             legacy_timeout_manager=self.legacy_timeout_manager,
-            delivery_limit_policies=self.declares_delivery_limit_policies,
-            park_unroutable=self.park_unroutable,
-            own_policies=self.policy_scope == rmq.PolicyScope.ENDPOINT,
+            own_policies=False,
         )
+        if self.policy_scope != rmq.PolicyScope.ENDPOINT:
+            return topology  # the stack declares them combined (EndpointPoliciesSettings.covering)
+        return topology + rmq.Topology(policies=self.policies())
 
     def policies(self) -> tuple[rmq.PolicySpec, ...]:
         """Its per-object parking and delivery-limit policies, whoever declares them (``policy_scope``)."""
