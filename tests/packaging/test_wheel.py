@@ -100,12 +100,7 @@ def test_metadata_as_pypi_expects_it(built: Built) -> None:
     assert not [c for c in meta.get_all("Classifier") if c.startswith("License ::")], "SPDX forbids both"
     assert meta["Requires-Python"] == ">=3.11"
     assert "Programming Language :: Python :: 3.11" in meta.get_all("Classifier")
-    assert {url.split(",")[0] for url in meta.get_all("Project-URL")} == {
-        "Homepage",
-        "Documentation",
-        "Repository",
-        "Issues",
-    }
+    assert meta.get_all("Project-URL") is None, "no placeholder URLs: none until a public repository exists"
     assert meta["Description-Content-Type"] == "text/markdown"
     assert set(meta.get_all("Provides-Extra")) == {"spark", "docs", "dev"}
     spark = {
