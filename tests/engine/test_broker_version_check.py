@@ -10,15 +10,17 @@ mismatched ``nsb-delays:rabbitmq.brokerVersion`` the same way.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.pulumi_engine import provider_credentials
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
 from tests.docs.examples import PROJECT, examples
-from tests.engine.conftest import Stack
+from tests.engine.conftest import ROOT, PulumiEngine, Stack, remove_stack
 
 README_VERSION = '"broker_version": "4.0"'
 README_VHOST = '"vhost": "/"'
@@ -138,3 +140,19 @@ def test_the_projects_program_for_another_release_is_refused_before_anything_is_
         assert_refused(result.output, result.returncode, setting, given, broker_version)
     assert state_resources(stack) == []
     assert objects_in(management, vhost) == []
+
+
+def test_a_preview_with_no_broker_to_ask_warns_and_goes_on(engine: PulumiEngine, tmp_path: Path) -> None:
+    """A preview needs no broker (the provider calls it only to change something): the check says it could not ask."""
+    name = f"unchecked-{uuid.uuid4().hex[:8]}"
+    stack = Stack(engine, name, ROOT, tmp_path / f"Pulumi.{name}.yaml", provider_credentials("guest", "guest"))
+    unreachable = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
+    section = {"brokerVersion": "3.10", "endpoints": ["Sales"]}
+    stack.write_config({"rabbitmq:endpoint": unreachable, f"{NAMESPACE}:rabbitmq": section})
+    engine.run("stack", "init", name, cwd=ROOT)
+    try:
+        result = stack.preview()
+    finally:
+        remove_stack(stack)
+    flat = " ".join(result.output.split())
+    assert f"{NAMESPACE}:rabbitmq.brokerVersion '3.10' is not checked against the broker: cannot reach" in flat
