@@ -78,7 +78,8 @@ class OnBroker:
     broker_version: str = setting(
         rmq.DEFAULT_BROKER_VERSION,
         doc="The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): "
-        "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work.",
+        "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program "
+        "refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`).",
         places=(RABBITMQ,),
     )
     adopt_existing: bool = setting(
