@@ -94,6 +94,13 @@ CASES = [
     Case("stack-file", "path-missing", ["render", "--stack", "stacks/Pulumi.prod.yaml", "--format", "cloudformation"],
          2, ["stack file stacks/Pulumi.prod.yaml does not exist"]),
     Case("stack-file", "empty-name", ["render", "--stack", "", "--format", "cloudformation"], 2, ["--stack is empty"]),
+    Case("stack-file", "name-with-four-parts", ["render", "--stack", "a/b/c/d", "--format", "cloudformation"], 2,
+         ["--stack 'a/b/c/d' is neither a stack name", "STACK, ORG/STACK or ORG/PROJECT/STACK", "ending in .yaml"]),
+    Case("stack-file", "name-with-an-empty-part", ["check", "--stack", "org//prod"], 2,
+         ["--stack 'org//prod' is neither a stack name", "ORG/PROJECT/STACK"]),
+    Case("stack-file", "org-name-without-its-file", ["render", "--stack", "org/prod", "--format", "cloudformation"], 2,
+         ["no stack 'org/prod'", "Pulumi.prod.yaml is not in", "stacks there: dev"],
+         files={"Pulumi.yaml": "name: nsb-delays\n", "Pulumi.dev.yaml": GOOD}),
     Case("stack-file", "not-utf8", RENDER, 2, ["cannot read stack file", "Pulumi.bad.yaml", "utf-8"],
          files={"Pulumi.bad.yaml": b"config:\n  nsb-delays:rabbitmq:\n    vhost: \xff\n"}),
     # --- names the broker, the provider or SQS cannot take (every command refuses them) ---------------------
