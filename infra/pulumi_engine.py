@@ -1,14 +1,15 @@
 """The real ``pulumi`` CLI, run on this package's program with a private, local state (``nsb-delays demo``).
 
 Which CLI: ``pulumi`` on PATH (Pulumi's own install, with its own plugins and ``PULUMI_HOME``), else the one
-``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``), whose RabbitMQ provider
-is installed in ``$NSB_ENGINE_DIR/home``. The environment keeps a run offline and self-contained with the
-variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``: a DIY ``file://`` backend (``BackendURL``), no
-update check (``SkipUpdateCheck``), no prompts (``SkipConfirmations``); for the built engine also no plugin
-download and no ambient plugins (``DisableAutomaticPluginAcquisition``, ``DisableRegistryResolve``,
-``IgnoreAmbientPlugins``); and a passphrase secrets provider (``PULUMI_CONFIG_PASSPHRASE``, read by
-``pkg/secrets/passphrase/manager.go`` ``readPassphrase``). The program runs in this interpreter: its directory
-goes first on PATH, where the language host looks for ``python``.
+``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``; without the variable, the
+checkout's ``.cache/engine``), whose RabbitMQ provider is installed in ``$NSB_ENGINE_DIR/home``. The environment
+keeps a run offline and self-contained with the variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``:
+a DIY ``file://`` backend (``BackendURL``), no update check (``SkipUpdateCheck``), no prompts
+(``SkipConfirmations``); for the built engine also no plugin download and no ambient plugins
+(``DisableAutomaticPluginAcquisition``, ``DisableRegistryResolve``, ``IgnoreAmbientPlugins``); and a passphrase
+secrets provider (``PULUMI_CONFIG_PASSPHRASE``, read by ``pkg/secrets/passphrase/manager.go`` ``readPassphrase``).
+The program runs in this interpreter: its directory goes first on PATH, where the language host looks for
+``python`` when a project names no virtualenv.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import Any
 import yaml
 
 ENGINE_DIR_VARIABLE = "NSB_ENGINE_DIR"
+# Where `make setup` builds the engine when the variable is unset: the checkout's .cache/engine (Makefile `ENGINE`,
+# engine/build.sh `ENGINE`). From an installed package this folder does not exist, and only PATH counts.
+CHECKOUT_ENGINE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "engine"
 PROJECT_NAME = "nsb-delays"
 # The project's own entry point (infra/__main__.py), written beside a Pulumi.yaml of its own so that an installed
 # package runs the same program as the checkout.
@@ -46,14 +50,20 @@ class PulumiCli:
         return self.home is not None
 
 
+def engine_dir() -> Path:
+    """Where ``make setup`` builds the engine: ``$NSB_ENGINE_DIR``, else the checkout's ``.cache/engine``."""
+    given = os.environ.get(ENGINE_DIR_VARIABLE)
+    return Path(given) if given else CHECKOUT_ENGINE_DIR
+
+
 def find_pulumi() -> PulumiCli | None:
-    """``pulumi`` on PATH, else the engine ``make setup`` built, else None."""
+    """``pulumi`` on PATH, else the engine ``make setup`` built (``engine_dir``), else None."""
     on_path = shutil.which("pulumi")
     if on_path:
         return PulumiCli(Path(on_path), None)
-    engine_dir = os.environ.get(ENGINE_DIR_VARIABLE)
-    if engine_dir and (Path(engine_dir) / "bin" / "pulumi").is_file():
-        return PulumiCli(Path(engine_dir) / "bin" / "pulumi", Path(engine_dir) / "home")
+    built = engine_dir()
+    if (built / "bin" / "pulumi").is_file():
+        return PulumiCli(built / "bin" / "pulumi", built / "home")
     return None
 
 
