@@ -243,10 +243,16 @@ CASES = [
     Case("verify", "management-url-without-scheme",
          ["verify", "--stack", "dev", "--management-url", "127.0.0.1:15672", "--username", "u", "--password", "p"], 2,
          ["--management-url '127.0.0.1:15672' is not an http:// or https:// URL"], files={"Pulumi.dev.yaml": GOOD}),
-    Case("verify", "password-is-a-pulumi-secret", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
-                                                  "--username", "u"], 2,
-         ["rabbitmq:password is a Pulumi secret", "pass --password"],
+    Case("verify", "secret-password-outside-a-project", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
+                                                        "--username", "u"], 2,
+         ["rabbitmq:password is a Pulumi secret", "have no Pulumi.yaml", "pass --password"],
          files={"Pulumi.dev.yaml": GOOD + "  rabbitmq:password:\n    secure: v1:abc\n"}),
+    Case("verify", "secret-password-without-a-pulumi-cli", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
+                                                           "--username", "u"], 2,
+         ["rabbitmq:password is a Pulumi secret", "needs the Pulumi CLI", "pass --password"],
+         files={"Pulumi.yaml": "name: nsb-delays\nruntime: python\n",
+                "Pulumi.dev.yaml": GOOD + "  rabbitmq:password:\n    secure: v1:abc\n"},
+         env={"PATH": "/nonexistent", "NSB_ENGINE_DIR": "/nonexistent"}),
     Case("verify", "both-sides-unreachable",
          ["verify", "--stack", "dev", "--management-url", HTTP_DOWN, "--username", "ops", "--password", "x",
           "--sqs-endpoint-url", HTTP_DOWN], 2,
@@ -479,7 +485,7 @@ def test_bad_input_is_refused_and_nothing_changes(case: Case, tmp_path: Path, mo
     monkeypatch.chdir(workspace)
     before = snapshot(workspace)
     env = {**CLEAN_ENVIRONMENT, "NSB_DELAYS_LOG_DIR": str(logs), "AWS_ACCESS_KEY_ID": "x",
-           "AWS_SECRET_ACCESS_KEY": "x"}  # fmt: skip
+           "AWS_SECRET_ACCESS_KEY": "x", **case.env}  # fmt: skip
     result = CliRunner().invoke(cli, list(case.args), env=env)
     assert_refused(result, case)
     assert snapshot(workspace) == before, "the refused command wrote into the working directory"
