@@ -26,6 +26,7 @@ COMMANDS = {
     "delays": ".commands.delays:delays",
     "status": ".commands.status:status",
     "pulumi-plugin": ".commands.pulumi_plugin:pulumi_plugin",
+    "init": ".commands.init:init",
 }
 
 

