@@ -54,7 +54,7 @@ if "PYTEST_XDIST_WORKER" in os.environ and "NSB_LOCAL_PORT_RANGE" not in os.envi
 # server start to spread their modules over the workers.
 # The cluster tier is one group for both versions (its fixture is parametrized by "cluster", not
 # "rabbitmq"): its two three-node clusters run one after the other, never six nodes at once on 2 cores.
-TIERS = ("broker", "engine", "scale", "spark", "sparkcluster", "packaging", "cluster", "docs")
+TIERS = ("broker", "engine", "scale", "spark", "sparkcluster", "packaging", "consumer", "cluster", "docs")
 SPLIT_BY_MODULE = ("spark",)
 
 

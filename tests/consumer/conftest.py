@@ -1,0 +1,82 @@
+"""The consumer tier: the project as a new user meets it, from the wheel and the sdist, in a repository of their
+own outside this checkout, with the real Pulumi engine and a real broker.
+
+One wheel and sdist per session (``tests.packaging.conftest.built``: PyPA build of a copy of the checkout, and a
+wheel rebuilt from the sdist, which must be the same); the CLI is the wheel installed into a fresh virtualenv of
+which only ``nsb-delays`` is on ``PATH`` (as ``pipx`` installs a tool), so the program and the policy pack can only
+run in the virtualenvs Pulumi makes from ``requirements.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BROKERS
+from tests.engine.conftest import require_pulumi
+from tests.packaging.conftest import PIP_INSTALL, PROJECT, Built, built, make_venv, run  # noqa: F401 (fixture)
+
+
+# RabbitMQ 3.10 and the newest 4.x the suite starts (tests/conftest.py BROKERS).
+def _version(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+CONSUMER_BROKERS = sorted({min(BROKERS, key=_version), max(BROKERS, key=_version)}, key=_version)
+
+
+@dataclass(frozen=True)
+class ConsumerCli:
+    """The installed CLI: ``bin`` holds only ``nsb-delays``; ``venv`` is where it lives."""
+
+    venv: Path
+    bin: Path
+    wheel: Path
+
+
+@pytest.fixture(scope="session")
+def consumer_cli(built: Built, tmp_path_factory: pytest.TempPathFactory) -> ConsumerCli:  # noqa: F811 (the fixture)
+    """The wheel (and its dependencies) alone in a fresh virtualenv; asserted to run from there, not the checkout."""
+    root = tmp_path_factory.mktemp("consumer-cli")
+    venv = make_venv(root / "venv")
+    run([venv.python, "-m", "pip", "install", *PIP_INSTALL, built.wheel], cwd=root)
+    where = run([venv.python, "-c", "import nsb_delays; print(nsb_delays.__path__[0])"], cwd=root).stdout.strip()
+    assert Path(where).is_relative_to(venv.path) and not Path(where).is_relative_to(PROJECT), where
+    tool_bin = root / "bin"
+    tool_bin.mkdir()
+    (tool_bin / "nsb-delays").symlink_to(venv.bin("nsb-delays"))
+    return ConsumerCli(venv.path, tool_bin, built.wheel)
+
+
+@pytest.fixture(scope="session")
+def pulumi_bin() -> Path:
+    """The engine's directory (``pulumi`` and its language hosts), as a user's PATH holds Pulumi's install."""
+    return require_pulumi().executable.parent
+
+
+def user_environment(home: Path, *path: Path, **extra: str) -> dict[str, str]:
+    """A user's shell: HOME, the given directories then the system's on PATH, no Pulumi backend, token or broker
+    credentials of the developer's, offline plugin settings (infra.pulumi_engine.offline_environment's)."""
+    keep = ("LANG", "LC_ALL", "TMPDIR", "PIP_FIND_LINKS", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL",
+            "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")  # fmt: skip
+    env = {key: os.environ[key] for key in keep if key in os.environ}
+    return {
+        **env,
+        "HOME": str(home),
+        "PATH": ":".join([*(str(p) for p in path), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+        "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+        "PULUMI_SKIP_CHECKPOINTS": "true",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # what every install here (the pipelines', Pulumi's) skips or shares, without changing a command: byte-
+        # compiling every installed module (half of an install's time), and downloads, from the developer's cache
+        "PIP_NO_COMPILE": "1",
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip"),
+        "NO_COLOR": "1",
+        **extra,
+    }

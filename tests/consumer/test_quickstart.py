@@ -1,0 +1,308 @@
+"""The README's quickstart, run as written from an empty repository outside the checkout, on RabbitMQ 3.10 and the
+newest 4.x; then on that repository: a good change and a bad one through ``pulumi preview --policy-pack policies``,
+a second ``pulumi up`` that changes nothing, and the two pipelines ``init`` wrote, run step by step
+(``tests/consumer/pipelines.py``) for a pull/merge request and for main.
+
+The quickstart block is changed in three places only: its ``pip install nsb-delays`` is the session's wheel in a
+fresh virtualenv (``consumer_cli``; the package is not on PyPI); ``init`` gets ``--requirement <the wheel>`` and
+``--vhost`` (a vhost of the test's own on the shared test broker); ``pulumi login --local`` logs in to a directory of
+the test's own (``--local`` is the passwd entry's home, whatever $HOME says).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nsb_delays.brokers.management import ManagementApi
+from servers.rabbitmq import LocalRabbitMq
+from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
+from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
+from tests.engine.conftest import require_pulumi
+from tests.packaging.conftest import PROJECT
+
+README = PROJECT / "README.md"
+STACK = "prod"
+STACK_FILE = "Pulumi.prod.yaml"
+INSTALL_LINE = "pip install nsb-delays"
+LOCAL_LOGIN = "pulumi login --local"
+SHOWN = 8000
+
+ON_BROKERS = pytest.mark.parametrize(
+    "rabbitmq", CONSUMER_BROKERS, indirect=True, scope="session", ids=[f"rabbitmq-{v}" for v in CONSUMER_BROKERS]
+)
+
+
+def quickstart_commands() -> list[str]:
+    """The README's Quickstart block, one command a line (comments kept: bash reads them)."""
+    text = README.read_text()
+    section = text[text.index("## Quickstart") :]
+    match = re.search(r"```bash\n(?P<block>.*?)```", section, re.S)
+    assert match is not None, "README.md's Quickstart has no ```bash block"
+    return [line for line in match.group("block").splitlines() if line.strip()]
+
+
+def test_the_quickstart_is_at_most_ten_commands_from_an_empty_repository() -> None:
+    commands = quickstart_commands()
+    assert len(commands) <= 10
+    assert commands[0].split("#")[0].strip() == INSTALL_LINE
+    assert commands[1].split("#")[0].strip() == "git init delays && cd delays"
+    assert commands[-1].split("#")[0].strip() == f"nsb-delays verify --stack {STACK}"
+
+
+@dataclass
+class Repository:
+    path: Path
+    env: dict[str, str]
+    output: str
+    vhost: str
+    broker: LocalRabbitMq
+    state: Path  # the DIY backend's directory
+
+    def run(self, *command: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            command, cwd=cwd or self.path, env=self.env, capture_output=True, text=True, timeout=1200,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            pytest.fail(f"{shlex.join(command)} exited {result.returncode}\n{_tail(result)}", pytrace=False)
+        return result
+
+
+def _tail(result: subprocess.CompletedProcess[str]) -> str:
+    return f"--- stdout\n{result.stdout[-SHOWN:]}\n--- stderr\n{result.stderr[-SHOWN:]}"
+
+
+def _broker_version(broker: LocalRabbitMq) -> str:
+    return ".".join(broker.version().split(".")[:2])
+
+
+@pytest.fixture(scope="module")
+def repository(
+    rabbitmq: LocalRabbitMq, consumer_cli: ConsumerCli, pulumi_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Repository]:
+    """The quickstart run in a new directory: the README's commands after the install, in one shell."""
+    root = tmp_path_factory.mktemp("consumer")
+    home, state = root / "home", root / "pulumi-state"
+    (home / ".pulumi").mkdir(parents=True)
+    state.mkdir()
+    engine_home = require_pulumi().home
+    if engine_home is not None:  # the engine `make setup` built: its provider, nothing downloaded
+        (home / ".pulumi" / "plugins").symlink_to(engine_home / "plugins")
+    work = root / "work"
+    work.mkdir()
+    management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    vhost = f"consumer-{uuid.uuid4().hex[:6]}"
+    management.create_vhost(vhost)
+    env = user_environment(
+        home, consumer_cli.bin, pulumi_bin,
+        BROKER_URL=rabbitmq.management_url, BROKER_VERSION=_broker_version(rabbitmq),
+        BROKER_USER=rabbitmq.username, BROKER_PASSWORD=rabbitmq.password,
+        PULUMI_CONFIG_PASSPHRASE="consumer-tier", PULUMI_HOME=str(home / ".pulumi"), **GIT_IDENTITY,
+    )  # fmt: skip
+    commands = quickstart_commands()
+    assert commands[0].split("#")[0].strip() == INSTALL_LINE  # done by consumer_cli
+    script = []
+    for command in commands[1:]:
+        if command.startswith(LOCAL_LOGIN):
+            # ~ of `file://~` is the passwd entry's home, not $HOME (pulumi/pulumi pkg/backend/diy/backend.go
+            # `massageBlobPath`: user.Current()): a directory of the test's own instead
+            command = f"pulumi login {state.as_uri()}"
+        elif command.startswith("nsb-delays init "):
+            command = command.split("#")[0].rstrip()
+            command += f" --requirement {shlex.quote(str(consumer_cli.wheel))} --vhost {vhost}"
+        script += [f"echo {shlex.quote('$ ' + command)}", command]
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(script)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if result.returncode != 0:
+        pytest.fail(f"the README's quickstart stopped (exit {result.returncode})\n{_tail(result)}", pytrace=False)
+    try:
+        yield Repository(work / "delays", env, result.stdout + result.stderr, vhost, rabbitmq, state)
+    finally:
+        management.delete_vhost(vhost)
+
+
+@ON_BROKERS
+def test_the_quickstart_deploys_and_verifies_with_the_stacks_secret_password(repository: Repository) -> None:
+    """Its last command, ``nsb-delays verify --stack prod``, found no drift, with the password only in the stack
+    (a Pulumi secret) and no credentials in the environment."""
+    assert "BROKER_PASSWORD" not in repository.path.joinpath(STACK_FILE).read_text()
+    assert not {"RABBITMQ_PASSWORD", "RABBITMQ_USERNAME"} & repository.env.keys()
+    assert "secure:" in repository.path.joinpath(STACK_FILE).read_text()
+    assert "no drift" in repository.output, repository.output[-SHOWN:]
+
+
+@ON_BROKERS
+def test_the_program_and_the_pack_run_in_the_virtualenvs_pulumi_made(repository: Repository) -> None:
+    """Pulumi made venv/ and policies/venv/ from the requirements init wrote: the package is there, not the checkout
+    (whose folders are not on any path here: the CLI's own python is not on PATH either)."""
+    for venv in ("venv", "policies/venv"):
+        python = repository.path / venv / "bin" / "python"
+        where = repository.run(str(python), "-c", "import nsb_delays; print(nsb_delays.__path__[0])").stdout.strip()
+        assert Path(where).is_relative_to(repository.path / venv), where
+    assert repository.run("sh", "-c", "command -v python3").stdout.strip() == "/usr/bin/python3"
+
+
+@ON_BROKERS
+def test_the_pack_passes_a_good_change_and_refuses_a_bad_one_naming_the_rule(repository: Repository) -> None:
+    stack_file = repository.path / STACK_FILE
+    deployed = stack_file.read_text()
+    try:
+        stack_file.write_text(deployed.replace('      - "Billing"\n', '      - "Billing"\n      - "Shipping"\n'))
+        good = repository.run("pulumi", "preview", "--stack", STACK, "--policy-pack", "policies", "--non-interactive")
+        assert "Shipping" in good.stdout and "mandatory" not in good.stdout
+        unprotected = deployed.replace(
+            "  nsb-delays:rabbitmq:\n", "  nsb-delays:rabbitmq:\n    protectDelayQueues: false\n"
+        )
+        stack_file.write_text(unprotected)
+        bad = repository.run(
+            "pulumi", "preview", "--stack", STACK, "--policy-pack", "policies", "--non-interactive", check=False
+        )
+        assert bad.returncode != 0, _tail(bad)
+        assert re.search(r"\[mandatory\]\s+delay-queue-protected", bad.stdout), _tail(bad)
+    finally:
+        stack_file.write_text(deployed)
+    again = repository.run(
+        "pulumi",
+        "up",
+        "--stack",
+        STACK,
+        "--policy-pack",
+        "policies",
+        "--yes",
+        "--expect-no-changes",
+        "--non-interactive",
+    )
+    assert re.search(r"Resources:\s+\d+ unchanged\s*\n\s*\n", again.stdout), _tail(again)
+
+
+# The pipelines
+
+
+@dataclass
+class Ci:
+    """A clone of the repository as a CI checks it out, and the secrets and variables the CI gives its jobs."""
+
+    checkout: Path
+    origin: Path
+    env: dict[str, str]
+    secrets: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def ci(repository: Repository, pulumi_bin: Path) -> Ci:
+    """The quickstart's repository committed and pushed to an origin of its own; a clone of it for the jobs.
+    Python (``setup-python``, the image's) is the machine's python3 as ``python``; the engine is Pulumi's CLI."""
+    origin = repository.path.parent / "origin.git"
+    repository.run("git", "add", "-A")
+    repository.run("git", "commit", "-q", "-m", "Delayed delivery for Sales and Billing")
+    repository.run("git", "branch", "-M", "main")
+    repository.run("git", "init", "-q", "--bare", str(origin))
+    repository.run("git", "remote", "add", "origin", str(origin))
+    repository.run("git", "push", "-q", "origin", "main")
+    checkout = repository.path.parent / "ci-checkout"
+    repository.run("git", "clone", "-q", str(origin), str(checkout))
+    python_bin = repository.path.parent / "python-bin"
+    python_bin.mkdir()
+    (python_bin / "python").symlink_to("/usr/bin/python3")
+    env = {**repository.env, "PATH": ":".join([str(python_bin), str(pulumi_bin), "/usr/local/bin", "/usr/bin", "/bin"])}
+    for name in ("BROKER_URL", "BROKER_VERSION", "BROKER_USER", "BROKER_PASSWORD"):
+        env.pop(name)
+    secrets = {
+        "secrets.PULUMI_CONFIG_PASSPHRASE": repository.env["PULUMI_CONFIG_PASSPHRASE"],
+        "vars.PULUMI_BACKEND_URL": repository.state.as_uri(),
+        "secrets.RABBITMQ_USERNAME": repository.broker.username,
+        "secrets.RABBITMQ_PASSWORD": repository.broker.password,
+    }
+    return Ci(checkout, origin, env, secrets)
+
+
+def push_change(ci: Ci, branch: str, change: str, message: str) -> str:
+    """A branch from main whose stack file has ``change`` applied (``old=>new``); returns its commit."""
+    git(ci.checkout, "fetch", "-q", "origin")
+    git(ci.checkout, "checkout", "-q", "-B", branch, "origin/main")
+    old, new = change.split("=>")
+    stack_file = ci.checkout / STACK_FILE
+    text = stack_file.read_text()
+    assert old in text
+    stack_file.write_text(text.replace(old, new))
+    git(ci.checkout, "commit", "-q", "-am", message)
+    git(ci.checkout, "push", "-q", "origin", branch)
+    return git(ci.checkout, "rev-parse", "HEAD")
+
+
+def merge(ci: Ci, branch: str) -> tuple[str, str]:
+    """Fast-forward main to ``branch``; returns main's commit before and after, and leaves main checked out."""
+    git(ci.checkout, "fetch", "-q", "origin")
+    before = git(ci.checkout, "rev-parse", "origin/main")
+    git(ci.checkout, "push", "-q", "origin", f"{branch}:main")
+    git(ci.checkout, "fetch", "-q", "origin")
+    git(ci.checkout, "checkout", "-q", "-B", "main", "origin/main")
+    return before, git(ci.checkout, "rev-parse", "HEAD")
+
+
+def succeeded(run: JobRun) -> JobRun:
+    assert run.failed is None, run.explain()
+    return run
+
+
+ADD_SHIPPING = '      - "Billing"\n=>      - "Billing"\n      - "Shipping"\n'
+DROP_BILLING = '      - "Billing"\n=>'
+ADD_INVOICING = '      - "Sales"\n=>      - "Sales"\n      - "Invoicing"\n'
+
+
+@ON_BROKERS
+def test_the_github_workflow_reviews_pull_requests_and_deploys_main(ci: Ci) -> None:
+    workflow = ci.checkout / ".github" / "workflows" / "nsb-delays.yml"
+    push_change(ci, "add-shipping", ADD_SHIPPING, "Shipping")
+    pull_request = ci.env | {"GITHUB_BASE_REF": "main"}
+    review = succeeded(run_github_job(workflow, "review", ci.checkout, pull_request, ci.secrets))
+    assert {"actions/checkout@v5", "actions/setup-python@v6", "pulumi/actions@v6"} == {
+        skipped.split(":")[0] for skipped in review.skipped
+    }
+    assert ":x:" not in review.summary and "policy check on `prod`" in review.summary, review.summary
+    assert "Shipping" in review.steps[-1].output  # the preview
+
+    push_change(ci, "drop-billing", DROP_BILLING, "Billing retired")
+    retired = succeeded(run_github_job(workflow, "review", ci.checkout, pull_request, ci.secrets))
+    assert "endpoint-retirement-order" in retired.summary and "Billing" in retired.summary, retired.summary
+
+    before, _ = merge(ci, "add-shipping")
+    deploy = succeeded(
+        run_github_job(workflow, "deploy", ci.checkout, ci.env, ci.secrets | {"github.event.before": before})
+    )
+    assert deploy.steps[-1].name == "nsb-delays verify" and "no drift" in deploy.steps[-1].output, deploy.explain()
+
+
+@ON_BROKERS
+def test_the_gitlab_pipeline_reviews_merge_requests_and_deploys_the_default_branch(ci: Ci) -> None:
+    ci_file = ci.checkout / ".gitlab-ci.yml"
+    variables = {
+        "PULUMI_CONFIG_PASSPHRASE": ci.secrets["secrets.PULUMI_CONFIG_PASSPHRASE"],
+        "PULUMI_BACKEND_URL": ci.secrets["vars.PULUMI_BACKEND_URL"],
+        "RABBITMQ_USERNAME": ci.secrets["secrets.RABBITMQ_USERNAME"],
+        "RABBITMQ_PASSWORD": ci.secrets["secrets.RABBITMQ_PASSWORD"],
+    }
+    push_change(ci, "drop-sales-mr", '      - "Sales"\n=>', "Sales retired")
+    review = succeeded(
+        run_gitlab_job(
+            ci_file, "review", ci.checkout, ci.env | variables | {"CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main"}
+        )
+    )
+    assert "endpoint-retirement-order" in review.summary and "Sales" in review.summary, review.summary
+
+    push_change(ci, "add-invoicing", ADD_INVOICING, "Invoicing")
+    before, _ = merge(ci, "add-invoicing")
+    deploy = succeeded(
+        run_gitlab_job(ci_file, "deploy", ci.checkout, ci.env | variables | {"CI_COMMIT_BEFORE_SHA": before})
+    )
+    assert "no drift" in deploy.steps[-1].output, deploy.explain()
