@@ -146,3 +146,33 @@ def record(
 
 def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:
     return (r for r in resources if r.type == type_token)
+
+
+def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
+    """The ``pulumi import --file`` document of what exists already: every provider resource the program adopts
+    (its ``import_id``, ``adoptExisting``'s), and the components above them (``component: true``), each under its
+    parent. What the program would create (parking, combined policies, users) is left to the ``pulumi up`` after.
+
+    The file's shape: pulumi/pulumi's ``pulumi import`` command (``pkg/cmd/pulumi``, ``importFile`` and
+    ``importSpec``: ``type``, ``name``, ``id``, ``parent``, ``component``, ``logicalName``)."""
+    by_urn = {r.urn: r for r in resources}
+    wanted: set[str] = set()
+    for resource in resources:
+        if resource.custom and resource.import_id:
+            urn: str | None = resource.urn
+            while urn is not None and urn in by_urn and urn not in wanted:
+                wanted.add(urn)
+                urn = by_urn[urn].parent
+    kept = [r for r in resources if r.urn in wanted]
+    keys = {r.urn: f"r{i}" for i, r in enumerate(kept)}
+    entries = []
+    for resource in kept:
+        entry: dict[str, Any] = {"type": resource.type, "name": keys[resource.urn], "logicalName": resource.name}
+        if resource.custom:
+            entry["id"] = resource.import_id
+        else:
+            entry["component"] = True
+        if resource.parent in keys:
+            entry["parent"] = keys[resource.parent]
+        entries.append(entry)
+    return {"resources": entries}
