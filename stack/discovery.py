@@ -195,7 +195,8 @@ def password_key(endpoint: str, taken: set[str]) -> str:
 
 def _event_exchanges(objects: _Objects) -> set[str]:
     """The exchanges ``SetupTypeSubscriptions`` declares: every event type's chain ends at ``System:Object``, so an
-    event exchange is a fanout exchange with a path to it, or one such an exchange binds to (an interface)."""
+    event exchange is a fanout exchange with a path to it, or one such an exchange binds to (an interface) that is
+    not a queue's own exchange (a subscriber's, ``SetupSubscription``)."""
     if BASE_EVENT_EXCHANGE not in objects.exchanges:
         return set()
     fanout = {name for name, e in objects.exchanges.items() if e.get("type") == "fanout"}
@@ -210,7 +211,8 @@ def _event_exchanges(objects: _Objects) -> set[str]:
         before = len(events)
         events |= {source for source, destination in edges if destination in events}
         grown = len(events) > before
-    events |= {destination for source, destination in edges if source in events}
+    # an interface: bound from an event type, and not a queue's own exchange (a subscriber's)
+    events |= {d for s, d in edges if s in events and not _is_fanout_to_own_queue(objects, d)}
     return events
 
 
@@ -318,7 +320,7 @@ def discover(
                          "has another name")  # fmt: skip
 
     entries: list[dict[str, Any]] = []
-    for endpoint, discriminators in endpoints.items():
+    for endpoint, discriminators in sorted(endpoints.items()):
         entry: dict[str, Any] = {"name": endpoint}
         if discriminators:
             entry["instanceDiscriminators"] = sorted(discriminators)
