@@ -63,7 +63,7 @@ def import_document(discovery: Discovery, stack: str) -> str:
 
 
 @click.command(name="discover")
-@management_options()
+@management_options(from_stack=False)
 @click.option("--vhost", default="/", show_default=True, help="The virtual host the endpoints use.")
 @click.option(
     "--stack",
