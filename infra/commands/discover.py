@@ -18,7 +18,7 @@ import yaml
 
 from nsb_delays.brokers.discovery import read_broker
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.stack.config import NAMESPACE, ConfigError, is_stack_path
+from nsb_delays.stack.config import NAMESPACE, ConfigError, stack_name
 from nsb_delays.stack.discovery import CannotDiscover, Discovery, NothingToDiscover, discover
 
 from .broker_options import StackDefaults, management_options, resolve_management
@@ -28,9 +28,24 @@ HEADER = "# Written by `nsb-delays discover` from {url} vhost {vhost!r}: review 
 
 
 def stack_path(stack: str) -> Path:
-    """``--stack``: a stack name writes ``Pulumi.<name>.yaml`` here; a path (a ``/`` or a YAML ending) is used as
-    given."""
-    return Path(stack) if is_stack_path(stack) else Path(f"Pulumi.{stack}.yaml")
+    """``--stack``: a YAML path as given; a stack name (``prod``, or ``org/project/prod`` as Pulumi names it) writes
+    ``Pulumi.<name>.yaml`` here, the name's last part as Pulumi names the stack's config file."""
+    if stack.endswith((".yaml", ".yml")):
+        return Path(stack)
+    return Path(f"Pulumi.{stack.rsplit('/', 1)[-1]}.yaml")
+
+
+def output_problems(paths: list[Path], force: bool) -> list[str]:
+    """An existing file without ``--force``, or a folder that does not exist: each named, before anything is read."""
+    problems = []
+    for path in paths:
+        if path.is_dir():
+            problems.append(f"{path} is a directory: give a file path")
+        elif path.exists() and not force:
+            problems.append(f"{path} exists: pass --force to overwrite it")
+        elif not path.parent.is_dir():
+            problems.append(f"{path}: the folder {path.parent} does not exist")
+    return problems
 
 
 def stack_document(discovery: Discovery, management_url: str, vhost: str) -> str:
@@ -67,7 +82,7 @@ def import_document(discovery: Discovery, stack: str) -> str:
 @click.option("--vhost", default="/", show_default=True, help="The virtual host the endpoints use.")
 @click.option(
     "--stack",
-    help="Write the stack config to Pulumi.<STACK>.yaml (a name) or to this YAML path; without it, print it.",
+    help="Write the stack config to Pulumi.<STACK>.yaml (a stack name) or to this .yaml path; without it, print it.",
 )
 @click.option("--import-file", type=click.Path(dir_okay=False), help="Write the `pulumi import --file` document here.")
 @click.option(
@@ -84,9 +99,9 @@ def discover_command(
     adopts it, and with --import-file the `pulumi import` file of its objects. It lists what it cannot classify
     and never guesses; nothing is written on any refusal."""
     targets = [path for path in (stack_path(stack) if stack else None, Path(import_file) if import_file else None)]
-    existing = [str(path) for path in targets if path is not None and path.exists()]
-    if existing and not force:
-        raise CommandError([f"{path} exists: pass --force to overwrite it" for path in existing])
+    refused = output_problems([path for path in targets if path is not None], force)
+    if refused:
+        raise CommandError(refused)
     api = resolve_management(connection, defaults=StackDefaults({}, None))
     try:
         read = read_broker(api, vhost, users=users)
@@ -96,7 +111,7 @@ def discover_command(
         discovery = discover(
             read.definitions, vhost=vhost, broker_version=read.broker_version, existing_users=read.users, users=users
         )
-        name = stack_path(stack).name.removeprefix("Pulumi.").removesuffix(".yaml") if stack else "discovered"
+        name = stack_name(stack) if stack else "discovered"
         config = discovery.stack_config(name)
         document = import_document(discovery, name) if import_file else None
     except NothingToDiscover as error:
@@ -130,6 +145,6 @@ def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file:
             echo(f"wrote {path}", err=True)
     for line in review_lines(discovery):
         echo(f"review: {line}", err=True)
-    option = f" --stack {stack}" if stack and not is_stack_path(stack) else ""
+    option = f" --stack {stack}" if stack and not stack.endswith((".yaml", ".yml")) else ""
     for key in discovery.password_keys:
         echo(f"next: pulumi config set --secret {NAMESPACE}:{key} <password>{option}", err=True)

@@ -1,7 +1,8 @@
 """An estate NServiceBus endpoints with installers on declared, for ``nsb-delays discover`` to read back.
 
 Three endpoints as a stack names them (``declared_section``): Billing with an instance queue and the legacy timeout
-queues, Sales, Shipping on classic queues; in the conventional topology Billing and Shipping subscribe to an event
+queues, Sales, Shipping on classic queues, each quorum receiving queue with the delivery-limit policy its endpoint
+creates at start on RabbitMQ 4.x; in the conventional topology Billing and Shipping subscribe to an event
 each and Sales publishes a third that nobody subscribes to; in the direct topology both subscribe through
 ``amq.topic``. Declared over AMQP as NServiceBus declares them (``nservicebus_declarations``, an oracle independent of
 the model), beside a queue and an exchange of other software.
@@ -14,6 +15,8 @@ from typing import Any
 import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.permissions import BASE_EVENT_EXCHANGE, TOPIC_EXCHANGE
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from nsb_delays.stack.discovery import SECRET_PLACEHOLDER
@@ -45,7 +48,11 @@ def declared_section(vhost: str, topology: str, broker_version: tuple[int, ...])
             entry["subscribesTo"] = subscribed
         return entry
 
-    return {
+    # NServiceBus.RabbitMQ 10+ endpoints create their own delivery-limit policies when they start on 4.x
+    own_policies = (
+        {"policyScope": "endpoint"} if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else {}
+    )
+    return own_policies | {
         "vhost": vhost,
         "brokerVersion": ".".join(map(str, broker_version[:2])),
         "generation": "v2",
@@ -70,11 +77,16 @@ def parsed(section: dict[str, Any], stack: str = "stack") -> StackConfig:
     return parse_stack_config({"rabbitmq": section, **{key: dict(SECRET_PLACEHOLDER) for key in keys}}, stack)
 
 
-def declare_estate(rabbitmq: LocalRabbitMq, section: dict[str, Any]) -> None:
-    """The graph, the endpoints, their subscriptions and a publication as NServiceBus makes them, and two objects of
-    other software."""
+def declare_estate(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, section: dict[str, Any], broker_version: tuple[int, ...]
+) -> None:
+    """The graph, the endpoints, their subscriptions and a publication as NServiceBus makes them, each receiving
+    queue's message pump started (``ValidateDeliveryLimit``: its own policy on 4.x), and two objects of other
+    software."""
     config = parsed(section)
     nsb.declare_as_nservicebus(rabbitmq, config)
+    for queue in config.rabbitmq.receiving_queues() if config.rabbitmq else ():
+        nsb.validate_delivery_limit(management, section["vhost"], queue, broker_version)
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, section["vhost"]))
     try:
         channel = connection.channel()

@@ -41,7 +41,7 @@ def test_discover_writes_the_stack_nservicebus_declared(
 ) -> None:
     vhost = new_vhost(f"discover-{topology}")
     declared = estate.declared_section(vhost, topology, broker_version)
-    estate.declare_estate(rabbitmq, declared)
+    estate.declare_estate(rabbitmq, management, declared, broker_version)
     before = management.definitions(vhost)
     monkeypatch.chdir(tmp_path)
     args = ["discover", *login(rabbitmq, vhost), "--stack", "prod", "--import-file", "import.json"]
@@ -61,13 +61,14 @@ def test_discover_writes_the_stack_nservicebus_declared(
     assert len([line for line in review if "not classified" in line]) == 2, result.output
     for key in ("billingPassword", "salesPassword", "shippingPassword"):
         assert f"next: pulumi config set --secret {NAMESPACE}:{key} <password> --stack prod" in result.output
-    # the import file: an id for every exchange, queue and binding NServiceBus declared (the parking objects, the
-    # stack's policies and the users are the up's to create), under the components
+    # the import file: an id for every exchange, queue, binding and policy NServiceBus declared (the parking objects,
+    # the stack's own policies and the users are the up's to create), under the components
     document = json.loads((tmp_path / "import.json").read_text())["resources"]
     ids = [entry["id"] for entry in document if "id" in entry]
     events = {estate.ORDER_PLACED, estate.ORDER_BILLED, estate.ORDER_CANCELLED, estate.IEVENT, "System:Object"}
     others = {estate.OTHER_QUEUE, estate.OTHER_EXCHANGE} | events  # not the stack's
-    objects = [o["name"] for o in [*before["exchanges"], *before["queues"]] if o["name"] not in others]
+    listed = [*before["exchanges"], *before["queues"], *before["policies"]]  # policies: the endpoints' own (4.x)
+    objects = [o["name"] for o in listed if o["name"] not in others]
     assert sorted(i for i in ids if "/" not in i.removesuffix(f"@{vhost}")) == sorted(f"{o}@{vhost}" for o in objects)
     bindings = [b for b in before["bindings"] if b["source"] not in {*events, "amq.topic"}]  # subscriptions
     assert len([i for i in ids if "/" in i.removesuffix(f"@{vhost}")]) == len(bindings), document

@@ -36,9 +36,9 @@ def broker_login(rabbitmq: LocalRabbitMq) -> list[str]:
 
 
 def unchanged(before: dict, after: dict) -> list[str]:
-    """Each exchange, queue and binding of ``before`` that ``after`` lacks or holds differently."""
+    """Each exchange, queue, binding and policy of ``before`` that ``after`` lacks or holds differently."""
     lost = []
-    for kind in ("exchanges", "queues", "bindings"):
+    for kind in ("exchanges", "queues", "bindings", "policies"):
         lost += [f"{kind}: {item}" for item in before[kind] if item not in after[kind]]
     return lost
 
@@ -56,7 +56,7 @@ def test_discover_then_adopt_replaces_nothing_and_delays_still_arrive(
 ) -> None:
     vhost = new_vhost(f"engine-discover-{topology}")
     declared = estate.declared_section(vhost, topology, broker_version)
-    estate.declare_estate(rabbitmq, declared)
+    estate.declare_estate(rabbitmq, management, declared, broker_version)
     before = management.definitions(vhost)
     stack = new_stack(rabbitmq, f"discover-{topology}")
 

@@ -474,6 +474,9 @@ CASES = [
     Case("discover", "existing-import-file", ["discover", "--import-file", "import.json", "--management-url",
                                               HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
          ["import.json exists: pass --force to overwrite it"], files={"import.json": "{}"}),
+    Case("discover", "output-folder-missing", ["discover", "--stack", "stacks/Pulumi.prod.yaml", "--management-url",
+                                               HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
+         ["stacks/Pulumi.prod.yaml: the folder stacks does not exist"]),
 ]  # fmt: skip
 
 

@@ -7,11 +7,15 @@ test_discover.py) and through the real engine (tests/engine/test_discover_adopt.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.recording import import_file
+from nsb_delays.infra.commands.discover import stack_path
+from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render.documents import topology_definitions
 from nsb_delays.stack.config import parse_stack_config
 from nsb_delays.stack.discovery import CannotDiscover, NothingToDiscover, discover, password_key
@@ -127,3 +131,23 @@ def test_password_keys_are_camel_case_and_unique() -> None:
     taken: set[str] = set()
     assert [password_key(name, taken) for name in ("Sales", "sales", "Team.Sales-EU", "---")] == [
         "salesPassword", "salesPassword2", "teamSalesEUPassword", "endpointPassword"]  # fmt: skip
+
+
+def test_the_stack_option_names_the_file_as_pulumi_names_a_stacks_config() -> None:
+    assert [stack_path(s) for s in ("prod", "acme/shop/prod", "deploy/Pulumi.prod.yaml")] == [
+        Path("Pulumi.prod.yaml"), Path("Pulumi.prod.yaml"), Path("deploy/Pulumi.prod.yaml")]  # fmt: skip
+
+
+def test_the_import_file_holds_what_exists_and_the_components_above_it() -> None:
+    found = discover(definitions(section(endpoints=["Sales"])), vhost=VHOST, broker_version="4.0")
+    config = found.stack_config("prod").with_values("rabbitmq", adoptExisting=True)
+    recorded = record_stack(config, stack="prod")
+    entries = import_file(recorded)["resources"]
+    by_key = {entry["name"]: entry for entry in entries}
+    adopted = [r for r in recorded if r.custom and r.import_id]
+    assert sorted(e["id"] for e in entries if "id" in e) == sorted(r.import_id for r in adopted)
+    assert all(by_key[e["parent"]].get("component") for e in entries if "parent" in e)
+    # the parking objects and the endpoint user are new: neither they nor the user's component are imported
+    assert not [e for e in entries if e["type"] == "nsb-delays:index:RabbitMqEndpointUser"]
+    assert {e["type"] for e in entries if e.get("component")} >= {
+        "nsb-delays:index:RabbitMqDelayInfrastructure", "nsb-delays:index:RabbitMqEndpoint"}  # fmt: skip
