@@ -312,7 +312,7 @@ def discover(
     all_types = [t for types in endpoint_types.values() for t in types]
     section_type = next(iter(shared_types)) if len(shared_types) == 1 else None
     if section_type is None and all_types:
-        section_type = max(set(all_types), key=all_types.count)
+        section_type = max(sorted(set(all_types)), key=all_types.count)  # the most endpoints' type: fewest overrides
     section_type = section_type or rmq.DEFAULT_ENDPOINT_QUEUE_TYPE
     for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
         if name not in objects.queues:
