@@ -94,3 +94,24 @@ def test_a_vhost_that_does_not_exist_is_refused(rabbitmq: LocalRabbitMq, tmp_pat
                 ["vhost 'no-such-vhost' does not exist on the broker", "check --vhost"])  # fmt: skip
     monkeypatch.chdir(tmp_path)
     assert_refused(CliRunner().invoke(cli, list(case.args), env=CLEAN_ENVIRONMENT), case)
+
+
+def test_a_user_who_is_not_an_administrator_is_refused_with_the_brokers_reason(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, tmp_path, monkeypatch
+) -> None:
+    """``GET /api/definitions/<vhost>`` answers administrators only (a ``monitoring`` user with read on the vhost
+    gets 401 on 3.10 and 4.0): the refusal names the call, the user and the broker's reason; nothing is written."""
+    vhost = new_vhost("discover-monitoring")
+    user = f"reader-{vhost}"
+    management.request("PUT", f"users/{user}", {"password": "reader", "tags": "monitoring"})
+    try:
+        management.request("PUT", f"permissions/{vhost}/{user}", {"configure": "", "write": "", "read": ".*"})
+        case = Case("discover", "not-an-administrator", ["discover", "--management-url", rabbitmq.management_url,
+                    "--username", user, "--password", "reader", "--vhost", vhost, "--stack", "prod"], 2,
+                    [f"answered GET /api/definitions/{vhost} for user {user!r} with 401 Unauthorized",
+                     "Not administrator user"])  # fmt: skip
+        monkeypatch.chdir(tmp_path)
+        assert_refused(CliRunner().invoke(cli, list(case.args), env=CLEAN_ENVIRONMENT), case)
+        assert not (tmp_path / "Pulumi.prod.yaml").exists()
+    finally:
+        management.request("DELETE", f"users/{user}")
