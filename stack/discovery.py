@@ -320,6 +320,7 @@ def discover(
                          "has another name")  # fmt: skip
 
     entries: list[dict[str, Any]] = []
+    odd: dict[str, str] = {}  # endpoint -> the type of its legacy timeout queues, when not its own
     for endpoint, discriminators in sorted(endpoints.items()):
         entry: dict[str, Any] = {"name": endpoint}
         if discriminators:
@@ -333,7 +334,11 @@ def discover(
             entry["queueType"] = next(iter(types)).value
         legacy = rmq.legacy_timeout_queue_names(endpoint)
         if all(name in objects.queues for name in legacy):
-            entry["legacyTimeoutManager"] = True
+            legacy_types = {_queue_type(objects.queues[name]) for name in legacy}
+            if legacy_types == types:  # a stack declares them of the endpoint's type
+                entry["legacyTimeoutManager"] = True
+            else:
+                odd[endpoint] = ", ".join(sorted(legacy_types))
         entries.append(entry)
 
     section: dict[str, Any] = {
@@ -416,7 +421,7 @@ def discover(
             entry["user"] = user
             password_keys.append(key)
 
-    unclassified = _unclassified(objects, endpoints)
+    unclassified = _unclassified(objects, endpoints, odd)
     return Discovery(
         section,
         tuple(password_keys),
@@ -427,10 +432,16 @@ def discover(
     )
 
 
-def _unclassified(objects: _Objects, endpoints: Iterable[str]) -> list[Unclassified]:
+def _unclassified(objects: _Objects, endpoints: Iterable[str], odd: Mapping[str, str]) -> list[Unclassified]:
+    """What no rule claimed; ``odd``: endpoints whose legacy timeout queues are of another type than their own."""
     legacy = {name: e for e in endpoints for name in rmq.legacy_timeout_queue_names(e)}
 
     def queue_reason(name: str) -> str:
+        if name in legacy and legacy[name] in odd:
+            return (
+                f"a legacy timeout queue of {legacy[name]}, {odd[legacy[name]]} where {legacy[name]}'s queues are not "
+                "(a stack declares them of the endpoint's queue type): left outside the stack"
+            )
         if name in legacy:
             pair = " and ".join(rmq.legacy_timeout_queue_names(legacy[name]))
             return (

@@ -151,3 +151,16 @@ def test_the_import_file_holds_what_exists_and_the_components_above_it() -> None
     assert not [e for e in entries if e["type"] == "nsb-delays:index:RabbitMqEndpointUser"]
     assert {e["type"] for e in entries if e.get("component")} >= {
         "nsb-delays:index:RabbitMqDelayInfrastructure", "nsb-delays:index:RabbitMqEndpoint"}  # fmt: skip
+
+
+def test_legacy_timeout_queues_of_another_type_stay_outside_the_stack() -> None:
+    """Queues the timeout manager made before the endpoint moved to quorum queues: classic, the endpoint quorum."""
+    found = definitions(section(endpoints=[{"name": "Sales", "legacyTimeoutManager": True}]))
+    for queue in found["queues"]:
+        if queue["name"] in rmq.legacy_timeout_queue_names("Sales"):
+            queue["arguments"] = {}
+    result = discover(found, vhost=VHOST, broker_version="3.10", users=False)
+    assert result.section["endpoints"] == [{"name": "Sales"}]
+    assert [(u.kind, u.name) for u in result.unclassified if u.kind == "queue"] == [
+        ("queue", "Sales.Timeouts"), ("queue", "Sales.TimeoutsDispatcher")]  # fmt: skip
+    assert "classic where Sales's queues are not" in result.unclassified[0].reason
