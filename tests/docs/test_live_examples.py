@@ -1,0 +1,181 @@
+"""Every ``<!-- runs-with: … -->`` block of the documentation, run against the services it names (issue 30, item 6).
+
+A shell block runs as a reader pastes it into bash and must exit 0; a console block runs each ``$`` command and must
+print the page's output lines (an elided ``…`` line and the lines of ``VARIES`` aside) and exit as the page shows;
+an output block runs the command its marker names (``output of:``) and must print the block. What each service
+name provides, and the one table of the reader's addresses the test replaces: tests/docs/live.py.
+
+The docs tier proves that the documented commands work, not how broker versions differ (the broker tier does):
+every block runs on the session's RabbitMQ 3.10 (one broker for the whole tier, started once).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
+from nsb_delays.stack.config import load_stack
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from tests.docs.examples import PROGRAM, Block, console_commands, examples
+from tests.docs.live import (
+    CONFLICTING_POLICY,
+    DRIFTED_LEVEL,
+    DRIFTED_TTL,
+    PROD_ENDPOINTS,
+    PROD_VHOST,
+    PROJECT,
+    SERVICES,
+    UNBOUND_ENDPOINT,
+    USERS,
+    Run,
+    Scene,
+    command_environment,
+    commit_history,
+    dev_stack,
+    missing_lines,
+    prod_stack,
+    run_bash,
+)
+
+LIVE = [example.parsed for example in examples() if example.parsed.runs_with]
+# Lines of a page's output that differ from run to run, and why; every other line is compared.
+VARIES = {
+    "moto (SQS, CloudFormation) http://127.0.0.1:34633": "moto's port is a free one",
+    "│ different │ policy team-retries over queue Sales │ delivery-limit │ only from nsb.Sales.delivery-limit (100000) │ 5"
+    "      │": "the expected delivery limit shown is 4.x's; 3.10's is 'none, or 100000'",
+}
+EXIT = re.compile(r"#\s*exit (?P<code>\d+)")
+REFUSAL = re.compile(rf"^(Error: |{PROGRAM}( [\w-]+)+: )")
+EXIT_REFUSED = 2  # docs/reference/exit-codes.md
+
+
+def reset_vhost(api: ManagementApi, vhost: str) -> None:
+    if api.vhost_exists(vhost):
+        api.delete_vhost(vhost)
+    api.create_vhost(vhost)
+    for user in USERS:
+        api.request("PUT", f"permissions/{'%2F' if vhost == '/' else vhost}/{user}", {
+            "configure": ".*", "write": ".*", "read": ".*"
+        })
+
+
+def drifted_definitions(document: dict[str, Any]) -> dict[str, Any]:
+    """The dev stack's definitions with drift.md's drift: level 3's TTL changed, Shipping's delivery binding gone."""
+    for queue in document["queues"]:
+        if queue["name"] == DRIFTED_LEVEL:
+            queue["arguments"]["x-message-ttl"] = DRIFTED_TTL
+    document["bindings"] = [
+        binding
+        for binding in document["bindings"]
+        if not (binding["destination"] == UNBOUND_ENDPOINT and binding["source"].endswith("delay-delivery"))
+    ]
+    return document
+
+
+@pytest.fixture
+def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
+    """The reader's project folder and environment with the services the block's marker names (live.SERVICES)."""
+    unknown = set(block.runs_with) - set(SERVICES)
+    assert not unknown, f"{block.where}: unknown services {unknown}"
+    needs = set(block.runs_with)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "docs").symlink_to(PROJECT / "docs")
+    version = ".".join(rabbitmq.version().split(".")[:2])
+    api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    for user, password in USERS.items():
+        api.request("PUT", f"users/{user}", {"password": password, "tags": ""})
+    for vhost in ("/", PROD_VHOST):
+        reset_vhost(api, vhost)
+    (folder / "Pulumi.dev.yaml").write_text(dev_stack(rabbitmq.management_url, version))
+    (folder / "Pulumi.prod.yaml").write_text(prod_stack(rabbitmq.management_url, version, PROD_ENDPOINTS))
+    env = {
+        "RABBITMQ_ENDPOINT": rabbitmq.management_url,
+        "RABBITMQ_USERNAME": rabbitmq.username,
+        "RABBITMQ_PASSWORD": rabbitmq.password,
+    }
+    addresses = {
+        "management": rabbitmq.management_url.removeprefix("http://"),
+        "amqp": f"127.0.0.1:{rabbitmq.amqp_port}",
+    }
+    moto: LocalMoto | None = None
+    if "sqs" in needs:
+        moto = request.getfixturevalue("moto_server")
+        moto.reset()
+        addresses["moto"] = moto.endpoint_url.removeprefix("http://")
+        env |= {
+            "AWS_ENDPOINT_URL": moto.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": moto.region,
+        }
+    if "deployed" in needs:
+        dev = load_stack(str(folder / "Pulumi.dev.yaml"))
+        if "drift" in needs:
+            from nsb_delays.infra.render import render
+            import json
+
+            api.import_definitions(drifted_definitions(json.loads(render(dev, "rabbitmq-definitions", "dev"))))
+        else:
+            import_definitions(api, dev, "dev")
+        prod = load_stack(str(folder / "Pulumi.prod.yaml"))
+        import_definitions(api, prod, "prod")
+        if moto is not None:
+            provision_sqs(moto, dev, "dev", "nsb-delays-dev-sqs")
+            provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
+    if "git" in needs:
+        commit_history(folder, rabbitmq.management_url, version)
+    if "conflicting-policy" in needs:
+        api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
+    yield Scene(folder, command_environment(env), addresses)
+
+
+def expected_exit(command: str, expected: list[str]) -> int:
+    """``# exit N`` on the command's line, else a refusal (exit 2) when the page's output shows one, else 0."""
+    comment = EXIT.search(command)
+    if comment:
+        return int(comment.group("code"))
+    return EXIT_REFUSED if any(REFUSAL.match(line) for line in expected) else 0
+
+
+def check_output(block: Block, line: int, scene: Scene, command: str, expected: list[str]) -> None:
+    script = scene.substituted(command)
+    run = run_bash(scene, script)
+    output = scene.as_on_the_page(run.output, "\n".join([command, *expected]))
+    missing = missing_lines(expected, output, lambda text: text in VARIES)
+    if missing:
+        shown = "\n".join(f"  {text}" for text in missing)
+        pytest.fail(f"{block.page}:{line}: `{command}` does not print the page's lines:\n{shown}\n{run.explain()}")
+    code = expected_exit(command, expected)
+    if run.returncode != code:
+        pytest.fail(f"{block.page}:{line}: expected exit {code}; {run.explain()}", pytrace=False)
+
+
+@pytest.mark.parametrize("rabbitmq", ["3.10"], indirect=True)
+@pytest.mark.parametrize("block", LIVE, ids=[f"{b.page}:{b.line}-{b.language or 'plain'}" for b in LIVE])
+def test_the_block_runs(block: Block, scene: Scene) -> None:
+    if block.output_of:
+        check_output(block, block.line, scene, block.output_of, block.source.splitlines())
+    elif block.kind == "console":
+        for command in console_commands(block.source):
+            check_output(block, block.line_of(command.index), scene, command.line, command.expected)
+    elif block.kind == "bash":
+        script = scene.substituted(block.source)
+        run: Run = run_bash(scene, script)
+        if run.returncode != 0:
+            pytest.fail(f"{block.where}: the block {run.explain()}", pytrace=False)
+    else:
+        pytest.fail(f"{block.where}: a {block.language} block runs only with `output of: <command>`", pytrace=False)
+
+
+def test_each_service_a_marker_names_is_used() -> None:
+    """A service no block needs is set-up code nothing runs."""
+    used = {name for block in LIVE for name in block.runs_with}
+    assert set(SERVICES) - used == set(), shlex.join(sorted(set(SERVICES) - used))
