@@ -39,6 +39,8 @@ PROD_ENDPOINTS = ["Sales", "Billing"]
 PROD_ENDPOINTS_BEFORE = [*PROD_ENDPOINTS, "Shipping"]
 # The drift docs/how-to/drift.md shows: level 3's queue re-declared with another TTL, Shipping's delivery binding gone.
 DRIFTED_LEVEL, DRIFTED_TTL, UNBOUND_ENDPOINT = "nsb.v2.delay-level-03", 9000, "Shipping"
+# The timeout store the pages' JDBC URLs name (jdbc:postgresql://db:5432/app?user=nsb) and the endpoint they migrate.
+DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
 # The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
 CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
 
@@ -79,8 +81,10 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
-    "rabbitmq": "the session's RabbitMQ 3.10; Pulumi.dev.yaml and Pulumi.prod.yaml point at it, "
-    "RABBITMQ_ENDPOINT/USERNAME/PASSWORD name it, the pages' users exist",
+    "rabbitmq": "the session's RabbitMQ 3.10; Pulumi.dev.yaml and Pulumi.prod.yaml point at it, the pages' users "
+    "exist",
+    "rabbitmq-env": "RABBITMQ_ENDPOINT/USERNAME/PASSWORD name the broker and its administrator, as a pipeline sets "
+    "the provider's variables",
     "sqs": "moto (SQS, CloudFormation); AWS_* variables name it",
     "deployed": "the dev and prod stacks provisioned (rabbitmq-definitions imported; with sqs, the CloudFormation "
     "template in moto)",

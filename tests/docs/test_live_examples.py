@@ -23,9 +23,13 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from tests.spark.conftest import create_sql_persistence_table
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
 from tests.docs.live import (
     CONFLICTING_POLICY,
+    DATABASE,
+    DATABASE_ROLE,
+    ENDPOINT,
     DRIFTED_LEVEL,
     DRIFTED_TTL,
     PROD_ENDPOINTS,
@@ -96,11 +100,13 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
         reset_vhost(api, vhost)
     (folder / "Pulumi.dev.yaml").write_text(dev_stack(rabbitmq.management_url, version))
     (folder / "Pulumi.prod.yaml").write_text(prod_stack(rabbitmq.management_url, version, PROD_ENDPOINTS))
-    env = {
-        "RABBITMQ_ENDPOINT": rabbitmq.management_url,
-        "RABBITMQ_USERNAME": rabbitmq.username,
-        "RABBITMQ_PASSWORD": rabbitmq.password,
-    }
+    env = {}
+    if "rabbitmq-env" in needs:
+        env |= {
+            "RABBITMQ_ENDPOINT": rabbitmq.management_url,
+            "RABBITMQ_USERNAME": rabbitmq.username,
+            "RABBITMQ_PASSWORD": rabbitmq.password,
+        }
     addresses = {
         "management": rabbitmq.management_url.removeprefix("http://"),
         "amqp": f"127.0.0.1:{rabbitmq.amqp_port}",
@@ -132,9 +138,25 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
             provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
     if "git" in needs:
         commit_history(folder, rabbitmq.management_url, version)
+    if "database" in needs:
+        postgres = request.getfixturevalue("postgres")
+        addresses["postgres"] = f"127.0.0.1:{postgres.port}"
+        create_database(postgres.dsn)
     if "conflicting-policy" in needs:
         api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
     yield Scene(folder, command_environment(env), addresses)
+
+
+def create_database(dsn: str) -> None:
+    """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"drop database if exists {DATABASE}")
+        connection.execute(f"drop role if exists {DATABASE_ROLE}")
+        connection.execute(f"create role {DATABASE_ROLE} login")
+        connection.execute(f"create database {DATABASE} owner {DATABASE_ROLE}")
+    create_sql_persistence_table(dsn.replace("dbname=postgres", f"dbname={DATABASE} user={DATABASE_ROLE}"), ENDPOINT)
 
 
 def expected_exit(command: str, expected: list[str]) -> int:
