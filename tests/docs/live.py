@@ -91,6 +91,10 @@ SERVICES = {
     "git": "the project folder is a git repository whose previous commit holds an earlier Pulumi.prod.yaml",
     "drift": "drift made on purpose on the dev stack: level 3's TTL changed, Shipping's delivery binding removed",
     "conflicting-policy": "a policy team-retries with delivery-limit 5 over the dev stack's Sales queue",
+    "pulumi": "the Pulumi engine (on PATH, else the one make setup built) on a local file backend with a "
+    "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
+    "dropped: the engine built here has no AWS provider)",
+    "pulumi-up": "stack prod deployed by `pulumi up`",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name",
 }
 
@@ -118,6 +122,18 @@ def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -
             "nsb-delays:msmq": {"endpoints": endpoints},
         }
     )
+
+
+def pulumi_project(folder: Path) -> None:
+    """The project as a reader's checkout has it (Pulumi.yaml, the program under infra/), in ``folder``."""
+    (folder / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    (folder / "infra").symlink_to(PROJECT / "infra")
+
+
+def rabbitmq_only(stack_path: Path) -> None:
+    data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
+    data["config"] = {key: value for key, value in data["config"].items() if key.startswith(("rabbitmq:", "nsb-delays:rabbitmq"))}
+    stack_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def git(folder: Path, *args: str) -> None:

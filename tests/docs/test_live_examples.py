@@ -23,6 +23,8 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from nsb_delays.infra.pulumi_engine import offline_environment
+from tests.engine.conftest import PASSPHRASE, require_pulumi
 from tests.spark.conftest import create_sql_persistence_table
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
 from tests.docs.live import (
@@ -45,6 +47,8 @@ from tests.docs.live import (
     dev_stack,
     missing_lines,
     prod_stack,
+    pulumi_project,
+    rabbitmq_only,
     run_bash,
 )
 
@@ -138,6 +142,16 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
             provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
     if "git" in needs:
         commit_history(folder, rabbitmq.management_url, version)
+    if "pulumi" in needs:
+        cli = require_pulumi()
+        rabbitmq_only(folder / "Pulumi.prod.yaml")
+        pulumi_project(folder)
+        env |= offline_environment(cli, tmp_path / "pulumi-state", PASSPHRASE)
+        (tmp_path / "pulumi-state").mkdir()
+        steps = [["stack", "init", "prod"], *([["up", "--yes", "--skip-preview", "--stack", "prod"]] * ("pulumi-up" in needs))]
+        for arguments in steps:
+            run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
+            assert run.returncode == 0, run.explain()
     if "database" in needs:
         postgres = request.getfixturevalue("postgres")
         addresses["postgres"] = f"127.0.0.1:{postgres.port}"
