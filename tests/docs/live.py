@@ -60,7 +60,6 @@ class Scene:
                 text = text.replace(page, self.addresses[key])
         return text
 
-
     def as_on_the_page(self, output: str, page_text: str) -> str:
         """The output with the servers' addresses written as the page writes them (in ``page_text``)."""
         for page, key in SUBSTITUTIONS:
@@ -81,8 +80,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
-    "rabbitmq": "the session's RabbitMQ 3.10; Pulumi.dev.yaml and Pulumi.prod.yaml point at it, the pages' users "
-    "exist",
+    "rabbitmq": "the session's RabbitMQ 3.10; Pulumi.dev.yaml and Pulumi.prod.yaml point at it, the pages' users exist",
     "rabbitmq-env": "RABBITMQ_ENDPOINT/USERNAME/PASSWORD name the broker and its administrator, as a pipeline sets "
     "the provider's variables",
     "sqs": "moto (SQS, CloudFormation); AWS_* variables name it",
@@ -132,7 +130,9 @@ def pulumi_project(folder: Path) -> None:
 
 def rabbitmq_only(stack_path: Path) -> None:
     data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
-    data["config"] = {key: value for key, value in data["config"].items() if key.startswith(("rabbitmq:", "nsb-delays:rabbitmq"))}
+    data["config"] = {
+        key: value for key, value in data["config"].items() if key.startswith(("rabbitmq:", "nsb-delays:rabbitmq"))
+    }
     stack_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 

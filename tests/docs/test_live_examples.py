@@ -11,29 +11,29 @@ every block runs on the session's RabbitMQ 3.10 (one broker for the whole tier, 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.demo_servers import HOST
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
+from nsb_delays.infra.pulumi_engine import offline_environment
+from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
-from nsb_delays.infra.pulumi_engine import offline_environment
-from tests.engine.conftest import PASSPHRASE, require_pulumi
-from tests.spark.conftest import create_sql_persistence_table
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
 from tests.docs.live import (
     CONFLICTING_POLICY,
     DATABASE,
     DATABASE_ROLE,
-    ENDPOINT,
     DRIFTED_LEVEL,
     DRIFTED_TTL,
+    ENDPOINT,
     PROD_ENDPOINTS,
     PROD_VHOST,
     PROJECT,
@@ -51,6 +51,8 @@ from tests.docs.live import (
     rabbitmq_only,
     run_bash,
 )
+from tests.engine.conftest import PASSPHRASE, require_pulumi
+from tests.spark.conftest import create_sql_persistence_table
 
 LIVE = [example.parsed for example in examples() if example.parsed.runs_with]
 # Lines of a page's output that differ from run to run, and why; every other line is compared.
@@ -69,9 +71,9 @@ def reset_vhost(api: ManagementApi, vhost: str) -> None:
         api.delete_vhost(vhost)
     api.create_vhost(vhost)
     for user in USERS:
-        api.request("PUT", f"permissions/{'%2F' if vhost == '/' else vhost}/{user}", {
-            "configure": ".*", "write": ".*", "read": ".*"
-        })
+        api.request(
+            "PUT", f"permissions/{path_segment(vhost)}/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
+        )
 
 
 def drifted_definitions(document: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def drifted_definitions(document: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
+def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest, tmp_path: Path) -> Scene:
     """The reader's project folder and environment with the services the block's marker names (live.SERVICES)."""
     unknown = set(block.runs_with) - set(SERVICES)
     assert not unknown, f"{block.where}: unknown services {unknown}"
@@ -104,61 +106,75 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
         reset_vhost(api, vhost)
     (folder / "Pulumi.dev.yaml").write_text(dev_stack(rabbitmq.management_url, version))
     (folder / "Pulumi.prod.yaml").write_text(prod_stack(rabbitmq.management_url, version, PROD_ENDPOINTS))
-    env = {}
+    addresses = {
+        "management": rabbitmq.management_url.removeprefix("http://"),
+        "amqp": f"{HOST}:{rabbitmq.amqp_port}",
+    }
+    env: dict[str, str] = {}
     if "rabbitmq-env" in needs:
         env |= {
             "RABBITMQ_ENDPOINT": rabbitmq.management_url,
             "RABBITMQ_USERNAME": rabbitmq.username,
             "RABBITMQ_PASSWORD": rabbitmq.password,
         }
-    addresses = {
-        "management": rabbitmq.management_url.removeprefix("http://"),
-        "amqp": f"127.0.0.1:{rabbitmq.amqp_port}",
-    }
-    moto: LocalMoto | None = None
-    if "sqs" in needs:
-        moto = request.getfixturevalue("moto_server")
+    moto: LocalMoto | None = request.getfixturevalue("moto_server") if "sqs" in needs else None
+    if moto is not None:
         moto.reset()
         addresses["moto"] = moto.endpoint_url.removeprefix("http://")
-        env |= {
-            "AWS_ENDPOINT_URL": moto.endpoint_url,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": moto.region,
-        }
+        env |= aws_environment(moto)
     if "deployed" in needs:
-        dev = load_stack(str(folder / "Pulumi.dev.yaml"))
-        if "drift" in needs:
-            from nsb_delays.infra.render import render
-            import json
-
-            api.import_definitions(drifted_definitions(json.loads(render(dev, "rabbitmq-definitions", "dev"))))
-        else:
-            import_definitions(api, dev, "dev")
-        prod = load_stack(str(folder / "Pulumi.prod.yaml"))
-        import_definitions(api, prod, "prod")
-        if moto is not None:
-            provision_sqs(moto, dev, "dev", "nsb-delays-dev-sqs")
-            provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
+        deploy(api, folder, moto, drifted="drift" in needs)
     if "git" in needs:
         commit_history(folder, rabbitmq.management_url, version)
     if "pulumi" in needs:
-        cli = require_pulumi()
-        rabbitmq_only(folder / "Pulumi.prod.yaml")
-        pulumi_project(folder)
-        env |= offline_environment(cli, tmp_path / "pulumi-state", PASSPHRASE)
-        (tmp_path / "pulumi-state").mkdir()
-        steps = [["stack", "init", "prod"], *([["up", "--yes", "--skip-preview", "--stack", "prod"]] * ("pulumi-up" in needs))]
-        for arguments in steps:
-            run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
-            assert run.returncode == 0, run.explain()
+        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
     if "database" in needs:
         postgres = request.getfixturevalue("postgres")
-        addresses["postgres"] = f"127.0.0.1:{postgres.port}"
+        addresses["postgres"] = f"{HOST}:{postgres.port}"
         create_database(postgres.dsn)
     if "conflicting-policy" in needs:
         api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
-    yield Scene(folder, command_environment(env), addresses)
+    return Scene(folder, command_environment(env), addresses)
+
+
+def aws_environment(moto: LocalMoto) -> dict[str, str]:
+    """boto3's variables for moto (every AWS client the commands make honours AWS_ENDPOINT_URL)."""
+    return {
+        "AWS_ENDPOINT_URL": moto.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": moto.region,
+    }
+
+
+def deploy(api: ManagementApi, folder: Path, moto: LocalMoto | None, *, drifted: bool) -> None:
+    """The dev and prod stacks as a team without Pulumi provisions them (demo.import_definitions,
+    demo.provision_sqs); ``drifted``: the dev stack with drift.md's drift."""
+    dev = load_stack(str(folder / "Pulumi.dev.yaml"))
+    if drifted:
+        api.import_definitions(drifted_definitions(json.loads(render(dev, "rabbitmq-definitions", "dev"))))
+    else:
+        import_definitions(api, dev, "dev")
+    prod = load_stack(str(folder / "Pulumi.prod.yaml"))
+    import_definitions(api, prod, "prod")
+    if moto is not None:
+        provision_sqs(moto, dev, "dev", "nsb-delays-dev-sqs")
+        provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
+
+
+def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) -> dict[str, str]:
+    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend; the
+    environment of the engine's commands."""
+    rabbitmq_only(folder / "Pulumi.prod.yaml")
+    pulumi_project(folder)
+    backend.mkdir()
+    env = env | offline_environment(require_pulumi(), backend, PASSPHRASE)
+    steps = [["stack", "init", "prod"]] + ([["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else [])
+    for arguments in steps:
+        run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
+        if run.returncode != 0:
+            pytest.fail(f"setting up stack prod: {run.explain()}", pytrace=False)
+    return env
 
 
 def create_database(dsn: str) -> None:
