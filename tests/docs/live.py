@@ -34,6 +34,7 @@ USERS = {"user": "pass", "nsb": "pass"}
 # test broker's version; a vhost of its own, so the dev stack beside it on the same broker is not in its way).
 PROD_VHOST = "prod"
 PROD_ENDPOINTS = ["Sales", "Billing"]
+PROD_REGION = "eu-west-1"  # the region the pages' SQS commands name
 # The earlier version of Pulumi.prod.yaml that drift.md's `git show HEAD~1:Pulumi.prod.yaml` reads: one endpoint
 # more, which the current file dropped (so `--baseline` has something to compare).
 PROD_ENDPOINTS_BEFORE = [*PROD_ENDPOINTS, "Shipping"]
@@ -93,7 +94,8 @@ SERVICES = {
     "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
     "dropped: the engine built here has no AWS provider)",
     "pulumi-up": "stack prod deployed by `pulumi up`",
-    "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name",
+    "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
+    "persistence's timeout table of Sales",
 }
 
 
@@ -114,7 +116,7 @@ def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -
     return stack_file(
         {
             "rabbitmq:endpoint": management_url,
-            "aws:region": "us-east-1",
+            "aws:region": PROD_REGION,
             "nsb-delays:rabbitmq": {"vhost": PROD_VHOST, "brokerVersion": broker_version, "endpoints": endpoints},
             "nsb-delays:sqs": {"queueNamePrefix": "prod-", "endpoints": endpoints},
             "nsb-delays:msmq": {"endpoints": endpoints},

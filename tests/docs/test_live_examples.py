@@ -11,12 +11,14 @@ every block runs on the session's RabbitMQ 3.10 (one broker for the whole tier, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from nsb_delays.brokers.demo_servers import HOST
@@ -35,6 +37,7 @@ from tests.docs.live import (
     DRIFTED_TTL,
     ENDPOINT,
     PROD_ENDPOINTS,
+    PROD_REGION,
     PROD_VHOST,
     PROJECT,
     SERVICES,
@@ -101,7 +104,7 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
     version = ".".join(rabbitmq.version().split(".")[:2])
     api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     for user, password in USERS.items():
-        api.request("PUT", f"users/{user}", {"password": password, "tags": ""})
+        api.request("PUT", f"users/{user}", {"password": password, "tags": "administrator"})
     for vhost in ("/", PROD_VHOST):
         reset_vhost(api, vhost)
     (folder / "Pulumi.dev.yaml").write_text(dev_stack(rabbitmq.management_url, version))
@@ -159,7 +162,7 @@ def deploy(api: ManagementApi, folder: Path, moto: LocalMoto | None, *, drifted:
     import_definitions(api, prod, "prod")
     if moto is not None:
         provision_sqs(moto, dev, "dev", "nsb-delays-dev-sqs")
-        provision_sqs(moto, prod, "prod", "nsb-delays-prod-sqs")
+        provision_sqs(dataclasses.replace(moto, region=PROD_REGION), prod, "prod", "nsb-delays-prod-sqs")
 
 
 def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) -> dict[str, str]:
@@ -179,14 +182,13 @@ def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) 
 
 def create_database(dsn: str) -> None:
     """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint."""
-    import psycopg
-
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(f"drop database if exists {DATABASE}")
         connection.execute(f"drop role if exists {DATABASE_ROLE}")
         connection.execute(f"create role {DATABASE_ROLE} login")
         connection.execute(f"create database {DATABASE} owner {DATABASE_ROLE}")
-    create_sql_persistence_table(dsn.replace("dbname=postgres", f"dbname={DATABASE} user={DATABASE_ROLE}"), ENDPOINT)
+    store = dsn.replace("dbname=postgres", f"dbname={DATABASE}").replace("user=postgres", f"user={DATABASE_ROLE}")
+    create_sql_persistence_table(store, ENDPOINT)
 
 
 def expected_exit(command: str, expected: list[str]) -> int:
