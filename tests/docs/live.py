@@ -13,11 +13,16 @@ database the role and database the JDBC URLs name.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import re
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +30,10 @@ from typing import Any
 
 import yaml
 
+from nsb_delays.brokers.demo_servers import HOST
+
 PROJECT = Path(__file__).resolve().parents[2]
+AMQP_PORT, MANAGEMENT_PORT = 5672, 15672  # RabbitMQ's defaults, which the pages' readers have
 SHOWN_OUTPUT = 6000
 # The broker's user for stacks with no credentials given (the provider's variables) is the broker's own; these are
 # the other logins the pages show, created on the test broker with full permissions on every vhost.
@@ -35,6 +43,12 @@ USERS = {"user": "pass", "nsb": "pass"}
 PROD_VHOST = "prod"
 PROD_ENDPOINTS = ["Sales", "Billing"]
 PROD_REGION = "eu-west-1"  # the region the pages' SQS commands name
+# Blue-green (move-delays.md): two stacks of the same endpoints, each in a vhost of its own.
+BLUE_GREEN = ("blue", "green")
+# The SQS side of move-delays.md's move to AWS: the endpoints' queues, and the bucket for bodies over 1 MiB.
+AWS_STACK_PREFIX, LARGE_BODIES_BUCKET = "prod-", "nsb-large-bodies"
+# Delayed messages left in a graph for a move to carry: one due within SQS's 900 s, two beyond it (seconds).
+WAITING_DELAYS = [600, 3600, 86400]
 # The earlier version of Pulumi.prod.yaml that drift.md's `git show HEAD~1:Pulumi.prod.yaml` reads: one endpoint
 # more, which the current file dropped (so `--baseline` has something to compare).
 PROD_ENDPOINTS_BEFORE = [*PROD_ENDPOINTS, "Shipping"]
@@ -94,6 +108,11 @@ SERVICES = {
     "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
     "dropped: the engine built here has no AWS provider)",
     "pulumi-up": "stack prod deployed by `pulumi up`",
+    "blue-green": "stacks blue and green (Pulumi.blue.yaml, Pulumi.green.yaml: vhosts of the one broker standing in "
+    "for two), both provisioned, delayed messages waiting on blue",
+    "aws-stack": "stack aws (Pulumi.aws.yaml: the endpoints' SQS queues, in moto) and the bucket nsb-large-bodies; "
+    "delayed messages waiting on prod",
+    "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
@@ -122,6 +141,35 @@ def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -
             "nsb-delays:msmq": {"endpoints": endpoints},
         }
     )
+
+
+def rabbitmq_stack(management_url: str, broker_version: str, vhost: str, username: str, password: str) -> str:
+    """A blue-green side: its broker's login in the file (a transfer reads its destination's login from the
+    --destination-stack file or flags only; a reader keeps the password as a secret)."""
+    return stack_file(
+        {
+            "rabbitmq:endpoint": management_url,
+            "rabbitmq:username": username,
+            "rabbitmq:password": password,
+            "nsb-delays:rabbitmq": {"vhost": vhost, "brokerVersion": broker_version, "endpoints": PROD_ENDPOINTS},
+        }
+    )
+
+
+def aws_stack() -> str:
+    return stack_file(
+        {
+            "aws:region": PROD_REGION,
+            "nsb-delays:sqs": {"queueNamePrefix": AWS_STACK_PREFIX, "endpoints": PROD_ENDPOINTS},
+        }
+    )
+
+
+def rabbitmqctl_script(command: list[str], env: dict[str, str]) -> str:
+    """A ``rabbitmqctl`` that runs ``command`` (the broker's own, with its node) in the broker's environment."""
+    own = {key: value for key, value in env.items() if os.environ.get(key) != value}  # its cookie's HOME, epmd port, …
+    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in own.items())
+    return f'#!/bin/sh\n{exports}exec {shlex.join(command)} "$@"\n'
 
 
 def pulumi_project(folder: Path) -> None:
@@ -214,3 +262,47 @@ def missing_lines(expected: list[str], output: str, varies: Callable[[str], bool
         else:
             position = found + len(wanted)
     return missing
+
+
+class StandardPorts:
+    """The broker at its standard ports (AMQP 5672, management 15672) on a loopback address of its own
+    (127.x.y.z), forwarded to the ports the test broker chose: what a page leaves at its default (the AMQP URL
+    a command derives from the management host, "the management host on 5672") then holds for the test broker.
+    Connections are copied byte for byte, each direction in a thread; ``close`` stops listening."""
+
+    def __init__(self, targets: dict[int, int]) -> None:
+        self.host = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(2, 255)}"
+        self.listeners = []
+        for port, target in targets.items():
+            listener = socket.create_server((self.host, port))
+            self.listeners.append(listener)
+            threading.Thread(target=self._accept, args=(listener, target), daemon=True).start()
+
+    def _accept(self, listener: socket.socket, target: int) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection((HOST, target))
+            except OSError:
+                client.close()
+                continue
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _copy(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            listener.close()

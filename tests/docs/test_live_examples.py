@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from nsb_delays.brokers.delivery import DelayedPublisher
 from nsb_delays.brokers.demo_servers import HOST
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
@@ -30,12 +33,16 @@ from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
 from tests.docs.live import (
+    AMQP_PORT,
+    BLUE_GREEN,
     CONFLICTING_POLICY,
     DATABASE,
     DATABASE_ROLE,
     DRIFTED_LEVEL,
     DRIFTED_TTL,
     ENDPOINT,
+    LARGE_BODIES_BUCKET,
+    MANAGEMENT_PORT,
     PROD_ENDPOINTS,
     PROD_REGION,
     PROD_VHOST,
@@ -43,8 +50,11 @@ from tests.docs.live import (
     SERVICES,
     UNBOUND_ENDPOINT,
     USERS,
+    WAITING_DELAYS,
     Run,
     Scene,
+    StandardPorts,
+    aws_stack,
     command_environment,
     commit_history,
     dev_stack,
@@ -52,6 +62,8 @@ from tests.docs.live import (
     prod_stack,
     pulumi_project,
     rabbitmq_only,
+    rabbitmq_stack,
+    rabbitmqctl_script,
     run_bash,
 )
 from tests.engine.conftest import PASSPHRASE, require_pulumi
@@ -92,8 +104,18 @@ def drifted_definitions(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
+@pytest.fixture(scope="session")
+def standard_ports(rabbitmq: LocalRabbitMq) -> Iterator[str]:
+    """The session broker at 5672/15672 on a loopback address of its own (live.StandardPorts): its host."""
+    forwarder = StandardPorts({AMQP_PORT: rabbitmq.amqp_port, MANAGEMENT_PORT: rabbitmq.management_port})
+    yield forwarder.host
+    forwarder.close()
+
+
 @pytest.fixture
-def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest, tmp_path: Path) -> Scene:
+def scene(
+    block: Block, rabbitmq: LocalRabbitMq, standard_ports: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Scene:
     """The reader's project folder and environment with the services the block's marker names (live.SERVICES)."""
     unknown = set(block.runs_with) - set(SERVICES)
     assert not unknown, f"{block.where}: unknown services {unknown}"
@@ -102,21 +124,19 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
     folder.mkdir()
     (folder / "docs").symlink_to(PROJECT / "docs")
     version = ".".join(rabbitmq.version().split(".")[:2])
+    management_url = f"http://{standard_ports}:{MANAGEMENT_PORT}"
     api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     for user, password in USERS.items():
         api.request("PUT", f"users/{user}", {"password": password, "tags": "administrator"})
     for vhost in ("/", PROD_VHOST):
         reset_vhost(api, vhost)
-    (folder / "Pulumi.dev.yaml").write_text(dev_stack(rabbitmq.management_url, version))
-    (folder / "Pulumi.prod.yaml").write_text(prod_stack(rabbitmq.management_url, version, PROD_ENDPOINTS))
-    addresses = {
-        "management": rabbitmq.management_url.removeprefix("http://"),
-        "amqp": f"{HOST}:{rabbitmq.amqp_port}",
-    }
+    (folder / "Pulumi.dev.yaml").write_text(dev_stack(management_url, version))
+    (folder / "Pulumi.prod.yaml").write_text(prod_stack(management_url, version, PROD_ENDPOINTS))
+    addresses = {"management": f"{standard_ports}:{MANAGEMENT_PORT}", "amqp": f"{standard_ports}:{AMQP_PORT}"}
     env: dict[str, str] = {}
     if "rabbitmq-env" in needs:
         env |= {
-            "RABBITMQ_ENDPOINT": rabbitmq.management_url,
+            "RABBITMQ_ENDPOINT": management_url,
             "RABBITMQ_USERNAME": rabbitmq.username,
             "RABBITMQ_PASSWORD": rabbitmq.password,
         }
@@ -128,9 +148,32 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
     if "deployed" in needs:
         deploy(api, folder, moto, drifted="drift" in needs)
     if "git" in needs:
-        commit_history(folder, rabbitmq.management_url, version)
+        commit_history(folder, management_url, version)
     if "pulumi" in needs:
         env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
+    if "blue-green" in needs:
+        for vhost in BLUE_GREEN:
+            reset_vhost(api, vhost)
+            stack = folder / f"Pulumi.{vhost}.yaml"
+            stack.write_text(rabbitmq_stack(management_url, version, vhost, rabbitmq.username, rabbitmq.password))
+            import_definitions(api, load_stack(str(stack)), vhost)
+        leave_delays_waiting(rabbitmq, BLUE_GREEN[0])
+    if "aws-stack" in needs:
+        assert moto is not None, f"{block.where}: aws-stack needs sqs"
+        (folder / "Pulumi.aws.yaml").write_text(aws_stack())
+        in_region = dataclasses.replace(moto, region=PROD_REGION)
+        provision_sqs(in_region, load_stack(str(folder / "Pulumi.aws.yaml")), "aws", "nsb-delays-aws-sqs")
+        in_region.client("s3").create_bucket(
+            Bucket=LARGE_BODIES_BUCKET, CreateBucketConfiguration={"LocationConstraint": PROD_REGION}
+        )
+        leave_delays_waiting(rabbitmq, PROD_VHOST)
+    if "rabbitmqctl" in needs:
+        (folder / "bin").mkdir()
+        (folder / "bin" / "rabbitmqctl").write_text(
+            rabbitmqctl_script(rabbitmq.tool_command("rabbitmqctl", "-n", rabbitmq.node), rabbitmq._env())
+        )
+        (folder / "bin" / "rabbitmqctl").chmod(0o755)
+        env["PATH"] = f"{folder / 'bin'}{os.pathsep}{command_environment({})['PATH']}"
     if "database" in needs:
         postgres = request.getfixturevalue("postgres")
         addresses["postgres"] = f"{HOST}:{postgres.port}"
@@ -138,6 +181,14 @@ def scene(block: Block, rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest,
     if "conflicting-policy" in needs:
         api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
     return Scene(folder, command_environment(env), addresses)
+
+
+def leave_delays_waiting(rabbitmq: LocalRabbitMq, vhost: str) -> None:
+    """Delayed messages for every endpoint in the vhost's v2 graph, waiting there (live.WAITING_DELAYS)."""
+    with DelayedPublisher(rabbitmq.vhost_amqp_url(vhost), vhost, "v2") as publisher:
+        for endpoint in PROD_ENDPOINTS:
+            for delay in WAITING_DELAYS:
+                publisher.send(endpoint, delay)
 
 
 def aws_environment(moto: LocalMoto) -> dict[str, str]:
