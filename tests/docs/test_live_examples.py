@@ -284,3 +284,34 @@ def test_each_service_a_marker_names_is_used() -> None:
     """A service no block needs is set-up code nothing runs."""
     used = {name for block in LIVE for name in block.runs_with}
     assert set(SERVICES) - used == set(), shlex.join(sorted(set(SERVICES) - used))
+
+
+# --- the runner itself ----------------------------------------------------------------------------------------------
+
+
+def test_output_is_compared_by_its_lines_in_order_whatever_the_table_widths_and_wrapping() -> None:
+    output = "moved 3 message(s)\n┃ Level  ┃ Moved ┃\n│ nsb.v2.delay-level-03 │ 3     │\nfix the policy: remove\nit\n"
+    page = ["moved 3 message(s)", "│ nsb.v2.delay-level-03 │ 3 │", "…", "fix the policy: remove it"]
+    assert missing_lines(page, output, lambda line: False) == []
+    assert missing_lines(["fix the policy: remove it", "moved 3 message(s)"], output, lambda line: False) == [
+        "moved 3 message(s)"
+    ]
+    assert missing_lines(["moved 4 message(s)"], output, lambda line: line.startswith("moved")) == []
+
+
+def test_the_readers_addresses_are_replaced_and_written_back_as_the_page_writes_them(tmp_path: Path) -> None:
+    scene = Scene(tmp_path, {}, {"management": "127.9.9.9:15672", "postgres": "127.0.0.1:4321"})
+    command = (
+        "nsb-delays migrate run --source-jdbc 'jdbc:postgresql://db:5432/app' --management-url http://rabbit:15672"
+    )
+    assert scene.substituted(command) == command.replace("db:5432", "127.0.0.1:4321").replace(
+        "rabbit:15672", "127.9.9.9:15672"
+    )
+    assert scene.as_on_the_page("at 127.9.9.9:15672 for 'nsb'", command) == "at rabbit:15672 for 'nsb'"
+    assert scene.substituted("amqp://user:pass@rabbit:5672/%2F") == "amqp://user:pass@rabbit:5672/%2F"  # no AMQP here
+
+
+def test_a_refusal_the_page_shows_is_expected_to_exit_2_and_a_comment_names_another_code() -> None:
+    assert expected_exit("nsb-delays status --stack prod", ["nsb-delays status: 2 problems:"]) == 2
+    assert expected_exit("nsb-delays verify --stack dev  # exit 1", []) == 1
+    assert expected_exit("nsb-delays status --stack blue", []) == 0
