@@ -47,6 +47,8 @@ PROD_REGION = "eu-west-1"  # the region the pages' SQS commands name
 BLUE_GREEN = ("blue", "green")
 # The SQS side of move-delays.md's move to AWS: the endpoints' queues, and the bucket for bodies over 1 MiB.
 AWS_STACK_PREFIX, LARGE_BODIES_BUCKET = "prod-", "nsb-large-bodies"
+# The endpoint move-delays.md retires while delays are on their way to it, and how many of them get parked.
+RETIRED_ENDPOINT, PARKED_MESSAGES = "Shipping", 2
 # Delayed messages left in a graph for a move to carry: one due within SQS's 900 s, two beyond it (seconds).
 WAITING_DELAYS = [600, 3600, 86400]
 # The earlier version of Pulumi.prod.yaml that drift.md's `git show HEAD~1:Pulumi.prod.yaml` reads: one endpoint
@@ -117,6 +119,8 @@ SERVICES = {
     "delayed messages waiting on prod",
     "v1-graph": "the prod stack's vhost also holds NServiceBus's v1 delay graph (transport 6.x), delayed messages "
     "waiting in it",
+    "parked": "delayed messages for Shipping, which the prod stack dropped, parked on prod; then Shipping recreated "
+    "(its queue and delivery binding, as its endpoint's installers declare them), as the page tells the reader to",
     "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",

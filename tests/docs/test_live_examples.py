@@ -25,14 +25,16 @@ import pika
 import psycopg
 import pytest
 
-from nsb_delays.brokers.demo_servers import HOST
+from nsb_delays.brokers.demo_servers import HOST, wait_until
 from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import offline_environment
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.in_flight_messages import delayed_message, poison_messages, publish
+from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
 from tests.docs.live import (
     AMQP_PORT,
@@ -45,10 +47,12 @@ from tests.docs.live import (
     ENDPOINT,
     LARGE_BODIES_BUCKET,
     MANAGEMENT_PORT,
+    PARKED_MESSAGES,
     PROD_ENDPOINTS,
     PROD_REGION,
     PROD_VHOST,
     PROJECT,
+    RETIRED_ENDPOINT,
     SERVICES,
     UNBOUND_ENDPOINT,
     USERS,
@@ -179,6 +183,8 @@ def scene(
         v1 = load_stack(str(folder / "Pulumi.prod.yaml")).with_values("rabbitmq", generation="v1")
         import_definitions(api, v1, "prod")
         leave_delays_waiting(rabbitmq, PROD_VHOST, "v1", poison=1)
+    if "parked" in needs:
+        park_and_recreate(rabbitmq, api)
     if "rabbitmqctl" in needs:
         (folder / "bin").mkdir()
         (folder / "bin" / "rabbitmqctl").write_text(
@@ -204,6 +210,27 @@ def leave_delays_waiting(rabbitmq: LocalRabbitMq, vhost: str, generation: str = 
     ]
     messages += [outgoing for _, outgoing in poison_messages(generation)[:poison]]
     publish(pika.URLParameters(rabbitmq.vhost_amqp_url(vhost)), messages)
+
+
+def park_and_recreate(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
+    """Delayed messages for the retired endpoint reach prod's delivery exchange, where no binding routes them: its
+    alternate exchange parks them (before the publish is confirmed). Then the endpoint comes back, declared as
+    NServiceBus declares it. ``status`` reads the parking queue's depth from the management API's statistics, which
+    the broker samples: the scene is ready once they show the parked messages (as the broker tier waits)."""
+    delivery = rmq.delivery_exchange_name("v2")
+    messages = [
+        delayed_message(RETIRED_ENDPOINT, 3600, 0, "v2", index)[1]._replace(exchange=delivery)
+        for index in range(PARKED_MESSAGES)
+    ]
+    parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(PROD_VHOST))
+    publish(parameters, messages)
+    connection = pika.BlockingConnection(parameters)
+    try:
+        declare_endpoint(connection.channel(), "v2", "conventional", [RETIRED_ENDPOINT], sending_queues=())
+    finally:
+        connection.close()
+    parking = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.parking_name('v2'))}"
+    wait_until(lambda: api.request("GET", parking).get("messages") == PARKED_MESSAGES, "the parked messages", 60)
 
 
 def aws_environment(moto: LocalMoto) -> dict[str, str]:
