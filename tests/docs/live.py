@@ -182,9 +182,14 @@ def rabbitmqctl_script(command: list[str], env: dict[str, str]) -> str:
 
 
 def pulumi_project(folder: Path) -> None:
-    """The project as a reader's checkout has it (Pulumi.yaml, the program under infra/), in ``folder``."""
+    """The project as a reader's checkout has it, in ``folder``: Pulumi.yaml, the program under infra/ and the
+    virtualenv Pulumi.yaml names (``runtime.options.virtualenv``: this test's own)."""
     (folder / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text(encoding="utf-8"))
     (folder / "infra").symlink_to(PROJECT / "infra")
+    virtualenv = yaml.safe_load((PROJECT / "Pulumi.yaml").read_text(encoding="utf-8"))["runtime"]["options"][
+        "virtualenv"
+    ]
+    (folder / virtualenv).symlink_to(Path(sys.prefix))
 
 
 def rabbitmq_only(stack_path: Path) -> None:
