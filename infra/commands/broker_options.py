@@ -72,12 +72,18 @@ def _apply(options: list[Callable[..., Any]], command: Callable[..., Any]) -> Ca
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def management_options(prefix: str = "", what: str = "the broker", *, amqp: bool = False) -> Decorator:
+def management_options(
+    prefix: str = "", what: str = "the broker", *, amqp: bool = False, from_stack: bool = True
+) -> Decorator:
     """The management API's URL, login and TLS; ``prefix`` (e.g. ``"destination-"``) names a second broker;
-    ``amqp``: the command also takes ``--amqp-url``, whose login is a default."""
+    ``amqp``: the command also takes ``--amqp-url``, whose login is a default; ``from_stack``: a stack file's
+    provider keys are the defaults (not for a command that writes the stack file)."""
     env = not prefix
     user_for = "the management API and AMQP" if amqp else "the management API"
     from_url = "the --amqp-url's, else " if amqp else ""
+
+    def default(key: str, variable: str, url: str = from_url) -> str:
+        return f" Default: {url}stack rabbitmq:{key}" if from_stack else f" Default: {variable}"
 
     def envvar(key: str) -> str | None:
         return ENVIRONMENT.get(key) if env else None
@@ -87,46 +93,50 @@ def management_options(prefix: str = "", what: str = "the broker", *, amqp: bool
             _name(prefix, "management-url"),
             _param(prefix, "management_url"),
             envvar=envvar("management_url"),
-            help=f"Management API of {what} (http[s]://host:15672). Default: stack rabbitmq:endpoint.",
+            help=f"Management API of {what} (http[s]://host:15672).{default('endpoint', 'RABBITMQ_ENDPOINT', '')}.",
         ),
         click.option(
             _name(prefix, "username"),
             _param(prefix, "username"),
             envvar=envvar("username"),
-            help=f"User for {user_for}. Default: {from_url}stack rabbitmq:username.",
+            help=f"User for {user_for}.{default('username', 'RABBITMQ_USERNAME')}.",
         ),
         click.option(
             _name(prefix, "password"),
             _param(prefix, "password"),
             envvar=envvar("password"),
-            help=f"Its password. Default: {from_url}stack rabbitmq:password (a Pulumi secret is read with "
-            "`pulumi config --show-secrets`).",
+            help="Its password."
+            + (
+                default("password", "") + " (a Pulumi secret is read with `pulumi config --show-secrets`)."
+                if from_stack
+                else " Default: RABBITMQ_PASSWORD."
+            ),
         ),
         click.option(
             _name(prefix, "ca-cert"),
             _param(prefix, "ca_cert"),
             envvar=envvar("ca_cert"),
             type=click.Path(exists=True, dir_okay=False),
-            help="CA bundle for TLS (https / amqps). Default: stack rabbitmq:cacertFile.",
+            help="CA bundle for TLS (https / amqps)." + (" Default: stack rabbitmq:cacertFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "client-cert"),
             _param(prefix, "client_cert"),
             type=click.Path(exists=True, dir_okay=False),
-            help="Client certificate (PEM). Default: stack rabbitmq:clientcertFile.",
+            help="Client certificate (PEM)." + (" Default: stack rabbitmq:clientcertFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "client-key"),
             _param(prefix, "client_key"),
             type=click.Path(exists=True, dir_okay=False),
-            help="Client key (PEM). Default: stack rabbitmq:clientkeyFile.",
+            help="Client key (PEM)." + (" Default: stack rabbitmq:clientkeyFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "insecure"),
             _param(prefix, "insecure"),
             is_flag=True,
             default=None,
-            help="Skip TLS certificate checks (stack rabbitmq:insecure).",
+            help="Skip TLS certificate checks" + (" (stack rabbitmq:insecure)." if from_stack else "."),
         ),
     ]
     return lambda command: _apply(options, command)

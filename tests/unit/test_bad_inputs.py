@@ -490,6 +490,22 @@ CASES = [
     Case("migrate-unreachable", "abort-database-down", ["migrate", "abort", "--source-jdbc", DB_DOWN, "--endpoint",
                                                         "Sales"], 2,
          [f"cannot connect to the postgresql database 127.0.0.1:{DOWN}/app as nsb", "nothing was changed"]),
+    # --- discover: the broker to read and the files to write (a broker without NServiceBus objects:
+    # tests/broker/test_discover.py) -------------------------------------------------------------------------------
+    Case("discover", "missing-broker", ["discover", "--stack", "prod"], 2,
+         ["nsb-delays discover: --management-url, --username, --password not given"]),
+    Case("discover", "unreachable-broker", ["discover", "--stack", "prod", "--management-url", HTTP_DOWN,
+                                            "--username", "guest", "--password", "guest"], 2,
+         [f"cannot reach the RabbitMQ management API at 127.0.0.1:{DOWN} as 'guest'", "Connection refused"]),
+    Case("discover", "existing-stack-file", ["discover", "--stack", "prod", "--management-url", HTTP_DOWN,
+                                             "--username", "guest", "--password", "guest"], 2,
+         ["Pulumi.prod.yaml exists: pass --force to overwrite it"], files={"Pulumi.prod.yaml": GOOD}),
+    Case("discover", "existing-import-file", ["discover", "--import-file", "import.json", "--management-url",
+                                              HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
+         ["import.json exists: pass --force to overwrite it"], files={"import.json": "{}"}),
+    Case("discover", "output-folder-missing", ["discover", "--stack", "stacks/Pulumi.prod.yaml", "--management-url",
+                                               HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
+         ["stacks/Pulumi.prod.yaml: the folder stacks does not exist"]),
 ]  # fmt: skip
 
 
