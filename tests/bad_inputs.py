@@ -6,6 +6,7 @@ may take, and — checked by the caller — that nothing changed.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,13 +67,17 @@ def write_files(directory: Path, files: dict[str, str | bytes]) -> None:
             path.write_text(content)
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound and released): connecting there is refused at once."""
-    import socket
+_HELD_PORTS: list[socket.socket] = []
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: bound and never listening, held for the whole process, so connecting
+    there is refused at once and no broker or client started meanwhile can take it (a port bound and released
+    could be, on a machine busy with other suites)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(probe)
+    return int(probe.getsockname()[1])
 
 
 CLEAN_ENVIRONMENT = {
