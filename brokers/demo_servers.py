@@ -350,7 +350,7 @@ class RabbitMqRelease:
         )
 
 
-RABBITMQ_4_0 = RabbitMqRelease("4.0", "Debian 13 (trixie)", "NSB_RABBITMQ4_ROOT", "rabbitmq4-root")
+RABBITMQ_4_0 = RabbitMqRelease("4.0", "Debian 13", "NSB_RABBITMQ4_ROOT", "rabbitmq4-root")
 RABBITMQ_4_3 = RabbitMqRelease("4.3", "Debian forky", "NSB_RABBITMQ43_ROOT", "rabbitmq43-root")
 
 

@@ -118,6 +118,10 @@ class LocalRabbitMq(DemoRabbitMq):
                     return int(stat.parent.name)
         return None
 
+    def another(self) -> LocalRabbitMq:
+        """A second broker of this kind and version: its own node, ports, epmd and state, nothing started."""
+        return type(self)()
+
     def api(self) -> requests.Session:
         session = requests.Session()
         session.auth = (self.username, self.password)
@@ -135,6 +139,9 @@ class ChrootRabbitMq(DemoChrootRabbitMq, LocalRabbitMq):
     @property
     def root(self) -> Path:
         return self.chroot or self.release.root(PROJECT)
+
+    def another(self) -> LocalRabbitMq:
+        return ChrootRabbitMq(release=self.release, chroot=self.chroot)
 
 
 def chroot_broker(release: RabbitMqRelease) -> Callable[..., LocalRabbitMq]:
