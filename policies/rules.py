@@ -256,6 +256,7 @@ BROKER_VERSION_SCHEMA = PolicyConfigSchema(
 
 @tolerate_unknowns
 def validate_refused_by_broker_version(args: ResourceValidationArgs, report: Report) -> None:
+    refusals: tuple[rmq.VersionRefusal, ...]
     if args.resource_type == RABBITMQ_QUEUE:
         declared = declared_arguments(args.props)
         if declared is UNKNOWN or declared.error:

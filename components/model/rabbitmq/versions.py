@@ -36,7 +36,8 @@ FEATURE_FLAG_FIX = "rabbitmqctl enable_feature_flag {flag}"
 DEFAULT_BROKER_VERSION = "4.0"
 # RabbitMQ 4.3.0 denies by default what 4.0 deprecated (rabbitmq/rabbitmq-server v4.3.0: the -rabbit_deprecated_feature
 # attributes of deps/rabbit/src/rabbit_queue_location.erl queue_master_locator and rabbit_channel.erl global_qos turn
-# from permitted_by_default to denied_by_default), and takes only classic queue version 2. Measured on 4.3.6. What
+# from permitted_by_default to denied_by_default; rabbit_channel:handle_method/3 then handles a global basic.qos as
+# global = false), and takes only classic queue version 2. Measured on 4.3.6. What
 # 4.3.6 still takes: x-queue-mode (rabbit_classic_queue.erl capabilities/0 still lists it among the classic queue's
 # arguments; the v1 graph's level queues carry it), transient non-exclusive queues (4.3.6's rabbit_amqqueue.erl declares
 # transient_nonexcl_queues permitted_by_default, read from its compiled module; the v4.3.0 to v4.3.5 tags declare
