@@ -21,6 +21,7 @@ from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from nsb_delays.infra.pulumi_engine import LocalStack, created_provider_objects, find_pulumi, provider_credentials
 from nsb_delays.stack.config import NAMESPACE, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
+from servers.vhost_definitions import objects_of_others
 
 STACKS = int(os.environ.get("NSB_BENCH_SPLIT_STACKS", "5"))
 ENDPOINTS = int(os.environ.get("NSB_BENCH_SPLIT_ENDPOINTS", "200"))
@@ -36,20 +37,6 @@ def load() -> str:
 def team_section(team: int, broker_version: str) -> dict[str, Any]:
     names = [f"Team{team}.Endpoint{i:04d}" for i in range(ENDPOINTS)]
     return {"vhost": VHOST, "brokerVersion": broker_version, "declaresGraph": False, "endpoints": names}
-
-
-def objects_of_others(definitions: dict[str, Any], team: list[str], group: str) -> dict[str, list[str]]:
-    """Every object of the vhost that is not the leaving team's (its queues stay on the broker: retained)."""
-
-    def theirs(name: str) -> bool:
-        return name in team or name.startswith(f"nsb-delays.{group}.")
-
-    return {
-        "exchanges": sorted(repr(e) for e in definitions["exchanges"] if not theirs(e["name"])),
-        "queues": sorted(repr(q) for q in definitions["queues"] if not theirs(q["name"])),
-        "bindings": sorted(repr(b) for b in definitions["bindings"] if b["destination"] not in team),
-        "policies": sorted(repr(p) for p in definitions["policies"] if not theirs(p["name"])),
-    }
 
 
 def main() -> None:

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The real Pulumi engine for this checkout, built from the Go modules each folder's go.mod pins:
 #   cli/      the `pulumi` CLI               github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
-#   python/   the Python language host       github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+#   python/   Pulumi's Python language host  github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+#             (v3.79.0, installed as python-host/pulumi-language-python, beside the exec script it runs)
+#   pythonhost/ the `pulumi-language-python` the CLI starts: our own small host (engine/pythonhost/main.go) that
+#             speaks the CLI's protocol and starts python-host/ with the runtime options of each project, and
+#             starts policy-pack directories (sdk/v3 at the CLI's version)
 #   rabbitmq/ the RabbitMQ resource provider  cyrilgdn/terraform-provider-rabbitmq through pulumi-terraform-bridge
 #   yaml/     the Pulumi YAML language host   github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml (for the
 #             component provider's YAML programs; its own pulumi pkg/sdk pins, which its code needs)
@@ -66,19 +70,22 @@ nodejs_version=$(module_version nodejs github.com/pulumi/pulumi/sdk/v3) || nodej
 
 build cli github.com/pulumi/pulumi/pkg/v3/cmd/pulumi pulumi \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$cli_version"
-build python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python pulumi-language-python \
+mkdir -p "$bin/python-host"
+build python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python python-host/pulumi-language-python \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$host_version"
+build pythonhost . pulumi-language-python "-X main.hostVersion=$host_version"
 build rabbitmq . pulumi-resource-rabbitmq "-X main.version=$sdk_version"
 build yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml pulumi-language-yaml \
   "-X github.com/pulumi/pulumi-yaml/pkg/version.Version=$yaml_version"
 build nodejs github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs pulumi-language-nodejs \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$nodejs_version"
 
-# The language host runs programs through this script, found beside its own binary; the one shipped with the CLI's
+# The v3.79.0 host runs programs through this script, found beside its own binary; the one shipped with the CLI's
 # SDK module takes the arguments the host passes (--monitor, --engine, --project, --stack, --pwd, ...).
-if [ -x "$bin/pulumi-language-python" ]; then
+if [ -x "$bin/python-host/pulumi-language-python" ]; then
   sdk_dir=$(cd "$here/cli" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3) &&
-    install -m 755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$bin/pulumi-language-python-exec"
+    install -m 755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$bin/python-host/pulumi-language-python-exec"
+  rm -f "$bin/pulumi-language-python-exec"  # where builds before python-host/ put it
 fi
 
 if [ -x "$bin/pulumi" ] && [ -x "$bin/pulumi-resource-rabbitmq" ]; then

@@ -28,6 +28,7 @@ from nsb_delays.components.rabbitmq import (
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.sqs import SqsEndpoint
 from nsb_delays.stack.config import (
+    BROKER_VERSION_KEY,
     NAMESPACE,
     SECTIONS,
     ConfigError,
@@ -37,6 +38,8 @@ from nsb_delays.stack.config import (
     parse_stack_config,
     password_keys,
 )
+
+from .broker_check import check_broker_version
 
 Passwords = dict[str, pulumi.Output[str]]
 
@@ -153,11 +156,14 @@ def declare(config: StackConfig, passwords: Passwords) -> dict[str, Any]:
 def main() -> None:
     """``pulumi up``'s entry point. A bad stack config ends the program with ``pulumi.RunError``, which the
     language host's exec shim reports as the message alone, without a traceback (pulumi/pulumi
-    ``sdk/python/cmd/pulumi-language-python-exec``: ``except pulumi.RunError``), before anything is registered."""
+    ``sdk/python/cmd/pulumi-language-python-exec``: ``except pulumi.RunError``), before anything is registered; so
+    does a ``brokerVersion`` that does not name the provider's broker (``check_broker_version``)."""
     try:
         config, passwords = read_pulumi_config()
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
+    if config.rabbitmq:
+        check_broker_version(config.rabbitmq.broker_version, f"{NAMESPACE}:rabbitmq.{BROKER_VERSION_KEY}")
     for key, value in declare(config, passwords).items():
         pulumi.export(key, value)
 

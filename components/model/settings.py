@@ -78,7 +78,8 @@ class OnBroker:
     broker_version: str = setting(
         rmq.DEFAULT_BROKER_VERSION,
         doc="The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): "
-        "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work.",
+        "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program "
+        "refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`).",
         places=(RABBITMQ,),
     )
     adopt_existing: bool = setting(
@@ -226,17 +227,18 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         problems = rmq.rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
-        return rmq.endpoint_topology(
+        topology = rmq.endpoint_topology(
             self.endpoint,
             generation=self.generation,
             routing_topology=self.routing_topology,
             queue_type=self.queue_type,
             instance_discriminators=self.instance_discriminators,
             legacy_timeout_manager=self.legacy_timeout_manager,
-            delivery_limit_policies=self.declares_delivery_limit_policies,
-            park_unroutable=self.park_unroutable,
-            own_policies=self.policy_scope == rmq.PolicyScope.ENDPOINT,
+            own_policies=False,
         )
+        if self.policy_scope != rmq.PolicyScope.ENDPOINT:
+            return topology  # the stack declares them combined (EndpointPoliciesSettings.covering)
+        return topology + rmq.Topology(policies=self.policies())
 
     def policies(self) -> tuple[rmq.PolicySpec, ...]:
         """Its per-object parking and delivery-limit policies, whoever declares them (``policy_scope``)."""

@@ -51,7 +51,14 @@ from nsb_delays.infra.pulumi_engine import (
     resources_summary,
 )
 from nsb_delays.infra.render import render
-from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, ConfigError, StackConfig, load_stack
+from nsb_delays.stack.config import (
+    BROKER_VERSION_KEY,
+    DELIVERY_LIMIT_POLICIES_KEY,
+    NAMESPACE,
+    ConfigError,
+    StackConfig,
+    load_stack,
+)
 
 from .broker_options import deprecated_options, take_deprecated
 from .errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
@@ -171,14 +178,23 @@ def management_api(broker: RabbitMqBroker) -> ManagementApi:
 
 
 def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> StackConfig:
-    """The stack as this broker can take it: below RabbitMQ 4.0 without NServiceBus's delivery-limit policies
-    (3.10 refuses their apply-to 'quorum_queues'; no default limit there, so NServiceBus needs none)."""
+    """The stack as this broker can take it: its ``brokerVersion`` the broker's release (the program refuses another:
+    ``infra.broker_check``), and below RabbitMQ 4.0 without NServiceBus's delivery-limit policies (3.10 refuses their
+    apply-to 'quorum_queues'; no default limit there, so NServiceBus needs none)."""
     config = stack.rabbitmq
     assert config is not None
     try:
         version = str(api.overview().get("rabbitmq_version", "0"))
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
+    values: dict[str, Any] = {}
+    supported = rmq.parse_reported_broker_version(version) >= rmq.MINIMUM_BROKER_VERSION  # older: refused later
+    if supported and rmq.broker_version_mismatch(config.broker_version, version) is not None:
+        values[BROKER_VERSION_KEY] = rmq.shown_version(rmq.parse_reported_broker_version(version))
+        console.print(
+            f"RabbitMQ {version}: provisioning the stack with {BROKER_VERSION_KEY} {values[BROKER_VERSION_KEY]!r} "
+            f"(the stack file says {config.broker_version!r})"
+        )
     if (
         config.topology.delivery_limit_policies
         and rmq.parse_reported_broker_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
@@ -187,8 +203,8 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
             f"({POLICIES_SWITCH}: false, the default of a stack whose brokerVersion is below 4.0)"
         )
-        return stack.with_values("rabbitmq", **{DELIVERY_LIMIT_POLICIES_KEY: False})
-    return stack
+        values[DELIVERY_LIMIT_POLICIES_KEY] = False
+    return stack.with_values("rabbitmq", **values) if values else stack
 
 
 def check_amqp_port(amqp_url: str) -> None:

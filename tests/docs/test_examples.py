@@ -43,6 +43,13 @@ def test_every_fenced_block_of_the_pages_is_an_example_and_each_checked_kind_occ
     }, found
 
 
+def test_every_python_block_of_the_readme_runs() -> None:
+    """What a user copies first (issue 30): no README Python block is exempt; the component example also runs through
+    the real engine on both brokers (tests/engine/test_broker_version_check.py)."""
+    readme = [e.parsed for e in EXAMPLES if e.parsed.page == "README.md" and e.parsed.language == "python"]
+    assert readme and [block.where for block in readme if block.not_checked] == []
+
+
 # --- the checker itself ---------------------------------------------------------------------------------------------
 
 

@@ -121,7 +121,9 @@ def require_pulumi() -> PulumiCli:
     skip (fail under CI=true)."""
     os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
     cli = find_pulumi()
-    if cli is None or (cli.built and not (cli.executable.parent / "pulumi-language-python-exec").exists()):
+    if cli is None or (
+        cli.built and not (cli.executable.parent / "python-host" / "pulumi-language-python-exec").exists()
+    ):
         unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; engine/build.sh says why)")
         raise AssertionError("unreachable")
     return cli

@@ -12,25 +12,11 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
-from tests.broker.test_nservicebus_compatibility import without_statistics
+from servers.vhost_definitions import objects_of_others
 from tests.engine.conftest import Stack
 from tests.engine.test_adoption_and_change import configure, section, summary
 
 TEAM_A, TEAM_B = ["Sales", "Sales-eu"], ["Billing", "Shipping"]
-
-
-def others_of(definitions: dict[str, Any], team: list[str], group: str) -> dict[str, list[Any]]:
-    """Every object of the vhost that is not the leaving team's: its queues stay (retained), the rest goes."""
-
-    def theirs(name: str) -> bool:
-        return name in team or name.startswith(f"nsb-delays.{group}.")
-
-    return {
-        "exchanges": [e for e in definitions["exchanges"] if not theirs(e["name"])],
-        "queues": [q for q in definitions["queues"] if not theirs(q["name"])],
-        "bindings": [b for b in definitions["bindings"] if b["destination"] not in team],
-        "policies": [p for p in definitions["policies"] if not theirs(p["name"])],
-    }
 
 
 def test_a_team_stack_leaves_and_nothing_of_the_graph_or_the_other_team_changes(
@@ -56,11 +42,11 @@ def test_a_team_stack_leaves_and_nothing_of_the_graph_or_the_other_team_changes(
         return verify_rabbitmq(management, config)
 
     assert [drifts(stack) for stack in (graph, team_a, team_b)] == [[], [], []]
-    before = without_statistics(others_of(management.definitions(vhost), TEAM_A, team_a.name))
+    before = objects_of_others(management.definitions(vhost), TEAM_A, team_a.name)
     destroyed = team_a.run("destroy", "--yes", "--skip-preview")
     assert summary(destroyed.stdout).get("deleted", 0) > 0, destroyed.stdout[-3000:]
     definitions = management.definitions(vhost)
-    assert without_statistics(others_of(definitions, TEAM_A, team_a.name)) == before
+    assert objects_of_others(definitions, TEAM_A, team_a.name) == before
     assert {q["name"] for q in definitions["queues"]} >= set(TEAM_A)  # retained, with whatever they hold
     assert not [p for p in definitions["policies"] if p["name"].startswith(f"nsb-delays.{team_a.name}.")]
     assert [drifts(stack) for stack in (graph, team_b)] == [[], []]

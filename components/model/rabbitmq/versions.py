@@ -20,6 +20,7 @@ __all__ = [
     "QUEUE_ARGUMENT_REFUSALS",
     "REQUIRED_FEATURE_FLAGS",
     "VersionRefusal",
+    "broker_version_mismatch",
     "parse_broker_version",
     "parse_reported_broker_version",
     "refusals_of",
@@ -132,3 +133,19 @@ def parse_broker_version(text: str) -> tuple[int, int, int]:
 def shown_version(version: tuple[int, ...]) -> str:
     """``(3, 12, 0)`` -> ``"3.12"``: a version threshold as the docs and messages write it."""
     return ".".join(map(str, version[:2]))
+
+
+def broker_version_mismatch(broker_version: str, reported: str) -> str | None:
+    """The fix when a stack's ``broker_version`` does not describe a broker that reports ``reported`` (``GET
+    /api/overview`` ``rabbitmq_version``), or None when it does.
+
+    The rule: the same ``MAJOR.MINOR``. Every version the model decides by is a minor release (queue types stored
+    from 4.0, delivery-limit policies accepted from 3.12, the quorum default delivery limit from 4.0), so a patch is
+    never compared; any other difference may make the broker refuse, half-way through an ``up``, what the model
+    declares for the version the stack names (RabbitMQ 3.10 refuses the 4.0 delivery-limit policies)."""
+    version = parse_reported_broker_version(reported)
+    if version < MINIMUM_BROKER_VERSION:
+        return f"upgrade the broker: RabbitMQ {shown_version(MINIMUM_BROKER_VERSION)} is the oldest supported"
+    if parse_broker_version(broker_version)[:2] == version[:2]:
+        return None
+    return f"set it to {shown_version(version)!r}"
