@@ -39,6 +39,10 @@ ALL_BROKERS: dict[str, Callable[..., LocalRabbitMq]] = {
 # The versions every broker test proves: the oldest supported (3.10) and the newest (4.3);
 # NSB_BROKER_VERSIONS=3.10,4.0,4.3 runs every one on 4.0 too (to compare, or to measure the 4.0 tier's time).
 BROKER_VERSIONS = os.environ.get("NSB_BROKER_VERSIONS", "3.10,4.3").split(",")
+if not set(BROKER_VERSIONS) <= set(ALL_BROKERS):
+    raise pytest.UsageError(
+        f"NSB_BROKER_VERSIONS={','.join(BROKER_VERSIONS)}: each must be one of {', '.join(ALL_BROKERS)}"
+    )
 BROKERS = {version: ALL_BROKERS[version] for version in BROKER_VERSIONS}
 
 
