@@ -146,3 +146,41 @@ def record(
 
 def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:
     return (r for r in resources if r.type == type_token)
+
+
+def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
+    """The ``pulumi import --file`` document of what exists already: every provider resource the program adopts
+    (its ``import_id``, ``adoptExisting``'s) and every component (``component: true``) that holds one or holds no
+    provider resource at all, each under its parent. What the program would create (parking, combined policies,
+    endpoint users: their components too, so a user renamed after discovery leaves nothing behind) is left to the
+    ``pulumi up`` after.
+
+    The file's shape: pulumi/pulumi's ``pulumi import`` command (``pkg/cmd/pulumi``, ``importFile`` and
+    ``importSpec``: ``type``, ``name``, ``id``, ``parent``, ``component``, ``logicalName``)."""
+    children: dict[str | None, list[RecordedResource]] = {}
+    for resource in resources:
+        children.setdefault(resource.parent, []).append(resource)
+
+    def customs_under(urn: str) -> list[RecordedResource]:
+        below = children.get(urn, [])
+        return [r for r in below if r.custom] + [c for r in below if not r.custom for c in customs_under(r.urn)]
+
+    def adopted(resource: RecordedResource) -> bool:
+        if resource.custom:
+            return resource.import_id is not None
+        under = customs_under(resource.urn)
+        return not under or any(r.import_id for r in under)
+
+    kept = [r for r in resources if adopted(r)]
+    keys = {r.urn: f"r{i}" for i, r in enumerate(kept)}
+    entries = []
+    for resource in kept:
+        entry: dict[str, Any] = {"type": resource.type, "name": keys[resource.urn], "logicalName": resource.name}
+        if resource.custom:
+            entry["id"] = resource.import_id
+        else:
+            entry["component"] = True
+        if resource.parent in keys:
+            entry["parent"] = keys[resource.parent]
+        entries.append(entry)
+    return {"resources": entries}

@@ -1,18 +1,20 @@
 """The real ``pulumi`` CLI, run on this package's program with a private, local state (``nsb-delays demo``).
 
 Which CLI: ``pulumi`` on PATH (Pulumi's own install, with its own plugins and ``PULUMI_HOME``), else the one
-``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``), whose RabbitMQ provider
-is installed in ``$NSB_ENGINE_DIR/home``. The environment keeps a run offline and self-contained with the
-variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``: a DIY ``file://`` backend (``BackendURL``), no
-update check (``SkipUpdateCheck``), no prompts (``SkipConfirmations``); for the built engine also no plugin
-download and no ambient plugins (``DisableAutomaticPluginAcquisition``, ``DisableRegistryResolve``,
-``IgnoreAmbientPlugins``); and a passphrase secrets provider (``PULUMI_CONFIG_PASSPHRASE``, read by
-``pkg/secrets/passphrase/manager.go`` ``readPassphrase``). The program runs in this interpreter: its directory
-goes first on PATH, where the language host looks for ``python``.
+``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``; without the variable, the
+checkout's ``.cache/engine``), whose RabbitMQ provider is installed in ``$NSB_ENGINE_DIR/home``. The environment
+keeps a run offline and self-contained with the variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``:
+a DIY ``file://`` backend (``BackendURL``), no update check (``SkipUpdateCheck``), no prompts
+(``SkipConfirmations``); for the built engine also no plugin download and no ambient plugins
+(``DisableAutomaticPluginAcquisition``, ``DisableRegistryResolve``, ``IgnoreAmbientPlugins``); and a passphrase
+secrets provider (``PULUMI_CONFIG_PASSPHRASE``, read by ``pkg/secrets/passphrase/manager.go`` ``readPassphrase``).
+The program runs in this interpreter: its directory goes first on PATH, where the language host looks for
+``python`` when a project names no virtualenv.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +29,9 @@ from typing import Any
 import yaml
 
 ENGINE_DIR_VARIABLE = "NSB_ENGINE_DIR"
+# Where `make setup` builds the engine when the variable is unset: the checkout's .cache/engine (Makefile `ENGINE`,
+# engine/build.sh `ENGINE`). From an installed package this folder does not exist, and only PATH counts.
+CHECKOUT_ENGINE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "engine"
 PROJECT_NAME = "nsb-delays"
 # The project's own entry point (infra/__main__.py), written beside a Pulumi.yaml of its own so that an installed
 # package runs the same program as the checkout.
@@ -46,15 +51,78 @@ class PulumiCli:
         return self.home is not None
 
 
+def engine_dir() -> Path:
+    """Where ``make setup`` builds the engine: ``$NSB_ENGINE_DIR``, else the checkout's ``.cache/engine``."""
+    given = os.environ.get(ENGINE_DIR_VARIABLE)
+    return Path(given) if given else CHECKOUT_ENGINE_DIR
+
+
 def find_pulumi() -> PulumiCli | None:
-    """``pulumi`` on PATH, else the engine ``make setup`` built, else None."""
+    """``pulumi`` on PATH, else the engine ``make setup`` built (``engine_dir``), else None."""
     on_path = shutil.which("pulumi")
     if on_path:
         return PulumiCli(Path(on_path), None)
-    engine_dir = os.environ.get(ENGINE_DIR_VARIABLE)
-    if engine_dir and (Path(engine_dir) / "bin" / "pulumi").is_file():
-        return PulumiCli(Path(engine_dir) / "bin" / "pulumi", Path(engine_dir) / "home")
+    built = engine_dir()
+    if (built / "bin" / "pulumi").is_file():
+        return PulumiCli(built / "bin" / "pulumi", built / "home")
     return None
+
+
+class StackConfigUnreadable(RuntimeError):
+    """``pulumi config --show-secrets`` could not read a stack's config; the message says why and what to do."""
+
+
+# What `pulumi config --show-secrets` says when it cannot decrypt or find the stack (pulumi/pulumi
+# pkg/secrets/passphrase/manager.go: the passphrase errors; pkg/cmd/pulumi/stack: "no stack named"), and the fix.
+CONFIG_FAILURES = (
+    (
+        "PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE",
+        "the stack's secrets are encrypted with a passphrase: set PULUMI_CONFIG_PASSPHRASE (or "
+        "PULUMI_CONFIG_PASSPHRASE_FILE) as for `pulumi up`",
+    ),
+    ("incorrect passphrase", "PULUMI_CONFIG_PASSPHRASE is not this stack's passphrase"),
+    (
+        "no stack named",
+        "the backend this pulumi uses has no such stack: `pulumi stack ls` lists its stacks; log in to the one "
+        "that holds it (`pulumi login`, PULUMI_BACKEND_URL) or `pulumi stack init` it",
+    ),
+    ("no Pulumi.yaml project file found", "the stack file's folder has no Pulumi.yaml: keep the stack in its project"),
+)
+
+
+def read_stack_config(stack: str, project_dir: Path, config_file: Path) -> dict[str, Any]:
+    """The stack's config with its secrets decrypted, as ``pulumi config --show-secrets --json`` shows it: key ->
+    value (a structured value as its object). Runs the Pulumi CLI ``find_pulumi`` finds in the project's folder,
+    in the user's environment (backend, passphrase), for ``stack`` as the CLI takes it (``org/project/name``).
+    Raises StackConfigUnreadable naming the cause and the fix."""
+    cli = find_pulumi()
+    if cli is None:
+        raise StackConfigUnreadable(
+            "reading it needs the Pulumi CLI, which is not on PATH (nor built by `make setup`): install Pulumi"
+        )
+    env = {**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    if cli.built:
+        env["PATH"] = os.pathsep.join([str(cli.executable.parent), os.environ.get("PATH", "")])
+    command = [str(cli.executable), "config", "--show-secrets", "--json", "--stack", stack]
+    command += ["--config-file", str(config_file), "--non-interactive", "--color", "never"]
+    try:
+        completed = subprocess.run(
+            command, cwd=project_dir, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise StackConfigUnreadable(f"`pulumi config --show-secrets` did not run: {error}") from None
+    if completed.returncode != 0:
+        said = completed.stdout + completed.stderr
+        reason = next((fix for marker, fix in CONFIG_FAILURES if marker in said), None)
+        if reason is None:
+            errors = [line.strip() for line in said.splitlines() if line.strip().startswith("error:")]
+            reason = "; ".join(errors[:2]) or f"it exited {completed.returncode}"
+        raise StackConfigUnreadable(reason)
+    try:
+        entries = json.loads(completed.stdout)
+    except json.JSONDecodeError:
+        raise StackConfigUnreadable("`pulumi config --json` printed something other than JSON") from None
+    return {key: entry.get("objectValue", entry.get("value")) for key, entry in entries.items()}
 
 
 def offline_environment(cli: PulumiCli, backend: Path, passphrase: str) -> dict[str, str]:

@@ -571,9 +571,18 @@ def find_project_dir(start: Path | None = None) -> Path | None:
     return next((directory for directory in (here, *here.parents) if (directory / PROJECT_FILE).is_file()), None)
 
 
+# A stack name as Pulumi takes it: STACK, ORG/STACK or ORG/PROJECT/STACK (pulumi/pulumi pkg/backend/diy/store.go
+# `projectReferenceStore.ParseReference`; the Pulumi Cloud backend takes the same three forms).
+STACK_NAME_FORMS = "STACK, ORG/STACK or ORG/PROJECT/STACK"
+
+
 def is_stack_path(stack: str) -> bool:
-    """``--stack`` is a path when it has a directory part or a YAML ending; otherwise it is a stack name."""
-    return "/" in stack or os.sep in stack or stack.endswith((".yaml", ".yml"))
+    """``--stack`` is a stack file when it ends in ``.yaml``/``.yml``, starts or ends like a path (``/``, ``./``,
+    ``../``, ``~``; a trailing ``/``), or names something on disk; otherwise it is a stack name, which may carry
+    an organization and a project (``org/prod``, ``org/project/prod``)."""
+    if stack.endswith((".yaml", ".yml", "/", os.sep)) or stack.startswith(("/", "./", "../", "~", os.sep)):
+        return True
+    return "/" in stack and Path(stack).exists()
 
 
 def stack_file(stack: str, cwd: Path | None = None) -> Path:
@@ -582,6 +591,13 @@ def stack_file(stack: str, cwd: Path | None = None) -> Path:
     naming every place it looked."""
     if not stack.strip():
         raise StackFileError(["--stack is empty: give a stack name (reads Pulumi.<name>.yaml) or a stack file path"])
+    if not is_stack_path(stack) and not valid_stack_name(stack):
+        raise StackFileError(
+            [
+                f"--stack {stack!r} is neither a stack name ({STACK_NAME_FORMS}, as Pulumi takes it) nor a stack "
+                "file (a path ending in .yaml)"
+            ]
+        )
     if is_stack_path(stack):
         path = Path(stack).expanduser()
         if path.is_dir():
@@ -594,25 +610,42 @@ def stack_file(stack: str, cwd: Path | None = None) -> Path:
     project = find_project_dir(here)
     if project is not None and project != here:
         places.append(project)
+    file_name = f"Pulumi.{stack_name(stack)}.yaml"
     for directory in places:
-        candidate = directory / f"Pulumi.{stack}.yaml"
+        candidate = directory / file_name
         if candidate.is_file():
             return candidate
     known = sorted({p.name[len("Pulumi.") : -len(".yaml")] for d in places for p in d.glob("Pulumi.*.yaml")})
     looked = " and ".join(str(d) for d in places)
     project_note = "" if project is not None else f" (no {PROJECT_FILE} in it or any parent)"
     stacks_note = f"; stacks there: {', '.join(known)}" if known else ""
-    raise StackFileError([f"no stack {stack!r}: Pulumi.{stack}.yaml is not in {looked}{project_note}{stacks_note}"])
+    raise StackFileError([f"no stack {stack!r}: {file_name} is not in {looked}{project_note}{stacks_note}"])
+
+
+def valid_stack_name(stack: str) -> bool:
+    """One to three non-empty parts separated by ``/`` (``STACK_NAME_FORMS``)."""
+    parts = stack.split("/")
+    return len(parts) <= 3 and all(part.strip() for part in parts)
 
 
 def stack_name(stack: str) -> str:
-    """The stack's name: ``--stack`` as given, or the ``<name>`` of a ``Pulumi.<name>.yaml`` path."""
+    """The stack's short name, which names its file and goes into URNs: ``prod`` for ``prod``, ``org/prod``,
+    ``org/project/prod`` and ``path/Pulumi.prod.yaml``. Pulumi names the stack file by the stack reference's
+    ``Name()`` (pulumi/pulumi pkg/cmd/pulumi/config/config.go: ``DetectProjectStackPath(s.Ref().Name().Q())``;
+    sdk/go/common/workspace/paths.go ``ProjectStackPath``: ``Pulumi.<name>.yaml``), and ``Name()`` leaves out the
+    organization and project (pkg/backend/backend.go ``StackReference``)."""
     if not is_stack_path(stack):
-        return stack
+        return stack.rsplit("/", 1)[-1]
     name = Path(stack).name
     for suffix in (".yaml", ".yml"):
         name = name.removesuffix(suffix)
     return name.removeprefix("Pulumi.")
+
+
+def stack_reference(stack: str) -> str:
+    """The stack as the Pulumi CLI's ``--stack`` takes it: a name as given (with its organization and project),
+    a stack file's short name."""
+    return stack if not is_stack_path(stack) else stack_name(stack)
 
 
 def read_stack_yaml(stack: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class Case:
     expect: Sequence[str]  # fragments of the message, in any order: the input and the rule it broke
     files: dict[str, str | bytes] = field(default_factory=dict)
     max_lines: int = 6
+    env: dict[str, str] = field(default_factory=dict)  # environment variables for this case
 
     @property
     def id(self) -> str:

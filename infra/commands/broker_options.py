@@ -4,7 +4,9 @@
 ``--insecure`` (what ``verify`` needs), plus ``--amqp-url`` and ``--vhost``; ``--stack`` supplies defaults from
 ``Pulumi.<stack>.yaml``: the pulumi-rabbitmq provider's
 ``rabbitmq:endpoint|username|password|cacertFile|clientcertFile|clientkeyFile|insecure`` and the
-stack's ``nsb-delays:rabbitmq.vhost``. A second broker's options carry a prefix
+stack's ``nsb-delays:rabbitmq.vhost``; a Pulumi secret among them is decrypted by the Pulumi CLI
+(``pulumi config --show-secrets``, infra/pulumi_engine.py ``read_stack_config``), only when no flag or
+variable gave the value. A second broker's options carry a prefix
 (``--destination-management-url`` …). First found wins: flag, environment variable (unprefixed options
 only: the provider's ``RABBITMQ_*``), the credentials in ``--amqp-url``, stack file. ``migrate`` takes
 several ``--amqp-url`` (the nodes of one cluster) and keeps its old spellings (``DEPRECATED``) with a note.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,7 +28,16 @@ from nsb_delays.brokers.delay_mover import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings
-from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml
+from nsb_delays.infra.pulumi_engine import StackConfigUnreadable, read_stack_config
+from nsb_delays.stack.config import (
+    ConfigError,
+    StackConfig,
+    find_project_dir,
+    load_stack,
+    read_stack_yaml,
+    stack_file,
+    stack_reference,
+)
 from nsb_delays.stack.redaction import without_password
 
 from .errors import CommandError
@@ -61,12 +72,18 @@ def _apply(options: list[Callable[..., Any]], command: Callable[..., Any]) -> Ca
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def management_options(prefix: str = "", what: str = "the broker", *, amqp: bool = False) -> Decorator:
+def management_options(
+    prefix: str = "", what: str = "the broker", *, amqp: bool = False, from_stack: bool = True
+) -> Decorator:
     """The management API's URL, login and TLS; ``prefix`` (e.g. ``"destination-"``) names a second broker;
-    ``amqp``: the command also takes ``--amqp-url``, whose login is a default."""
+    ``amqp``: the command also takes ``--amqp-url``, whose login is a default; ``from_stack``: a stack file's
+    provider keys are the defaults (not for a command that writes the stack file)."""
     env = not prefix
     user_for = "the management API and AMQP" if amqp else "the management API"
     from_url = "the --amqp-url's, else " if amqp else ""
+
+    def default(key: str, variable: str, url: str = from_url) -> str:
+        return f" Default: {url}stack rabbitmq:{key}" if from_stack else f" Default: {variable}"
 
     def envvar(key: str) -> str | None:
         return ENVIRONMENT.get(key) if env else None
@@ -76,45 +93,50 @@ def management_options(prefix: str = "", what: str = "the broker", *, amqp: bool
             _name(prefix, "management-url"),
             _param(prefix, "management_url"),
             envvar=envvar("management_url"),
-            help=f"Management API of {what} (http[s]://host:15672). Default: stack rabbitmq:endpoint.",
+            help=f"Management API of {what} (http[s]://host:15672).{default('endpoint', 'RABBITMQ_ENDPOINT', '')}.",
         ),
         click.option(
             _name(prefix, "username"),
             _param(prefix, "username"),
             envvar=envvar("username"),
-            help=f"User for {user_for}. Default: {from_url}stack rabbitmq:username.",
+            help=f"User for {user_for}.{default('username', 'RABBITMQ_USERNAME')}.",
         ),
         click.option(
             _name(prefix, "password"),
             _param(prefix, "password"),
             envvar=envvar("password"),
-            help=f"Its password. Default: {from_url}stack rabbitmq:password (not a Pulumi secret).",
+            help="Its password."
+            + (
+                default("password", "") + " (a Pulumi secret is read with `pulumi config --show-secrets`)."
+                if from_stack
+                else " Default: RABBITMQ_PASSWORD."
+            ),
         ),
         click.option(
             _name(prefix, "ca-cert"),
             _param(prefix, "ca_cert"),
             envvar=envvar("ca_cert"),
             type=click.Path(exists=True, dir_okay=False),
-            help="CA bundle for TLS (https / amqps). Default: stack rabbitmq:cacertFile.",
+            help="CA bundle for TLS (https / amqps)." + (" Default: stack rabbitmq:cacertFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "client-cert"),
             _param(prefix, "client_cert"),
             type=click.Path(exists=True, dir_okay=False),
-            help="Client certificate (PEM). Default: stack rabbitmq:clientcertFile.",
+            help="Client certificate (PEM)." + (" Default: stack rabbitmq:clientcertFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "client-key"),
             _param(prefix, "client_key"),
             type=click.Path(exists=True, dir_okay=False),
-            help="Client key (PEM). Default: stack rabbitmq:clientkeyFile.",
+            help="Client key (PEM)." + (" Default: stack rabbitmq:clientkeyFile." if from_stack else ""),
         ),
         click.option(
             _name(prefix, "insecure"),
             _param(prefix, "insecure"),
             is_flag=True,
             default=None,
-            help="Skip TLS certificate checks (stack rabbitmq:insecure).",
+            help="Skip TLS certificate checks" + (" (stack rabbitmq:insecure)." if from_stack else "."),
         ),
     ]
     return lambda command: _apply(options, command)
@@ -136,7 +158,8 @@ def broker_options(prefix: str = "", what: str = "the broker", *, nodes: bool = 
         click.option(
             _name(prefix, "stack"),
             _param(prefix, "stack"),
-            help=f"Stack name (Pulumi.<stack>.yaml) or a stack YAML path: defaults for {what}.",
+            help=f"Stack name (also org/name, org/project/name: Pulumi.<name>.yaml) or a stack YAML path: "
+            f"defaults for {what}.",
         ),
         management_options(prefix, what, amqp=True),
         click.option(_name(prefix, "amqp-url"), _param(prefix, "amqp_url"), multiple=nodes, help=amqp_help),
@@ -243,20 +266,42 @@ def sqs_options(command: Callable[..., Any]) -> Callable[..., Any]:
 class StackDefaults:
     raw: Mapping[str, Any]
     config: StackConfig | None
+    stack: str | None = None  # --stack as given: whose secrets the Pulumi CLI decrypts, when one is needed
+    decrypted: dict[str, Any] = field(default_factory=dict, compare=False)  # read once, on the first secret
 
     def provider(self, key: str, flag: str) -> Any:
-        """A ``rabbitmq:``/``aws:`` provider key; Pulumi secrets are encrypted and cannot be read here."""
+        """A ``rabbitmq:``/``aws:`` provider key; a Pulumi secret decrypted by the Pulumi CLI, as
+        ``pulumi config --show-secrets`` shows it (``CommandError`` naming the cause and the fix if it cannot)."""
         value = self.raw.get(key)
         if isinstance(value, Mapping) and "secure" in value:
-            raise CommandError(f"stack config {key} is a Pulumi secret (encrypted); pass {flag} or its env variable")
+            return self.secret(key, flag)
         return value
+
+    def secret(self, key: str, flag: str) -> Any:
+        assert self.stack is not None, "a secret is read only from a --stack file"
+        reference = stack_reference(self.stack)
+        if not self.decrypted:
+            path = stack_file(self.stack).resolve()
+            project = find_project_dir(path.parent)
+            try:
+                if project is None:  # what the Pulumi CLI would say, without running it
+                    raise StackConfigUnreadable(
+                        f"{path.parent} and its parents have no Pulumi.yaml: keep the stack file in its project"
+                    )
+                self.decrypted.update(read_stack_config(reference, project, path))
+            except StackConfigUnreadable as error:
+                raise CommandError(
+                    f"stack config {key} is a Pulumi secret, and `pulumi config --show-secrets --stack {reference}` "
+                    f"cannot decrypt it: {error}; or pass {flag} (or its environment variable)"
+                ) from None
+        return self.decrypted.get(key)
 
 
 def stack_defaults(stack: str | None, flag: str = "--stack") -> StackDefaults:
     if not stack:
         return StackDefaults({}, None)
     try:
-        return StackDefaults(read_stack_yaml(stack), load_stack(stack))
+        return StackDefaults(read_stack_yaml(stack), load_stack(stack), stack)
     except ConfigError as error:
         raise CommandError(f"{flag} {stack!r}: {error}") from None
 

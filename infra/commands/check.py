@@ -38,7 +38,7 @@ from nsb_delays.policies.stack_rules import (
     previous_endpoint_names,
     sqs_delay_queue_pairs,
 )
-from nsb_delays.stack.config import ConfigError, StackConfig, is_stack_path, load_stack, read_stack_yaml
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml, stack_name
 
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError
 from .stack_option import stack_option
@@ -48,13 +48,6 @@ MARKDOWN_TEMPLATE = "check.md.j2"
 FORMATS = ("text", "markdown", "json")
 EXIT_VIOLATIONS = EXIT_FAILED
 EXIT_UNREADABLE = EXIT_BAD_INPUT
-
-
-def stack_name(stack: str) -> str:
-    """``dev`` for ``dev`` and for ``path/Pulumi.dev.yaml``: the name that goes into urns."""
-    if is_stack_path(stack):
-        return Path(stack).stem.removeprefix("Pulumi.")
-    return stack
 
 
 def derived_config(config: StackConfig, pack_config: PackConfig, baseline: StackConfig | None) -> PackConfig:

@@ -1,8 +1,7 @@
 """``nsb-delays pulumi-plugin provider|policy-pack DIR``: a Pulumi plugin directory for an installed package.
 
-In the repository, ``components/`` and ``policies/`` are the plugin directories themselves
-(``components/PulumiPlugin.yaml`` runs in the checkout's ``../.venv``; ``policies/requirements.txt``
-installs the checkout with ``-e ..``). Inside site-packages neither works: Pulumi resolves a relative
+In the repository, ``components/`` and ``policies/`` are the plugin directories themselves (both run in the
+checkout's ``../.venv``). Inside site-packages neither works: Pulumi resolves a relative
 ``virtualenv`` against the plugin directory and would create it inside site-packages. So an installed
 package writes a small directory of its own, the shape Pulumi expects of a source-based plugin:
 
@@ -11,14 +10,16 @@ package writes a small directory of its own, the shape Pulumi expects of a sourc
   wheel's path);
 - ``__main__.py``: runs ``nsb_delays.components`` (the provider host) or ``nsb_delays.policies`` (the pack).
 
-What Pulumi then does with it (pulumi/pulumi, read for this): ``pulumi package add DIR`` /
-``pulumi preview --policy-pack DIR`` install it as a plugin (``packageworkspace.Workspace.InstallPluginAt``,
-``sdk/python/cmd/pulumi-language-python/main.go`` ``InstallDependencies`` with ``IsPlugin``): the pip
-toolchain (``sdk/python/toolchain/pip.go`` ``InstallDependencies``) creates ``DIR/venv`` with
-``python -m venv`` and runs ``pip install -r requirements.txt`` in DIR; ``RunPlugin`` then starts
-``DIR/venv/bin/python DIR`` (a provider) or ``python -m pulumi.policy … DIR`` (a pack, which
-``runpy.run_path``s DIR), i.e. our ``__main__.py``. ``parseOptions`` defaults a plugin's ``virtualenv``
-to ``venv`` anyway: Pulumi does not run plugins in the ambient Python.
+What Pulumi then does with it (pulumi/pulumi, read for this): ``pulumi package add DIR`` installs a provider
+as a plugin (``packageworkspace.Workspace.InstallPluginAt``, ``sdk/python/cmd/pulumi-language-python/main.go``
+``InstallDependencies`` with ``IsPlugin``); a local pack's virtualenv is made by ``pulumi install`` run in DIR
+(``pkg/cmd/pulumi/install/install.go``: ``policy.InstallPluginDependencies``), never by ``pulumi preview
+--policy-pack``. Either way the pip toolchain (``sdk/python/toolchain/pip.go`` ``InstallDependencies``) creates
+``DIR/venv`` with ``python -m venv`` and runs ``pip install -r requirements.txt`` in DIR; ``RunPlugin`` then
+starts ``DIR/venv/bin/python DIR`` (a provider) or ``python -u -m pulumi.policy … DIR`` (a pack, which
+``runpy.run_path``s DIR), i.e. our ``__main__.py``. ``parseOptions`` defaults a plugin's ``virtualenv`` to
+``venv`` anyway: Pulumi does not run plugins in the ambient Python. The engine ``make setup`` builds starts a
+pack directory the same way (``engine/pythonhost``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class PluginKind:
     package: str  # the sub-package whose __main__ the plugin runs and whose manifest it ships
     manifest: str
     use: str  # what to run next, for the message after writing
-    # a script that starts the plugin without a language host (policies/analyzer, components/executable/...)
+    # a script that starts the plugin without a language host: the provider's, for a `packages:` entry in
+    # Pulumi.yaml (components/executable/...), which the engine `make setup` builds needs (docs/reference/
+    # compatibility.md); a pack directory starts through the language host with any engine
     executable: str | None = None
 
 
@@ -56,7 +59,10 @@ KINDS = {
         "executable/pulumi-resource-nsb-delays",
     ),
     "policy-pack": PluginKind(
-        "nsb_delays.policies", "PulumiPolicy.yaml", "pulumi preview --policy-pack {directory}", "analyzer"
+        "nsb_delays.policies",
+        "PulumiPolicy.yaml",
+        "(cd {directory} && pulumi install)  (makes its venv from requirements.txt)\n"
+        "  pulumi preview --policy-pack {directory}",
     ),
 }
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import click
 
-STACK_HELP = "Stack name (Pulumi.<name>.yaml in the current directory, then the project's) or a stack YAML path."
+STACK_HELP = (
+    "Stack name, also org/name or org/project/name (reads Pulumi.<name>.yaml in the current directory, then the "
+    "project's) or a stack YAML path."
+)
 
 stack_option = click.option("--stack", required=True, help=STACK_HELP)
 

@@ -124,7 +124,7 @@ def verify(
     also list the queues an earlier version of the stack kept on delete and the broker still holds (not drift)."""
     try:
         config = load_stack(stack)
-        defaults = StackDefaults(read_stack_yaml(stack), config)
+        defaults = StackDefaults(read_stack_yaml(stack), config, stack)
     except ConfigError as error:
         raise CannotVerify(str(error)) from None
     previous = load_baseline(baseline) if baseline else None

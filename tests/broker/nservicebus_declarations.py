@@ -70,20 +70,52 @@ def declare_endpoint(
     routing_topology: str,
     queues: Sequence[str],
     sending_queues: Sequence[str] = ("error", "audit"),
+    *,
+    queue_type: str = "quorum",
 ) -> None:
-    """``endpoint create`` (quorum, durable): topology ``Initialize`` for the receiving and the sending
-    (error, audit) queues, then ``#.<queue>`` delivery bindings for the receiving ones only."""
+    """``endpoint create`` (durable; ``--queueType``, default quorum): topology ``Initialize`` for the receiving and
+    the sending (error, audit) queues, then ``#.<queue>`` delivery bindings for the receiving ones only."""
     _, delivery = NAMES[generation]
     for queue in [*queues, *sending_queues]:
-        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
-        if routing_topology == "conventional":
-            channel.exchange_declare(queue, "fanout", durable=True)
-            channel.queue_bind(queue, queue, "")
+        initialize_queue(channel, routing_topology, queue, queue_type)
     for queue in queues:
         if routing_topology == "conventional":
             channel.exchange_bind(queue, delivery, f"#.{queue}")
         else:
             channel.queue_bind(queue, delivery, f"#.{queue}")
+
+
+def initialize_queue(channel: Any, routing_topology: str, queue: str, queue_type: str = "quorum") -> None:
+    """The routing topology's ``Initialize`` of one queue: the queue (``x-queue-type: quorum`` for quorum, no argument
+    for classic) and, conventional, a fanout exchange of its name bound to it with no key."""
+    arguments = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
+    channel.queue_declare(queue, durable=True, arguments=arguments)
+    if routing_topology == "conventional":
+        channel.exchange_declare(queue, "fanout", durable=True)
+        channel.queue_bind(queue, queue, "")
+
+
+def declare_legacy_timeout_queues(channel: Any, routing_topology: str, endpoint: str, queue_type: str) -> None:
+    """The timeout manager's satellite queues an endpoint created before native delays (``<endpoint>.Timeouts``,
+    ``<endpoint>.TimeoutsDispatcher``; docs.particular.net ``nservicebus/messaging/timeout-manager.md``): created as
+    any queue of the endpoint, through the topology's ``Initialize``, and never bound to a delay graph."""
+    for suffix in (".Timeouts", ".TimeoutsDispatcher"):
+        initialize_queue(channel, routing_topology, endpoint + suffix, queue_type)
+
+
+def setup_type_subscriptions(channel: Any, event: str, parents: Sequence[str]) -> None:
+    """``ConventionalRoutingTopology.SetupTypeSubscriptions``: the event type's fanout exchange, then each base class's
+    (``System:Object`` last) and interface's, each bound ``parent <- type``."""
+    channel.exchange_declare(event, "fanout", durable=True)
+    for parent in parents:
+        channel.exchange_declare(parent, "fanout", durable=True)
+        channel.exchange_bind(destination=parent, source=event, routing_key="")
+
+
+def subscribe(channel: Any, endpoint: str, event: str, parents: Sequence[str]) -> None:
+    """``ConventionalRoutingTopology.SetupSubscription``: the type's exchanges, then ``endpoint <- type``."""
+    setup_type_subscriptions(channel, event, parents)
+    channel.exchange_bind(destination=endpoint, source=event, routing_key="")
 
 
 # --- BrokerVerifier.ValidateDeliveryLimit (NServiceBus.RabbitMQ 10+, Administration/BrokerVerifier.cs) ----------
@@ -180,20 +212,27 @@ def endpoint_only_stack(
 
 
 def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **options: Any) -> None:
-    """The stack's delay graph and receiving/error/audit queues, declared over AMQP as NServiceBus does."""
+    """The stack's delay graph and receiving/error/audit queues (each endpoint's of its queue type), and the legacy
+    timeout queues of the endpoints that have them, declared over AMQP as NServiceBus does."""
     config = stack.rabbitmq
     assert config is not None
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, config.vhost))
     try:
         channel = connection.channel()
         declare_delay_infrastructure(channel, config.generation, **options)
-        declare_endpoint(
-            channel,
-            config.generation,
-            config.routing_topology,
-            config.receiving_queues(),
-            (config.error_queue, config.audit_queue),
-        )
+        for name in (config.error_queue, config.audit_queue):
+            initialize_queue(channel, config.routing_topology, name, config.shared_queues.queue_type)
+        for endpoint in config.endpoints:
+            declare_endpoint(
+                channel,
+                config.generation,
+                config.routing_topology,
+                endpoint.receiving_queues,
+                (),
+                queue_type=endpoint.queue_type,
+            )
+            if endpoint.legacy_timeout_manager:
+                declare_legacy_timeout_queues(channel, config.routing_topology, endpoint.endpoint, endpoint.queue_type)
     finally:
         if connection.is_open:
             connection.close()

@@ -9,8 +9,11 @@
 - ``bash``/``sh``/``shell``: each ``nsb-delays …`` command parses against the click command tree (not run);
 - ``json``: valid JSON, and a policy config is one the pack accepts.
 
-A block that cannot be checked carries ``<!-- not-checked: <why> -->`` on the line right above it; its
-``nsb-delays`` command lines are still parsed (parsing needs nothing), the rest is skipped with the reason.
+A block that needs a broker, a database, moto or the Pulumi engine carries ``<!-- runs-with: rabbitmq, … -->`` on
+the line right above it: tests/docs/test_live_examples.py runs it with those services (tests/docs/live.py says what
+each name provides); here its ``nsb-delays`` command lines are only parsed. A block the suite cannot run at all
+(C#, a real AWS account, a GitLab server) carries ``<!-- not-checked: <why> -->`` instead; its ``nsb-delays`` command
+lines are still parsed (parsing needs nothing), the rest is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ PAGES = [*sorted((PROJECT / "docs").rglob("*.md")), PROJECT / "README.md", PROJE
 
 MARKER = re.compile(r"^\s*<!--\s*not-checked:(?P<why>.*?)-->\s*$")
 ANY_MARKER = re.compile(r"^\s*<!--\s*not-checked\b")  # on a line of its own (prose may quote one)
+# ``<!-- runs-with: rabbitmq, sqs -->``; an output block names the command that prints it:
+# ``<!-- runs-with: rabbitmq, drift; output of: nsb-delays verify --stack dev -->``
+RUNS_WITH = re.compile(r"^\s*<!--\s*runs-with:(?P<needs>[^;]*?)(?:;\s*output of:(?P<command>.*?))?-->\s*$")
+ANY_RUNS_WITH = re.compile(r"^\s*<!--\s*runs-with\b")
 PROGRAM = "nsb-delays"
 # Commands that need no broker, cluster, cloud or Pulumi CLI: their console blocks are run.
 OFFLINE = ("explain", "render", "check")
@@ -74,6 +81,8 @@ class Block:
     source: str  # a snippet's: the file's text
     not_checked: str | None  # the marker's reason
     snippet: str | None = None  # the file the block shows (`--8<-- "ci-templates/gitlab/.gitlab-ci.yml"`)
+    runs_with: tuple[str, ...] = ()  # the services a runs-with marker names
+    output_of: str | None = None  # an output block's command (the runs-with marker's ``output of:``)
 
     @property
     def where(self) -> str:
@@ -107,6 +116,7 @@ class FencedBlocks:
         for region in self.lexer(document):
             line = document.text.count("\n", 0, region.start) + 1
             above = MARKER.match(lines[line - 2]) if line >= 2 else None
+            live = RUNS_WITH.match(lines[line - 2]) if line >= 2 else None
             language = str(region.lexemes["language"]).split(" ")[0].lower()
             source = str(region.lexemes["source"])
             snippet = SNIPPET.match(source.strip())
@@ -120,6 +130,8 @@ class FencedBlocks:
                 source=source,
                 not_checked=above.group("why").strip() if above else None,
                 snippet=snippet.group("path") if snippet else None,
+                runs_with=services_named(live.group("needs")) if live else (),
+                output_of=(live.group("command") or "").strip() or None if live else None,
             )
             region.evaluator = evaluate
             yield region
@@ -128,6 +140,10 @@ class FencedBlocks:
 def shown(page: Path) -> str:
     """A page as failures name it: relative to the project."""
     return page.relative_to(PROJECT).as_posix() if page.is_relative_to(PROJECT) else str(page)
+
+
+def services_named(needs: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in needs.split(",") if name.strip())
 
 
 def examples(pages: list[Path] = PAGES) -> list[Example]:
@@ -154,10 +170,23 @@ def fences(pages: list[Path] = PAGES) -> int:
 
 def stray_markers(pages: list[Path] = PAGES) -> list[str]:
     """Markers that stand above no fenced block (a blank line in between, or the block removed), or give no reason."""
+    from tests.docs.live import SERVICES
+
     problems = []
     for page in pages:
         lines = page.read_text(encoding="utf-8").splitlines()
         for number, text in enumerate(lines, 1):
+            if ANY_RUNS_WITH.match(text):
+                live = RUNS_WITH.match(text)
+                unknown = sorted(set(services_named(live.group("needs"))) - set(SERVICES)) if live else []
+                if live is None or not services_named(live.group("needs")) or unknown:
+                    problems.append(
+                        f"{shown(page)}:{number}: write it as <!-- runs-with: <services> --> with services from "
+                        f"{', '.join(SERVICES)}" + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+                    )
+                elif not re.match(r"^\s*(`{3,}|~{3,})", lines[number] if number < len(lines) else ""):
+                    problems.append(f"{shown(page)}:{number}: the marker is not right above a fenced block")
+                continue
             if not ANY_MARKER.match(text):
                 continue
             marker = MARKER.match(text)
@@ -180,6 +209,8 @@ def evaluate(example: Example) -> None:
     block: Block = example.parsed
     if block.snippet and not (PROJECT / block.snippet).is_file():
         fail(f"{block.where}: the snippet's file does not exist")
+    if block.runs_with and block.kind not in ("bash", "console"):
+        skip_live(block, 0)
     {
         "python": run_python,
         "yaml": check_yaml,
@@ -378,6 +409,11 @@ def skip_marked(block: Block, parsed: int) -> NoReturn:
     pytest.skip(f"{block.where}: not-checked: {block.not_checked}{parsing}")
 
 
+def skip_live(block: Block, parsed: int) -> NoReturn:
+    parsing = f" ({parsed} {PROGRAM} command line(s) parse)" if parsed else ""
+    pytest.skip(f"{block.where}: runs with {', '.join(block.runs_with)} in test_live_examples.py{parsing}")
+
+
 def parse_shell(example: Example, block: Block) -> None:
     """Each ``nsb-delays …`` command of the block parses against the click tree; other programs are not ours."""
     parsed = 0
@@ -386,6 +422,8 @@ def parse_shell(example: Example, block: Block) -> None:
             if command[0] == PROGRAM:
                 check_parses(block, index, command)
                 parsed += 1
+    if block.runs_with:
+        skip_live(block, parsed)
     if block.not_checked:
         skip_marked(block, parsed)
 
@@ -435,7 +473,10 @@ def normalized(lines: list[str]) -> list[str]:
 
 def run_console(example: Example, block: Block) -> None:
     commands = console_commands(block.source)
+    marked = bool(block.not_checked or block.runs_with)
     if not commands:
+        if block.runs_with:
+            skip_live(block, 0)
         if block.not_checked:
             pytest.skip(f"{block.where}: not-checked: {block.not_checked}")
         fail(f"{block.where}: a console block without a `$ {PROGRAM} …` command: mark it not-checked")
@@ -445,7 +486,7 @@ def run_console(example: Example, block: Block) -> None:
         words = simple_commands(command.line)
         if len(words) == 1 and words[0][0] == PROGRAM:
             ours.append((command, words[0], check_parses(block, command.index, words[0])))
-        elif not block.not_checked:
+        elif not marked:
             fail(
                 f"{block.page}:{line}: `$ {command.line}` is not an nsb-delays command these tests can run: "
                 "mark it not-checked or make it offline"
@@ -454,6 +495,8 @@ def run_console(example: Example, block: Block) -> None:
             for words_of_one in words:
                 if words_of_one[0] == PROGRAM:
                     check_parses(block, command.index, words_of_one)
+    if block.runs_with:
+        skip_live(block, len(ours))
     if block.not_checked:
         skip_marked(block, len(ours))
     runner = CliRunner()

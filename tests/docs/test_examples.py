@@ -191,3 +191,26 @@ def test_a_marker_away_from_its_block_or_without_a_reason_is_reported(tmp_path: 
         f"{page}:1: the marker is not right above a fenced block",
         f"{page}:6: write it as <!-- not-checked: <why> -->",
     ]
+
+
+def test_a_runs_with_block_is_parsed_here_and_run_by_the_live_tests(tmp_path: Path) -> None:
+    marker = "<!-- runs-with: rabbitmq, sqs -->\n"
+    state, message = only(outcomes(tmp_path, f"{marker}~~~bash\nnsb-delays verify --stack prod\n~~~\n"))
+    assert state == "skipped" and "runs with rabbitmq, sqs in test_live_examples.py (1 nsb-delays" in message
+    state, message = only(outcomes(tmp_path, f"{marker}~~~bash\nnsb-delays verify --stack prod --colour\n~~~\n"))
+    assert state == "failed" and "No such option '--colour'" in message
+    [example] = examples(
+        [write(tmp_path, "<!-- runs-with: rabbitmq; output of: nsb-delays status -->\n~~~text\nx\n~~~\n")]
+    )
+    assert example.parsed.runs_with == ("rabbitmq",) and example.parsed.output_of == "nsb-delays status"
+
+
+def test_a_runs_with_marker_naming_an_unknown_service_or_away_from_its_block_is_reported(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- runs-with: rabbitmq, kafka -->\n```bash\nx\n```\n<!-- runs-with: rabbitmq -->\n\n```bash\ny\n```\n",
+        encoding="utf-8",
+    )
+    [unknown, away] = stray_markers([page])
+    assert unknown.startswith(f"{page}:1: write it as <!-- runs-with: <services> -->") and "(unknown: kafka)" in unknown
+    assert away == f"{page}:5: the marker is not right above a fenced block"

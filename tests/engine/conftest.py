@@ -9,7 +9,6 @@ under ``CI=true``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
@@ -21,8 +20,8 @@ import pytest
 import yaml
 
 from nsb_delays.infra.pulumi_engine import (
-    ENGINE_DIR_VARIABLE,
     PulumiCli,
+    engine_dir,
     find_pulumi,
     offline_environment,
     provider_credentials,
@@ -32,7 +31,7 @@ from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtur
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILT_ENGINE = Path(os.environ.get(ENGINE_DIR_VARIABLE, ROOT / ".cache" / "engine"))
+BUILT_ENGINE = engine_dir()
 PASSPHRASE = "nsb-delays-tests"
 # pulumi's own output is long on failure; a failed command's message shows this much of each stream
 SHOWN_OUTPUT = 6000
@@ -119,7 +118,6 @@ class PulumiEngine:
 def require_pulumi() -> PulumiCli:
     """``pulumi`` on PATH (a user's install) or the one ``engine/build.sh`` built (``make setup``); without either,
     skip (fail under CI=true)."""
-    os.environ.setdefault(ENGINE_DIR_VARIABLE, str(BUILT_ENGINE))
     cli = find_pulumi()
     if cli is None or (
         cli.built and not (cli.executable.parent / "python-host" / "pulumi-language-python-exec").exists()

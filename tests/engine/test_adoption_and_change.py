@@ -28,7 +28,7 @@ from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, conn
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.recording import RecordedResource
+from nsb_delays.components.recording import import_file
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.pulumi_engine import created_provider_objects
@@ -245,23 +245,6 @@ def test_a_bad_stack_config_is_one_message_without_traceback_and_creates_nothing
     assert management.definitions(vhost) == before
 
 
-def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
-    """A ``pulumi import --file`` document for what the program declares: its components (``component: true``) and,
-    under them, every provider resource with the import id the components compute (``adoptExisting``'s)."""
-    keys = {r.urn: f"r{i}" for i, r in enumerate(resources)}
-    entries = []
-    for resource in resources:
-        entry: dict[str, Any] = {"type": resource.type, "name": keys[resource.urn], "logicalName": resource.name}
-        if resource.custom:
-            entry["id"] = resource.import_id
-        else:
-            entry["component"] = True
-        if resource.parent in keys:
-            entry["parent"] = keys[resource.parent]
-        entries.append(entry)
-    return {"resources": entries}
-
-
 def test_pulumi_import_takes_over_what_nservicebus_declared(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...], tmp_path
 ) -> None:
@@ -277,8 +260,8 @@ def test_pulumi_import_takes_over_what_nservicebus_declared(
     configure(stack, rabbitmq, wanted)
     recorded = record_stack(parse_stack_config({"rabbitmq": wanted | {"adoptExisting": True}}), stack=stack.name)
     document = tmp_path / "import.json"
-    entries = [r for r in recorded if r.type.startswith(("rabbitmq:", "nsb-delays:"))]
-    document.write_text(json.dumps(import_file(entries)))
+    entries = import_file(recorded)["resources"]
+    document.write_text(json.dumps({"resources": entries}))
     result = stack.run("import", "--file", str(document), "--yes", "--generate-code=false", "--protect=false")
     assert not created_provider_objects(result.stdout), result.stdout[-3000:]
     # every provider resource and every component (``component: true``) is an import

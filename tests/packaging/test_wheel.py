@@ -76,7 +76,6 @@ def test_the_wheel_is_one_namespace_holding_every_file_of_our_folders(built: Bui
         "nsb_delays/pipeline/executor-requirements.txt",
         "nsb_delays/pipeline/templates/preview.html.j2",
         "nsb_delays/policies/PulumiPolicy.yaml",
-        "nsb_delays/policies/analyzer",
         "nsb_delays/policies/requirements.txt",
     ]
 

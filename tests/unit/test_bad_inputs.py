@@ -94,6 +94,13 @@ CASES = [
     Case("stack-file", "path-missing", ["render", "--stack", "stacks/Pulumi.prod.yaml", "--format", "cloudformation"],
          2, ["stack file stacks/Pulumi.prod.yaml does not exist"]),
     Case("stack-file", "empty-name", ["render", "--stack", "", "--format", "cloudformation"], 2, ["--stack is empty"]),
+    Case("stack-file", "name-with-four-parts", ["render", "--stack", "a/b/c/d", "--format", "cloudformation"], 2,
+         ["--stack 'a/b/c/d' is neither a stack name", "STACK, ORG/STACK or ORG/PROJECT/STACK", "ending in .yaml"]),
+    Case("stack-file", "name-with-an-empty-part", ["check", "--stack", "org//prod"], 2,
+         ["--stack 'org//prod' is neither a stack name", "ORG/PROJECT/STACK"]),
+    Case("stack-file", "org-name-without-its-file", ["render", "--stack", "org/prod", "--format", "cloudformation"], 2,
+         ["no stack 'org/prod'", "Pulumi.prod.yaml is not in", "stacks there: dev"],
+         files={"Pulumi.yaml": "name: nsb-delays\n", "Pulumi.dev.yaml": GOOD}),
     Case("stack-file", "not-utf8", RENDER, 2, ["cannot read stack file", "Pulumi.bad.yaml", "utf-8"],
          files={"Pulumi.bad.yaml": b"config:\n  nsb-delays:rabbitmq:\n    vhost: \xff\n"}),
     # --- names the broker, the provider or SQS cannot take (every command refuses them) ---------------------
@@ -236,10 +243,16 @@ CASES = [
     Case("verify", "management-url-without-scheme",
          ["verify", "--stack", "dev", "--management-url", "127.0.0.1:15672", "--username", "u", "--password", "p"], 2,
          ["--management-url '127.0.0.1:15672' is not an http:// or https:// URL"], files={"Pulumi.dev.yaml": GOOD}),
-    Case("verify", "password-is-a-pulumi-secret", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
-                                                  "--username", "u"], 2,
-         ["rabbitmq:password is a Pulumi secret", "pass --password"],
+    Case("verify", "secret-password-outside-a-project", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
+                                                        "--username", "u"], 2,
+         ["rabbitmq:password is a Pulumi secret", "have no Pulumi.yaml", "pass --password"],
          files={"Pulumi.dev.yaml": GOOD + "  rabbitmq:password:\n    secure: v1:abc\n"}),
+    Case("verify", "secret-password-without-a-pulumi-cli", ["verify", "--stack", "dev", "--management-url", HTTP_DOWN,
+                                                           "--username", "u"], 2,
+         ["rabbitmq:password is a Pulumi secret", "needs the Pulumi CLI", "pass --password"],
+         files={"Pulumi.yaml": "name: nsb-delays\nruntime: python\n",
+                "Pulumi.dev.yaml": GOOD + "  rabbitmq:password:\n    secure: v1:abc\n"},
+         env={"PATH": "/nonexistent", "NSB_ENGINE_DIR": "/nonexistent"}),
     Case("verify", "both-sides-unreachable",
          ["verify", "--stack", "dev", "--management-url", HTTP_DOWN, "--username", "ops", "--password", "x",
           "--sqs-endpoint-url", HTTP_DOWN], 2,
@@ -469,6 +482,22 @@ CASES = [
     Case("migrate-unreachable", "abort-database-down", ["migrate", "abort", "--source-jdbc", DB_DOWN, "--endpoint",
                                                         "Sales"], 2,
          [f"cannot connect to the postgresql database 127.0.0.1:{DOWN}/app as nsb", "nothing was changed"]),
+    # --- discover: the broker to read and the files to write (a broker without NServiceBus objects:
+    # tests/broker/test_discover.py) -------------------------------------------------------------------------------
+    Case("discover", "missing-broker", ["discover", "--stack", "prod"], 2,
+         ["nsb-delays discover: --management-url, --username, --password not given"]),
+    Case("discover", "unreachable-broker", ["discover", "--stack", "prod", "--management-url", HTTP_DOWN,
+                                            "--username", "guest", "--password", "guest"], 2,
+         [f"cannot reach the RabbitMQ management API at 127.0.0.1:{DOWN} as 'guest'", "Connection refused"]),
+    Case("discover", "existing-stack-file", ["discover", "--stack", "prod", "--management-url", HTTP_DOWN,
+                                             "--username", "guest", "--password", "guest"], 2,
+         ["Pulumi.prod.yaml exists: pass --force to overwrite it"], files={"Pulumi.prod.yaml": GOOD}),
+    Case("discover", "existing-import-file", ["discover", "--import-file", "import.json", "--management-url",
+                                              HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
+         ["import.json exists: pass --force to overwrite it"], files={"import.json": "{}"}),
+    Case("discover", "output-folder-missing", ["discover", "--stack", "stacks/Pulumi.prod.yaml", "--management-url",
+                                               HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
+         ["stacks/Pulumi.prod.yaml: the folder stacks does not exist"]),
 ]  # fmt: skip
 
 
@@ -480,7 +509,7 @@ def test_bad_input_is_refused_and_nothing_changes(case: Case, tmp_path: Path, mo
     monkeypatch.chdir(workspace)
     before = snapshot(workspace)
     env = {**CLEAN_ENVIRONMENT, "NSB_DELAYS_LOG_DIR": str(logs), "AWS_ACCESS_KEY_ID": "x",
-           "AWS_SECRET_ACCESS_KEY": "x"}  # fmt: skip
+           "AWS_SECRET_ACCESS_KEY": "x", **case.env}  # fmt: skip
     result = CliRunner().invoke(cli, list(case.args), env=env)
     assert_refused(result, case)
     assert snapshot(workspace) == before, "the refused command wrote into the working directory"

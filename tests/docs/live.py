@@ -1,0 +1,328 @@
+"""What a ``<!-- runs-with: … -->`` block of the documentation is run with (issue 30, item 6).
+
+A block runs as a reader runs it: in a folder laid out as the reader's project (the project's ``Pulumi.dev.yaml``
+pointed at the test's broker, as that file's own comment says to do, and the reader's ``Pulumi.prod.yaml``,
+written here), with the session's servers standing in for the reader's and their addresses exported as the
+variables the pages use. Each name a marker may give is one entry of ``SERVICES``.
+
+The page's host names and ports are the reader's; ``SUBSTITUTIONS`` is the one table that replaces them with the
+test servers' before a block runs, and maps the servers' back in its output before the output is compared with
+the page. Credentials are not substituted: the broker gets the users the pages log in with (``USERS``), the
+database the role and database the JDBC URLs name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nsb_delays.brokers.demo_servers import HOST
+
+PROJECT = Path(__file__).resolve().parents[2]
+AMQP_PORT, MANAGEMENT_PORT = 5672, 15672  # RabbitMQ's defaults, which the pages' readers have
+SHOWN_OUTPUT = 6000
+# The broker's user for stacks with no credentials given (the provider's variables) is the broker's own; these are
+# the other logins the pages show, created on the test broker with full permissions on every vhost.
+USERS = {"user": "pass", "nsb": "pass"}
+# The reader's production stack: what `--stack prod` reads on the pages (the tutorial's two endpoints, on the
+# test broker's version; a vhost of its own, so the dev stack beside it on the same broker is not in its way).
+PROD_VHOST = "prod"
+PROD_ENDPOINTS = ["Sales", "Billing"]
+PROD_REGION = "eu-west-1"  # the region the pages' SQS commands name
+# Blue-green (move-delays.md): two stacks of the same endpoints, each in a vhost of its own.
+BLUE_GREEN = ("blue", "green")
+# The SQS side of move-delays.md's move to AWS: the endpoints' queues, and the bucket for bodies over 1 MiB.
+AWS_STACK_PREFIX, LARGE_BODIES_BUCKET = "prod-", "nsb-large-bodies"
+# The endpoint move-delays.md retires while delays are on their way to it, and how many of them get parked.
+RETIRED_ENDPOINT, PARKED_MESSAGES = "Shipping", 2
+# Delayed messages left in a graph for a move to carry: one due within SQS's 900 s, two beyond it (seconds).
+WAITING_DELAYS = [600, 3600, 86400]
+# The earlier version of Pulumi.prod.yaml that drift.md's `git show HEAD~1:Pulumi.prod.yaml` reads: one endpoint
+# more, which the current file dropped (so `--baseline` has something to compare).
+PROD_ENDPOINTS_BEFORE = [*PROD_ENDPOINTS, "Shipping"]
+# The drift docs/how-to/drift.md shows: level 3's queue re-declared with another TTL, Shipping's delivery binding gone.
+DRIFTED_LEVEL, DRIFTED_TTL, UNBOUND_ENDPOINT = "nsb.v2.delay-level-03", 9000, "Shipping"
+# The timeout store the pages' JDBC URLs name (jdbc:postgresql://db:5432/app?user=nsb) and the endpoint they migrate.
+DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
+# The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
+CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
+
+
+@dataclass
+class Scene:
+    """One block's run: its folder, environment and the servers' addresses for ``SUBSTITUTIONS``."""
+
+    folder: Path
+    env: dict[str, str]
+    addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port
+
+    def substituted(self, text: str) -> str:
+        """The text with the reader's addresses replaced by the servers'."""
+        for page, key in SUBSTITUTIONS:
+            if key in self.addresses:
+                text = text.replace(page, self.addresses[key])
+        return text
+
+    def as_on_the_page(self, output: str, page_text: str) -> str:
+        """The output with the servers' addresses written as the page writes them (in ``page_text``)."""
+        for page, key in SUBSTITUTIONS:
+            if page in page_text and key in self.addresses:
+                output = output.replace(self.addresses[key], page)
+        return output
+
+
+# The reader's address on a page -> which test server stands in for it. Longest first: each is replaced as a whole.
+SUBSTITUTIONS: list[tuple[str, str]] = [
+    ("127.0.0.1:15672", "management"),  # the demo's and the dev stack's broker
+    ("127.0.0.1:5672", "amqp"),
+    ("127.0.0.1:5000", "moto"),  # moto's default port: drift.md's --sqs-endpoint-url
+    ("rabbit:15672", "management"),  # a host named rabbit (migrate, exit codes)
+    ("rabbit:5672", "amqp"),
+    ("db:5432", "postgres"),  # a host named db (the timeout store)
+    # the reader's prod stack is on vhost '/' of a broker of its own; the test's shares the broker with the dev
+    # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
+    ("vhost '/'", "prod-vhost"),
+]
+# The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
+# them up in this order).
+SERVICES = {
+    "rabbitmq": "the session's RabbitMQ 3.10; Pulumi.dev.yaml and Pulumi.prod.yaml point at it, the pages' users exist",
+    "rabbitmq-env": "RABBITMQ_ENDPOINT/USERNAME/PASSWORD name the broker and its administrator, as a pipeline sets "
+    "the provider's variables",
+    "sqs": "moto (SQS, CloudFormation); AWS_* variables name it",
+    "deployed": "the dev and prod stacks provisioned (rabbitmq-definitions imported; with sqs, the CloudFormation "
+    "template in moto)",
+    "git": "the project folder is a git repository whose previous commit holds an earlier Pulumi.prod.yaml",
+    "drift": "drift made on purpose on the dev stack: level 3's TTL changed, Shipping's delivery binding removed",
+    "conflicting-policy": "a policy team-retries with delivery-limit 5 over the dev stack's Sales queue",
+    "pulumi": "the Pulumi engine (on PATH, else the one make setup built) on a local file backend with a "
+    "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
+    "dropped: the engine built here has no AWS provider)",
+    "pulumi-up": "stack prod deployed by `pulumi up`",
+    "blue-green": "stacks blue and green (Pulumi.blue.yaml, Pulumi.green.yaml: vhosts of the one broker standing in "
+    "for two), both provisioned, delayed messages waiting on blue",
+    "aws-stack": "stack aws (Pulumi.aws.yaml: the endpoints' SQS queues, in moto) and the bucket nsb-large-bodies; "
+    "delayed messages waiting on prod",
+    "v1-graph": "the prod stack's vhost also holds NServiceBus's v1 delay graph (transport 6.x), delayed messages "
+    "waiting in it",
+    "parked": "delayed messages for Shipping, which the prod stack dropped, parked on prod; then Shipping recreated "
+    "(its queue and delivery binding, as its endpoint's installers declare them), as the page tells the reader to",
+    "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
+    "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
+    "persistence's timeout table of Sales",
+}
+
+
+def stack_file(config: dict[str, Any]) -> str:
+    return yaml.safe_dump({"config": config}, sort_keys=False)
+
+
+def dev_stack(management_url: str, broker_version: str) -> str:
+    """The project's Pulumi.dev.yaml pointed at the test broker, as its comment tells a reader with another broker."""
+    text = (PROJECT / "Pulumi.dev.yaml").read_text(encoding="utf-8")
+    text = text.replace("rabbitmq:endpoint: http://127.0.0.1:15672", f"rabbitmq:endpoint: {management_url}")
+    return re.sub(r'brokerVersion: "[^"]*"', f'brokerVersion: "{broker_version}"', text)
+
+
+def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -> str:
+    """The reader's production stack: RabbitMQ, SQS queues and MSMQ endpoints' delayed store (without-pulumi.md
+    renders all three)."""
+    return stack_file(
+        {
+            "rabbitmq:endpoint": management_url,
+            "aws:region": PROD_REGION,
+            "nsb-delays:rabbitmq": {"vhost": PROD_VHOST, "brokerVersion": broker_version, "endpoints": endpoints},
+            "nsb-delays:sqs": {"queueNamePrefix": "prod-", "endpoints": endpoints},
+            "nsb-delays:msmq": {"endpoints": endpoints},
+        }
+    )
+
+
+def rabbitmq_stack(management_url: str, broker_version: str, vhost: str, username: str, password: str) -> str:
+    """A blue-green side: its broker's login in the file (a transfer reads its destination's login from the
+    --destination-stack file or flags only; a reader keeps the password as a secret)."""
+    return stack_file(
+        {
+            "rabbitmq:endpoint": management_url,
+            "rabbitmq:username": username,
+            "rabbitmq:password": password,
+            "nsb-delays:rabbitmq": {"vhost": vhost, "brokerVersion": broker_version, "endpoints": PROD_ENDPOINTS},
+        }
+    )
+
+
+def aws_stack() -> str:
+    return stack_file(
+        {
+            "aws:region": PROD_REGION,
+            "nsb-delays:sqs": {"queueNamePrefix": AWS_STACK_PREFIX, "endpoints": PROD_ENDPOINTS},
+        }
+    )
+
+
+def rabbitmqctl_script(command: list[str], env: dict[str, str]) -> str:
+    """A ``rabbitmqctl`` that runs ``command`` (the broker's own, with its node) in the broker's environment."""
+    own = {key: value for key, value in env.items() if os.environ.get(key) != value}  # its cookie's HOME, epmd port, …
+    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in own.items())
+    return f'#!/bin/sh\n{exports}exec {shlex.join(command)} "$@"\n'
+
+
+def pulumi_project(folder: Path) -> None:
+    """The project as a reader's checkout has it, in ``folder``: Pulumi.yaml, the program under infra/ and the
+    virtualenv Pulumi.yaml names (``runtime.options.virtualenv``: this test's own)."""
+    (folder / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    (folder / "infra").symlink_to(PROJECT / "infra")
+    virtualenv = yaml.safe_load((PROJECT / "Pulumi.yaml").read_text(encoding="utf-8"))["runtime"]["options"][
+        "virtualenv"
+    ]
+    (folder / virtualenv).symlink_to(Path(sys.prefix))
+
+
+def rabbitmq_only(stack_path: Path) -> None:
+    data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
+    data["config"] = {
+        key: value for key, value in data["config"].items() if key.startswith(("rabbitmq:", "nsb-delays:rabbitmq"))
+    }
+    stack_path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def git(folder: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def commit_history(folder: Path, management_url: str, broker_version: str) -> None:
+    """A repository whose previous commit has Shipping in Pulumi.prod.yaml and whose last commit dropped it."""
+    git(folder, "init", "--quiet", "--initial-branch", "main")
+    git(folder, "config", "user.email", "docs@example.invalid")
+    git(folder, "config", "user.name", "docs")
+    (folder / "Pulumi.prod.yaml").write_text(prod_stack(management_url, broker_version, PROD_ENDPOINTS_BEFORE))
+    git(folder, "add", "Pulumi.prod.yaml")
+    git(folder, "commit", "--quiet", "-m", "prod with Shipping")
+    (folder / "Pulumi.prod.yaml").write_text(prod_stack(management_url, broker_version, PROD_ENDPOINTS))
+    git(folder, "commit", "--quiet", "-am", "Shipping retired")
+
+
+def command_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The test's environment without its Pulumi engine (a block that needs it says so) and with this venv's
+    ``nsb-delays`` first on PATH; wide enough that rich wraps nothing a page shows on one line."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PULUMI_", "RABBITMQ_", "AWS_"))}
+    env.pop("NSB_ENGINE_DIR", None)
+    venv_bin = str(Path(sys.executable).parent)
+    path = [venv_bin, *(p for p in env.get("PATH", "").split(os.pathsep) if p and not shutil.which("pulumi", path=p))]
+    return env | {"PATH": os.pathsep.join(path), "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"} | extra
+
+
+@dataclass(frozen=True)
+class Run:
+    command: str
+    returncode: int
+    output: str
+
+    def explain(self) -> str:
+        return f"`{self.command}` exited {self.returncode}:\n{self.output[-SHOWN_OUTPUT:]}"
+
+
+def run_bash(scene: Scene, script: str, timeout: float = 600) -> Run:
+    """The script as a reader pastes it into bash: stopping at the first command that fails."""
+    completed = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=scene.folder,
+        env=scene.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return Run(script, completed.returncode, completed.stdout)
+
+
+# Box-drawing characters of rich's tables: a row is compared by its cells, whatever the column widths.
+BOX = re.compile(r"[━─┃│┏┓┗┛┡┩┳┻╇╈┣┫└┘┌┐┴┬├┤┼╋]+")
+
+
+def flat(text: str) -> str:
+    """Text with table borders removed and all whitespace (line breaks too) collapsed to one space: rich wraps
+    and pads by the terminal's width, the page by the author's."""
+    return re.sub(r"\s+", " ", BOX.sub(" ", text)).strip()
+
+
+def missing_lines(
+    expected: list[str], output: str, varies: Callable[[str], bool], *, counts_vary: bool = False
+) -> list[str]:
+    """The page's output lines not found, in order, in the command's output (an elided line, ``…``, and a line
+    ``varies`` accepts are skipped); ``counts_vary``: any number stands for any other (the page's run moved
+    thousands of messages, the test's a few)."""
+    haystack, position, missing = flat(output), 0, []
+    for line in expected:
+        wanted = flat(line)
+        if not wanted or "…" in line or varies(line):
+            continue
+        pattern = re.escape(wanted)
+        if counts_vary:
+            pattern = re.sub(r"\d[\d,]*(?:\\\.\d+)?", r"\\d[\\d,]*(?:\\.\\d+)?", pattern)
+        found = re.compile(pattern).search(haystack, position)
+        if found is None:
+            missing.append(line)
+        else:
+            position = found.end()
+    return missing
+
+
+class StandardPorts:
+    """The broker at its standard ports (AMQP 5672, management 15672) on a loopback address of its own
+    (127.x.y.z), forwarded to the ports the test broker chose: what a page leaves at its default (the AMQP URL
+    a command derives from the management host, "the management host on 5672") then holds for the test broker.
+    Connections are copied byte for byte, each direction in a thread; ``close`` stops listening."""
+
+    def __init__(self, targets: dict[int, int]) -> None:
+        self.host = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(2, 255)}"
+        self.listeners = []
+        for port, target in targets.items():
+            listener = socket.create_server((self.host, port))
+            self.listeners.append(listener)
+            threading.Thread(target=self._accept, args=(listener, target), daemon=True).start()
+
+    def _accept(self, listener: socket.socket, target: int) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection((HOST, target))
+            except OSError:
+                client.close()
+                continue
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _copy(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            listener.close()

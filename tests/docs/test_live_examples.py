@@ -1,0 +1,369 @@
+"""Every ``<!-- runs-with: … -->`` block of the documentation, run against the services it names (issue 30, item 6).
+
+A shell block runs as a reader pastes it into bash and must exit 0; a console block runs each ``$`` command and must
+print the page's output lines (an elided ``…`` line and the lines of ``VARIES`` aside) and exit as the page shows;
+an output block runs the command its marker names (``output of:``) and must print the block. What each service
+name provides, and the one table of the reader's addresses the test replaces: tests/docs/live.py.
+
+The docs tier proves that the documented commands work, not how broker versions differ (the broker tier does):
+every block runs on the session's RabbitMQ 3.10 (one broker for the whole tier, started once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+from nsb_delays.brokers.demo_servers import HOST, wait_until
+from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
+from nsb_delays.infra.pulumi_engine import offline_environment
+from nsb_delays.infra.render import render
+from nsb_delays.stack.config import load_stack
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from tests.broker.in_flight_messages import delayed_message, poison_messages, publish
+from tests.broker.nservicebus_declarations import declare_endpoint
+from tests.docs.examples import PROGRAM, Block, console_commands, examples
+from tests.docs.live import (
+    AMQP_PORT,
+    BLUE_GREEN,
+    CONFLICTING_POLICY,
+    DATABASE,
+    DATABASE_ROLE,
+    DRIFTED_LEVEL,
+    DRIFTED_TTL,
+    ENDPOINT,
+    LARGE_BODIES_BUCKET,
+    MANAGEMENT_PORT,
+    PARKED_MESSAGES,
+    PROD_ENDPOINTS,
+    PROD_REGION,
+    PROD_VHOST,
+    PROJECT,
+    RETIRED_ENDPOINT,
+    SERVICES,
+    UNBOUND_ENDPOINT,
+    USERS,
+    WAITING_DELAYS,
+    Run,
+    Scene,
+    StandardPorts,
+    aws_stack,
+    command_environment,
+    commit_history,
+    dev_stack,
+    missing_lines,
+    prod_stack,
+    pulumi_project,
+    rabbitmq_only,
+    rabbitmq_stack,
+    rabbitmqctl_script,
+    run_bash,
+)
+from tests.engine.conftest import PASSPHRASE, require_pulumi
+from tests.spark.conftest import create_sql_persistence_table
+
+LIVE = [example.parsed for example in examples() if example.parsed.runs_with]
+# Lines of a page's output that differ from run to run, and why; every other line is compared.
+VARIES = {
+    "│ different │ policy team-retries over queue Sales │ delivery-limit │ only from nsb.Sales.delivery-limit (100000) │ 5"
+    "      │": "the expected delivery limit shown is 4.x's; 3.10's is 'none, or 100000'",
+}
+# Pages whose output shows a run's counts, which the test's run does not reproduce: any number stands for any other.
+COUNTS_VARY = {
+    "docs/how-to/move-delays.md": "the page's run moved 20,001 messages over 10 destinations",
+    "docs/tutorials/demo.md": "delays are measured, the demo's run time too, and moto's port is a free one",
+}
+EXIT = re.compile(r"#\s*exit (?P<code>\d+)")
+REFUSAL = re.compile(rf"^(Error: |{PROGRAM}( [\w-]+)+: )")
+EXIT_REFUSED = 2  # docs/reference/exit-codes.md
+
+
+def reset_vhost(api: ManagementApi, vhost: str) -> None:
+    if api.vhost_exists(vhost):
+        api.delete_vhost(vhost)
+    api.create_vhost(vhost)
+    for user in USERS:
+        api.request(
+            "PUT", f"permissions/{path_segment(vhost)}/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
+        )
+
+
+def drifted_definitions(document: dict[str, Any]) -> dict[str, Any]:
+    """The dev stack's definitions with drift.md's drift: level 3's TTL changed, Shipping's delivery binding gone."""
+    for queue in document["queues"]:
+        if queue["name"] == DRIFTED_LEVEL:
+            queue["arguments"]["x-message-ttl"] = DRIFTED_TTL
+    document["bindings"] = [
+        binding
+        for binding in document["bindings"]
+        if not (binding["destination"] == UNBOUND_ENDPOINT and binding["source"].endswith("delay-delivery"))
+    ]
+    return document
+
+
+@pytest.fixture(scope="session")
+def standard_ports(rabbitmq: LocalRabbitMq) -> Iterator[str]:
+    """The session broker at 5672/15672 on a loopback address of its own (live.StandardPorts): its host."""
+    forwarder = StandardPorts({AMQP_PORT: rabbitmq.amqp_port, MANAGEMENT_PORT: rabbitmq.management_port})
+    yield forwarder.host
+    forwarder.close()
+
+
+@pytest.fixture
+def scene(
+    block: Block, rabbitmq: LocalRabbitMq, standard_ports: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Scene:
+    """The reader's project folder and environment with the services the block's marker names (live.SERVICES)."""
+    unknown = set(block.runs_with) - set(SERVICES)
+    assert not unknown, f"{block.where}: unknown services {unknown}"
+    needs = set(block.runs_with)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "docs").symlink_to(PROJECT / "docs")
+    version = ".".join(rabbitmq.version().split(".")[:2])
+    management_url = f"http://{standard_ports}:{MANAGEMENT_PORT}"
+    api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    for user, password in USERS.items():
+        api.request("PUT", f"users/{user}", {"password": password, "tags": "administrator"})
+    for vhost in ("/", PROD_VHOST):
+        reset_vhost(api, vhost)
+    (folder / "Pulumi.dev.yaml").write_text(dev_stack(management_url, version))
+    (folder / "Pulumi.prod.yaml").write_text(prod_stack(management_url, version, PROD_ENDPOINTS))
+    addresses = {
+        "management": f"{standard_ports}:{MANAGEMENT_PORT}",
+        "amqp": f"{standard_ports}:{AMQP_PORT}",
+        "prod-vhost": f"vhost '{PROD_VHOST}'",
+    }
+    env: dict[str, str] = {}
+    if "rabbitmq-env" in needs:
+        env |= {
+            "RABBITMQ_ENDPOINT": management_url,
+            "RABBITMQ_USERNAME": rabbitmq.username,
+            "RABBITMQ_PASSWORD": rabbitmq.password,
+        }
+    moto: LocalMoto | None = request.getfixturevalue("moto_server") if "sqs" in needs else None
+    if moto is not None:
+        moto.reset()
+        addresses["moto"] = moto.endpoint_url.removeprefix("http://")
+        env |= aws_environment(moto)
+    if "deployed" in needs:
+        deploy(api, folder, moto, drifted="drift" in needs)
+    if "git" in needs:
+        commit_history(folder, management_url, version)
+    if "pulumi" in needs:
+        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
+    if "blue-green" in needs:
+        for vhost in BLUE_GREEN:
+            reset_vhost(api, vhost)
+            stack = folder / f"Pulumi.{vhost}.yaml"
+            stack.write_text(rabbitmq_stack(management_url, version, vhost, rabbitmq.username, rabbitmq.password))
+            import_definitions(api, load_stack(str(stack)), vhost)
+        leave_delays_waiting(rabbitmq, BLUE_GREEN[0])
+    if "aws-stack" in needs:
+        assert moto is not None, f"{block.where}: aws-stack needs sqs"
+        (folder / "Pulumi.aws.yaml").write_text(aws_stack())
+        in_region = dataclasses.replace(moto, region=PROD_REGION)
+        provision_sqs(in_region, load_stack(str(folder / "Pulumi.aws.yaml")), "aws", "nsb-delays-aws-sqs")
+        in_region.client("s3").create_bucket(
+            Bucket=LARGE_BODIES_BUCKET, CreateBucketConfiguration={"LocationConstraint": PROD_REGION}
+        )
+        leave_delays_waiting(rabbitmq, PROD_VHOST)
+    if "v1-graph" in needs:
+        v1 = load_stack(str(folder / "Pulumi.prod.yaml")).with_values("rabbitmq", generation="v1")
+        import_definitions(api, v1, "prod")
+        leave_delays_waiting(rabbitmq, PROD_VHOST, "v1", poison=1)
+    if "parked" in needs:
+        park_and_recreate(rabbitmq, api)
+    if "rabbitmqctl" in needs:
+        (folder / "bin").mkdir()
+        (folder / "bin" / "rabbitmqctl").write_text(
+            rabbitmqctl_script(rabbitmq.tool_command("rabbitmqctl", "-n", rabbitmq.node), rabbitmq._env())
+        )
+        (folder / "bin" / "rabbitmqctl").chmod(0o755)
+        env["PATH"] = f"{folder / 'bin'}{os.pathsep}{command_environment({})['PATH']}"
+    if "database" in needs:
+        postgres = request.getfixturevalue("postgres")
+        addresses["postgres"] = f"{HOST}:{postgres.port}"
+        create_database(postgres.dsn)
+    if "conflicting-policy" in needs:
+        api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
+    return Scene(folder, command_environment(env), addresses)
+
+
+def leave_delays_waiting(rabbitmq: LocalRabbitMq, vhost: str, generation: str = "v2", *, poison: int = 0) -> None:
+    """Delayed messages as NServiceBus endpoints leave them (``NServiceBus.TimeSent``, the delay header), for every
+    endpoint in the vhost's graph (live.WAITING_DELAYS), and ``poison`` messages a move sets aside."""
+    messages = [
+        delayed_message(endpoint, delay, delay, generation, index)[1]
+        for index, (endpoint, delay) in enumerate(itertools.product(PROD_ENDPOINTS, WAITING_DELAYS))
+    ]
+    messages += [outgoing for _, outgoing in poison_messages(generation)[:poison]]
+    publish(pika.URLParameters(rabbitmq.vhost_amqp_url(vhost)), messages)
+
+
+def park_and_recreate(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
+    """Delayed messages for the retired endpoint reach prod's delivery exchange, where no binding routes them: its
+    alternate exchange parks them (before the publish is confirmed). Then the endpoint comes back, declared as
+    NServiceBus declares it. ``status`` reads the parking queue's depth from the management API's statistics, which
+    the broker samples: the scene is ready once they show the parked messages (as the broker tier waits)."""
+    delivery = rmq.delivery_exchange_name("v2")
+    messages = [
+        delayed_message(RETIRED_ENDPOINT, 3600, 0, "v2", index)[1]._replace(exchange=delivery)
+        for index in range(PARKED_MESSAGES)
+    ]
+    parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(PROD_VHOST))
+    publish(parameters, messages)
+    connection = pika.BlockingConnection(parameters)
+    try:
+        declare_endpoint(connection.channel(), "v2", "conventional", [RETIRED_ENDPOINT], sending_queues=())
+    finally:
+        connection.close()
+    parking = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.parking_name('v2'))}"
+    wait_until(lambda: api.request("GET", parking).get("messages") == PARKED_MESSAGES, "the parked messages", 60)
+
+
+def aws_environment(moto: LocalMoto) -> dict[str, str]:
+    """boto3's variables for moto (every AWS client the commands make honours AWS_ENDPOINT_URL)."""
+    return {
+        "AWS_ENDPOINT_URL": moto.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": moto.region,
+    }
+
+
+def deploy(api: ManagementApi, folder: Path, moto: LocalMoto | None, *, drifted: bool) -> None:
+    """The dev and prod stacks as a team without Pulumi provisions them (demo.import_definitions,
+    demo.provision_sqs); ``drifted``: the dev stack with drift.md's drift."""
+    dev = load_stack(str(folder / "Pulumi.dev.yaml"))
+    if drifted:
+        api.import_definitions(drifted_definitions(json.loads(render(dev, "rabbitmq-definitions", "dev"))))
+    else:
+        import_definitions(api, dev, "dev")
+    prod = load_stack(str(folder / "Pulumi.prod.yaml"))
+    import_definitions(api, prod, "prod")
+    if moto is not None:
+        provision_sqs(moto, dev, "dev", "nsb-delays-dev-sqs")
+        provision_sqs(dataclasses.replace(moto, region=PROD_REGION), prod, "prod", "nsb-delays-prod-sqs")
+
+
+def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) -> dict[str, str]:
+    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend; the
+    environment of the engine's commands."""
+    rabbitmq_only(folder / "Pulumi.prod.yaml")
+    pulumi_project(folder)
+    backend.mkdir()
+    env = env | offline_environment(require_pulumi(), backend, PASSPHRASE)
+    steps = [["stack", "init", "prod"]] + ([["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else [])
+    for arguments in steps:
+        run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
+        if run.returncode != 0:
+            pytest.fail(f"setting up stack prod: {run.explain()}", pytrace=False)
+    return env
+
+
+def create_database(dsn: str) -> None:
+    """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"drop database if exists {DATABASE}")
+        connection.execute(f"drop role if exists {DATABASE_ROLE}")
+        connection.execute(f"create role {DATABASE_ROLE} login")
+        connection.execute(f"create database {DATABASE} owner {DATABASE_ROLE}")
+    store = dsn.replace("dbname=postgres", f"dbname={DATABASE}").replace("user=postgres", f"user={DATABASE_ROLE}")
+    create_sql_persistence_table(store, ENDPOINT)
+
+
+def expected_exit(command: str, expected: list[str]) -> int:
+    """``# exit N`` on the command's line, else a refusal (exit 2) when the page's output shows one, else 0."""
+    comment = EXIT.search(command)
+    if comment:
+        return int(comment.group("code"))
+    return EXIT_REFUSED if any(REFUSAL.match(line) for line in expected) else 0
+
+
+def check_output(block: Block, line: int, scene: Scene, command: str, expected: list[str]) -> None:
+    script = scene.substituted(command)
+    run = run_bash(scene, script)
+    output = scene.as_on_the_page(run.output, "\n".join([command, *expected]))
+    missing = missing_lines(expected, output, lambda text: text in VARIES, counts_vary=block.page in COUNTS_VARY)
+    if missing:
+        shown = "\n".join(f"  {text}" for text in missing)
+        pytest.fail(f"{block.page}:{line}: `{command}` does not print the page's lines:\n{shown}\n{run.explain()}")
+    code = expected_exit(command, expected)
+    if run.returncode != code:
+        pytest.fail(f"{block.page}:{line}: expected exit {code}; {run.explain()}", pytrace=False)
+
+
+@pytest.mark.parametrize("rabbitmq", ["3.10"], indirect=True)
+@pytest.mark.parametrize("block", LIVE, ids=[f"{b.page}:{b.line}-{b.language or 'plain'}" for b in LIVE])
+def test_the_block_runs(block: Block, scene: Scene) -> None:
+    if block.output_of:
+        check_output(block, block.line, scene, block.output_of, block.source.splitlines())
+    elif block.kind == "console":
+        for command in console_commands(block.source):
+            check_output(block, block.line_of(command.index), scene, command.line, command.expected)
+    elif block.kind == "bash":
+        script = scene.substituted(block.source)
+        run: Run = run_bash(scene, script)
+        if run.returncode != 0:
+            pytest.fail(f"{block.where}: the block {run.explain()}", pytrace=False)
+    else:
+        pytest.fail(f"{block.where}: a {block.language} block runs only with `output of: <command>`", pytrace=False)
+
+
+def test_each_service_a_marker_names_is_used() -> None:
+    """A service no block needs is set-up code nothing runs."""
+    used = {name for block in LIVE for name in block.runs_with}
+    assert set(SERVICES) - used == set(), shlex.join(sorted(set(SERVICES) - used))
+
+
+# --- the runner itself ----------------------------------------------------------------------------------------------
+
+
+def test_output_is_compared_by_its_lines_in_order_whatever_the_table_widths_and_wrapping() -> None:
+    output = "moved 3 message(s)\n┃ Level  ┃ Moved ┃\n│ nsb.v2.delay-level-03 │ 3     │\nfix the policy: remove\nit\n"
+    page = ["moved 3 message(s)", "│ nsb.v2.delay-level-03 │ 3 │", "…", "fix the policy: remove it"]
+    assert missing_lines(page, output, lambda line: False) == []
+    assert missing_lines(["fix the policy: remove it", "moved 3 message(s)"], output, lambda line: False) == [
+        "moved 3 message(s)"
+    ]
+    assert missing_lines(["moved 4 message(s)"], output, lambda line: line.startswith("moved")) == []
+
+
+def test_the_readers_addresses_are_replaced_and_written_back_as_the_page_writes_them(tmp_path: Path) -> None:
+    scene = Scene(tmp_path, {}, {"management": "127.9.9.9:15672", "postgres": "127.0.0.1:4321"})
+    command = (
+        "nsb-delays migrate run --source-jdbc 'jdbc:postgresql://db:5432/app' --management-url http://rabbit:15672"
+    )
+    assert scene.substituted(command) == command.replace("db:5432", "127.0.0.1:4321").replace(
+        "rabbit:15672", "127.9.9.9:15672"
+    )
+    assert scene.as_on_the_page("at 127.9.9.9:15672 for 'nsb'", command) == "at rabbit:15672 for 'nsb'"
+    assert scene.substituted("amqp://user:pass@rabbit:5672/%2F") == "amqp://user:pass@rabbit:5672/%2F"  # no AMQP here
+
+
+def test_a_refusal_the_page_shows_is_expected_to_exit_2_and_a_comment_names_another_code() -> None:
+    assert expected_exit("nsb-delays status --stack prod", ["nsb-delays status: 2 problems:"]) == 2
+    assert expected_exit("nsb-delays verify --stack dev  # exit 1", []) == 1
+    assert expected_exit("nsb-delays status --stack blue", []) == 0
+
+
+def test_where_counts_vary_any_number_stands_for_any_other_and_the_words_still_count() -> None:
+    output = "moved 6 message(s) in 0.2 s (30 msg/s); 1 poison message(s) in delays-migrate-poison-messages\n"
+    page = ["moved 20,000 message(s) in 6.0 s (3,331 msg/s); 1 poison message(s) in delays-migrate-poison-messages"]
+    assert missing_lines(page, output, lambda line: False, counts_vary=True) == []
+    assert missing_lines(page, output, lambda line: False) == page
+    assert missing_lines(["moved 5 queue(s)"], output, lambda line: False, counts_vary=True) == ["moved 5 queue(s)"]
