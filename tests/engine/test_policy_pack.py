@@ -95,7 +95,7 @@ def test_a_stack_breaking_a_mandatory_rule_fails_the_preview_naming_it(
     else:
         config_file = tmp_path / "policy.json"
         config_file.write_text(json.dumps(pack_config))
-        result = stack.preview("--policy-pack", str(ANALYZER), "--policy-pack-config", str(config_file), check=False)
+        result = stack.preview("--policy-pack", str(PACK), "--policy-pack-config", str(config_file), check=False)
     assert result.returncode != 0, result.explain()
     assert f"[mandatory]  {CASES[case].rule}" in result.stdout, result.explain()
 
