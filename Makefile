@@ -5,10 +5,12 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
-# RabbitMQ 4.0 for the second broker tier: Debian 13's rabbitmq-server in a chroot (servers/rabbitmq.py
-# ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR builds/uses it elsewhere, e.g. one root for several checkouts.
+# RabbitMQ 4.0 and 4.3 for the broker tiers beside Debian 12's 3.10: Debian 13's and Debian forky's rabbitmq-server,
+# each in a chroot (servers/rabbitmq.py ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR / NSB_RABBITMQ43_ROOT=DIR build/use
+# them elsewhere, e.g. one root for several checkouts. Their Debian mirror is the one this machine's apt sources
+# name (servers/debian_mirror.py; DEBIAN_MIRROR=URL overrides it).
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
-DEBIAN_MIRROR ?= http://deb.debian.org/debian
+RABBITMQ43_ROOT := $(or $(NSB_RABBITMQ43_ROOT),$(CURDIR)/.cache/rabbitmq-4.3)
 # The Spark cluster tier's executors run this Python: the driver's interpreter with only
 # pipeline/executor-requirements.txt, never this package (tests/sparkcluster).
 EXECUTOR_VENV := $(or $(NSB_SPARK_EXECUTOR_VENV),$(CURDIR)/.cache/spark-executor-venv)
@@ -24,9 +26,9 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root engine actionlint demo test unit scale lint bench docs clean
+.PHONY: setup system-packages rabbitmq4-root rabbitmq43-root engine actionlint demo test unit scale lint bench docs clean
 
-setup: system-packages rabbitmq4-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint
+setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint
 
 engine: $(STAMP)
 	@bash engine/build.sh $(PY)
@@ -54,27 +56,38 @@ system-packages:
 	  fi; \
 	fi
 
-# Built once (about 370 MB): debootstrap into DIR.partial, then renamed, so an interrupted build is never
-# taken for a root. debootstrap mounts proc & co. into the target while it works; in its own mount
-# namespace those mounts cannot outlive it. Without root: a message (the 4.0 tier then skips, or fails
-# under CI=true with the same advice).
-rabbitmq4-root:
-	@if [ -x "$(RABBITMQ4_ROOT)/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then exit 0; fi; \
+# Each root is built once (about 370 MB): debootstrap into DIR.partial, then renamed, so an interrupted build is
+# never taken for a root. debootstrap mounts proc & co. into the target while it works; in its own mount namespace
+# those mounts cannot outlive it. A minbase root of forky has no /etc/hosts: one is written, else epmd cannot
+# resolve localhost. Without root: a message (that tier then skips, or fails under CI=true with the same advice).
+# $(call rabbitmq_root,VERSION,DIR,SUITE,DEBOOTSTRAP SCRIPT,VARIABLE)
+define rabbitmq_root
+	@if [ -x "$(2)/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
-	  echo "RabbitMQ 4.0 root $(RABBITMQ4_ROOT) is not built and building it needs root: run \`sudo make rabbitmq4-root\`" \
-	       "(or point NSB_RABBITMQ4_ROOT at a built one); without it the RabbitMQ 4.0 broker tests skip (fail under CI=true)" >&2; \
+	  echo "RabbitMQ $(1) root $(2) is not built and building it needs root: run \`sudo make $@\`" \
+	       "(or point $(5) at a built one); without it the RabbitMQ $(1) broker tests skip (fail under CI=true)" >&2; \
 	  exit 0; \
 	fi; \
 	command -v debootstrap >/dev/null 2>&1 || { echo "apt-get install: debootstrap"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }; \
-	echo "building RabbitMQ 4.0 root in $(RABBITMQ4_ROOT) (debootstrap trixie from $(DEBIAN_MIRROR))"; \
-	rm -rf "$(RABBITMQ4_ROOT).partial" && mkdir -p "$$(dirname "$(RABBITMQ4_ROOT)")" && \
+	mirror=$$(DEBIAN_MIRROR="$(DEBIAN_MIRROR)" python3 servers/debian_mirror.py) || exit 1; \
+	echo "building RabbitMQ $(1) root in $(2) (debootstrap $(3) from $$mirror)"; \
+	rm -rf "$(2).partial" && mkdir -p "$$(dirname "$(2)")" && \
 	start=$$(date +%s) && \
 	unshare --mount --propagation private -- debootstrap --variant=minbase --include=rabbitmq-server \
-	  trixie "$(RABBITMQ4_ROOT).partial" $(DEBIAN_MIRROR) > "$(RABBITMQ4_ROOT).log" 2>&1 || \
-	  { echo "debootstrap failed, see $(RABBITMQ4_ROOT).log" >&2; exit 1; }; \
-	mv "$(RABBITMQ4_ROOT).partial" "$(RABBITMQ4_ROOT)" && \
-	echo "RabbitMQ 4.0 root built in $$(( $$(date +%s) - start )) s, $$(du -sh "$(RABBITMQ4_ROOT)" | cut -f1)"
+	  $(3) "$(2).partial" "$$mirror" $(4) > "$(2).log" 2>&1 || \
+	  { echo "debootstrap failed, see $(2).log" >&2; exit 1; }; \
+	[ -e "$(2).partial/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost\n' > "$(2).partial/etc/hosts"; \
+	mv "$(2).partial" "$(2)" && \
+	echo "RabbitMQ $(1) root built in $$(( $$(date +%s) - start )) s, $$(du -sh "$(2)" | cut -f1)"
+endef
+
+rabbitmq4-root:
+	$(call rabbitmq_root,4.0,$(RABBITMQ4_ROOT),trixie,,NSB_RABBITMQ4_ROOT)
+
+# Debian forky's rabbitmq-server (4.3, Erlang 29); debootstrap knows forky by its sid script on older Debian releases.
+rabbitmq43-root:
+	$(call rabbitmq_root,4.3,$(RABBITMQ43_ROOT),forky,/usr/share/debootstrap/scripts/sid,NSB_RABBITMQ43_ROOT)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -104,8 +117,9 @@ $(NODE_STAMP): package.json package-lock.json
 	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+# On the newest broker, RabbitMQ 4.3 from its root (DEMO_ARGS="--rabbitmq-version 3.10": Debian's 3.10).
 demo: setup
-	$(VENV)/bin/nsb-delays demo --stack dev
+	NSB_RABBITMQ43_ROOT="$(RABBITMQ43_ROOT)" $(VENV)/bin/nsb-delays demo --stack dev $(DEMO_ARGS)
 
 # pytest's exit code 5 (no test collected) fails this target like any other failure.
 # pytest-xdist: TEST_WORKERS processes; each tier + broker version is one group (tests/conftest.py), so

@@ -3,7 +3,8 @@
 
 Each server gets its own state folder and free ports, is started by us and stopped by us by PID,
 and never listens beyond 127.0.0.1. Debian's ``rabbitmq-server`` provides the broker (``make setup``
-installs it); a missing one raises ``ServiceUnavailable`` with the install hint.
+installs it), or a newer Debian release's from a chroot root ``make setup`` builds (``DemoChrootRabbitMq``); a
+missing one raises ``ServiceUnavailable`` with the install hint.
 
 Only what the demo runs ships here. The tests and benchmarks build their servers on these in
 ``servers/`` (not installed): ``servers/rabbitmq.py`` adds what only they do to a broker (restarts,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -323,6 +325,88 @@ class DemoRabbitMq:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RabbitMqRelease:
+    """A Debian release's ``rabbitmq-server`` debootstrapped into a root (``make setup`` builds them as root:
+    ``make rabbitmq4-root``, ``make rabbitmq43-root``), found through ``variable`` or the checkout's ``.cache``."""
+
+    version: str  # "4.3": what the broker must report as MAJOR.MINOR
+    debian: str  # "Debian forky": where it comes from, for messages
+    variable: str  # NSB_RABBITMQ43_ROOT: where a built root is, when not the default
+    make_target: str  # rabbitmq43-root
+
+    def root(self, checkout: Path | None = None) -> Path:
+        """``$variable``, else ``.cache/rabbitmq-VERSION`` of ``checkout`` (the current directory by default: the
+        demo runs from the checkout ``make demo`` runs in)."""
+        return Path(os.environ.get(self.variable) or (checkout or Path.cwd()) / ".cache" / f"rabbitmq-{self.version}")
+
+    def hint(self, root: Path) -> str:
+        return (
+            f"run `make setup` as root: it builds {self.debian}'s rabbitmq-server {self.version} into {root} with "
+            f"debootstrap (`make {self.make_target}` builds only that; {self.variable}=DIR shares one built root "
+            "between checkouts)"
+        )
+
+
+RABBITMQ_4_0 = RabbitMqRelease("4.0", "Debian 13", "NSB_RABBITMQ4_ROOT", "rabbitmq4-root")
+RABBITMQ_4_3 = RabbitMqRelease("4.3", "Debian forky", "NSB_RABBITMQ43_ROOT", "rabbitmq43-root")
+
+
+@dataclass
+class DemoChrootRabbitMq(DemoRabbitMq):
+    """A Debian release's RabbitMQ from its root, configured exactly like ``DemoRabbitMq``; only the launch differs.
+
+    The server (and ``rabbitmqctl``) starts in a private mount namespace (``unshare --mount --propagation
+    private``) that mounts ``proc``, binds ``/dev``, puts a tmpfs on the root's ``/tmp`` and binds this broker's
+    state folder on the root's ``/mnt`` before it ``chroot``s: those mounts exist only for the broker's processes
+    and vanish with the last of them, so a killed broker leaves no mount behind and any number of brokers share one
+    read-only-in-practice root at once. epmd (the root's own, of the root's Erlang) needs no mounts and runs
+    through plain ``chroot``. Both are stopped by PID (their process groups) like the Debian 12 broker. Needs root.
+    """
+
+    release: RabbitMqRelease = RABBITMQ_4_3
+    chroot: Path | None = None  # the release's root (RabbitMqRelease.root) when not given
+
+    @property
+    def root(self) -> Path:
+        return self.chroot or self.release.root()
+
+    @property
+    def broker_state_dir(self) -> Path:
+        return Path("/mnt")
+
+    @property
+    def rabbitmq_bin(self) -> Path:
+        return Path("/usr/lib/rabbitmq/bin")
+
+    def check_installed(self) -> None:
+        version, hint = self.release.version, self.release.hint(self.root)
+        if os.geteuid() != 0:
+            raise ServiceUnavailable(f"RabbitMQ {version} runs in a chroot and needs root; {hint}")
+        if not (self.root / "usr/lib/rabbitmq/bin/rabbitmq-server").exists():
+            raise ServiceUnavailable(f"RabbitMQ {version} root {self.root} is not built; {hint}")
+        if not shutil.which("unshare") or not shutil.which("chroot"):
+            raise ServiceUnavailable(f"unshare and chroot (util-linux, coreutils) are needed for RabbitMQ {version}")
+
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """The server and the CLI tools (rabbitmqctl must be of the root's Erlang too) run inside the root."""
+        root = shlex.quote(str(self.root))
+        command = " ".join(shlex.quote(part) for part in (str(self.rabbitmq_bin / tool), *args))
+        mounts = " && ".join(
+            [
+                f"mount -t proc proc {root}/proc",
+                f"mount --rbind /dev {root}/dev",
+                f"mount -t tmpfs tmpfs {root}/tmp",
+                f"mount --bind {shlex.quote(str(self.state_dir))} {root}{self.broker_state_dir}",
+                f"exec chroot {root} {command}",
+            ]
+        )
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts]
+
+    def epmd_command(self) -> list[str]:
+        return ["chroot", str(self.root), "/usr/bin/epmd", "-port", str(self.epmd_port), "-address", HOST]
 
 
 @dataclass

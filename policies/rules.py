@@ -242,6 +242,61 @@ queue_arguments_as_read = ResourceValidationPolicy(
 )
 
 
+BROKER_VERSION_SCHEMA = PolicyConfigSchema(
+    properties={
+        "brokerVersion": {
+            "type": "string",
+            "default": rmq.DEFAULT_BROKER_VERSION,
+            "description": "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.3 the broker refuses "
+            "x-queue-version other than 2 and the deprecated (queue-)master-locator.",
+        }
+    }
+)
+
+
+@tolerate_unknowns
+def validate_refused_by_broker_version(args: ResourceValidationArgs, report: Report) -> None:
+    refusals: tuple[rmq.VersionRefusal, ...]
+    if args.resource_type == RABBITMQ_QUEUE:
+        declared = declared_arguments(args.props)
+        if declared is UNKNOWN or declared.error:
+            return
+        what, values, refusals = "queue", declared.values, rmq.QUEUE_ARGUMENT_REFUSALS
+    elif args.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
+        policy = resolved(value_at(args.props, "policy"))
+        definition = policy.get("definition") if isinstance(policy, Mapping) else None
+        if not isinstance(definition, Mapping):
+            return
+        what, values, refusals = args.resource_type.rsplit(":", 1)[-1], definition, rmq.POLICY_KEY_REFUSALS
+    else:
+        return
+    version = config_value(args.get_config(), BROKER_VERSION_SCHEMA, "brokerVersion")
+    try:
+        refused = rmq.refusals_of(refusals, values, version)
+    except ValueError as error:
+        report(f"policy config refused-by-broker-version.brokerVersion: {error}")
+        return
+    name = value_at(args.props, "name")
+    for refusal, value in refused:
+        report(
+            f"{what} {_quoted(name)}: {refusal.key}: {value!r} with brokerVersion {version!r}: {refusal.refusal}. "
+            f"Fix: {refusal.fix}.",
+        )
+
+
+refused_by_broker_version = ResourceValidationPolicy(
+    name="refused-by-broker-version",
+    description=(
+        "No queue argument or policy key that the stack's RabbitMQ (brokerVersion) refuses: from 4.3, "
+        "x-queue-version other than 2 and the deprecated x-queue-master-locator / queue-master-locator "
+        "(refused half-way through an up). Fix: drop x-queue-version or set it to 2; use (x-)queue-leader-locator."
+    ),
+    validate=validate_refused_by_broker_version,
+    config_schema=BROKER_VERSION_SCHEMA,
+    enforcement_level=MANDATORY,
+)
+
+
 # --- exchanges and bindings ------------------------------------------------------------------------------
 
 
@@ -835,6 +890,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     delay_level_queue_arguments,
     typed_queue_arguments,
     queue_arguments_as_read,
+    refused_by_broker_version,
     delay_exchange_settings,
     delay_binding_keys,
     endpoint_delivery_binding,

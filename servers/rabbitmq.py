@@ -1,40 +1,39 @@
 """RabbitMQ and moto as the tests and benchmarks drive them: the demo's servers (``nsb_delays.brokers.demo_servers``)
 plus what only a test or a benchmark does to them — restart or crash a broker, run ``rabbitmqctl``, read its version
-and its Erlang VM's PID, set ``rabbit`` application settings, reset moto — and Debian 13's RabbitMQ 4.0 in a chroot.
+and its Erlang VM's PID, set ``rabbit`` application settings, reset moto — and Debian 13's RabbitMQ 4.0 and Debian
+forky's 4.3, each in a chroot.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
 from nsb_delays.brokers.demo_servers import (
-    HOST,
+    RABBITMQ_4_0,
+    RABBITMQ_4_3,
+    DemoChrootRabbitMq,
     DemoMoto,
     DemoRabbitMq,
-    ServiceUnavailable,
+    RabbitMqRelease,
     process_group_alive,
 )
 from nsb_delays.brokers.management import ManagementApi
 
 from . import PROJECT
 
-# `make setup` (as root) builds it: debootstrap --variant=minbase --include=rabbitmq-server trixie.
-RABBITMQ4_ROOT = Path(os.environ.get("NSB_RABBITMQ4_ROOT") or PROJECT / ".cache" / "rabbitmq-4.0")
-RABBITMQ4_HINT = (
-    f"run `make setup` as root: it builds Debian 13's rabbitmq-server 4.0 into {RABBITMQ4_ROOT} with "
-    "debootstrap (apt-get install debootstrap first if it is missing; NSB_RABBITMQ4_ROOT=DIR shares one "
-    "built root between checkouts)"
-)
+# `make setup` (as root) builds them: debootstrap --variant=minbase --include=rabbitmq-server trixie / forky.
+RABBITMQ4_ROOT = RABBITMQ_4_0.root(PROJECT)
+RABBITMQ43_ROOT = RABBITMQ_4_3.root(PROJECT)
 
 
 class BrokerCommandFailed(RuntimeError):
@@ -119,6 +118,10 @@ class LocalRabbitMq(DemoRabbitMq):
                     return int(stat.parent.name)
         return None
 
+    def another(self) -> LocalRabbitMq:
+        """A second broker of this kind and version: its own node, ports, epmd and state, nothing started."""
+        return type(self)()
+
     def api(self) -> requests.Session:
         session = requests.Session()
         session.auth = (self.username, self.password)
@@ -126,53 +129,24 @@ class LocalRabbitMq(DemoRabbitMq):
 
 
 @dataclass
-class ChrootRabbitMq(LocalRabbitMq):
-    """Debian 13's RabbitMQ 4.0 (Erlang 27) from a chroot, configured exactly like ``LocalRabbitMq``.
+class ChrootRabbitMq(DemoChrootRabbitMq, LocalRabbitMq):
+    """A Debian release's RabbitMQ from its chroot (``DemoChrootRabbitMq``: Debian 13's 4.0 by default, Debian
+    forky's 4.3 with ``release=RABBITMQ_4_3``) with the tests' controls; its root is this checkout's unless the
+    release's variable names another."""
 
-    Only the launch differs. The server (and ``rabbitmqctl``) starts in a private mount namespace (``unshare --mount
-    --propagation private``) that mounts ``proc``, binds ``/dev``, puts a tmpfs on the root's ``/tmp``
-    and binds this broker's state folder on the root's ``/mnt`` before it ``chroot``s: those mounts
-    exist only for the broker's processes and vanish with the last of them, so a killed test leaves
-    no mount behind and any number of brokers share one read-only-in-practice root at once. epmd (the
-    root's own, Erlang 27) needs no mounts and runs through plain ``chroot``. Both are stopped by PID
-    (their process groups) like the Debian 12 broker.
-    """
-
-    root: Path = RABBITMQ4_ROOT
+    release: RabbitMqRelease = RABBITMQ_4_0
 
     @property
-    def broker_state_dir(self) -> Path:
-        return Path("/mnt")
+    def root(self) -> Path:
+        return self.chroot or self.release.root(PROJECT)
 
-    @property
-    def rabbitmq_bin(self) -> Path:
-        return Path("/usr/lib/rabbitmq/bin")
+    def another(self) -> LocalRabbitMq:
+        return ChrootRabbitMq(release=self.release, chroot=self.chroot)
 
-    def check_installed(self) -> None:
-        if os.geteuid() != 0:
-            raise ServiceUnavailable(f"RabbitMQ 4.0 runs in a chroot and needs root; {RABBITMQ4_HINT}")
-        if not (self.root / "usr/lib/rabbitmq/bin/rabbitmq-server").exists():
-            raise ServiceUnavailable(f"RabbitMQ 4.0 root {self.root} is not built; {RABBITMQ4_HINT}")
-        if not shutil.which("unshare") or not shutil.which("chroot"):
-            raise ServiceUnavailable("unshare and chroot (util-linux, coreutils) are needed for RabbitMQ 4.0")
 
-    def tool_command(self, tool: str, *args: str) -> list[str]:
-        """The server and the CLI tools (rabbitmqctl must be Erlang 27's too) run inside the root."""
-        root = shlex.quote(str(self.root))
-        command = " ".join(shlex.quote(part) for part in (str(self.rabbitmq_bin / tool), *args))
-        mounts = " && ".join(
-            [
-                f"mount -t proc proc {root}/proc",
-                f"mount --rbind /dev {root}/dev",
-                f"mount -t tmpfs tmpfs {root}/tmp",
-                f"mount --bind {shlex.quote(str(self.state_dir))} {root}{self.broker_state_dir}",
-                f"exec chroot {root} {command}",
-            ]
-        )
-        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mounts]
-
-    def epmd_command(self) -> list[str]:
-        return ["chroot", str(self.root), "/usr/bin/epmd", "-port", str(self.epmd_port), "-address", HOST]
+def chroot_broker(release: RabbitMqRelease) -> Callable[..., LocalRabbitMq]:
+    """What ``BROKERS`` and ``RabbitMqCluster`` call to make a broker of ``release``."""
+    return functools.partial(ChrootRabbitMq, release=release)
 
 
 def statistics_settled(api: ManagementApi, vhost: str, timeout: float = 120) -> float:

@@ -2,8 +2,10 @@
 
 A server that cannot start skips its tests on a developer machine and fails them under ``CI=true``,
 so CI never passes without having run them. The ``rabbitmq`` broker is parametrized: every test that
-uses it runs on Debian 12's RabbitMQ 3.10 (``rabbitmq-3.10``) and on Debian 13's RabbitMQ 4.0 from
-its chroot (``rabbitmq-4.0``, ``servers.rabbitmq.ChrootRabbitMq``); ``-k rabbitmq-4.0`` picks one.
+uses it runs on Debian 12's RabbitMQ 3.10 (``rabbitmq-3.10``) and on Debian forky's RabbitMQ 4.3 from
+its chroot (``rabbitmq-4.3``, ``servers.rabbitmq.ChrootRabbitMq``); ``-k rabbitmq-4.3`` picks one. A test
+whose expectations on Debian 13's 4.0 differ from 4.3's carries ``also_on_rabbitmq_4_0`` and runs there too
+(``rabbitmq-4.0``); each says why.
 """
 
 from __future__ import annotations
@@ -19,17 +21,38 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, ServiceUnavailable
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, RABBITMQ_4_0, RABBITMQ_4_3, ServiceUnavailable
+from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary
-from tests.services import ChrootRabbitMq, LocalMariaDb, LocalPostgres
+from tests.services import LocalMariaDb, LocalPostgres, chroot_broker
 
 TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# The broker versions the broker tier proves, by the test id suffix (`rabbitmq-3.10`, `rabbitmq-4.0`).
-BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
+# Every broker the suite can start, by the test id suffix (`rabbitmq-3.10`, `rabbitmq-4.0`, `rabbitmq-4.3`).
+ALL_BROKERS: dict[str, Callable[..., LocalRabbitMq]] = {
+    "3.10": LocalRabbitMq,
+    "4.0": chroot_broker(RABBITMQ_4_0),
+    "4.3": chroot_broker(RABBITMQ_4_3),
+}
+# The versions every broker test proves: the oldest supported (3.10) and the newest (4.3);
+# NSB_BROKER_VERSIONS=3.10,4.0,4.3 runs every one on 4.0 too (to compare, or to measure the 4.0 tier's time).
+BROKER_VERSIONS = os.environ.get("NSB_BROKER_VERSIONS", "3.10,4.3").split(",")
+if not set(BROKER_VERSIONS) <= set(ALL_BROKERS):
+    raise pytest.UsageError(
+        f"NSB_BROKER_VERSIONS={','.join(BROKER_VERSIONS)}: each must be one of {', '.join(ALL_BROKERS)}"
+    )
+BROKERS = {version: ALL_BROKERS[version] for version in BROKER_VERSIONS}
+
+
+def broker_id(version: str) -> str:
+    return f"rabbitmq-{version}"
+
+
+# A test (or a module's ``pytestmark``) whose expectations on RabbitMQ 4.0 differ from 4.3's also runs on 4.0:
+# the kept 4.0 cases, each with its reason in its docstring (listed in CONTRIBUTING.md, "The broker versions").
+also_on_rabbitmq_4_0 = pytest.mark.parametrize("rabbitmq", list(ALL_BROKERS), ids=broker_id, indirect=True)
 # Commands under test write their Spark/JVM logs here, not into the user's ~/.local/state.
 os.environ.setdefault("NSB_DELAYS_LOG_DIR", tempfile.mkdtemp(prefix="nsb-delays-test-logs-"))
 
@@ -130,15 +153,43 @@ def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
     return lambda line: request.node.user_properties.append((FIGURE, line))
 
 
-@pytest.fixture(scope="session", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")
+@pytest.fixture(scope="session", params=list(BROKERS), ids=broker_id)
 def rabbitmq(request: pytest.FixtureRequest) -> Iterator[LocalRabbitMq]:
-    """One broker per version for the whole session (pytest groups the tests by it, so one runs at a time)."""
-    with contextlib.closing(serve(BROKERS[request.param]())) as started:
+    """One broker per version for the whole session (pytest groups the tests by it, so one runs at a time).
+
+    On 4.3 the session ends with the deprecated-features check: no deprecated feature used by any test
+    (``deprecated_features_used``) or left in use at the end."""
+    with contextlib.closing(serve(ALL_BROKERS[request.param]())) as started:
         broker = next(started)
         reported = broker.version()
         if not reported.startswith(f"{request.param}."):
             pytest.fail(f"the rabbitmq-{request.param} broker reports version {reported}", pytrace=False)
         yield broker
+        if request.param == "4.3":
+            api = ManagementApi(broker.management_url, broker.username, broker.password)
+            used = DEPRECATED_FEATURES_USED.pop(api.url, set()) | set(deprecated_features_used(api))
+            if used:
+                pytest.fail(
+                    f"the tests used deprecated RabbitMQ {reported} features (GET /api/deprecated-features/used, "
+                    f"seen before each test vhost was deleted and at the end): {', '.join(sorted(used))}",
+                    pytrace=False,
+                )
+
+
+# What GET /api/deprecated-features/used listed, by management URL: sampled before each test vhost is deleted (what
+# a test declared is still there) and read by the 4.3 broker's teardown.
+DEPRECATED_FEATURES_USED: dict[str, set[str]] = {}
+
+
+def deprecated_features_used(api: ManagementApi) -> list[str]:
+    """``GET /api/deprecated-features/used`` (RabbitMQ 3.13+, ``rabbit_deprecated_features:list(used)``): each
+    deprecated feature whose ``is_feature_used`` callback finds it in use (transient non-exclusive queues on 4.3),
+    ``name (phase)``; nothing from a broker without the endpoint (3.10 answers 404)."""
+    try:
+        features = api.request("GET", "deprecated-features/used")
+    except ManagementError:
+        return []
+    return [f"{feature['name']} ({feature.get('deprecation_phase')})" for feature in features]
 
 
 @pytest.fixture(scope="session")
@@ -184,6 +235,8 @@ def vhost_factory(management: ManagementApi) -> Iterator[Callable[[str], str]]:
     try:
         yield make
     finally:
+        if made:
+            DEPRECATED_FEATURES_USED.setdefault(management.url, set()).update(deprecated_features_used(management))
         # all at once: deleting a vhost of quorum queues takes a second or more, mostly the broker's waiting
         with ThreadPoolExecutor(max(1, min(len(made), 8))) as pool:
             list(pool.map(delete, made))

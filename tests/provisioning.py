@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
-from nsb_delays.stack.config import NAMESPACE, UNNAMED_STACK, StackConfig
+from nsb_delays.stack.config import BROKER_VERSION_KEY, NAMESPACE, UNNAMED_STACK, StackConfig
 from servers.rabbitmq import LocalMoto
 from tests.engine.conftest import require_pulumi
 
@@ -38,8 +39,12 @@ def pulumi_up(management_url: str, username: str, password: str, section: Mappin
     """A real ``pulumi up`` of the project's program for a stack whose ``nsb-delays:rabbitmq`` is ``section``, on
     the broker behind ``management_url`` (the engine ``make setup`` built, a throwaway local state); its output.
     A failed up raises ``PulumiFailed`` with pulumi's error lines."""
-    # the stack is a throwaway one: its combined policies take the name a config parsed without a stack name gives
-    named = {"policyGroup": UNNAMED_STACK, **section}
+    # the stack is a throwaway one: its combined policies take the name a config parsed without a stack name gives;
+    # its brokerVersion is the broker's MAJOR.MINOR, as the program requires (infra/broker_check.py): the sections
+    # start from the dev stack's "4.0" on every broker version
+    reported = ManagementApi(management_url, username, password).overview()["rabbitmq_version"]
+    version = rmq.shown_version(rmq.parse_reported_broker_version(reported))
+    named = {"policyGroup": UNNAMED_STACK, **section, BROKER_VERSION_KEY: version}
     config = {"rabbitmq:endpoint": management_url, f"{NAMESPACE}:rabbitmq": named}
     # one state write at the end instead of one per step (a DIY backend's cost grows with the square of the stack:
     # bench/pulumi.py); these tests check what the program declares, tests/engine the default engine behaviour

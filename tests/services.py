@@ -11,14 +11,14 @@ from pathlib import Path
 
 from nsb_delays.pipeline.spark import MARIADB_JDBC_JAR, POSTGRES_JDBC_JAR
 from servers.databases import LocalMariaDb, LocalPostgres
-from servers.rabbitmq import RABBITMQ4_HINT, RABBITMQ4_ROOT, ChrootRabbitMq, LocalRabbitMq
+from servers.rabbitmq import RABBITMQ4_ROOT, RABBITMQ43_ROOT, ChrootRabbitMq, LocalRabbitMq, chroot_broker
 from servers.spark import SPARK_CONNECT_VENV, SPARK_EXECUTOR_VENV, LocalSparkCluster, LocalSparkConnect, spark_home
 
 __all__ = [
     "MARIADB_JDBC_JAR",
     "POSTGRES_JDBC_JAR",
-    "RABBITMQ4_HINT",
     "RABBITMQ4_ROOT",
+    "RABBITMQ43_ROOT",
     "SPARK_CONNECT_VENV",
     "SPARK_EXECUTOR_VENV",
     "ChrootRabbitMq",
@@ -28,6 +28,7 @@ __all__ = [
     "LocalSparkConnect",
     "as_from_a_background_script",
     "broker_processes",
+    "chroot_broker",
     "ctrl_c_as_from_a_terminal",
     "host_mounts_under",
     "spark_home",

@@ -32,7 +32,7 @@ from nsb_delays.policies.offline import (
     run_policies,
 )
 from nsb_delays.policies.pack import PACK_NAME, POLICIES
-from nsb_delays.policies.rules import queue_arguments_as_read
+from nsb_delays.policies.rules import queue_arguments_as_read, refused_by_broker_version
 from nsb_delays.policies.stack_rules import (
     endpoint_retirement_order,
     previous_endpoint_names,
@@ -62,6 +62,7 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
     if config.rabbitmq:
         version = {"brokerVersion": config.rabbitmq.broker_version}
         pack_config = pack_config.with_defaults(queue_arguments_as_read.name, version)
+        pack_config = pack_config.with_defaults(refused_by_broker_version.name, version)
     if baseline is not None:
         previous = previous_endpoint_names(policy_resources(record_stack(baseline)))
         pack_config = pack_config.with_defaults(endpoint_retirement_order.name, {"previousEndpoints": previous})

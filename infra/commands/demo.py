@@ -1,7 +1,9 @@
 """``nsb-delays demo --stack dev``: the whole job on a private RabbitMQ and moto, in well under a minute.
 
 Starts both servers on loopback (or uses a RabbitMQ given with ``--amqp-url`` and
-``--management-url``), checks the broker before changing it, provisions the stack (the RabbitMQ side
+``--management-url``); the private RabbitMQ is the newest the suite proves, Debian forky's 4.3 from the root
+``make setup`` builds, or Debian's 3.10 package with ``--rabbitmq-version 3.10``. It checks the broker before
+changing it, provisions the stack (the RabbitMQ side
 with a real ``pulumi up`` of the program on a throwaway local state, or the definitions import where no Pulumi
 CLI is found; the SQS side with CloudFormation), verifies it, sends delayed messages
 to every endpoint through both transports and prints requested vs measured delay. Everything it
@@ -29,7 +31,13 @@ from rich.table import Table
 
 from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
-from nsb_delays.brokers.demo_servers import DemoMoto, DemoRabbitMq, ServiceUnavailable
+from nsb_delays.brokers.demo_servers import (
+    RABBITMQ_4_3,
+    DemoChrootRabbitMq,
+    DemoMoto,
+    DemoRabbitMq,
+    ServiceUnavailable,
+)
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, check_before_provisioning, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
@@ -61,6 +69,10 @@ CLOUDFORMATION_STACK = "nsb-delays-demo"
 DEMO_PULUMI_STACK = "demo"  # in a throwaway local state: --stack may be a file path, which no stack name can be
 SQS_POLL_SECONDS = 0.05
 AMQP_PORT_TIMEOUT_SECONDS = 5
+# The private broker: the newest RabbitMQ the tests prove by default (Debian forky's 4.3 from its chroot root, which
+# needs root), Debian 12's rabbitmq-server package on request.
+PRIVATE_BROKERS = {RABBITMQ_4_3.version: RABBITMQ_4_3, "3.10": None}
+NEWEST_PRIVATE_BROKER = RABBITMQ_4_3.version
 
 
 class DemoRefused(CommandError):
@@ -114,9 +126,29 @@ class Measured:
 RabbitMqBroker = DemoRabbitMq | ExistingRabbitMq
 
 
+def private_broker(version: str) -> DemoRabbitMq:
+    """The private broker of ``version`` (a key of PRIVATE_BROKERS); unavailable: the message names
+    ``--rabbitmq-version 3.10`` as the other way."""
+    release = PRIVATE_BROKERS[version]
+    if release is None:
+        return DemoRabbitMq()
+    broker = DemoChrootRabbitMq(release=release)
+    try:
+        broker.check_installed()
+    except ServiceUnavailable as error:
+        broker.__exit__(None, None, None)  # the empty state folder its constructor made
+        other = "or run the demo on Debian's RabbitMQ 3.10: --rabbitmq-version 3.10"
+        raise ServiceUnavailable(f"{error}; {other}") from None
+    return broker
+
+
 @contextmanager
 def private_servers(
-    rabbitmq: bool, moto: bool, console: Console, existing: ExistingRabbitMq | None = None
+    rabbitmq: bool,
+    moto: bool,
+    console: Console,
+    existing: ExistingRabbitMq | None = None,
+    version: str = NEWEST_PRIVATE_BROKER,
 ) -> Iterator[tuple[RabbitMqBroker | None, DemoMoto | None]]:
     """Start the servers with their clean-up registered *before* start, so an interrupt mid-start cleans up too."""
     with ExitStack() as cleanup:
@@ -126,10 +158,10 @@ def private_servers(
             broker = existing
             console.print(f"RabbitMQ {existing.management_url} (given; the demo leaves it running)")
         elif rabbitmq:
-            broker = DemoRabbitMq()
+            broker = private_broker(version)
             cleanup.callback(broker.__exit__, None, None, None)  # stops server and epmd, removes the state
             console.print(
-                f"starting RabbitMQ: management {broker.management_url}, AMQP {broker.amqp_port}, "
+                f"starting RabbitMQ {version}: management {broker.management_url}, AMQP {broker.amqp_port}, "
                 f"state in {broker.state_dir}"
             )
             broker.start()
@@ -362,11 +394,15 @@ def results_table(results: list[Measured]) -> Table:
 
 
 def run_demo(
-    stack_name: str, delays: Sequence[int], console: Console, existing: ExistingRabbitMq | None = None
+    stack_name: str,
+    delays: Sequence[int],
+    console: Console,
+    existing: ExistingRabbitMq | None = None,
+    version: str = NEWEST_PRIVATE_BROKER,
 ) -> list[Measured]:
     stack = demo_stack(stack_name, console, existing)
     started = time.monotonic()
-    servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing)
+    servers = private_servers(bool(stack.rabbitmq), bool(stack.sqs), console, existing, version)
     with sigterm_as_interrupt(), ExitStack() as cleanup, servers as (broker, moto):
         if broker and not existing:
             stack = for_broker(stack, management_api(broker), console)
@@ -437,8 +473,14 @@ def _delays(value: str) -> tuple[int, ...]:
     "(no vhost; with --management-url).",
 )
 @click.option("--management-url", help="Its management API, http://host:15672 (with --amqp-url).")
+@click.option(
+    "--rabbitmq-version",
+    type=click.Choice(list(PRIVATE_BROKERS)),
+    help=f"The private RabbitMQ: {NEWEST_PRIVATE_BROKER} (the default: Debian forky's, from the chroot root "
+    "`make setup` builds; needs root) or 3.10 (Debian's rabbitmq-server package). Not with --amqp-url.",
+)
 @deprecated_options("--rabbitmq-url", "--rabbitmq-management-url")
-def demo(stack: str, delays: str, **connection: Any) -> None:
+def demo(stack: str, delays: str, rabbitmq_version: str | None, **connection: Any) -> None:
     """Start a private RabbitMQ and moto, provision STACK, send delayed messages, show measured delays, stop."""
     console = Console(width=140)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request log lines
@@ -446,7 +488,12 @@ def demo(stack: str, delays: str, **connection: Any) -> None:
         click.echo(note, err=True)
     try:
         existing = existing_rabbitmq(connection["amqp_url"], connection["management_url"])
-        results = run_demo(stack, _delays(delays), console, existing)
+        if existing and rabbitmq_version:
+            raise DemoRefused(
+                f"--rabbitmq-version {rabbitmq_version} chooses the private broker the demo starts, and "
+                "--amqp-url gives a running one: drop one of them"
+            )
+        results = run_demo(stack, _delays(delays), console, existing, rabbitmq_version or NEWEST_PRIVATE_BROKER)
     except (ConfigError, ServiceUnavailable) as error:
         raise DemoRefused(str(error)) from None
     except KeyboardInterrupt:

@@ -1,8 +1,9 @@
-"""The RabbitMQ 4.0 test broker runs from one shared chroot and leaves nothing behind.
+"""The chroot test brokers (4.0, 4.3: one launcher) run from one shared root and leave nothing behind.
 
 ``ChrootRabbitMq`` mounts ``proc``, ``/dev``, a ``/tmp`` and its state folder only inside the
 broker's private mount namespace, so the host's mount table never shows them, two brokers share the
-root at once, and a broker killed without a chance to clean up takes its mounts with it.
+root at once, and a broker killed without a chance to clean up takes its mounts with it. Proven on the newest
+root (4.3); the 4.0 broker is the same launcher on another root.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from nsb_delays.brokers.demo_servers import RABBITMQ_4_3
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import require_installed
-from tests.services import ChrootRabbitMq, broker_processes, host_mounts_under, wait_gone
+from tests.services import ChrootRabbitMq, broker_processes, chroot_broker, host_mounts_under, wait_gone
 
 
 def namespace_mount_points(pid: int) -> set[str]:
@@ -25,17 +27,17 @@ def namespace_mount_points(pid: int) -> set[str]:
 
 @pytest.fixture
 def chroot_broker_available() -> None:
-    require_installed(ChrootRabbitMq)
+    require_installed(chroot_broker(RABBITMQ_4_3))
 
 
 @pytest.mark.usefixtures("chroot_broker_available")
 def test_two_brokers_share_the_root_and_neither_stop_nor_kill_leaves_a_mount_or_process() -> None:
-    first, second = ChrootRabbitMq(), ChrootRabbitMq()
+    first, second = ChrootRabbitMq(release=RABBITMQ_4_3), ChrootRabbitMq(release=RABBITMQ_4_3)
     assert first.root == second.root
     try:
         first.start()
         second.start()
-        assert first.version().startswith("4.0.") and second.version().startswith("4.0.")
+        assert first.version().startswith("4.3.") and second.version().startswith("4.3.")
         assert host_mounts_under(first.root) == []  # the host never sees the brokers' mounts
         for broker in (first, second):
             assert {"/proc", "/dev", "/tmp", "/mnt"} <= namespace_mount_points(broker.server.pid)
@@ -48,7 +50,7 @@ def test_two_brokers_share_the_root_and_neither_stop_nor_kill_leaves_a_mount_or_
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
         assert wait_gone(killed) == []
-        assert first.version().startswith("4.0.")  # the other broker on the same root is untouched
+        assert first.version().startswith("4.3.")  # the other broker on the same root is untouched
         second.__exit__(None, None, None)
         assert not second.state_dir.exists()
 

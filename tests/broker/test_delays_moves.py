@@ -112,7 +112,7 @@ def green_rabbitmq(rabbitmq: LocalRabbitMq) -> Iterator[Callable[[], LocalRabbit
     the destination of the two-broker transfer. It boots in a thread from the module's start; calling the
     fixture's value waits until it is up. Killed by PID when the module ends (its state is thrown away, so no
     clean shutdown: that took 10 s on 3.10), then its epmd stopped and its state folder removed."""
-    green = type(rabbitmq)()
+    green = rabbitmq.another()
     with ThreadPoolExecutor(1, thread_name_prefix="green-broker") as pool:
         booting = pool.submit(green.start)
 

@@ -1,6 +1,7 @@
-"""``nsb-delays demo`` end to end in a child process: it provisions, measures, and stops what it started,
-also when interrupted with Ctrl-C; with ``--amqp-url`` it does the same on a running broker of either
-version, and refuses bad URLs and brokers it must not change (exit 2, nothing changed)."""
+"""``nsb-delays demo`` end to end in a child process: it provisions, measures, and stops what it started, on its
+default private broker (the newest, 4.3) and on 3.10 (``--rabbitmq-version 3.10``), also when interrupted with
+Ctrl-C; with ``--amqp-url`` it does the same on a running broker of either version, and refuses bad URLs and
+brokers it must not change (exit 2, nothing changed)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from nsb_delays.brokers.demo_servers import RABBITMQ_4_3
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
@@ -26,14 +28,20 @@ from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
 from nsb_delays.stack.config import load_stack, read_stack_yaml
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.conftest import declared_delivery_limit_policies, settled_queues
-from tests.conftest import IN_CI, require_installed
+from tests.conftest import ALL_BROKERS, IN_CI, require_installed
 from tests.engine.conftest import BUILT_ENGINE
-from tests.services import ctrl_c_as_from_a_terminal
+from tests.services import RABBITMQ43_ROOT, ctrl_c_as_from_a_terminal
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
-# the engine `make setup` builds (tests/engine/conftest.py): the demo provisions RabbitMQ with `pulumi up` through it
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", ENGINE_DIR_VARIABLE: str(BUILT_ENGINE)}
-STARTED = re.compile(r"starting RabbitMQ: management http://127\.0\.0\.1:(\d+), AMQP (\d+), state in (\S+)")
+# the engine `make setup` builds (tests/engine/conftest.py): the demo provisions RabbitMQ with `pulumi up` through it;
+# its default broker runs from the 4.3 root the tests use
+ENV = {
+    **os.environ,
+    "PYTHONUNBUFFERED": "1",
+    ENGINE_DIR_VARIABLE: str(BUILT_ENGINE),
+    RABBITMQ_4_3.variable: str(RABBITMQ43_ROOT),
+}
+STARTED = re.compile(r"starting RabbitMQ ([\d.]+): management http://127\.0\.0\.1:(\d+), AMQP (\d+), state in (\S+)")
 
 
 def listening(port: int) -> bool:
@@ -44,7 +52,8 @@ def listening(port: int) -> bool:
 
 def processes_using(path: str) -> list[str]:
     """Live processes whose arguments or environment mention ``path``: the broker, its scripts and its epmd
-    all get the state folder in their environment (``RABBITMQ_MNESIA_BASE`` …)."""
+    all get the state folder (``RABBITMQ_MNESIA_BASE`` …) and the node name (``RABBITMQ_NODENAME``) in their
+    environment; a chroot broker sees its state folder at another path, so ``started`` asks by node name."""
     found = []
     for process in Path("/proc").glob("[0-9]*"):
         try:
@@ -56,29 +65,42 @@ def processes_using(path: str) -> list[str]:
     return found
 
 
+def started(output: str) -> list[str]:
+    """The processes of the broker the demo said it started (by its node name)."""
+    amqp = STARTED.search(output).group(3)
+    return processes_using(f"nsb{amqp}@localhost")
+
+
 def assert_stopped(output: str) -> None:
-    management, amqp, state_dir = STARTED.search(output).groups()
+    _version, management, amqp, state_dir = STARTED.search(output).groups()
     assert not listening(int(management)) and not listening(int(amqp))
     assert not Path(state_dir).exists()
-    assert processes_using(state_dir) == []
+    assert processes_using(state_dir) == [] and started(output) == []
 
 
 @pytest.fixture
 def servers_available(moto_server: LocalMoto) -> None:
-    """The demo starts its own Debian RabbitMQ and moto; this only gates it (skip locally / fail under CI if absent)."""
-    require_installed(LocalRabbitMq)
+    """The demo starts its own RabbitMQ 4.3 (its default) and moto; this only gates it (skip locally / fail under CI
+    if absent)."""
+    require_installed(ALL_BROKERS["4.3"])
 
 
-@pytest.mark.usefixtures("servers_available")
-def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None:
-    result = subprocess.run([*DEMO, "--delays", "0,1,3"], capture_output=True, text=True, env=ENV, timeout=120)
+@pytest.mark.parametrize("version", ["4.3", "3.10"])
+def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers(version: str, moto_server: LocalMoto) -> None:
+    """The newest broker by default, 3.10 on request: the delivery-limit policies only where the broker takes them."""
+    require_installed(ALL_BROKERS[version])
+    choice = ["--rabbitmq-version", version] if version == "3.10" else []
+    command = [*DEMO, *choice, "--delays", "0,1,3"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     flat = " ".join(result.stdout.split())  # rich wraps at 80 columns
+    assert f"starting RabbitMQ {version}:" in flat
     assert "verify: 0 drift(s)" in flat
     if (BUILT_ENGINE / "bin" / "pulumi").exists() or IN_CI:
         assert "provisioned stack 'dev': pulumi up + CloudFormation" in flat, result.stdout
         assert re.search(r"pulumi up: \+ \d+ created", flat), result.stdout
-    assert "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in flat
+    older = "RabbitMQ 3.10.8 is older than 4.0: provisioning without the delivery-limit policies" in flat
+    assert older == (version == "3.10")
     stack = load_stack("dev")
     rows = re.findall(r"│ (RabbitMQ v2|SQS)\s+│ (\S+)\s+│ (\d+) s\s+│ ([\d.]+) s", result.stdout)
     expected_rows = 3 * (len(stack.rabbitmq.endpoints) + len(stack.sqs.endpoints))
@@ -92,7 +114,7 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers() -> None
     ("signal_number", "after", "wait"),
     [
         (signal.SIGINT, "provisioned stack", 0),  # Ctrl-C while messages are on their way
-        (signal.SIGTERM, "starting RabbitMQ", 1.5),  # SIGTERM while the broker is still starting
+        (signal.SIGTERM, "starting RabbitMQ", 1.5),  # SIGTERM while the broker (4.3, the default) still starts
     ],
 )
 @pytest.mark.usefixtures("servers_available")
@@ -115,7 +137,7 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
             output += line
         assert after in output, output
         time.sleep(wait)
-        assert processes_using(STARTED.search(output).group(3)), "nothing was running yet: the test would prove nothing"
+        assert started(output), "nothing was running yet: the test would prove nothing"
         process.send_signal(signal_number)
         rest, _ = process.communicate(timeout=60)
     finally:

@@ -1,7 +1,7 @@
 """The cluster tier: a three-node RabbitMQ cluster per broker version (marker ``cluster``, not in ``make unit``).
 
 The cluster is module-scoped and parametrized like the single broker (ids ``rabbitmq-3.10`` /
-``rabbitmq-4.0``), so ``-k rabbitmq-4.0`` picks one version and a module's tests share one cluster
+``rabbitmq-4.3``), so ``-k rabbitmq-4.3`` picks one version and a module's tests share one cluster
 in file order (the fault test, which leaves a node stopped for good, comes last). The fault figures are
 printed at the end of the run (``figures the tests measured``), whatever pytest captured.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from nsb_delays.brokers.demo_servers import ServiceUnavailable
 from servers.cluster import RabbitMqCluster
-from tests.conftest import BROKERS, unavailable, vhost_factory
+from tests.conftest import BROKERS, broker_id, unavailable, vhost_factory
 from tests.services import broker_processes, host_mounts_under, wait_gone
 
 # A dead-lettered message whose publish to the next level was refused or not confirmed (the target
@@ -26,7 +26,7 @@ from tests.services import broker_processes, host_mounts_under, wait_gone
 DEAD_LETTER_RETRY_MS = 5000
 
 
-@pytest.fixture(scope="module", params=list(BROKERS), ids=lambda version: f"rabbitmq-{version}")
+@pytest.fixture(scope="module", params=list(BROKERS), ids=broker_id)
 def cluster(request: pytest.FixtureRequest) -> Iterator[RabbitMqCluster]:
     """Three nodes of one version, clustered with rabbitmqctl join_cluster; stopped by PID afterwards."""
     formed = RabbitMqCluster(

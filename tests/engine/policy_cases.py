@@ -20,6 +20,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 class Case:
     rule: str
     declare: Callable[[str], None]
+    pack_config: dict[str, object] | None = None  # --policy-pack-config, when the rule needs one
 
 
 def empty_password_user(vhost: str) -> None:
@@ -148,6 +149,18 @@ def everything_for_sales(vhost: str) -> None:
     )
 
 
+def master_located_queue(vhost: str) -> None:
+    """RabbitMQ 4.3 refuses the deprecated x-queue-master-locator (denied by default from 4.3.0)."""
+    rabbitmq.Queue(
+        "located",
+        name="located",
+        vhost=vhost,
+        settings=rabbitmq.QueueSettingsArgs(
+            durable=True, arguments={"x-queue-type": "classic", "x-queue-master-locator": "min-masters"}
+        ),
+    )
+
+
 CASES: dict[str, Case] = {
     "empty-password": Case("rabbitmq-user-password-secret", empty_password_user),
     "ttl-policy": Case("delay-queue-broker-policy", ttl_policy_over_the_levels),
@@ -163,4 +176,9 @@ CASES: dict[str, Case] = {
     "delivery-limit-policy": Case("endpoint-queue-delivery-limit", delivery_limit_policy_over_sales),
     "administrator-user": Case("rabbitmq-user-no-broad-tags", administrator_user),
     "everything-for-sales": Case("rabbitmq-user-no-wildcard-permissions", everything_for_sales),
+    "master-locator-on-4.3": Case(
+        "refused-by-broker-version",
+        master_located_queue,
+        {"refused-by-broker-version": {"brokerVersion": "4.3"}},
+    ),
 }

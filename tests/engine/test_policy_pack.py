@@ -9,6 +9,7 @@ is needed: the provider's endpoint is never called.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -85,10 +86,16 @@ def test_a_users_program_passes_the_pack_written_from_the_installed_package(
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_stack_breaking_a_mandatory_rule_fails_the_preview_naming_it(
-    new_stack: Callable[..., Stack], case: str
+    new_stack: Callable[..., Stack], case: str, tmp_path: Path
 ) -> None:
     stack = new_stack(USER_PROGRAM, {"case:name": case})
-    result = preview(stack)
+    pack_config = CASES[case].pack_config
+    if pack_config is None:
+        result = preview(stack)
+    else:
+        config_file = tmp_path / "policy.json"
+        config_file.write_text(json.dumps(pack_config))
+        result = stack.preview("--policy-pack", str(PACK), "--policy-pack-config", str(config_file), check=False)
     assert result.returncode != 0, result.explain()
     assert f"[mandatory]  {CASES[case].rule}" in result.stdout, result.explain()
 

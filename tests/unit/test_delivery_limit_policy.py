@@ -170,6 +170,10 @@ def test_what_nservicebus_refuses_at_start() -> None:
     hidden = refusal(applied_policy="team", effective_policy_definition={"max-length": 9}, delivery_limit=20)
     assert hidden and "has policy 'team' applied, so 'nsb.Sales.delivery-limit' cannot be" in hidden
     assert refusal(broker_version=V3, effective_policy_definition={"delivery-limit": 5}, applied_policy="team")
+    # NServiceBus.RabbitMQ 10 and 11 refuse even RabbitMQ's own unlimited argument (Particular/NServiceBus.RabbitMQ
+    # issue #1828): the broker reports "unlimited", read as -1, from an argument, not from the transport's policy
+    unlimited = refusal(arguments={"x-queue-type": "quorum", "x-delivery-limit": -1}, delivery_limit="unlimited")
+    assert unlimited and "delivery limit -1 from argument x-delivery-limit=-1" in unlimited
 
 
 def conflicts(*policies: rmq.BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:

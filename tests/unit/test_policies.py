@@ -135,7 +135,7 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 26
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 27
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
@@ -707,6 +707,36 @@ def test_a_queue_without_an_explicit_type_is_advised_against() -> None:
         )
     )
     assert run(three_ten, {"queue-arguments-as-read": {"brokerVersion": "3.10"}}) == []
+
+
+def refused_by_version(resources: Iterable[RecordedResource], version: str | None) -> list[Violation]:
+    config = {"refused-by-broker-version": {"brokerVersion": version}} if version else None
+    return [v for v in run(resources, config) if v.policy == "refused-by-broker-version"]
+
+
+def test_what_the_stacks_broker_version_refuses_is_refused() -> None:
+    """RabbitMQ 4.3 refuses x-queue-version 1 and the deprecated x-queue-master-locator (measured on 4.3.6, taken by
+    4.0.5): a queue of the stack that declares them is refused when brokerVersion is 4.3, named with the fix."""
+    target = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+
+    def old_arguments(inputs: dict[str, Any]) -> None:
+        set_queue_argument("x-queue-version", 1)(inputs)
+        set_queue_argument("x-queue-master-locator", "min-masters")(inputs)
+
+    resources = changed(dev_recorded(), target, old_arguments)
+    on_4_3 = refused_by_version(resources, "4.3")
+    assert [v.urn for v in on_4_3] == [target.urn] * 2
+    assert "queue 'Sales': x-queue-version: 1 with brokerVersion '4.3'" in on_4_3[0].message
+    assert "x-queue-leader-locator" in on_4_3[1].message and all(v.mandatory for v in on_4_3)
+    assert refused_by_version(resources, None) == []  # the default, 4.0, takes them
+    assert refused_by_version(changed(dev_recorded(), target, set_queue_argument("x-queue-version", 2)), "4.3") == []
+
+
+def test_a_policy_with_the_master_locator_is_refused_for_4_3() -> None:
+    policy = broker_policy("^Sales$", {"queue-master-locator": "min-masters"}, apply_to="queues")
+    violations = refused_by_version([*dev_recorded(), *policy], "4.3.6")
+    assert [v.urn for v in violations] == [policy[0].urn]
+    assert "queue-master-locator" in violations[0].message and "queue-leader-locator" in violations[0].message
 
 
 # --- delivery limits over endpoint queues (RabbitMQ 4.x, NServiceBus.RabbitMQ 10+) ---------------------------

@@ -140,6 +140,9 @@ def nservicebus_delivery_limit_refusal(
     it. Otherwise an argument or (operator) policy limit is refused; with no limit set, 4.x needs
     the transport's policy, which cannot be applied while another policy is (one policy per queue).
     ``None`` also when the endpoint would create its own policy (it needs policymaker rights for that).
+    NServiceBus.RabbitMQ 11 (11.2.1, ``BrokerVerifier.ShouldOverrideDeliveryLimit``) keeps these rules, the
+    ``^<Regex.Escape(queue)>$`` pattern and 100000 (``SetDeliveryLimitViaPolicy``); it refuses even
+    ``x-delivery-limit: -1``, RabbitMQ's own way to an unlimited limit (Particular/NServiceBus.RabbitMQ issue #1828).
     """
     if queue_type != QueueType.QUORUM:
         return None

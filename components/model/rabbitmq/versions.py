@@ -1,5 +1,5 @@
-"""Which RabbitMQ versions the project supports, and how a version is read (a stack's ``brokerVersion``, a broker's
-report).
+"""Which RabbitMQ versions the project supports, how a version is read (a stack's ``brokerVersion``, a broker's
+report), and what a newer broker refuses that an older one took.
 
 The minimum and the feature flags are NServiceBus.RabbitMQ's (``src/NServiceBus.Transport.RabbitMQ/Administration/
 BrokerVerifier.cs``: 3.10.0, ``stream_queue``, ``quorum_queue``): the v2 graph needs at-least-once dead-lettering.
@@ -8,15 +8,22 @@ BrokerVerifier.cs``: 3.10.0, ``stream_queue``, ``quorum_queue``): the v2 graph n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_BROKER_VERSION",
+    "DEPRECATIONS_DENIED_FROM",
     "FEATURE_FLAG_FIX",
     "MINIMUM_BROKER_VERSION",
+    "POLICY_KEY_REFUSALS",
+    "QUEUE_ARGUMENT_REFUSALS",
     "REQUIRED_FEATURE_FLAGS",
+    "VersionRefusal",
     "broker_version_mismatch",
     "parse_broker_version",
     "parse_reported_broker_version",
+    "refusals_of",
     "shown_version",
 ]
 
@@ -25,8 +32,78 @@ MINIMUM_BROKER_VERSION = (3, 10, 0)  # the oldest broker this project supports (
 REQUIRED_FEATURE_FLAGS = ("quorum_queue", "stream_queue")
 FEATURE_FLAG_FIX = "rabbitmqctl enable_feature_flag {flag}"
 # The broker the stack targets (stack config rabbitmq.brokerVersion): decides whether classic queues carry an
-# explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared.
+# explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared (the same on every 4.x, so
+# the oldest 4.x stays the default), and which declarations the policy pack refuses (QUEUE_ARGUMENT_REFUSALS).
 DEFAULT_BROKER_VERSION = "4.0"
+# RabbitMQ 4.3.0 denies by default what 4.0 deprecated (rabbitmq/rabbitmq-server v4.3.0: the -rabbit_deprecated_feature
+# attributes of deps/rabbit/src/rabbit_queue_location.erl queue_master_locator and rabbit_channel.erl global_qos turn
+# from permitted_by_default to denied_by_default; rabbit_channel:handle_method/3 then handles a global basic.qos as
+# global = false), and takes only classic queue version 2. Measured on 4.3.6. What
+# 4.3.6 still takes: x-queue-mode (rabbit_classic_queue.erl capabilities/0 still lists it among the classic queue's
+# arguments; the v1 graph's level queues carry it), transient non-exclusive queues (4.3.6's rabbit_amqqueue.erl declares
+# transient_nonexcl_queues permitted_by_default, read from its compiled module; the v4.3.0 to v4.3.5 tags declare
+# denied_by_default), and the management metrics collection (rabbit_mgmt_agent_config.erl,
+# management_metrics_collection, permitted_by_default). The project declares neither kind of object.
+DEPRECATIONS_DENIED_FROM = (4, 3, 0)
+
+
+@dataclass(frozen=True)
+class VersionRefusal:
+    """A queue argument or a policy key that brokers from ``refused_from`` refuse (with any value but ``allowed``)."""
+
+    key: str
+    refused_from: tuple[int, int, int]
+    allowed: tuple[object, ...]  # values still taken; empty: any value is refused
+    refusal: str  # what the broker does with it
+    fix: str
+
+    def refuses(self, value: object, broker_version: tuple[int, int, int]) -> bool:
+        allowed = {str(v) for v in self.allowed}
+        return broker_version >= self.refused_from and str(value) not in allowed
+
+
+QUEUE_ARGUMENT_REFUSALS = (
+    # rabbit_amqqueue.erl check_queue_version/2 (v4.3.0): ok only when Val == 2, else "unsupported queue version";
+    # v4.0.5 to v4.2.x take 1 and 2. Measured: 406 PRECONDITION_FAILED "invalid arg 'x-queue-version'" on 4.3.6.
+    VersionRefusal(
+        "x-queue-version",
+        DEPRECATIONS_DENIED_FROM,
+        (2,),
+        "RabbitMQ 4.3 refuses the declaration (PRECONDITION_FAILED: unsupported queue version): it keeps classic "
+        "queues of version 2 only",
+        "remove x-queue-version or set it to 2",
+    ),
+    # rabbit_classic_queue.erl validate_arguments/1 (v4.3.0): unless rabbit_queue_location:master_locator_permitted()
+    # (queue_master_locator, denied by default from 4.3.0), a protocol_error that closes the connection.
+    VersionRefusal(
+        "x-queue-master-locator",
+        DEPRECATIONS_DENIED_FROM,
+        (),
+        "RabbitMQ 4.3 refuses the declaration and closes the connection (INTERNAL_ERROR: deprecated feature "
+        "queue_master_locator, denied by default)",
+        "declare x-queue-leader-locator instead (client-local or balanced)",
+    ),
+)
+POLICY_KEY_REFUSALS = (
+    # rabbit_classic_queue.erl validate_policy/1 (v4.3.0): "use of deprecated queue-master-locator argument is not
+    # permitted" unless queue_master_locator is permitted.
+    VersionRefusal(
+        "queue-master-locator",
+        DEPRECATIONS_DENIED_FROM,
+        (),
+        "RabbitMQ 4.3 refuses the policy (deprecated feature queue_master_locator, denied by default)",
+        "set queue-leader-locator instead (client-local or balanced)",
+    ),
+)
+
+
+def refusals_of(
+    refusals: tuple[VersionRefusal, ...], declared: Mapping[str, object], broker_version: str
+) -> list[tuple[VersionRefusal, object]]:
+    """Each of ``declared`` (queue arguments, a policy definition) that a broker of ``broker_version`` refuses."""
+    version = parse_broker_version(broker_version)
+    return [(r, declared[r.key]) for r in refusals if r.key in declared and r.refuses(declared[r.key], version)]
+
 
 _BROKER_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
