@@ -153,6 +153,7 @@ PACKAGES := components brokers infra pipeline policies stack
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	for package in $(PACKAGES); do ln -sfn "../../$$package" ".mypy-path/nsb_delays/$$package"; done
 	$(VENV)/bin/mypy $(PACKAGES) bench servers
 	PYTHONPATH=.mypy-path:. $(VENV)/bin/lint-imports --no-cache

@@ -43,7 +43,9 @@ TEN_YEARS = 10 * 365 * 86_400  # beyond RabbitMQ's maximum
 def fixture_rows(now):
     rows = [timeout("Sales", -10 - i, i, now=now) for i in range(40)]  # past due
     rows += [timeout("Billing", 100 + 25 * i, 100 + i, now=now) for i in range(30)]  # ≤ 15 min
-    rows += [timeout("Billing", 1925, 200 + i, now=now) for i in range(10)]  # the 1,925 s example of docs.particular.net transports/sqs/delayed-delivery.md
+    rows += [
+        timeout("Billing", 1925, 200 + i, now=now) for i in range(10)
+    ]  # the 1,925 s example of docs.particular.net transports/sqs/delayed-delivery.md
     rows += [timeout("Shipping", 86_400 * (i + 1), 300 + i, now=now) for i in range(10)]  # days
     rows += [timeout("Sales", FIVE_YEARS + i, 400 + i, now=now) for i in range(5)]  # far future
     rows += [timeout("Sales", TEN_YEARS + i, 500 + i, now=now) for i in range(4)]  # beyond max

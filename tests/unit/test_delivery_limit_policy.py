@@ -90,10 +90,24 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
 @pytest.mark.parametrize(("broker_version", "policies"), [("3.10", 0), ("3.13", 0), ("4.0", 1), ("4.1", 1)])
 def test_the_component_declares_the_policy_by_default_from_rabbitmq_4_0(broker_version: str, policies: int) -> None:
     """Below 4.0 there is no default delivery limit to override, and NServiceBus creates no policy there."""
-    build = lambda: RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "policy_scope": "endpoint"})  # noqa: E731
+    build = lambda: RabbitMqEndpoint(
+        "ep",
+        {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "policy_scope": "endpoint"},
+    )  # noqa: E731
     assert len(of_type(declared(build), RABBITMQ_POLICY)) == policies
+
     def forced():
-        return RabbitMqEndpoint("ep", {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "delivery_limit_policies": False, "policy_scope": "endpoint"})
+        return RabbitMqEndpoint(
+            "ep",
+            {
+                "endpoint": "Sales",
+                "park_unroutable": False,
+                "broker_version": broker_version,
+                "delivery_limit_policies": False,
+                "policy_scope": "endpoint",
+            },
+        )
+
     assert of_type(declared(forced), RABBITMQ_POLICY) == []
 
 
@@ -107,7 +121,14 @@ def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() ->
     ]
     per_endpoint = record_stack(
         parse_stack_config(
-            {"rabbitmq": {"endpoints": ["Sales"], "adoptExisting": True, "parkUnroutable": False, "policyScope": "endpoint"}}
+            {
+                "rabbitmq": {
+                    "endpoints": ["Sales"],
+                    "adoptExisting": True,
+                    "parkUnroutable": False,
+                    "policyScope": "endpoint",
+                }
+            }
         )
     )
     assert [(r.physical_name, r.import_id) for r in of_type(per_endpoint, RABBITMQ_POLICY)] == [
@@ -125,7 +146,14 @@ def test_the_config_switch_turns_the_policies_off_and_adoption_imports_them() ->
 
 def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() -> None:
     stack = parse_stack_config(
-        {"rabbitmq": {"vhost": "orders", "endpoints": ["Sales", "team.orders"], "parkUnroutable": False, "policyScope": "endpoint"}}
+        {
+            "rabbitmq": {
+                "vhost": "orders",
+                "endpoints": ["Sales", "team.orders"],
+                "parkUnroutable": False,
+                "policyScope": "endpoint",
+            }
+        }
     )
     document = json.loads(render(stack, "rabbitmq-definitions", "t"))
     assert document["policies"] == [

@@ -92,7 +92,7 @@ STACK = {
 
 
 def test_the_plan_gives_each_endpoint_user_its_grants_in_the_stack_vhost() -> None:
-    plan = (parse_stack_config(STACK).rabbitmq)  # type: ignore[arg-type]
+    plan = parse_stack_config(STACK).rabbitmq  # type: ignore[arg-type]
     assert plan.password_keys == ("salesPassword",)
     (grants,) = plan.grants
     assert (grants.user, grants.vhost) == ("Sales", "shop")

@@ -67,19 +67,29 @@ def test_endpoint_exchanges_get_the_policy_in_the_conventional_topology_only() -
 
 def test_the_stack_switch_turns_parking_off() -> None:
     on = (parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}).rabbitmq).topology
-    off = (
-        parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "parkUnroutable": False}}).rabbitmq
-    ).topology
+    off = (parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "parkUnroutable": False}}).rabbitmq).topology
     parking = rmq.parking_name()
     assert parking in {q.name for q in on.queues} and parking not in {q.name for q in off.queues}
-    assert {t for p in on.policies if p.apply_to == "exchanges" for t in p.targets} == {"nsb.v2.delay-delivery", "Sales"}
+    assert {t for p in on.policies if p.apply_to == "exchanges" for t in p.targets} == {
+        "nsb.v2.delay-delivery",
+        "Sales",
+    }
     assert not [p for p in off.policies if p.apply_to == "exchanges"]
 
 
 def test_the_components_declare_parking_by_policy_never_by_argument() -> None:
     def build() -> None:
         infrastructure = RabbitMqDelayInfrastructure("delays", {})
-        RabbitMqEndpoint("sales", {"endpoint": "Sales", "delivery_limit_policies": False, "policy_scope": "endpoint", "delivery_exchange": infrastructure.delivery_exchange, "parking_exchange": infrastructure.parking_exchange})
+        RabbitMqEndpoint(
+            "sales",
+            {
+                "endpoint": "Sales",
+                "delivery_limit_policies": False,
+                "policy_scope": "endpoint",
+                "delivery_exchange": infrastructure.delivery_exchange,
+                "parking_exchange": infrastructure.parking_exchange,
+            },
+        )
 
     resources = declared(build)
     parking = rmq.parking_name()

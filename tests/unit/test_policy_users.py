@@ -35,7 +35,15 @@ def endpoint_user(vhost: str = "/", delay_graph_vhost: str = "/") -> list[Record
 
     def program() -> None:
         RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": delay_graph_vhost})
-        RabbitMqEndpointUser("sales", {"user": "Sales", "password": pulumi.Output.secret("from-config"), "receiving_queues": ["Sales"], "vhost": vhost})
+        RabbitMqEndpointUser(
+            "sales",
+            {
+                "user": "Sales",
+                "password": pulumi.Output.secret("from-config"),
+                "receiving_queues": ["Sales"],
+                "vhost": vhost,
+            },
+        )
 
     return record(program)
 

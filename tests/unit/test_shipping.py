@@ -51,7 +51,9 @@ def test_every_executor_requirement_is_a_requirement_of_the_package() -> None:
 
 
 def helper(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsb_delays.infra.spark_job", *arguments], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.spark_job", *arguments], capture_output=True, text=True
+    )
 
 
 def test_py_files_needs_one_zip_path(tmp_path: Path) -> None:

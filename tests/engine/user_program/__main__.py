@@ -9,7 +9,17 @@ config = pulumi.Config("case")
 vhost = config.get("vhost") or "/"
 delays = RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": vhost, "broker_version": "3.10"})
 for name in config.get_object("endpoints") or ["Sales", "Billing"]:
-    RabbitMqEndpoint(f"endpoint-{name}", {"endpoint": name, "vhost": vhost, "delivery_limit_policies": False, "delivery_exchange": delays.delivery_exchange, "broker_version": "3.10"}, opts=pulumi.ResourceOptions(depends_on=[delays]))
+    RabbitMqEndpoint(
+        f"endpoint-{name}",
+        {
+            "endpoint": name,
+            "vhost": vhost,
+            "delivery_limit_policies": False,
+            "delivery_exchange": delays.delivery_exchange,
+            "broker_version": "3.10",
+        },
+        opts=pulumi.ResourceOptions(depends_on=[delays]),
+    )
 case = config.get("name")
 if case:
     policy_cases.CASES[case].declare(vhost)

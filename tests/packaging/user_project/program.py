@@ -37,7 +37,15 @@ pulumi.runtime.set_mocks(mocks, project="user-project", stack="dev", preview=Fal
 @pulumi.runtime.test
 def program() -> None:
     delays = RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": "/"})
-    RabbitMqEndpoint("sales", {"endpoint": "Sales", "routing_topology": "conventional", "queue_type": "quorum", "delivery_exchange": delays.delivery_exchange})
+    RabbitMqEndpoint(
+        "sales",
+        {
+            "endpoint": "Sales",
+            "routing_topology": "conventional",
+            "queue_type": "quorum",
+            "delivery_exchange": delays.delivery_exchange,
+        },
+    )
     SqsEndpoint("sales-sqs", {"endpoint": "Sales", "queue_name_prefix": "prod-"})
 
 
