@@ -90,10 +90,11 @@ def test_the_component_declares_the_policy_with_string_definition_values() -> No
 @pytest.mark.parametrize(("broker_version", "policies"), [("3.10", 0), ("3.13", 0), ("4.0", 1), ("4.1", 1)])
 def test_the_component_declares_the_policy_by_default_from_rabbitmq_4_0(broker_version: str, policies: int) -> None:
     """Below 4.0 there is no default delivery limit to override, and NServiceBus creates no policy there."""
-    build = lambda: RabbitMqEndpoint(
-        "ep",
-        {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version, "policy_scope": "endpoint"},
-    )  # noqa: E731
+
+    def build() -> RabbitMqEndpoint:
+        settings = {"endpoint": "Sales", "park_unroutable": False, "broker_version": broker_version}
+        return RabbitMqEndpoint("ep", {**settings, "policy_scope": "endpoint"})  # type: ignore[typeddict-item]
+
     assert len(of_type(declared(build), RABBITMQ_POLICY)) == policies
 
     def forced():
