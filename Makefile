@@ -11,6 +11,10 @@ NODE_STAMP := node_modules/.installed
 # name (servers/debian_mirror.py; DEBIAN_MIRROR=URL overrides it).
 RABBITMQ4_ROOT := $(or $(NSB_RABBITMQ4_ROOT),$(CURDIR)/.cache/rabbitmq-4.0)
 RABBITMQ43_ROOT := $(or $(NSB_RABBITMQ43_ROOT),$(CURDIR)/.cache/rabbitmq-4.3)
+# Exported like NSB_ENGINE_DIR: the demo, and the tests that run it from a directory outside the checkout (tests/docs),
+# find the roots through these, not through the working directory.
+export NSB_RABBITMQ4_ROOT := $(RABBITMQ4_ROOT)
+export NSB_RABBITMQ43_ROOT := $(RABBITMQ43_ROOT)
 # The Spark cluster tier's executors run this Python: the driver's interpreter with only
 # pipeline/executor-requirements.txt, never this package (tests/sparkcluster).
 EXECUTOR_VENV := $(or $(NSB_SPARK_EXECUTOR_VENV),$(CURDIR)/.cache/spark-executor-venv)
@@ -119,7 +123,7 @@ $(NODE_STAMP): package.json package-lock.json
 
 # On the newest broker, RabbitMQ 4.3 from its root (DEMO_ARGS="--rabbitmq-version 3.10": Debian's 3.10).
 demo: setup
-	NSB_RABBITMQ43_ROOT="$(RABBITMQ43_ROOT)" $(VENV)/bin/nsb-delays demo --stack dev $(DEMO_ARGS)
+	$(VENV)/bin/nsb-delays demo --stack dev $(DEMO_ARGS)
 
 # pytest's exit code 5 (no test collected) fails this target like any other failure.
 # pytest-xdist: TEST_WORKERS processes; each tier + broker version is one group (tests/conftest.py), so

@@ -18,7 +18,7 @@ from nsb_delays.brokers.verify import POLICIES_SWITCH, Drift, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
-from nsb_delays.stack.config import StackConfig, parse_stack_config
+from nsb_delays.stack.config import ConfigError, StackConfig, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
@@ -71,8 +71,8 @@ def test_endpoint_queues_get_nservicebus_unlimited_delivery_limit_on_4_0(
 def test_the_nservicebus_policy_on_each_broker_version(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, broker_version: tuple[int, ...]
 ) -> None:
-    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so a real ``pulumi up``
-    fails on the policies (the provider has no preflight), and verify names the switch."""
+    """Version-specific: 4.0 takes the policies; 3.10 refuses apply-to 'quorum_queues', so the program refuses the
+    stack (its brokerVersion is the broker's) before it declares anything, and verify names the switch."""
     stack = small_stack(new_vhost("policy-on"), True)
     up = functools.partial(
         pulumi_up, rabbitmq.management_url, rabbitmq.username, rabbitmq.password, stack.raw["rabbitmq"]
@@ -83,14 +83,16 @@ def test_the_nservicebus_policy_on_each_broker_version(
         assert policies[r"nsb.team.orders.delivery-limit"]["pattern"] == r"^team\.orders$"
         assert verify_rabbitmq(management, stack.rabbitmq) == []
         return
-    # what pulumi up shows of the refusal is only `Error 400 (bad_request): Validation failed` (the reason, apply-to
-    # 'quorum_queues' unrecognised, shows in the definitions import below): the stack config's brokerVersion check
-    # and verify are where a user learns why
+    # the provider itself would answer only `Error 400 (bad_request): Validation failed` part-way through the up;
+    # the stack config's brokerVersion rule refuses first, naming the setting and the fix
     with pytest.raises(
-        PulumiFailed,
-        match=r"(?s)nsb\.\S+\.delivery-limit \*\*creating failed\*\*.*Error 400 \(bad_request\): Validation failed",
+        ConfigError, match=r"deliveryLimitPolicies is true with brokerVersion '3\.10'.*raise brokerVersion"
     ):
+        parse_stack_config({"rabbitmq": stack.raw["rabbitmq"] | {"brokerVersion": rmq.shown_version(broker_version)}})
+    with pytest.raises(PulumiFailed, match="invalid nsb-delays stack config"):
         up()
+    refused = management.definitions(stack.rabbitmq.vhost)
+    assert (refused["exchanges"], refused["queues"], refused["policies"]) == ([], [], [])
     (requirement,) = [d for d in verify_rabbitmq(management, stack.rabbitmq) if d.subject == "broker"]
     reported = rabbitmq.version()
     assert requirement == Drift("different", "broker", f"version ({POLICIES_SWITCH})", ">= 4.0.0", reported)
