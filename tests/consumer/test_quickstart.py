@@ -11,8 +11,10 @@ the test's own (``--local`` is the passwd entry's home, whatever $HOME says).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -25,6 +27,8 @@ from nsb_delays.brokers.management import ManagementApi
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
 from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
+from tests.docs.examples import ConsoleCommand, console_commands, examples
+from tests.docs.live import CONSUMER, missing_lines
 from tests.engine.conftest import require_pulumi
 from tests.packaging.conftest import PROJECT
 
@@ -306,3 +310,63 @@ def test_the_gitlab_pipeline_reviews_merge_requests_and_deploys_the_default_bran
         run_gitlab_job(ci_file, "deploy", ci.checkout, ci.env | variables | {"CI_COMMIT_BEFORE_SHA": before})
     )
     assert "no drift" in deploy.steps[-1].output, deploy.explain()
+
+
+# The tutorial's blocks marked `runs-with: consumer` (docs/tutorials/first-stack.md)
+
+TUTORIAL = PROJECT / "docs" / "tutorials" / "first-stack.md"
+# Pulumi's timings (`created (0.02s)`, `Duration: 5s`): the page's run took its own.
+TIMING = re.compile(r"\(\d+(?:\.\d+)?s\)|Duration: \d+(?:\.\d+)?s")
+ON_OLDEST_BROKER = pytest.mark.parametrize(
+    "rabbitmq", CONSUMER_BROKERS[:1], indirect=True, scope="session", ids=[f"rabbitmq-{CONSUMER_BROKERS[0]}"]
+)
+
+
+def tutorial_commands() -> list[tuple[int, ConsoleCommand]]:
+    """The ``$`` commands of the tutorial's consumer blocks, with their page lines."""
+    blocks = [example.parsed for example in examples([TUTORIAL]) if CONSUMER in example.parsed.runs_with]
+    assert [block.kind for block in blocks] == ["console", "console"], [block.where for block in blocks]
+    return [(block.line_of(command.index), command) for block in blocks for command in console_commands(block.source)]
+
+
+def without_timings(text: str) -> str:
+    return TIMING.sub("(…s)", text)
+
+
+@ON_OLDEST_BROKER
+def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_page_shows(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """Step 2 (``pulumi up --yes``) and step 3 (``pulumi preview --expect-no-changes``) of the tutorial print the page's
+    lines, in order, and exit 0. They run in the project of the tutorial's step 1, which the quickstart made with the
+    same commands: its repository copied (the virtualenvs `pulumi install` made are linked, not made again), on a
+    vhost and a local backend of its own, so that stack prod starts empty as the tutorial's does."""
+    tutorial = tmp_path / "delays"
+    shutil.copytree(repository.path, tutorial, symlinks=True, ignore=shutil.ignore_patterns("venv"))
+    for venv in ("venv", "policies/venv"):
+        (tutorial / venv).symlink_to(repository.path / venv)
+    vhost = f"tutorial-{uuid.uuid4().hex[:6]}"
+    stack_file = tutorial / STACK_FILE
+    assert repository.vhost in stack_file.read_text()  # a name of the test's own: only the vhost's value
+    stack_file.write_text(stack_file.read_text().replace(repository.vhost, vhost))
+    management = ManagementApi(repository.broker.management_url, repository.broker.username, repository.broker.password)
+    management.create_vhost(vhost)
+    backend = tmp_path / "pulumi-state"
+    backend.mkdir()
+    env = repository.env | {"PULUMI_BACKEND_URL": backend.as_uri()}
+    try:
+        dataclasses.replace(repository, path=tutorial, env=env).run("pulumi", "stack", "init", STACK)
+        for line, command in tutorial_commands():
+            result = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command.line],
+                cwd=tutorial, env=env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            output = without_timings(result.stdout + result.stderr)
+            expected = [without_timings(text) for text in command.expected]
+            missing = missing_lines(expected, output, lambda text: False)
+            assert result.returncode == 0 and not missing, (
+                f"{TUTORIAL.name}:{line}: `{command.line}` exited {result.returncode}, lines not printed: {missing}\n"
+                f"{_tail(result)}"
+            )
+    finally:
+        management.delete_vhost(vhost)

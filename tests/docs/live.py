@@ -97,6 +97,8 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
 ]
+# The one service of SERVICES this tier does not set up: the consumer tier runs its blocks (tests/consumer).
+CONSUMER = "consumer"
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
@@ -122,6 +124,9 @@ SERVICES = {
     "parked": "delayed messages for Shipping, which the prod stack dropped, parked on prod; then Shipping recreated "
     "(its queue and delivery binding, as its endpoint's installers declare them), as the page tells the reader to",
     "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
+    CONSUMER: "not in this tier: tests/consumer/test_quickstart.py runs the block in a copy of the README "
+    "quickstart's repository (the project `nsb-delays init` wrote, from the wheel, its virtualenvs made by "
+    "`pulumi install`), on a vhost and a local backend of its own, so its stack prod starts empty",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
