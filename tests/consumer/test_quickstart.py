@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ import pytest
 from nsb_delays.brokers.management import ManagementApi
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
+from tests.consumer.gate import HeldAfterFirstDeclaration
 from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
 from tests.docs.examples import Block, console_commands, examples
 from tests.docs.live import CONSUMER, missing_lines
@@ -409,3 +412,54 @@ def test_the_ci_pages_deploy_on_main_previews_with_the_pack_deploys_and_verifies
     result = tutorial.bash(deploy.source)
     assert result.returncode == 0, f"{deploy.where}: exited {result.returncode}\n{_tail(result)}"
     assert "Loading policy packs...: done" in result.stdout and "no drift" in result.stdout, _tail(result)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (``/proc/<pid>/stat``: the parent is the field after the state)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@ON_OLDEST_BROKER
+def test_the_ci_pages_recovery_after_an_up_killed_midway_deploys_everything_without_drift(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """ci.md's recovery steps after an ``up`` (``PULUMI_SKIP_CHECKPOINTS=true``, a DIY backend) killed midway: the
+    ``up`` is held once the broker has answered its first declaration (tests/consumer/gate.py), then it, the language
+    host and the provider are killed (the page's step 1); the block (steps 2 to 4) exits 0 with no drift, having found
+    the killed update's lock, and replaces or deletes nothing."""
+    recovery = consumer_blocks(CI_PAGE)[1]
+    assert recovery.kind == "bash" and "pulumi cancel" in recovery.source, recovery.where
+    gate = HeldAfterFirstDeclaration(repository.broker.management_port)
+    try:
+        with project_copy(repository, tmp_path, gate.url) as copy:
+            assert copy.env["PULUMI_SKIP_CHECKPOINTS"] == "true"
+            up = subprocess.Popen(
+                ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK], cwd=copy.path, env=copy.env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            try:
+                assert gate.declared.wait(600), "the up declared nothing"
+                assert up.poll() is None, "the up ended while held"
+            finally:
+                for pid in [up.pid, *descendants(up.pid)]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                up.wait()
+            assert list(copy.backend.glob(".pulumi/locks/**/*.json")), "the killed update left no lock"
+            gate.reopen()
+            result = copy.bash(recovery.source)
+            assert result.returncode == 0, f"{recovery.where}: exited {result.returncode}\n{_tail(result)}"
+            assert "no drift" in result.stdout, _tail(result)
+            assert not re.search(r"\d+ (deleted|replaced)", result.stdout), _tail(result)
+    finally:
+        gate.close()

@@ -68,6 +68,7 @@ from tests.docs.live import (
     missing_lines,
     prod_stack,
     pulumi_project,
+    pushed_to_origin,
     rabbitmq_only,
     rabbitmq_stack,
     rabbitmqctl_script,
@@ -165,6 +166,8 @@ def scene(
         deploy(api, folder, moto, drifted="drift" in needs)
     if "git" in needs:
         commit_history(folder, management_url, version)
+    if "origin" in needs:
+        pushed_to_origin(folder, tmp_path / "origin.git")
     if "pulumi" in needs:
         env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
     if "blue-green" in needs:
