@@ -54,7 +54,7 @@ class HeldAfterFirstDeclaration:
     def _copy(self, source: socket.socket, sink: socket.socket, generation: int) -> None:
         try:
             while data := source.recv(65536):
-                if data.startswith(ANSWERED_A_DECLARATION):
+                if not self.declared.is_set() and data.startswith(ANSWERED_A_DECLARATION):  # once: not after reopen
                     self.open.clear()
                     self.declared.set()
                 self.open.wait()
