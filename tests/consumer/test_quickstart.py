@@ -11,8 +11,13 @@ the test's own (``--local`` is the passwd entry's home, whatever $HOME says).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -24,7 +29,10 @@ import pytest
 from nsb_delays.brokers.management import ManagementApi
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
+from tests.consumer.gate import HeldAfterFirstDeclaration
 from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
+from tests.docs.examples import Block, console_commands, examples
+from tests.docs.live import CONSUMER, missing_lines
 from tests.engine.conftest import require_pulumi
 from tests.packaging.conftest import PROJECT
 
@@ -306,3 +314,152 @@ def test_the_gitlab_pipeline_reviews_merge_requests_and_deploys_the_default_bran
         run_gitlab_job(ci_file, "deploy", ci.checkout, ci.env | variables | {"CI_COMMIT_BEFORE_SHA": before})
     )
     assert "no drift" in deploy.steps[-1].output, deploy.explain()
+
+
+# The pages' blocks marked `runs-with: consumer` (tests/docs/live.py SERVICES): first-stack.md, ci.md
+
+FIRST_STACK = PROJECT / "docs" / "tutorials" / "first-stack.md"
+CI_PAGE = PROJECT / "docs" / "how-to" / "ci.md"
+# Pulumi's timings (`created (0.02s)`, `Duration: 5s`): the page's run took its own.
+TIMING = re.compile(r"\(\d+(?:\.\d+)?s\)|Duration: \d+(?:\.\d+)?s")
+ON_OLDEST_BROKER = pytest.mark.parametrize(
+    "rabbitmq", CONSUMER_BROKERS[:1], indirect=True, scope="session", ids=[f"rabbitmq-{CONSUMER_BROKERS[0]}"]
+)
+
+
+def consumer_blocks(page: Path) -> list[Block]:
+    return [example.parsed for example in examples([page]) if CONSUMER in example.parsed.runs_with]
+
+
+def without_timings(text: str) -> str:
+    return TIMING.sub("(…s)", text)
+
+
+@dataclass
+class ProjectCopy:
+    """The quickstart's repository copied: the project of first-stack.md's step 1, which the quickstart made with the
+    same commands (the virtualenvs `pulumi install` made are linked, not made again); on a vhost and a local backend
+    of its own, stack prod initialised and empty."""
+
+    path: Path
+    env: dict[str, str]
+    backend: Path
+
+    def bash(self, script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+            cwd=self.path, env=self.env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def project_copy(repository: Repository, root: Path, management_url: str | None = None) -> Iterator[ProjectCopy]:
+    """``management_url``: the stack's ``rabbitmq:endpoint`` instead of the broker's."""
+    path = root / "delays"
+    shutil.copytree(repository.path, path, symlinks=True, ignore=shutil.ignore_patterns("venv"))
+    for venv in ("venv", "policies/venv"):
+        (path / venv).symlink_to(repository.path / venv)
+    vhost = f"copy-{uuid.uuid4().hex[:6]}"
+    stack_file = path / STACK_FILE
+    text = stack_file.read_text()
+    assert repository.vhost in text and repository.broker.management_url in text
+    text = text.replace(repository.vhost, vhost)  # a name of the test's own: only the vhost's value
+    stack_file.write_text(
+        text.replace(repository.broker.management_url, management_url or repository.broker.management_url)
+    )
+    management = ManagementApi(repository.broker.management_url, repository.broker.username, repository.broker.password)
+    management.create_vhost(vhost)
+    backend = root / "pulumi-state"
+    backend.mkdir()
+    env = repository.env | {"PULUMI_BACKEND_URL": backend.as_uri()}
+    try:
+        dataclasses.replace(repository, path=path, env=env).run("pulumi", "stack", "init", STACK)
+        yield ProjectCopy(path, env, backend)
+    finally:
+        management.delete_vhost(vhost)
+
+
+@pytest.fixture(scope="module")
+def tutorial(repository: Repository, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectCopy]:
+    with project_copy(repository, tmp_path_factory.mktemp("tutorial")) as copy:
+        yield copy
+
+
+@ON_OLDEST_BROKER
+def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_page_shows(
+    tutorial: ProjectCopy,
+) -> None:
+    """Step 2 (``pulumi up --yes``) and step 3 (``pulumi preview --expect-no-changes``) print the page's lines, in
+    order, and exit 0."""
+    blocks = consumer_blocks(FIRST_STACK)
+    assert [block.kind for block in blocks] == ["console", "console"], [block.where for block in blocks]
+    for block in blocks:
+        for command in console_commands(block.source):
+            result = tutorial.bash(command.line)
+            output = without_timings(result.stdout + result.stderr)
+            missing = missing_lines([without_timings(text) for text in command.expected], output, lambda text: False)
+            assert result.returncode == 0 and not missing, (
+                f"{block.page}:{block.line_of(command.index)}: `{command.line}` exited {result.returncode}, lines "
+                f"not printed: {missing}\n{_tail(result)}"
+            )
+
+
+@ON_OLDEST_BROKER
+def test_the_ci_pages_deploy_on_main_previews_with_the_pack_deploys_and_verifies(tutorial: ProjectCopy) -> None:
+    """ci.md's "On main: deploy" block, in the tutorial's project (deployed or not: `up` makes it so)."""
+    deploy = consumer_blocks(CI_PAGE)[0]
+    assert deploy.kind == "bash" and "pulumi up --stack prod --yes" in deploy.source, deploy.where
+    result = tutorial.bash(deploy.source)
+    assert result.returncode == 0, f"{deploy.where}: exited {result.returncode}\n{_tail(result)}"
+    assert "Loading policy packs...: done" in result.stdout and "no drift" in result.stdout, _tail(result)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (``/proc/<pid>/stat``: the parent is the field after the state)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@ON_OLDEST_BROKER
+def test_the_ci_pages_recovery_after_an_up_killed_midway_deploys_everything_without_drift(
+    repository: Repository, tmp_path: Path
+) -> None:
+    """ci.md's recovery steps after an ``up`` (``PULUMI_SKIP_CHECKPOINTS=true``, a DIY backend) killed midway: the
+    ``up`` is held once the broker has answered its first declaration (tests/consumer/gate.py), then it, the language
+    host and the provider are killed (the page's step 1); the block (steps 2 to 4) exits 0 with no drift, having found
+    the killed update's lock, and replaces or deletes nothing."""
+    recovery = consumer_blocks(CI_PAGE)[1]
+    assert recovery.kind == "bash" and "pulumi cancel" in recovery.source, recovery.where
+    gate = HeldAfterFirstDeclaration(repository.broker.management_port)
+    try:
+        with project_copy(repository, tmp_path, gate.url) as copy:
+            assert copy.env["PULUMI_SKIP_CHECKPOINTS"] == "true"
+            up = subprocess.Popen(
+                ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK], cwd=copy.path, env=copy.env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            try:
+                assert gate.declared.wait(600), "the up declared nothing"
+                assert up.poll() is None, "the up ended while held"
+            finally:
+                for pid in [up.pid, *descendants(up.pid)]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                up.wait()
+            assert list(copy.backend.glob(".pulumi/locks/**/*.json")), "the killed update left no lock"
+            gate.reopen()
+            result = copy.bash(recovery.source)
+            assert result.returncode == 0, f"{recovery.where}: exited {result.returncode}\n{_tail(result)}"
+            assert "no drift" in result.stdout, _tail(result)
+            assert not re.search(r"\d+ (deleted|replaced)", result.stdout), _tail(result)
+    finally:
+        gate.close()

@@ -40,6 +40,8 @@ from click.testing import CliRunner
 from sybil import Document, Example, Region
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
+from tests.docs.live import CONSUMER
+
 PROJECT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((PROJECT / "docs").rglob("*.md")), PROJECT / "README.md", PROJECT / "CONTRIBUTING.md"]
 
@@ -411,7 +413,8 @@ def skip_marked(block: Block, parsed: int) -> NoReturn:
 
 def skip_live(block: Block, parsed: int) -> NoReturn:
     parsing = f" ({parsed} {PROGRAM} command line(s) parse)" if parsed else ""
-    pytest.skip(f"{block.where}: runs with {', '.join(block.runs_with)} in test_live_examples.py{parsing}")
+    where = "tests/consumer/test_quickstart.py" if CONSUMER in block.runs_with else "test_live_examples.py"
+    pytest.skip(f"{block.where}: runs with {', '.join(block.runs_with)} in {where}{parsing}")
 
 
 def parse_shell(example: Example, block: Block) -> None:

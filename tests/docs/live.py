@@ -14,6 +14,7 @@ database the role and database the JDBC URLs name.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -56,6 +57,8 @@ WAITING_DELAYS = [600, 3600, 86400]
 PROD_ENDPOINTS_BEFORE = [*PROD_ENDPOINTS, "Shipping"]
 # The drift docs/how-to/drift.md shows: level 3's queue re-declared with another TTL, Shipping's delivery binding gone.
 DRIFTED_LEVEL, DRIFTED_TTL, UNBOUND_ENDPOINT = "nsb.v2.delay-level-03", 9000, "Shipping"
+# The reader's policy.json of ci.md (the --policy-pack-config format): every rule mandatory.
+POLICY_CONFIG = {"all": "mandatory"}
 # The timeout store the pages' JDBC URLs name (jdbc:postgresql://db:5432/app?user=nsb) and the endpoint they migrate.
 DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
 # The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
@@ -97,6 +100,8 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
 ]
+# The one service of SERVICES this tier does not set up: the consumer tier runs its blocks (tests/consumer).
+CONSUMER = "consumer"
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
@@ -107,6 +112,8 @@ SERVICES = {
     "deployed": "the dev and prod stacks provisioned (rabbitmq-definitions imported; with sqs, the CloudFormation "
     "template in moto)",
     "git": "the project folder is a git repository whose previous commit holds an earlier Pulumi.prod.yaml",
+    "origin": "the project folder is a clone of a bare repository (origin) whose main holds the stack files and the "
+    "reader's policy.json (POLICY_CONFIG): origin/main is what was deployed",
     "drift": "drift made on purpose on the dev stack: level 3's TTL changed, Shipping's delivery binding removed",
     "conflicting-policy": "a policy team-retries with delivery-limit 5 over the dev stack's Sales queue",
     "pulumi": "the Pulumi engine (on PATH, else the one make setup built) on a local file backend with a "
@@ -122,6 +129,9 @@ SERVICES = {
     "parked": "delayed messages for Shipping, which the prod stack dropped, parked on prod; then Shipping recreated "
     "(its queue and delivery binding, as its endpoint's installers declare them), as the page tells the reader to",
     "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
+    CONSUMER: "not in this tier: tests/consumer/test_quickstart.py runs the block in a copy of the README "
+    "quickstart's repository (the project `nsb-delays init` wrote, from the wheel, its virtualenvs made by "
+    "`pulumi install`), on a vhost and a local backend of its own, so its stack prod starts empty",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
@@ -202,6 +212,20 @@ def rabbitmq_only(stack_path: Path) -> None:
 
 def git(folder: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def pushed_to_origin(folder: Path, origin: Path) -> None:
+    """``folder`` a repository whose main, holding its files, is pushed to a bare ``origin`` (origin/main fetched)."""
+    (folder / "policy.json").write_text(json.dumps(POLICY_CONFIG))
+    git(origin.parent, "init", "--quiet", "--bare", "--initial-branch", "main", str(origin))
+    git(folder, "init", "--quiet", "--initial-branch", "main")
+    git(folder, "config", "user.email", "docs@example.invalid")
+    git(folder, "config", "user.name", "docs")
+    git(folder, "add", "Pulumi.dev.yaml", "Pulumi.prod.yaml", "policy.json")
+    git(folder, "commit", "--quiet", "-m", "stacks")
+    git(folder, "remote", "add", "origin", str(origin))
+    git(folder, "push", "--quiet", "origin", "main")
+    git(folder, "fetch", "--quiet", "origin")
 
 
 def commit_history(folder: Path, management_url: str, broker_version: str) -> None:

@@ -40,6 +40,7 @@ from tests.docs.live import (
     AMQP_PORT,
     BLUE_GREEN,
     CONFLICTING_POLICY,
+    CONSUMER,
     DATABASE,
     DATABASE_ROLE,
     DRIFTED_LEVEL,
@@ -67,6 +68,7 @@ from tests.docs.live import (
     missing_lines,
     prod_stack,
     pulumi_project,
+    pushed_to_origin,
     rabbitmq_only,
     rabbitmq_stack,
     rabbitmqctl_script,
@@ -75,7 +77,8 @@ from tests.docs.live import (
 from tests.engine.conftest import PASSPHRASE, require_pulumi
 from tests.spark.conftest import create_sql_persistence_table
 
-LIVE = [example.parsed for example in examples() if example.parsed.runs_with]
+MARKED = [example.parsed for example in examples() if example.parsed.runs_with]
+LIVE = [block for block in MARKED if CONSUMER not in block.runs_with]
 # Lines of a page's output that differ from run to run, and why; every other line is compared.
 VARIES = {
     "│ different │ policy team-retries over queue Sales │ delivery-limit │ only from nsb.Sales.delivery-limit (100000) │ 5"
@@ -163,6 +166,8 @@ def scene(
         deploy(api, folder, moto, drifted="drift" in needs)
     if "git" in needs:
         commit_history(folder, management_url, version)
+    if "origin" in needs:
+        pushed_to_origin(folder, tmp_path / "origin.git")
     if "pulumi" in needs:
         env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
     if "blue-green" in needs:
@@ -326,7 +331,7 @@ def test_the_block_runs(block: Block, scene: Scene) -> None:
 
 def test_each_service_a_marker_names_is_used() -> None:
     """A service no block needs is set-up code nothing runs."""
-    used = {name for block in LIVE for name in block.runs_with}
+    used = {name for block in MARKED for name in block.runs_with}
     assert set(SERVICES) - used == set(), shlex.join(sorted(set(SERVICES) - used))
 
 
