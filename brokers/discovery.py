@@ -27,4 +27,4 @@ def read_broker(api: ManagementApi, vhost: str, *, users: bool = True) -> Broker
         raise ManagementError(f"vhost {vhost!r} does not exist on the broker at {api.address}: check --vhost")
     definitions = api.definitions(vhost)
     names = tuple(str(user["name"]) for user in api.users()) if users else ()
-    return BrokerRead(definitions, rmq.shown_version(rmq.parse_reported_broker_version(reported)), names)
+    return BrokerRead(definitions, rmq.broker_version_of(reported), names)

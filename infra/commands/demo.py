@@ -190,7 +190,7 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
     values: dict[str, Any] = {}
     supported = rmq.parse_reported_broker_version(version) >= rmq.MINIMUM_BROKER_VERSION  # older: refused later
     if supported and rmq.broker_version_mismatch(config.broker_version, version) is not None:
-        values[BROKER_VERSION_KEY] = rmq.shown_version(rmq.parse_reported_broker_version(version))
+        values[BROKER_VERSION_KEY] = rmq.broker_version_of(version)
         console.print(
             f"RabbitMQ {version}: provisioning the stack with {BROKER_VERSION_KEY} {values[BROKER_VERSION_KEY]!r} "
             f"(the stack file says {config.broker_version!r})"

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model import rabbitmq as rmq
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
 from tests.consumer.gate import HeldAfterFirstDeclaration
@@ -89,7 +90,7 @@ def _tail(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def _broker_version(broker: LocalRabbitMq) -> str:
-    return ".".join(broker.version().split(".")[:2])
+    return rmq.broker_version_of(broker.version())
 
 
 @pytest.fixture(scope="module")

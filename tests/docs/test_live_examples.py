@@ -136,7 +136,7 @@ def scene(
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "docs").symlink_to(PROJECT / "docs")
-    version = ".".join(rabbitmq.version().split(".")[:2])
+    version = rmq.broker_version_of(rabbitmq.version())
     management_url = f"http://{standard_ports}:{MANAGEMENT_PORT}"
     api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     for user, password in USERS.items():

@@ -21,6 +21,7 @@ __all__ = [
     "REQUIRED_FEATURE_FLAGS",
     "VersionRefusal",
     "broker_version_mismatch",
+    "broker_version_of",
     "parse_broker_version",
     "parse_reported_broker_version",
     "refusals_of",
@@ -135,6 +136,12 @@ def shown_version(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version[:2]))
 
 
+def broker_version_of(reported: str) -> str:
+    """The ``brokerVersion`` a stack gives a broker that reports ``reported``: its ``MAJOR.MINOR`` (``"4.3.6"`` ->
+    ``"4.3"``), the only part ``broker_version_mismatch`` compares."""
+    return shown_version(parse_reported_broker_version(reported))
+
+
 def broker_version_mismatch(broker_version: str, reported: str) -> str | None:
     """The fix when a stack's ``broker_version`` does not describe a broker that reports ``reported`` (``GET
     /api/overview`` ``rabbitmq_version``), or None when it does.
@@ -148,4 +155,4 @@ def broker_version_mismatch(broker_version: str, reported: str) -> str | None:
         return f"upgrade the broker: RabbitMQ {shown_version(MINIMUM_BROKER_VERSION)} is the oldest supported"
     if parse_broker_version(broker_version)[:2] == version[:2]:
         return None
-    return f"set it to {shown_version(version)!r}"
+    return f"set it to {broker_version_of(reported)!r}"
