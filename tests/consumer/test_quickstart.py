@@ -32,7 +32,7 @@ from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
 from tests.consumer.gate import HeldAfterFirstDeclaration
 from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
-from tests.docs.examples import Block, console_commands, examples
+from tests.docs.examples import Block, blocks_run_in, console_commands
 from tests.docs.live import CONSUMER, missing_lines
 from tests.engine.conftest import require_pulumi
 from tests.packaging.conftest import PROJECT
@@ -329,7 +329,7 @@ ON_OLDEST_BROKER = pytest.mark.parametrize(
 
 
 def consumer_blocks(page: Path) -> list[Block]:
-    return [example.parsed for example in examples([page]) if CONSUMER in example.parsed.runs_with]
+    return blocks_run_in(CONSUMER, [page])
 
 
 def without_timings(text: str) -> str:

@@ -40,7 +40,7 @@ from click.testing import CliRunner
 from sybil import Document, Example, Region
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
-from tests.docs.live import CONSUMER
+from tests.docs.live import ELSEWHERE
 
 PROJECT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((PROJECT / "docs").rglob("*.md")), PROJECT / "README.md", PROJECT / "CONTRIBUTING.md"]
@@ -152,6 +152,12 @@ def examples(pages: list[Path] = PAGES) -> list[Example]:
     """Every fenced block of every page, in page order."""
     parser = FencedBlocks()
     return [example for page in pages for example in Document.parse(str(page), parser).examples()]
+
+
+def blocks_run_in(service: str, pages: list[Path] = PAGES) -> list[Block]:
+    """The blocks whose marker names ``service``, one of live.ELSEWHERE: the tier that has it runs them."""
+    assert service in ELSEWHERE, service
+    return [example.parsed for example in examples(pages) if service in example.parsed.runs_with]
 
 
 def fences(pages: list[Path] = PAGES) -> int:
@@ -413,7 +419,7 @@ def skip_marked(block: Block, parsed: int) -> NoReturn:
 
 def skip_live(block: Block, parsed: int) -> NoReturn:
     parsing = f" ({parsed} {PROGRAM} command line(s) parse)" if parsed else ""
-    where = "tests/consumer/test_quickstart.py" if CONSUMER in block.runs_with else "test_live_examples.py"
+    where = next((ELSEWHERE[name] for name in block.runs_with if name in ELSEWHERE), "test_live_examples.py")
     pytest.skip(f"{block.where}: runs with {', '.join(block.runs_with)} in {where}{parsing}")
 
 

@@ -100,8 +100,10 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
 ]
-# The one service of SERVICES this tier does not set up: the consumer tier runs its blocks (tests/consumer).
+# The services of SERVICES this tier does not set up: another tier, where the service runs anyway, runs their blocks
+# (the test module named; each parametrizes over ``blocks_run_in`` its service).
 CONSUMER = "consumer"
+ELSEWHERE = {CONSUMER: "tests/consumer/test_quickstart.py"}
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {

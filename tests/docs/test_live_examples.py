@@ -40,11 +40,11 @@ from tests.docs.live import (
     AMQP_PORT,
     BLUE_GREEN,
     CONFLICTING_POLICY,
-    CONSUMER,
     DATABASE,
     DATABASE_ROLE,
     DRIFTED_LEVEL,
     DRIFTED_TTL,
+    ELSEWHERE,
     ENDPOINT,
     LARGE_BODIES_BUCKET,
     MANAGEMENT_PORT,
@@ -78,7 +78,7 @@ from tests.engine.conftest import PASSPHRASE, require_pulumi
 from tests.spark.conftest import create_sql_persistence_table
 
 MARKED = [example.parsed for example in examples() if example.parsed.runs_with]
-LIVE = [block for block in MARKED if CONSUMER not in block.runs_with]
+LIVE = [block for block in MARKED if not set(block.runs_with) & set(ELSEWHERE)]
 # Lines of a page's output that differ from run to run, and why; every other line is compared.
 VARIES = {
     "│ different │ policy team-retries over queue Sales │ delivery-limit │ only from nsb.Sales.delivery-limit (100000) │ 5"
