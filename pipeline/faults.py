@@ -1,6 +1,7 @@
 """Deliberate crashes at named points of a run, so tests can prove a killed run resumes exactly.
 
-``--fault POINT[:AFTER[:ACTION[:MARKER]]]`` (a test hook, hidden from ``--help``): at ``POINT``, once
+``--fault POINT[:AFTER[:ACTION[:MARKER]]]`` (a test hook, hidden from ``--help``; or ``NSB_DELAYS_FAULT``, so a test
+can stop the very command a page shows, whose resume advice then does not show the hook): at ``POINT``, once
 it was reached ``AFTER`` times in a process, write ``MARKER`` (if given) and then ``raise``, ``hang``
 (sleep until killed, so the test can SIGKILL the whole job at that exact moment) or ``pause`` (wait
 until the test deletes ``MARKER``, so it can break something under the run, then carry on).

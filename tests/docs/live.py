@@ -20,10 +20,12 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from typing import Any
 import yaml
 
 from nsb_delays.brokers.demo_servers import HOST
+from tests.services import ctrl_c_as_from_a_terminal
 
 PROJECT = Path(__file__).resolve().parents[2]
 AMQP_PORT, MANAGEMENT_PORT = 5672, 15672  # RabbitMQ's defaults, which the pages' readers have
@@ -63,6 +66,18 @@ POLICY_CONFIG = {"all": "mandatory"}
 DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
 # The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
 CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
+# The timeouts migrate-timeouts.md moves: the table's (stored-timeouts), due from an hour to 30 days ahead, so the
+# page's --cutoff keeps some and leaves others; and the exports' (exports), in the formats the pipeline reads.
+STORED_TIMEOUTS, EXPORTED_TIMEOUTS = 1200, 100
+EXPORTS = {"exports/timeoutdatas.jsonl": "json", "exports/timeouts.parquet": "parquet"}
+LEDGER_DATABASE = "ledger"  # the export's ledger database the pages' --ledger-jdbc-url names
+# How a stopped run (stopped-run, stopped-export-run) is made: the run's test hook (--fault, pipeline/faults.py)
+# fails it after its tasks published that many batches of that size; the interrupted run (ctrl-c) has its one
+# task held after publishing its second batch, then gets Ctrl-C.
+STOPPED_RUN = ("300", "after-publish:2:raise")
+STOPPED_EXPORT_RUN = ("50", "after-publish:1:raise")
+INTERRUPTED_AT = "after-publish:2:hang"
+FAULT_VARIABLE = "NSB_DELAYS_FAULT"  # the hidden --fault option's variable
 
 
 @dataclass
@@ -72,6 +87,7 @@ class Scene:
     folder: Path
     env: dict[str, str]
     addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port
+    interrupt_when: Path | None = None  # Ctrl-C the block's command once this file exists (ctrl-c)
 
     def substituted(self, text: str) -> str:
         """The text with the reader's addresses replaced by the servers'."""
@@ -96,6 +112,11 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     ("rabbit:15672", "management"),  # a host named rabbit (migrate, exit codes)
     ("rabbit:5672", "amqp"),
     ("db:5432", "postgres"),  # a host named db (the timeout store)
+    # cluster.md's three nodes (rabbit-cluster): rabbit-1's management API is the broker's, its AMQP port refuses
+    ("rabbit-1:15672", "management"),
+    ("rabbit-1:5672", "rabbit-1"),
+    ("rabbit-2:5672", "rabbit-2"),
+    ("rabbit-3:5672", "rabbit-3"),
     # the reader's prod stack is on vhost '/' of a broker of its own; the test's shares the broker with the dev
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
@@ -136,6 +157,24 @@ SERVICES = {
     "`pulumi install`), on a vhost and a local backend of its own, so its stack prod starts empty",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
+    "stored-timeouts": f"the database's Sales table holds {STORED_TIMEOUTS:,} timeouts for Sales, due from an hour "
+    "to 30 days ahead (written as SQL persistence stores them)",
+    "exports": f"exports/timeoutdatas.jsonl (JSON lines) and exports/timeouts.parquet, each {EXPORTED_TIMEOUTS} "
+    "RavenDB TimeoutData documents of Sales, as tests/spark/test_run_export.py writes exports",
+    "ledger-database": f"PostgreSQL with the database {LEDGER_DATABASE} of the role nsb (an export's ledger)",
+    "stopped-run": "a run of the Sales table into the dev stack's broker that stopped after its tasks published "
+    f"batches of {STOPPED_RUN[0]} (failed by the run's test hook, --fault {STOPPED_RUN[1]}): some rows dispatched, "
+    "the rest hidden and pending",
+    "stopped-export-run": f"a run of exports/timeouts.parquet (ledger in {LEDGER_DATABASE}) that stopped before "
+    f"its tasks marked a batch (--fault {STOPPED_EXPORT_RUN[1]}): its rows staged and pending",
+    "ctrl-c": "the block's command runs in a process group of its own and gets SIGINT, as a terminal sends on "
+    "Ctrl-C, once the run's one task (Spark's default parallelism 1, spark-defaults.conf in SPARK_CONF_DIR) has "
+    f"published its second batch, where the run's test hook ({FAULT_VARIABLE}={INTERRUPTED_AT}) holds it: the "
+    "first batch confirmed and marked, the second sent and not marked",
+    "rabbit-cluster": "three nodes rabbit-1..3 stood in for by the one broker: rabbit-1's AMQP port is a closed "
+    "loopback port held bound (refused at once, so the failover starts on rabbit-2), rabbit-2's and rabbit-3's "
+    "are loopback addresses of their own forwarded to the broker (live.StandardPorts); rabbit-1's management API "
+    "is the broker's",
 }
 
 
@@ -264,6 +303,8 @@ class Run:
 
 def run_bash(scene: Scene, script: str, timeout: float = 600) -> Run:
     """The script as a reader pastes it into bash: stopping at the first command that fails."""
+    if scene.interrupt_when is not None:
+        return run_interrupted(scene, script, scene.interrupt_when, timeout)
     completed = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=scene.folder,
@@ -278,6 +319,36 @@ def run_bash(scene: Scene, script: str, timeout: float = 600) -> Run:
     return Run(script, completed.returncode, completed.stdout)
 
 
+def run_interrupted(scene: Scene, script: str, marker: Path, timeout: float) -> Run:
+    """The script as run from a terminal, and Ctrl-C pressed once ``marker`` exists: SIGINT to its process group
+    (a session of its own, SIGINT's default action as a terminal's shell leaves it). What the group still holds
+    afterwards (the task the test hook holds) is killed."""
+    job = subprocess.Popen(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=scene.folder,
+        env=scene.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        preexec_fn=ctrl_c_as_from_a_terminal,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not marker.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if marker.exists():
+            os.killpg(job.pid, signal.SIGINT)
+        output = job.communicate(timeout=timeout)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    reached = "" if marker.exists() else f"\n(never interrupted: {marker} was not written)"
+    return Run(script, job.returncode, output + reached)
+
+
 # Box-drawing characters of rich's tables: a row is compared by its cells, whatever the column widths.
 BOX = re.compile(r"[━─┃│┏┓┗┛┡┩┳┻╇╈┣┫└┘┌┐┴┬├┤┼╋]+")
 
@@ -288,20 +359,28 @@ def flat(text: str) -> str:
     return re.sub(r"\s+", " ", BOX.sub(" ", text)).strip()
 
 
+# ``…`` standing alone (at the start of a line or after a space) elides lines, cells or words: the line is skipped.
+ELIDED = re.compile(r"(?:^|\s)…")
+# A word cut short with ``…`` (``run 39350fc5…:``) stands for any word: a run id, a URN.
+CUT_WORD = re.compile(r"\S*…")
+
+
 def missing_lines(
     expected: list[str], output: str, varies: Callable[[str], bool], *, counts_vary: bool = False
 ) -> list[str]:
-    """The page's output lines not found, in order, in the command's output (an elided line, ``…``, and a line
-    ``varies`` accepts are skipped); ``counts_vary``: any number stands for any other (the page's run moved
-    thousands of messages, the test's a few)."""
+    """The page's output lines not found, in order, in the command's output (a line with an elision, ``…``
+    standing alone, and a line ``varies`` accepts are skipped; a word cut short with ``…`` stands for any
+    word); ``counts_vary``: any number stands for any other (the page's run moved thousands of messages, the
+    test's a few)."""
     haystack, position, missing = flat(output), 0, []
     for line in expected:
         wanted = flat(line)
-        if not wanted or "…" in line or varies(line):
+        if not wanted or ELIDED.search(wanted) or varies(line):
             continue
-        pattern = re.escape(wanted)
+        pieces = [re.escape(piece) for piece in CUT_WORD.split(wanted)]
         if counts_vary:
-            pattern = re.sub(r"\d[\d,]*(?:\\\.\d+)?", r"\\d[\\d,]*(?:\\.\\d+)?", pattern)
+            pieces = [re.sub(r"\d[\d,]*(?:\\\.\d+)?", r"\\d[\\d,]*(?:\\.\\d+)?", piece) for piece in pieces]
+        pattern = r"\S*".join(pieces)
         found = re.compile(pattern).search(haystack, position)
         if found is None:
             missing.append(line)

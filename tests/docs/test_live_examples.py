@@ -31,8 +31,10 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import offline_environment
 from nsb_delays.infra.render import render
+from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from tests.bad_inputs import closed_port
 from tests.broker.in_flight_messages import delayed_message, poison_messages, publish
 from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.docs.examples import PROGRAM, Block, console_commands, examples
@@ -46,7 +48,12 @@ from tests.docs.live import (
     DRIFTED_TTL,
     ELSEWHERE,
     ENDPOINT,
+    EXPORTED_TIMEOUTS,
+    EXPORTS,
+    FAULT_VARIABLE,
+    INTERRUPTED_AT,
     LARGE_BODIES_BUCKET,
+    LEDGER_DATABASE,
     MANAGEMENT_PORT,
     PARKED_MESSAGES,
     PROD_ENDPOINTS,
@@ -55,6 +62,9 @@ from tests.docs.live import (
     PROJECT,
     RETIRED_ENDPOINT,
     SERVICES,
+    STOPPED_EXPORT_RUN,
+    STOPPED_RUN,
+    STORED_TIMEOUTS,
     UNBOUND_ENDPOINT,
     USERS,
     WAITING_DELAYS,
@@ -75,7 +85,8 @@ from tests.docs.live import (
     run_bash,
 )
 from tests.engine.conftest import PASSPHRASE, require_pulumi
-from tests.spark.conftest import create_sql_persistence_table
+from tests.spark.conftest import create_sql_persistence_table, insert_timeouts, timeout, utc_now
+from tests.spark.test_run_export import write_export
 
 MARKED = [example.parsed for example in examples() if example.parsed.runs_with]
 LIVE = [block for block in MARKED if not set(block.runs_with) & set(ELSEWHERE)]
@@ -205,7 +216,72 @@ def scene(
         create_database(postgres.dsn)
     if "conflicting-policy" in needs:
         api.request("PUT", "policies/%2F/team-retries", CONFLICTING_POLICY)
-    return Scene(folder, command_environment(env), addresses)
+    if "rabbit-cluster" in needs:
+        addresses |= cluster_nodes(rabbitmq, request)
+    interrupt_when = migration_state(block, needs, Scene(folder, command_environment(env), addresses), request)
+    if interrupt_when is not None:
+        env |= interrupted_run(folder.parent, interrupt_when)
+    return Scene(folder, command_environment(env), addresses, interrupt_when)
+
+
+def migration_state(block: Block, needs: set[str], scene: Scene, request: pytest.FixtureRequest) -> Path | None:
+    """migrate-timeouts.md's services: the timeouts, exports and ledger database, and the runs that stopped;
+    the file whose existence says when to press Ctrl-C (ctrl-c)."""
+    postgres = request.getfixturevalue("postgres") if needs & {"stored-timeouts", "ledger-database"} else None
+    if "stored-timeouts" in needs:
+        assert postgres is not None and "database" in needs, f"{block.where}: stored-timeouts needs database"
+        store = postgres.dsn.replace("dbname=postgres", f"dbname={DATABASE}")
+        now = utc_now()
+        rows = [timeout(ENDPOINT, 3600 * (1 + index % 720), index, now=now) for index in range(STORED_TIMEOUTS)]
+        insert_timeouts(store, sql_persistence_layout(ENDPOINT, "postgresql").table, rows)
+    if "exports" in needs:
+        now = utc_now()
+        (scene.folder / "exports").mkdir()
+        for path, export_format in EXPORTS.items():
+            rows = [timeout(ENDPOINT, 3600 * (1 + index), index, now=now) for index in range(EXPORTED_TIMEOUTS)]
+            write_export(scene.folder / path, export_format, rows, owner=ENDPOINT)
+    if "ledger-database" in needs:
+        assert postgres is not None
+        scene.addresses["postgres"] = f"{HOST}:{postgres.port}"
+        with psycopg.connect(postgres.dsn, autocommit=True) as connection:
+            connection.execute(f"drop database if exists {LEDGER_DATABASE}")
+            connection.execute(f"create database {LEDGER_DATABASE} owner {DATABASE_ROLE}")
+    amqp = "--amqp-url 'amqp://user:pass@rabbit:5672/%2F' --management-url http://rabbit:15672 --no-progress"
+    if "stopped-run" in needs:
+        batch_size, fault = STOPPED_RUN
+        stop_a_run(block, scene, f"--source-jdbc 'jdbc:postgresql://db:5432/{DATABASE}?user={DATABASE_ROLE}' "
+                   f"--endpoint {ENDPOINT} {amqp} --batch-size {batch_size} --fault {fault}")  # fmt: skip
+    if "stopped-export-run" in needs:
+        batch_size, fault = STOPPED_EXPORT_RUN
+        stop_a_run(block, scene, f"--source-path exports/timeouts.parquet --endpoint {ENDPOINT} "
+                   f"--ledger-jdbc-url 'jdbc:postgresql://db:5432/{LEDGER_DATABASE}?user={DATABASE_ROLE}' "
+                   f"{amqp} --batch-size {batch_size} --fault {fault}")  # fmt: skip
+    return scene.folder.parent / "interrupt-now" if "ctrl-c" in needs else None
+
+
+def stop_a_run(block: Block, scene: Scene, arguments: str) -> None:
+    """``migrate run`` with ``arguments``, which make it fail mid-way: it must exit 1, a run that stopped."""
+    run = run_bash(scene, scene.substituted(f"nsb-delays migrate run {arguments}  || test $? -eq 1"))
+    if run.returncode != 0 or "the run stopped:" not in run.output:
+        pytest.fail(f"{block.where}: making a run that stopped: {run.explain()}", pytrace=False)
+
+
+def interrupted_run(folder: Path, marker: Path) -> dict[str, str]:
+    """The environment of a run that Ctrl-C stops where live.INTERRUPTED_AT holds its one task."""
+    configuration = folder / "spark-conf"
+    configuration.mkdir()
+    (configuration / "spark-defaults.conf").write_text("spark.default.parallelism 1\n")
+    return {"SPARK_CONF_DIR": str(configuration), FAULT_VARIABLE: f"{INTERRUPTED_AT}:{marker}"}
+
+
+def cluster_nodes(rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest) -> dict[str, str]:
+    """rabbit-1's AMQP port closed (held bound), rabbit-2's and rabbit-3's forwarded to the broker."""
+    nodes = {"rabbit-1": f"{HOST}:{closed_port()}"}
+    for node in ("rabbit-2", "rabbit-3"):
+        forwarder = StandardPorts({AMQP_PORT: rabbitmq.amqp_port})
+        request.addfinalizer(forwarder.close)
+        nodes[node] = f"{forwarder.host}:{AMQP_PORT}"
+    return nodes
 
 
 def leave_delays_waiting(rabbitmq: LocalRabbitMq, vhost: str, generation: str = "v2", *, poison: int = 0) -> None:
@@ -372,3 +448,20 @@ def test_where_counts_vary_any_number_stands_for_any_other_and_the_words_still_c
     assert missing_lines(page, output, lambda line: False, counts_vary=True) == []
     assert missing_lines(page, output, lambda line: False) == page
     assert missing_lines(["moved 5 queue(s)"], output, lambda line: False, counts_vary=True) == ["moved 5 queue(s)"]
+
+
+def test_a_word_cut_short_stands_for_any_word_and_an_elision_standing_alone_skips_the_line() -> None:
+    output = (
+        "nsb-delays migrate run: interrupted. run 5d1f0c2a9e: 1,200 hidden, 300 dispatched.\n"
+        "restore: nsb-delays migrate abort --endpoint Sales --run-id 5d1f0c2a9e\n"
+    )
+    page = [
+        "nsb-delays migrate run: interrupted. run 39350fc5…: 1,200 hidden, 300 dispatched.",
+        "restore: nsb-delays migrate abort --endpoint Sales --run-id 39350fc5…",
+    ]
+    assert missing_lines(page, output, lambda line: False) == []
+    wrong = ["restore: nsb-delays migrate abort --endpoint Billing --run-id 39350fc5…"]
+    assert missing_lines(wrong, output, lambda line: False) == wrong  # the rest of the line still counts
+    assert missing_lines(["run 39350fc5…: 1,300 hidden"], output, lambda line: False) == ["run 39350fc5…: 1,300 hidden"]
+    elided = ["… (138 resources)", "│ …   │      │", "# send them back …", "# … or purge it"]
+    assert missing_lines(elided, output, lambda line: False) == []

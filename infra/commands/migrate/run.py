@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 @click.option("--quarantine", "quarantine_path", help="JSON-lines file for rows that cannot be migrated.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="A progress bar of rows dispatched.")
 @ledger_option
-@click.option("--fault", hidden=True, help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
+@click.option("--fault", hidden=True, envvar="NSB_DELAYS_FAULT", help="Test hook: POINT[:AFTER[:raise|hang[:MARKER]]].")
 @click.pass_context
 def run(context: click.Context, /, **values: Any) -> None:
     """Hide the selected timeouts from the legacy manager (an export: load them into the ledger database),
