@@ -68,13 +68,13 @@ DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
 CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
 # The timeouts migrate-timeouts.md moves: the table's (stored-timeouts), due from an hour to 30 days ahead, so the
 # page's --cutoff keeps some and leaves others; and the exports' (exports), in the formats the pipeline reads.
-STORED_TIMEOUTS, EXPORTED_TIMEOUTS = 1200, 100
+STORED_TIMEOUTS, EXPORTED_TIMEOUTS = 120, 100
 EXPORTS = {"exports/timeoutdatas.jsonl": "json", "exports/timeouts.parquet": "parquet"}
 LEDGER_DATABASE = "ledger"  # the export's ledger database the pages' --ledger-jdbc-url names
 # How a stopped run (stopped-run, stopped-export-run) is made: the run's test hook (--fault, pipeline/faults.py)
 # fails it after its tasks published that many batches of that size; the interrupted run (ctrl-c) has its one
 # task held after publishing its second batch, then gets Ctrl-C.
-STOPPED_RUN = ("300", "after-publish:2:raise")
+STOPPED_RUN = ("30", "after-publish:2:raise")
 STOPPED_EXPORT_RUN = ("50", "after-publish:1:raise")
 INTERRUPTED_AT = "after-publish:2:hang"
 FAULT_VARIABLE = "NSB_DELAYS_FAULT"  # the hidden --fault option's variable

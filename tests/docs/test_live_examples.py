@@ -1,8 +1,9 @@
 """Every ``<!-- runs-with: … -->`` block of the documentation, run against the services it names (issue 30, item 6).
 
 A shell block runs as a reader pastes it into bash and must exit 0; a console block runs each ``$`` command and must
-print the page's output lines (an elided ``…`` line and the lines of ``VARIES`` aside) and exit as the page shows;
-an output block runs the command its marker names (``output of:``) and must print the block. What each service
+print the page's output lines (a line eliding something with ``…`` and the lines of ``VARIES`` aside; a word cut
+short, ``39350fc5…``, stands for any word) and exit as the page shows; an output block runs the command its marker
+names (``output of:``) and must print the block. What each service
 name provides, and the one table of the reader's addresses the test replaces: tests/docs/live.py.
 
 The docs tier proves that the documented commands work, not how broker versions differ (the broker tier does):
@@ -360,6 +361,7 @@ def create_database(dsn: str) -> None:
     """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(f"drop database if exists {DATABASE}")
+        connection.execute(f"drop database if exists {LEDGER_DATABASE}")  # the role's too (ledger-database)
         connection.execute(f"drop role if exists {DATABASE_ROLE}")
         connection.execute(f"create role {DATABASE_ROLE} login")
         connection.execute(f"create database {DATABASE} owner {DATABASE_ROLE}")
