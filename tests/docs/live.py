@@ -61,6 +61,11 @@ DRIFTED_LEVEL, DRIFTED_TTL, UNBOUND_ENDPOINT = "nsb.v2.delay-level-03", 9000, "S
 POLICY_CONFIG = {"all": "mandatory"}
 # The timeout store the pages' JDBC URLs name (jdbc:postgresql://db:5432/app?user=nsb) and the endpoint they migrate.
 DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
+# The stuck level stuck-level.md shows (Particular/NServiceBus.RabbitMQ#1407, parking off): delayed messages for
+# the retired endpoint, which no delivery binding routes, expire out of level 1 (a 2 s delay's highest bit) and wait
+# in its dead-letter backlog; messages for Sales a long way off (2^21 s) wait in level 21.
+STUCK_LEVEL, STUCK_MESSAGES = 1, 3
+LONG_DELAY_LEVEL, LONG_DELAY_MESSAGES = 21, 4
 # The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
 CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
 
@@ -134,6 +139,9 @@ SERVICES = {
     CONSUMER: "not in this tier: tests/consumer/test_quickstart.py runs the block in a copy of the README "
     "quickstart's repository (the project `nsb-delays init` wrote, from the wheel, its virtualenvs made by "
     "`pulumi install`), on a vhost and a local backend of its own, so its stack prod starts empty",
+    "stuck-level": "the prod stack with parking off (parkUnroutable: false; before deployed provisions it), "
+    "delayed messages for Sales waiting in level 21 and, for Shipping, which no delivery binding routes, in level "
+    "1's dead-letter backlog: the management API shows the backlog once it is set up",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
@@ -162,6 +170,13 @@ def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -
             "nsb-delays:msmq": {"endpoints": endpoints},
         }
     )
+
+
+def without_parking(stack_path: Path) -> None:
+    """The stack file with ``parkUnroutable: false``: an unroutable delayed message then waits in its level."""
+    data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
+    data["config"]["nsb-delays:rabbitmq"]["parkUnroutable"] = False
+    stack_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def rabbitmq_stack(management_url: str, broker_version: str, vhost: str, username: str, password: str) -> str:
