@@ -108,7 +108,11 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 # The services of SERVICES this tier does not set up: another tier, where the service runs anyway, runs their blocks
 # (the test module named; each parametrizes over ``blocks_run_in`` its service).
 CONSUMER = "consumer"
-ELSEWHERE = {CONSUMER: "tests/consumer/test_quickstart.py"}
+PULUMI_YAML = "pulumi-yaml"
+ELSEWHERE = {
+    CONSUMER: "tests/consumer/test_quickstart.py",
+    PULUMI_YAML: "tests/engine/test_components_from_other_languages.py",
+}
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
@@ -142,6 +146,9 @@ SERVICES = {
     "stuck-level": "the prod stack with parking off (parkUnroutable: false; before deployed provisions it), "
     "delayed messages for Sales waiting in level 21 and, for Shipping, which no delivery binding routes, in level "
     "1's dead-letter backlog: the management API shows the backlog once it is set up",
+    PULUMI_YAML: "not in this tier: tests/engine/test_components_from_other_languages.py runs the block's command in "
+    "a copy of its Pulumi YAML program (component_programs/yaml: brokerVersion read from the stack's config, "
+    "\"3.10\" there) with the provider's plugin, on a stack of the engine tier's local backend",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
