@@ -109,7 +109,9 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 # (the test module named; each parametrizes over ``blocks_run_in`` its service).
 CONSUMER = "consumer"
 PULUMI_YAML = "pulumi-yaml"
+CHECKOUT_COPY = "checkout-copy"
 ELSEWHERE = {
+    CHECKOUT_COPY: "tests/consumer/test_from_a_checkout.py",
     CONSUMER: "tests/consumer/test_quickstart.py",
     PULUMI_YAML: "tests/engine/test_components_from_other_languages.py",
 }
@@ -128,9 +130,10 @@ SERVICES = {
     "drift": "drift made on purpose on the dev stack: level 3's TTL changed, Shipping's delivery binding removed",
     "conflicting-policy": "a policy team-retries with delivery-limit 5 over the dev stack's Sales queue",
     "pulumi": "the Pulumi engine (on PATH, else the one make setup built) on a local file backend with a "
-    "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
-    "dropped: the engine built here has no AWS provider)",
+    "passphrase, in a project running this package's program and policy pack (policies/); stack prod initialised "
+    "(its SQS and MSMQ sections dropped: the engine built here has no AWS provider)",
     "pulumi-up": "stack prod deployed by `pulumi up`",
+    "pulumi-dev": "with pulumi: stack dev initialised too (its SQS and MSMQ sections dropped, as prod's)",
     "blue-green": "stacks blue and green (Pulumi.blue.yaml, Pulumi.green.yaml: vhosts of the one broker standing in "
     "for two), both provisioned, delayed messages waiting on blue",
     "aws-stack": "stack aws (Pulumi.aws.yaml: the endpoints' SQS queues, in moto) and the bucket nsb-large-bodies; "
@@ -147,8 +150,11 @@ SERVICES = {
     "delayed messages for Sales waiting in level 21 and, for Shipping, which no delivery binding routes, in level "
     "1's dead-letter backlog: the management API shows the backlog once it is set up",
     PULUMI_YAML: "not in this tier: tests/engine/test_components_from_other_languages.py runs the block's command in "
-    "a copy of its Pulumi YAML program (component_programs/yaml: brokerVersion read from the stack's config, "
-    "\"3.10\" there) with the provider's plugin, on a stack of the engine tier's local backend",
+    "a copy of its Pulumi YAML program (component_programs/yaml, with the page's component only: brokerVersion read "
+    "from the stack's config, \"3.10\" there) with the provider's plugin, on a stack of the engine tier's backend",
+    CHECKOUT_COPY: "not in this tier: tests/consumer/test_from_a_checkout.py runs the block in a copy of the "
+    "checkout's files (as a fresh clone has them), with a new virtualenv's python and pip first on PATH (PyPA build "
+    "installed in it); the page's version must be pyproject.toml's",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
 }
@@ -224,6 +230,7 @@ def pulumi_project(folder: Path) -> None:
         "virtualenv"
     ]
     (folder / virtualenv).symlink_to(Path(sys.prefix))
+    (folder / "policies").symlink_to(PROJECT / "policies")  # the pack, run in that virtualenv (its ../.venv)
 
 
 def rabbitmq_only(stack_path: Path) -> None:

@@ -179,7 +179,7 @@ def scene(
     if "origin" in needs:
         pushed_to_origin(folder, tmp_path / "origin.git")
     if "pulumi" in needs:
-        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
+        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs, dev="pulumi-dev" in needs)
     if "blue-green" in needs:
         for vhost in BLUE_GREEN:
             reset_vhost(api, vhost)
@@ -295,18 +295,21 @@ def deploy(api: ManagementApi, folder: Path, moto: LocalMoto | None, *, drifted:
         provision_sqs(dataclasses.replace(moto, region=PROD_REGION), prod, "prod", "nsb-delays-prod-sqs")
 
 
-def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) -> dict[str, str]:
-    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend; the
-    environment of the engine's commands."""
-    rabbitmq_only(folder / "Pulumi.prod.yaml")
+def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool, dev: bool = False) -> dict[str, str]:
+    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend, and with
+    ``dev`` stack dev too; the environment of the engine's commands."""
+    stacks = ["prod", "dev"] if dev else ["prod"]
+    for stack in stacks:
+        rabbitmq_only(folder / f"Pulumi.{stack}.yaml")
     pulumi_project(folder)
     backend.mkdir()
     env = env | offline_environment(require_pulumi(), backend, PASSPHRASE)
-    steps = [["stack", "init", "prod"]] + ([["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else [])
+    steps = [["stack", "init", stack] for stack in stacks]
+    steps += [["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else []
     for arguments in steps:
         run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
         if run.returncode != 0:
-            pytest.fail(f"setting up stack prod: {run.explain()}", pytrace=False)
+            pytest.fail(f"setting up the stacks: {run.explain()}", pytrace=False)
     return env
 
 
