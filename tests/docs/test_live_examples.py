@@ -171,6 +171,7 @@ def scene(
         addresses["moto"] = moto.endpoint_url.removeprefix("http://")
         env |= aws_environment(moto)
     if "stuck-level" in needs:
+        assert "deployed" in needs, f"{block.where}: stuck-level needs deployed"
         without_parking(folder / "Pulumi.prod.yaml")
     if "deployed" in needs:
         deploy(api, folder, moto, drifted="drift" in needs)
