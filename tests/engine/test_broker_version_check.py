@@ -89,12 +89,6 @@ def test_the_readme_example_for_another_release_is_refused_before_anything_is_cr
     given = another_release(broker_version)
     stack = new_stack(rabbitmq, "readme", readme_project(tmp_path / "project", vhost, given))
     result = stack.up(check=False)
-    print(
-        "OUTPUT>>",
-        result.output,
-        "<<",
-        stack.engine.run("stack", "export", "--stack", stack.name, cwd=stack.project_dir).stdout,
-    )
     assert_refused(result.output, result.returncode, "broker_version", given, broker_version)
     assert state_resources(stack) == []
     assert objects_in(management, vhost) == []
