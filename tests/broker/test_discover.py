@@ -25,8 +25,7 @@ pytestmark = pytest.mark.broker
 
 
 def login(rabbitmq: LocalRabbitMq, vhost: str) -> list[str]:
-    return ["--management-url", rabbitmq.management_url, "--username", rabbitmq.username,
-            "--password", rabbitmq.password, "--vhost", vhost]  # fmt: skip
+    return [*estate.login(rabbitmq), "--vhost", vhost]
 
 
 @pytest.mark.parametrize("topology", ["conventional", "direct"])
