@@ -12,11 +12,14 @@ import pytest
 
 from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.demo_servers import HOST
+from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.pipeline.environment_checks import rabbitmq_problems
 from servers.rabbitmq import LocalRabbitMq
+from tests.spark.conftest import provision_vhost
 
 pytestmark = pytest.mark.broker
+ENDPOINT = "Sales"
 
 
 @pytest.fixture
@@ -37,9 +40,12 @@ def test_a_management_user_with_permissions_on_the_vhost_passes(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, operator: tuple[str, str]
 ) -> None:
     vhost = new_vhost("migrate-login")
+    provision_vhost(rabbitmq, vhost, [ENDPOINT])
     grant = {"configure": "", "write": ".*", "read": ".*"}
     management.request("PUT", f"permissions/{path_segment(vhost)}/{operator[0]}", grant)
     assert problems_for(rabbitmq, operator, vhost) == []
+    # then the run checks its destinations with the same login (exchanges, bindings, queues): found, no refusal
+    check_destinations(ManagementApi(rabbitmq.management_url, *operator), [ENDPOINT], vhost=vhost)
 
 
 def test_a_vhost_the_user_has_no_permissions_on_is_named_with_the_user(
