@@ -76,7 +76,7 @@ class Scene:
 
     folder: Path
     env: dict[str, str]
-    addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port
+    addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port (or path)
 
     def substituted(self, text: str) -> str:
         """The text with the reader's addresses replaced by the servers'."""
@@ -101,6 +101,15 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     ("rabbit:15672", "management"),  # a host named rabbit (migrate, exit codes)
     ("rabbit:5672", "amqp"),
     ("db:5432", "postgres"),  # a host named db (the timeout store)
+    # the Spark cluster of migrate-timeouts.md: its master, a Connect server (its URL, the /dev/tcp path a reader
+    # waits on, the port it is started on) and the paths on the cluster's machines
+    ("spark-master:7077", "spark-master"),
+    ("spark-connect:15002", "spark-connect"),
+    ("spark-connect/15002", "spark-connect-tcp"),
+    ("grpc.binding.port=15002", "spark-connect-port"),
+    ("/usr/share/java/postgresql.jar", "postgres-jdbc-jar"),  # the PostgreSQL JDBC driver
+    ("/opt/nsb-executor/bin/python", "executor-python"),  # the executors' Python
+    ("/opt/nsb-connect", "connect-venv"),  # the Connect client's virtualenv
     # the reader's prod stack is on vhost '/' of a broker of its own; the test's shares the broker with the dev
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
@@ -110,10 +119,14 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 CONSUMER = "consumer"
 PULUMI_YAML = "pulumi-yaml"
 CHECKOUT_COPY = "checkout-copy"
+SPARK_CLUSTER, SPARK_CONNECT = "spark-cluster", "spark-connect"
+SPARK_BLOCKS = "tests/sparkcluster/test_documented_blocks.py"
 ELSEWHERE = {
     CHECKOUT_COPY: "tests/consumer/test_from_a_checkout.py",
     CONSUMER: "tests/consumer/test_quickstart.py",
     PULUMI_YAML: "tests/engine/test_components_from_other_languages.py",
+    SPARK_CLUSTER: SPARK_BLOCKS,
+    SPARK_CONNECT: SPARK_BLOCKS,
 }
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
@@ -157,6 +170,16 @@ SERVICES = {
     "installed in it); the page's version must be pyproject.toml's",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
+    SPARK_CLUSTER: f"not in this tier: {SPARK_BLOCKS} runs the block in the cluster tier: its standalone master and "
+    "executors' Python, its PostgreSQL as `database` here with timeouts of Sales in the table (some due, some an "
+    "hour out), its RabbitMQ 3.10 with the pages' users and Sales's delay graph on vhost '/'; the operator's shell "
+    "has the project's virtualenv first on PATH and the cluster's SPARK_HOME, SPARK_CONF_DIR (spark-defaults.conf: "
+    "no web UI, a Connect server on 127.0.0.1 only), SPARK_LOG_DIR and SPARK_PID_DIR of the test's own",
+    SPARK_CONNECT: f"not in this tier: {SPARK_BLOCKS} runs it as spark-cluster's, the Connect server it starts on a "
+    "free port and stopped after it; two lines changed: `pip install --no-deps nsb-delays` installs the session's "
+    "wheel (the package is not on an index), and the virtualenv the line before makes does not install "
+    "connect-requirements.txt again (1.2 GB, a minute with pip's cache warm) but is given the packages of the one "
+    "`make setup` installed from the same file (NSB_SPARK_CONNECT_VENV; the line compares the two files first)",
 }
 
 
