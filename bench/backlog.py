@@ -26,7 +26,7 @@ application setting read by ``rabbit_fifo_dlx_worker:handle_continue/2`` in 3.10
 rabbitmq.conf key maps to it), the backlog still parked, and (a) and (c) are measured again.
 
 Figures are printed with the machine's load average (the machine is shared), never asserted.
-``NSB_BENCH_RABBITMQ=4.0`` runs the tests' Debian 13 RabbitMQ 4.0 chroot instead of Debian 12's 3.10.
+``NSB_BENCH_RABBITMQ=4.3`` (or ``4.0``) runs the tests' chroot of that RabbitMQ instead of Debian 12's 3.10.
 A quick run (about 5 minutes): ``NSB_BENCH_BACKLOG=20000 NSB_BENCH_BURST=5000 NSB_BENCH_SECONDS=5
 NSB_BENCH_DLX_PREFETCH=512 python -m bench backlog``; the full run takes about 40 minutes
 (``NSB_BENCH_DLX_PREFETCH=2048``: 24 minutes at load 4–14 on 2 cores).
@@ -52,7 +52,7 @@ from nsb_delays.brokers.messages import RabbitMqMessage, outgoing, rabbitmq_mess
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
-from servers.rabbitmq import LocalRabbitMq
+from servers.rabbitmq import LocalRabbitMq, broker_of
 
 from .broker import LATENESS_DELAYS, RATE_PER_SECOND, STEADY_SECONDS, Lateness, stream_lateness
 from .measures import load
@@ -316,11 +316,7 @@ def main() -> None:
     assert stack.rabbitmq is not None
     rabbitmq = stack.rabbitmq
     endpoints = [endpoint.endpoint for endpoint in rabbitmq.endpoints]
-    broker_type: type[LocalRabbitMq] = LocalRabbitMq
-    if BROKER == "4.0":
-        from servers.rabbitmq import ChrootRabbitMq
-
-        broker_type = ChrootRabbitMq
+    broker_type = broker_of(BROKER, "NSB_BENCH_RABBITMQ")
     with broker_type() as broker, broker_type() as twin:
         for node in (broker, twin):
             api = ManagementApi(node.management_url, node.username, node.password)

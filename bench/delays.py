@@ -18,7 +18,7 @@ this machine's cores (both busy, nothing else running). Last, the broker's own s
 alone on a third copy: every v1 message taken (consume, ``multiple`` acks) and the same messages put into
 the v2 graph (publish + confirm), and the rate that share alone allows with a client that costs nothing.
 N: ``NSB_BENCH_DELAYS_MESSAGES`` (default 100,000) or ``python -m bench.delays N``; the broker is
-3.10, or 4.0 with ``NSB_BENCH_RABBITMQ=4.0``. Figures are what
+3.10, or 4.3 / 4.0 with ``NSB_BENCH_RABBITMQ=4.3`` / ``4.0``. Figures are what
 this run saw on this (shared) machine, never asserted.
 """
 
@@ -41,7 +41,7 @@ from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo import import_definitions
 from nsb_delays.stack.config import parse_stack_config
-from servers.rabbitmq import LocalRabbitMq
+from servers.rabbitmq import LocalRabbitMq, broker_of
 
 from .measures import load, tree_cpu_seconds
 
@@ -206,12 +206,8 @@ def delays_migrate(broker: LocalRabbitMq, vhost: str, *options: str) -> tuple[fl
 
 
 def broker_under_test() -> LocalRabbitMq:
-    """RabbitMQ 3.10 (Debian 12), or 4.0 (the test tier's chroot) with ``NSB_BENCH_RABBITMQ=4.0``."""
-    if os.environ.get("NSB_BENCH_RABBITMQ", "3.10") == "4.0":
-        from servers.rabbitmq import ChrootRabbitMq
-
-        return ChrootRabbitMq()
-    return LocalRabbitMq()
+    """RabbitMQ 3.10 (Debian 12), or another the tests run (``NSB_BENCH_RABBITMQ=4.3``, ``4.0``: their chroots)."""
+    return broker_of(os.environ.get("NSB_BENCH_RABBITMQ", "3.10"), "NSB_BENCH_RABBITMQ")()
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
-"""A real ``pulumi up`` of the delay graph plus 100, 300 and 1,000 endpoints into a fresh RabbitMQ 3.10 and 4.0,
+"""A real ``pulumi up`` of the delay graph plus 100, 300 and 1,000 endpoints into a fresh RabbitMQ 3.10 and 4.3,
 against the ceiling: the same objects created by a bare client through the management API at the same parallelism.
 
 (a) ``up``: wall time and objects/s of ``pulumi up --parallel P`` (the program, the engine, the RabbitMQ provider),
     each size into a vhost of its own, against the baseline (bench/pulumi_measures.py ``baseline``: the same
-    exchanges, queues and policies, then the bindings, P threads). On 4.0 the stack declares delivery-limit
+    exchanges, queues and policies, then the bindings, P threads). On 4.x the stack declares delivery-limit
     policies, on 3.10 not. Each size with PULUMI_SKIP_CHECKPOINTS=true (one state write at the end; pulumi/pulumi
     sdk/go/common/env/env.go SkipCheckpoints) and, up to NSB_BENCH_PULUMI_CHECKPOINTED_MAX endpoints (default
     300), as a DIY backend runs by default (the whole state written after every step). Targets: up within 2x of
@@ -19,7 +19,7 @@ against the ceiling: the same objects created by a bare client through the manag
     (policyScope endpoint), the latter up to NSB_BENCH_PULUMI_PER_OBJECT_MAX endpoints (default 300: 1,000 took
     21 min and failed before combined policies).
 Each row prints the 1-minute load average at its start and end. Figures are printed, never asserted.
-Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.0),
+Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.3),
 NSB_BENCH_PULUMI_PARALLEL (default 16).
 """
 
@@ -41,7 +41,7 @@ from nsb_delays.infra.pulumi_engine import (
     provider_credentials,
 )
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
-from servers.rabbitmq import ChrootRabbitMq, LocalRabbitMq
+from servers.rabbitmq import LocalRabbitMq, broker_of
 
 from .pulumi_measures import (
     baseline,
@@ -55,11 +55,10 @@ from .pulumi_measures import (
 )
 
 SIZES = tuple(int(n) for n in os.environ.get("NSB_BENCH_PULUMI_ENDPOINTS", "100,300,1000").split(","))
-VERSIONS = tuple(os.environ.get("NSB_BENCH_PULUMI_VERSIONS", "3.10,4.0").split(","))
+VERSIONS = tuple(os.environ.get("NSB_BENCH_PULUMI_VERSIONS", "3.10,4.3").split(","))
 PARALLEL = int(os.environ.get("NSB_BENCH_PULUMI_PARALLEL", "16"))
 CHECKPOINTED_MAX = int(os.environ.get("NSB_BENCH_PULUMI_CHECKPOINTED_MAX", "300"))
 PER_OBJECT_MAX = int(os.environ.get("NSB_BENCH_PULUMI_PER_OBJECT_MAX", "300"))
-BROKERS: dict[str, type[LocalRabbitMq]] = {"3.10": LocalRabbitMq, "4.0": ChrootRabbitMq}
 SKIP = {"PULUMI_SKIP_CHECKPOINTS": "true"}
 CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "false"}
 COLUMNS = (
@@ -188,7 +187,7 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C: the brokers and the stacks' temporary folders are removed either way
     with sigterm_as_interrupt():
         for version in VERSIONS:
-            with BROKERS[version]() as broker, ExitStack() as cleanup:
+            with broker_of(version, "NSB_BENCH_PULUMI_VERSIONS")() as broker, ExitStack() as cleanup:
                 Run(cli, version, broker, cleanup).measure()
     print(f"load at the end {load():.1f}", flush=True)
 

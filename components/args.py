@@ -19,7 +19,7 @@ class RabbitMqDelayInfrastructureArgs(TypedDict):
     vhost: NotRequired[str]
     """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
     broker_version: NotRequired[str]
-    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.0"`."""
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.3"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
     generation: NotRequired[Generation]
@@ -36,7 +36,7 @@ class RabbitMqSharedQueuesArgs(TypedDict):
     vhost: NotRequired[str]
     """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
     broker_version: NotRequired[str]
-    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.0"`."""
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.3"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
     routing_topology: NotRequired[RoutingTopology]
@@ -59,7 +59,7 @@ class RabbitMqEndpointArgs(TypedDict):
     vhost: NotRequired[str]
     """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
     broker_version: NotRequired[str]
-    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.0"`."""
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.3"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
     delivery_limit_policies: NotRequired[bool]
@@ -92,7 +92,7 @@ class RabbitMqEndpointPoliciesArgs(TypedDict):
     vhost: NotRequired[str]
     """The virtual host that holds the delay graph and the endpoints' queues. Default: `"/"`."""
     broker_version: NotRequired[str]
-    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.0"`."""
+    """The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`). Default: `"4.3"`."""
     adopt_existing: NotRequired[bool]
     """Import the objects NServiceBus installers already declared instead of creating them. Default: `false`."""
     delivery_limit_policies: NotRequired[bool]

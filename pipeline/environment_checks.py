@@ -465,14 +465,18 @@ PREFLIGHT_TIMEOUT_SECONDS = 10
 
 def rabbitmq_problems(nodes: AmqpNodes, api: ManagementApi) -> list[str]:
     """Log in over AMQP as the executors will (each node's URL, the vhost, login and TLS), then to the management
-    API that checks the destinations, and ask it for the vhost; each failure names host:port, user, reason.
+    API that checks the destinations, and ask it for the vhosts the user sees; each failure names host:port, user,
+    reason. The list, not ``GET /api/vhosts/<vhost>``: that one is for administrators
+    (rabbitmq/rabbitmq-server ``deps/rabbitmq_management/src/rabbit_mgmt_wm_vhost.erl`` ``is_authorized``), the list
+    for any management user, holding the vhosts it has permissions on (``rabbit_mgmt_wm_vhosts.erl``,
+    ``rabbit_mgmt_util:list_visible_vhosts``): what the run needs.
 
     Several URLs (the nodes of a cluster): the first that accepts a login is enough, as the dispatch starts
     on any node that does; only when none does is each node's failure reported."""
     import pika
 
     from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
-    from nsb_delays.brokers.management import ManagementError, path_segment
+    from nsb_delays.brokers.management import ManagementError
 
     unreachable = []
     for parameters in nodes.every_node():
@@ -489,14 +493,16 @@ def rabbitmq_problems(nodes: AmqpNodes, api: ManagementApi) -> list[str]:
     problems = [] if len(unreachable) < len(nodes.urls) else unreachable
     api = dataclasses.replace(api, timeout=PREFLIGHT_TIMEOUT_SECONDS)
     try:
-        api.request("GET", "whoami")
-        api.request("GET", f"vhosts/{path_segment(nodes.vhost)}")
+        user = api.request("GET", "whoami")["name"]
+        visible = {vhost["name"] for vhost in api.request("GET", "vhosts?columns=name")}
     except ManagementError as error:
-        if error.status == 404:
-            if not any("vhost" in problem for problem in problems):
-                problems.append(f"vhost {nodes.vhost!r} does not exist on the broker at {api.address}")
-        else:
-            problems.append(f"{error} (--management-url)")
+        problems.append(f"{error} (--management-url)")
+        return problems
+    if nodes.vhost not in visible and not any("vhost" in problem for problem in problems):
+        problems.append(
+            f"vhost {nodes.vhost!r} does not exist on the broker at {api.address}, or user {user!r} has no "
+            "permissions on it"
+        )
     return problems
 
 

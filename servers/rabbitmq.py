@@ -149,6 +149,22 @@ def chroot_broker(release: RabbitMqRelease) -> Callable[..., LocalRabbitMq]:
     return functools.partial(ChrootRabbitMq, release=release)
 
 
+# Every broker the tests and benchmarks can start, by MAJOR.MINOR (the tests' id suffix `rabbitmq-4.3`, the benches'
+# NSB_BENCH_RABBITMQ / NSB_BENCH_PULUMI_VERSIONS): Debian 12's 3.10 on the machine, 4.0 and 4.3 from their chroots.
+BROKERS_BY_VERSION: dict[str, Callable[..., LocalRabbitMq]] = {
+    "3.10": LocalRabbitMq,
+    "4.0": chroot_broker(RABBITMQ_4_0),
+    "4.3": chroot_broker(RABBITMQ_4_3),
+}
+
+
+def broker_of(version: str, setting: str) -> Callable[..., LocalRabbitMq]:
+    """The broker of ``version``, given by the variable ``setting``: a SystemExit naming the choices otherwise."""
+    if version not in BROKERS_BY_VERSION:
+        raise SystemExit(f"{setting}={version}: give one of {', '.join(BROKERS_BY_VERSION)}")
+    return BROKERS_BY_VERSION[version]
+
+
 def statistics_settled(api: ManagementApi, vhost: str, timeout: float = 120) -> float:
     """Seconds until every queue of ``vhost`` shows its statistics as of its policy: an effective policy definition,
     and on RabbitMQ 4.x a ``delivery_limit`` equal to that definition's ``delivery-limit``. Both are statistics the

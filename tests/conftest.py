@@ -21,21 +21,17 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, RABBITMQ_4_0, RABBITMQ_4_3, ServiceUnavailable
+from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
-from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from servers.rabbitmq import BROKERS_BY_VERSION, LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary
-from tests.services import LocalMariaDb, LocalPostgres, chroot_broker
+from tests.services import LocalMariaDb, LocalPostgres
 
 TESTS = Path(__file__).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Every broker the suite can start, by the test id suffix (`rabbitmq-3.10`, `rabbitmq-4.0`, `rabbitmq-4.3`).
-ALL_BROKERS: dict[str, Callable[..., LocalRabbitMq]] = {
-    "3.10": LocalRabbitMq,
-    "4.0": chroot_broker(RABBITMQ_4_0),
-    "4.3": chroot_broker(RABBITMQ_4_3),
-}
+ALL_BROKERS = BROKERS_BY_VERSION
 # The versions every broker test proves: the oldest supported (3.10) and the newest (4.3);
 # NSB_BROKER_VERSIONS=3.10,4.0,4.3 runs every one on 4.0 too (to compare, or to measure the 4.0 tier's time).
 BROKER_VERSIONS = os.environ.get("NSB_BROKER_VERSIONS", "3.10,4.3").split(",")

@@ -252,22 +252,12 @@ func (r *router) GetRequiredPackages(
 	return nil, status.Error(codes.Unimplemented, "method GetRequiredPackages not implemented")
 }
 
-func (r *router) GetRequiredPlugins(
-	ctx context.Context, req *pulumirpc.GetRequiredPluginsRequest,
-) (*pulumirpc.GetRequiredPluginsResponse, error) {
-	client, err := r.hostFor(req.GetInfo())
-	if err != nil {
-		return nil, err
-	}
-	return client.GetRequiredPlugins(ctx, req)
+func (r *router) GetRequiredPlugins(ctx context.Context, req *pulumirpc.GetRequiredPluginsRequest) (*pulumirpc.GetRequiredPluginsResponse, error) {
+	return forward(r, ctx, req.GetInfo(), req, pulumirpc.LanguageRuntimeClient.GetRequiredPlugins)
 }
 
 func (r *router) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
-	client, err := r.hostFor(req.GetInfo())
-	if err != nil {
-		return nil, err
-	}
-	return client.Run(ctx, req)
+	return forward(r, ctx, req.GetInfo(), req, pulumirpc.LanguageRuntimeClient.Run)
 }
 
 func (r *router) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
@@ -302,21 +292,11 @@ func (r *router) InstallDependencies(
 }
 
 func (r *router) About(ctx context.Context, req *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
-	client, err := r.hostFor(req.GetInfo())
-	if err != nil {
-		return nil, err
-	}
-	return client.About(ctx, req)
+	return forward(r, ctx, req.GetInfo(), req, pulumirpc.LanguageRuntimeClient.About)
 }
 
-func (r *router) GetProgramDependencies(
-	ctx context.Context, req *pulumirpc.GetProgramDependenciesRequest,
-) (*pulumirpc.GetProgramDependenciesResponse, error) {
-	client, err := r.hostFor(req.GetInfo())
-	if err != nil {
-		return nil, err
-	}
-	return client.GetProgramDependencies(ctx, req)
+func (r *router) GetProgramDependencies(ctx context.Context, req *pulumirpc.GetProgramDependenciesRequest) (*pulumirpc.GetProgramDependenciesResponse, error) {
+	return forward(r, ctx, req.GetInfo(), req, pulumirpc.LanguageRuntimeClient.GetProgramDependencies)
 }
 
 // RunPlugin starts a plugin directory: a policy pack (kind analyzer) as Pulumi's current host does; any other
@@ -432,44 +412,35 @@ func (r *router) runPolicyPack(req *pulumirpc.RunPluginRequest, server pulumirpc
 }
 
 // The generators take no project: any started host (one without a virtualenv if none is).
-func (r *router) anyHost() (pulumirpc.LanguageRuntimeClient, error) {
-	return r.hostFor(&pulumirpc.ProgramInfo{RootDirectory: r.cwd, ProgramDirectory: r.cwd})
+func (r *router) anyProgram() *pulumirpc.ProgramInfo {
+	return &pulumirpc.ProgramInfo{RootDirectory: r.cwd, ProgramDirectory: r.cwd}
 }
 
-func (r *router) GenerateProgram(
-	ctx context.Context, req *pulumirpc.GenerateProgramRequest,
-) (*pulumirpc.GenerateProgramResponse, error) {
-	client, err := r.anyHost()
+// forward sends one unary call to the host started for the program (hostFor), and returns its answer.
+func forward[Req, Resp any](
+	r *router, ctx context.Context, info *pulumirpc.ProgramInfo, req Req,
+	call func(pulumirpc.LanguageRuntimeClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+) (Resp, error) {
+	client, err := r.hostFor(info)
 	if err != nil {
-		return nil, err
+		var none Resp
+		return none, err
 	}
-	return client.GenerateProgram(ctx, req)
+	return call(client, ctx, req)
 }
 
-func (r *router) GenerateProject(
-	ctx context.Context, req *pulumirpc.GenerateProjectRequest,
-) (*pulumirpc.GenerateProjectResponse, error) {
-	client, err := r.anyHost()
-	if err != nil {
-		return nil, err
-	}
-	return client.GenerateProject(ctx, req)
+func (r *router) GenerateProgram(ctx context.Context, req *pulumirpc.GenerateProgramRequest) (*pulumirpc.GenerateProgramResponse, error) {
+	return forward(r, ctx, r.anyProgram(), req, pulumirpc.LanguageRuntimeClient.GenerateProgram)
 }
 
-func (r *router) GeneratePackage(
-	ctx context.Context, req *pulumirpc.GeneratePackageRequest,
-) (*pulumirpc.GeneratePackageResponse, error) {
-	client, err := r.anyHost()
-	if err != nil {
-		return nil, err
-	}
-	return client.GeneratePackage(ctx, req)
+func (r *router) GenerateProject(ctx context.Context, req *pulumirpc.GenerateProjectRequest) (*pulumirpc.GenerateProjectResponse, error) {
+	return forward(r, ctx, r.anyProgram(), req, pulumirpc.LanguageRuntimeClient.GenerateProject)
+}
+
+func (r *router) GeneratePackage(ctx context.Context, req *pulumirpc.GeneratePackageRequest) (*pulumirpc.GeneratePackageResponse, error) {
+	return forward(r, ctx, r.anyProgram(), req, pulumirpc.LanguageRuntimeClient.GeneratePackage)
 }
 
 func (r *router) Pack(ctx context.Context, req *pulumirpc.PackRequest) (*pulumirpc.PackResponse, error) {
-	client, err := r.anyHost()
-	if err != nil {
-		return nil, err
-	}
-	return client.Pack(ctx, req)
+	return forward(r, ctx, r.anyProgram(), req, pulumirpc.LanguageRuntimeClient.Pack)
 }

@@ -18,7 +18,8 @@ import yaml
 
 from nsb_delays.brokers.discovery import read_broker
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.stack.config import NAMESPACE, ConfigError, stack_name
+from nsb_delays.brokers.verify import topology_drifts
+from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, stack_name
 from nsb_delays.stack.discovery import CannotDiscover, Discovery, NothingToDiscover, discover
 
 from .broker_options import StackDefaults, management_options, resolve_management
@@ -48,16 +49,32 @@ def output_problems(paths: list[Path], force: bool) -> list[str]:
     return problems
 
 
-def stack_document(discovery: Discovery, management_url: str, vhost: str) -> str:
+def stack_document(discovery: Discovery, management_url: str, vhost: str, conflicts: list[str]) -> str:
     """The stack file: a header naming where it came from, the review list as comments, then ``config:``."""
     lines = [HEADER.format(url=management_url, vhost=vhost)]
-    lines += [f"# review: {line}\n" for line in review_lines(discovery)]
+    lines += [f"# review: {line}\n" for line in review_lines(discovery, conflicts)]
     body = yaml.safe_dump({"config": discovery.stack_file_config(management_url)}, sort_keys=False)
     return "".join(lines) + body
 
 
-def review_lines(discovery: Discovery) -> list[str]:
-    lines = list(discovery.notes)
+def adoption_conflicts(config: RabbitMqConfig, definitions: dict[str, Any]) -> list[str]:
+    """The objects on the broker the stack declares with another shape (type, durable, auto_delete, an argument):
+    adopting imports each, then its diff asks for a replacement, which Pulumi refuses for a resource that still
+    names its import ID (pulumi/pulumi ``pkg/resource/deploy/step_generator.go`` ``continueStepsFromDiff``:
+    "previously-imported resources that still specify an ID may not be replaced"), so that ``pulumi up`` fails
+    there. Objects the broker lacks are not conflicts: ``pulumi up`` creates them."""
+    exchanges, queues, bindings = (list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings"))
+    drifts = topology_drifts(config.topology, config.generation, exchanges, queues, bindings)
+    return [
+        f"cannot adopt {d.subject} as it is: the broker has {d.field} {d.actual}, the stack declares {d.expected} "
+        "(pulumi up would have to replace it: delete and re-declare it, or leave the object out of the stack)"
+        for d in drifts
+        if d.field
+    ]
+
+
+def review_lines(discovery: Discovery, conflicts: list[str]) -> list[str]:
+    lines = [*conflicts, *discovery.notes]
     if discovery.unexplained_exchanges:
         lines.append(
             "event exchanges no subscription explains (someone publishes them: add each to the publisher's "
@@ -120,18 +137,21 @@ def discover_command(
         raise CommandError(error.problems, footer="nothing was written") from None
     except ConfigError as error:
         raise CommandError(error.problems, footer="the discovered config is refused; nothing was written") from None
-    text = stack_document(discovery, api.url, vhost)
     assert config.rabbitmq is not None
+    conflicts = adoption_conflicts(config.rabbitmq, read.definitions)
+    text = stack_document(discovery, api.url, vhost, conflicts)
     if stack:
         stack_path(stack).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
     if import_file and document is not None:
         Path(import_file).write_text(document, encoding="utf-8")
-    report(discovery, config.rabbitmq.endpoints, stack, import_file)
+    report(discovery, config.rabbitmq.endpoints, stack, import_file, conflicts)
 
 
-def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file: str | None) -> None:
+def report(
+    discovery: Discovery, endpoints: Any, stack: str | None, import_file: str | None, conflicts: list[str]
+) -> None:
     """What was found and written, the review list, and the commands that come next (stderr)."""
     section = discovery.section
     echo = click.echo
@@ -143,7 +163,7 @@ def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file:
     for path in (stack_path(stack) if stack else None, import_file):
         if path is not None:
             echo(f"wrote {path}", err=True)
-    for line in review_lines(discovery):
+    for line in review_lines(discovery, conflicts):
         echo(f"review: {line}", err=True)
     option = f" --stack {stack}" if stack and not stack.endswith((".yaml", ".yml")) else ""
     for key in discovery.password_keys:

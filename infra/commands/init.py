@@ -27,16 +27,27 @@ import json
 import os
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.model.settings import RABBITMQ, OnBroker, declared_default
+from nsb_delays.components.model.settings import (
+    RABBITMQ,
+    InVhost,
+    OnBroker,
+    OwnQueues,
+    Routed,
+    config_key,
+    declaration,
+    fields_of,
+)
 from nsb_delays.stack.config import NAMESPACE, ConfigError, parse_stack_config
 from nsb_delays.stack.keys import config_keys
 
@@ -287,6 +298,22 @@ def validated(
     return InitSettings(stack, name, requirement, management_url, username, section)
 
 
+def setting_option(settings_type: type[Any], name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--<name>``: a setting of the stack file's ``nsb-delays:rabbitmq``, with the default, the choices and the
+    words its declaration gives (components/model/settings.py), and its key."""
+    item = fields_of(settings_type)[name]
+    default = item.default
+    choices = click.Choice([member.value for member in type(default)]) if isinstance(default, Enum) else None
+    return click.option(
+        f"--{name.replace('_', '-')}",
+        name,
+        type=choices,
+        default=default.value if isinstance(default, Enum) else default,
+        show_default=True,
+        help=f"{declaration(item).doc} ({config_key(item)})",
+    )
+
+
 @click.command()
 @click.argument("directory", default=".", type=click.Path(path_type=Path))
 @click.option(
@@ -305,27 +332,10 @@ def validated(
     help="The broker's management API (rabbitmq:endpoint).",
 )
 @click.option("--username", help="The management user (rabbitmq:username). Default: not written; set it later.")
-@click.option(
-    "--broker-version",
-    default=declared_default(OnBroker, "broker_version"),
-    show_default=True,
-    help="The RabbitMQ version the broker runs (brokerVersion).",
-)
-@click.option("--vhost", default="/", show_default=True, help="The virtual host (vhost).")
-@click.option(
-    "--routing-topology",
-    type=click.Choice([topology.value for topology in rmq.RoutingTopology]),
-    default=rmq.DEFAULT_ROUTING_TOPOLOGY.value,
-    show_default=True,
-    help="The endpoints' routing topology, as the endpoints' transport is configured (routingTopology).",
-)
-@click.option(
-    "--queue-type",
-    type=click.Choice([queue_type.value for queue_type in rmq.QueueType]),
-    default=rmq.DEFAULT_ENDPOINT_QUEUE_TYPE.value,
-    show_default=True,
-    help="The endpoint, error and audit queues' type (queueType).",
-)
+@setting_option(OnBroker, "broker_version")
+@setting_option(InVhost, "vhost")
+@setting_option(Routed, "routing_topology")
+@setting_option(OwnQueues, "queue_type")
 @click.option(
     "--endpoint",
     "endpoints",

@@ -38,6 +38,12 @@ DIRECT_KEYS = {
 OTHER_QUEUE, OTHER_EXCHANGE = "reports.daily", "crm.feed"
 
 
+def login(rabbitmq: LocalRabbitMq) -> list[str]:
+    """The command line's management options for the test broker's administrator."""
+    return ["--management-url", rabbitmq.management_url, "--username", rabbitmq.username,
+            "--password", rabbitmq.password]  # fmt: skip
+
+
 def declared_section(vhost: str, topology: str, broker_version: tuple[int, ...]) -> dict[str, Any]:
     """The stack the estate is: what ``discover`` must write, key for key."""
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
@@ -25,8 +25,7 @@ pytestmark = pytest.mark.broker
 
 
 def login(rabbitmq: LocalRabbitMq, vhost: str) -> list[str]:
-    return ["--management-url", rabbitmq.management_url, "--username", rabbitmq.username,
-            "--password", rabbitmq.password, "--vhost", vhost]  # fmt: skip
+    return [*estate.login(rabbitmq), "--vhost", vhost]
 
 
 @pytest.mark.parametrize("topology", ["conventional", "direct"])
@@ -59,6 +58,7 @@ def test_discover_writes_the_stack_nservicebus_declared(
     assert f"review: not classified: queue {estate.OTHER_QUEUE}: no delivery binding" in result.output
     assert f"review: not classified: exchange {estate.OTHER_EXCHANGE}: no NServiceBus rule" in result.output
     assert len([line for line in review if "not classified" in line]) == 2, result.output
+    assert not [line for line in review if "cannot adopt" in line], result.output  # as NServiceBus declared them
     for key in ("billingPassword", "salesPassword", "shippingPassword"):
         assert f"next: pulumi config set --secret {NAMESPACE}:{key} <password> --stack prod" in result.output
     # the import file: an id for every exchange, queue, binding and policy NServiceBus declared (the parking objects,
@@ -74,6 +74,33 @@ def test_discover_writes_the_stack_nservicebus_declared(
     assert len([i for i in ids if "/" in i.removesuffix(f"@{vhost}")]) == len(bindings), document
     assert all(entry.get("component") or entry.get("parent") for entry in document)
     assert management.definitions(vhost) == before, "discover only reads"
+
+
+def test_an_object_declared_otherwise_than_the_stack_declares_it_is_named_before_the_adoption_fails_on_it(
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    new_vhost,
+    broker_version: tuple[int, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The error queue re-declared with a length limit: adopting it would need a replacement, which Pulumi refuses
+    for an imported resource; discover says so, with the argument and both values, and still writes the stack."""
+    vhost = new_vhost("discover-conflict")
+    declared = estate.declared_section(vhost, "conventional", broker_version)
+    estate.declare_estate(rabbitmq, management, declared, broker_version)
+    error = f"queues/{path_segment(vhost)}/error"
+    arguments = management.request("GET", error)["arguments"]
+    management.request("DELETE", error)
+    management.request("PUT", error, {"durable": True, "arguments": {**arguments, "x-max-length": 1000}})
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["discover", *login(rabbitmq, vhost), "--stack", "prod"], env=CLEAN_ENVIRONMENT)
+    assert result.exit_code == 0, result.output
+    line = "cannot adopt queue error as it is: the broker has arguments.x-max-length 1000, the stack declares (absent)"
+    assert f"review: {line}" in result.output
+    assert f"# review: {line}" in (tmp_path / "Pulumi.prod.yaml").read_text()
+    review = [text for text in result.output.splitlines() if "cannot adopt" in text]
+    assert len(review) == 1, result.output
 
 
 def test_a_vhost_without_nservicebus_objects_is_refused_and_nothing_is_written(

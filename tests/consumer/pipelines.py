@@ -28,6 +28,7 @@ import yaml
 
 EXPRESSION = re.compile(r"\$\{\{\s*(?P<expression>[^}]+?)\s*\}\}")
 GITHUB_SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
+GITLAB_SHELL = ("bash", "--noprofile", "--norc", "-c")  # the script sets -eo pipefail itself
 OUTPUT_SHOWN = 6000
 
 
@@ -107,16 +108,8 @@ def run_github_job(
         added = [line for line in path_file.read_text().splitlines() if line]
         step_env = {**base, **{k: resolve(str(v), contexts) for k, v in (step.get("env") or {}).items()}}
         step_env["PATH"] = ":".join([*reversed(added), step_env["PATH"]])
-        result = subprocess.run(
-            [*GITHUB_SHELL, step["run"]],
-            cwd=checkout,
-            env=step_env,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            stdin=subprocess.DEVNULL,
-        )
-        run.steps.append(StepResult(name, result.returncode, result.stdout + result.stderr))
+        result = shell(name, [*GITHUB_SHELL, step["run"]], checkout, step_env, 1200)
+        run.steps.append(result)
         if result.returncode != 0:
             break
     run.summary = summary_file.read_text()
@@ -140,28 +133,20 @@ def run_gitlab_job(ci_file: Path, job_name: str, checkout: Path, env: Mapping[st
     run = JobRun(job_name)
     lines = [*base_job.get("before_script", []), *job.get("before_script", []), *job["script"]]
     script = "set -eo pipefail\n" + "\n".join(f"echo '$ '{_quoted(line)}\n{line}" for line in lines)
-    result = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-c", script],
-        cwd=checkout,
-        env=variables,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        stdin=subprocess.DEVNULL,
-    )
-    run.steps.append(StepResult("script", result.returncode, result.stdout + result.stderr))
+    run.steps.append(shell("script", [*GITLAB_SHELL, script], checkout, variables, 1800))
     if "after_script" in job:
-        after = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-c", "\n".join(job["after_script"])],
-            cwd=checkout,
-            env=variables,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
-        run.summary = after.stdout
+        run.summary = shell(
+            "after_script", [*GITLAB_SHELL, "\n".join(job["after_script"])], checkout, variables, 600
+        ).output
     return run
+
+
+def shell(name: str, command: list[str], cwd: Path, env: Mapping[str, str], timeout: float) -> StepResult:
+    """One step's shell, as the runner starts it: no terminal, no stdin; its output (stdout, then stderr)."""
+    result = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    return StepResult(name, result.returncode, result.stdout + result.stderr)
 
 
 def _quoted(line: str) -> str:

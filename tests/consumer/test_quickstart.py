@@ -332,6 +332,12 @@ def consumer_blocks(page: Path) -> list[Block]:
     return blocks_run_in(CONSUMER, [page])
 
 
+def ci_block(containing: str) -> Block:
+    """The ci.md block of ``consumer_blocks`` whose source holds ``containing``: the page's order may change."""
+    (block,) = [block for block in consumer_blocks(CI_PAGE) if containing in block.source]
+    return block
+
+
 def without_timings(text: str) -> str:
     return TIMING.sub("(…s)", text)
 
@@ -408,11 +414,38 @@ def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_pag
 @ON_OLDEST_BROKER
 def test_the_ci_pages_deploy_on_main_previews_with_the_pack_deploys_and_verifies(tutorial: ProjectCopy) -> None:
     """ci.md's "On main: deploy" block, in the tutorial's project (deployed or not: `up` makes it so)."""
-    deploy = consumer_blocks(CI_PAGE)[0]
+    deploy = ci_block("pulumi up --stack prod --yes")
     assert deploy.kind == "bash" and "pulumi up --stack prod --yes" in deploy.source, deploy.where
     result = tutorial.bash(deploy.source)
     assert result.returncode == 0, f"{deploy.where}: exited {result.returncode}\n{_tail(result)}"
     assert "Loading policy packs...: done" in result.stdout and "no drift" in result.stdout, _tail(result)
+
+
+PACK_WRITTEN = "nsb-delays pulumi-plugin policy-pack nsb-delays-policies"
+
+
+@ON_OLDEST_BROKER
+def test_the_ci_pages_pack_from_an_installed_package_runs_in_a_preview_of_stack_dev(
+    repository: Repository, consumer_cli: ConsumerCli, tmp_path: Path
+) -> None:
+    """ci.md's block for an installed package: ``pulumi-plugin policy-pack`` writes the pack (its requirements.txt
+    naming the session's wheel, ``--requirement``: the package is not on PyPI), ``pulumi install`` makes its virtualenv
+    with the package in it, and ``pulumi preview --stack dev --policy-pack`` loads it and passes. Stack dev is the
+    quickstart's stack file under that name (its vhost and password), initialised on the copy's backend."""
+    block = ci_block(PACK_WRITTEN)
+    script = block.source.replace(PACK_WRITTEN, f"{PACK_WRITTEN} --requirement {shlex.quote(str(consumer_cli.wheel))}")
+    with project_copy(repository, tmp_path) as copy:
+        shutil.copy(copy.path / STACK_FILE, copy.path / "Pulumi.dev.yaml")
+        init = copy.bash("pulumi stack init dev")
+        assert init.returncode == 0, _tail(init)
+        result = copy.bash(script)
+        assert result.returncode == 0, f"{block.where}: exited {result.returncode}\n{_tail(result)}"
+        assert "Loading policy packs...: done" in result.stdout, _tail(result)
+        pack = copy.path / "nsb-delays-policies"
+        assert str(consumer_cli.wheel) in (pack / "requirements.txt").read_text()
+        python = pack / "venv" / "bin" / "python"
+        where = copy.bash(f"{shlex.quote(str(python))} -c 'import nsb_delays; print(nsb_delays.__path__[0])'")
+        assert Path(where.stdout.strip()).is_relative_to(pack / "venv"), _tail(where)
 
 
 def descendants(pid: int) -> list[int]:
@@ -438,7 +471,7 @@ def test_the_ci_pages_recovery_after_an_up_killed_midway_deploys_everything_with
     ``up`` is held once the broker has answered its first declaration (tests/consumer/gate.py), then it, the language
     host and the provider are killed (the page's step 1); the block (steps 2 to 4) exits 0 with no drift, having found
     the killed update's lock, and replaces or deletes nothing."""
-    recovery = consumer_blocks(CI_PAGE)[1]
+    recovery = ci_block("pulumi cancel")
     assert recovery.kind == "bash" and "pulumi cancel" in recovery.source, recovery.where
     gate = HeldAfterFirstDeclaration(repository.broker.management_port)
     try:

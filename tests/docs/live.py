@@ -64,6 +64,11 @@ DRIFTED_LEVEL, DRIFTED_TTL, UNBOUND_ENDPOINT = "nsb.v2.delay-level-03", 9000, "S
 POLICY_CONFIG = {"all": "mandatory"}
 # The timeout store the pages' JDBC URLs name (jdbc:postgresql://db:5432/app?user=nsb) and the endpoint they migrate.
 DATABASE, DATABASE_ROLE, ENDPOINT = "app", "nsb", "Sales"
+# The stuck level stuck-level.md shows (Particular/NServiceBus.RabbitMQ#1407, parking off): delayed messages for
+# the retired endpoint, which no delivery binding routes, expire out of level 1 (a 2 s delay's highest bit) and wait
+# in its dead-letter backlog; messages for Sales a long way off (2^21 s) wait in level 21.
+STUCK_LEVEL, STUCK_MESSAGES = 1, 3
+LONG_DELAY_LEVEL, LONG_DELAY_MESSAGES = 21, 4
 # The policy docs/tutorials/demo.md shows in the way of the demo: a team's retries limit over Sales.
 CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}
 # The timeouts migrate-timeouts.md moves: the table's (stored-timeouts), due from an hour to 30 days ahead, so the
@@ -86,7 +91,7 @@ class Scene:
 
     folder: Path
     env: dict[str, str]
-    addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port
+    addresses: dict[str, str] = field(default_factory=dict)  # a key of SUBSTITUTIONS' values -> host:port (or path)
     interrupt_when: Path | None = None  # Ctrl-C the block's command once this file exists (ctrl-c)
 
     def substituted(self, text: str) -> str:
@@ -117,6 +122,15 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     ("rabbit-1:5672", "rabbit-1"),
     ("rabbit-2:5672", "rabbit-2"),
     ("rabbit-3:5672", "rabbit-3"),
+    # the Spark cluster of migrate-timeouts.md: its master, a Connect server (its URL, the /dev/tcp path a reader
+    # waits on, the port it is started on) and the paths on the cluster's machines
+    ("spark-master:7077", "spark-master"),
+    ("spark-connect:15002", "spark-connect"),
+    ("spark-connect/15002", "spark-connect-tcp"),
+    ("grpc.binding.port=15002", "spark-connect-port"),
+    ("/usr/share/java/postgresql.jar", "postgres-jdbc-jar"),  # the PostgreSQL JDBC driver
+    ("/opt/nsb-executor/bin/python", "executor-python"),  # the executors' Python
+    ("/opt/nsb-connect", "connect-venv"),  # the Connect client's virtualenv
     # the reader's prod stack is on vhost '/' of a broker of its own; the test's shares the broker with the dev
     # stack, so it has a vhost of its own (PROD_VHOST): output only, no page command names a vhost
     ("vhost '/'", "prod-vhost"),
@@ -124,7 +138,17 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 # The services of SERVICES this tier does not set up: another tier, where the service runs anyway, runs their blocks
 # (the test module named; each parametrizes over ``blocks_run_in`` its service).
 CONSUMER = "consumer"
-ELSEWHERE = {CONSUMER: "tests/consumer/test_quickstart.py"}
+PULUMI_YAML = "pulumi-yaml"
+CHECKOUT_COPY = "checkout-copy"
+SPARK_CLUSTER, SPARK_CONNECT = "spark-cluster", "spark-connect"
+SPARK_BLOCKS = "tests/sparkcluster/test_documented_blocks.py"
+ELSEWHERE = {
+    CHECKOUT_COPY: "tests/consumer/test_from_a_checkout.py",
+    CONSUMER: "tests/consumer/test_quickstart.py",
+    PULUMI_YAML: "tests/engine/test_components_from_other_languages.py",
+    SPARK_CLUSTER: SPARK_BLOCKS,
+    SPARK_CONNECT: SPARK_BLOCKS,
+}
 # The services a runs-with marker may name, and what each provides (the fixture of test_live_examples.py sets
 # them up in this order).
 SERVICES = {
@@ -140,9 +164,10 @@ SERVICES = {
     "drift": "drift made on purpose on the dev stack: level 3's TTL changed, Shipping's delivery binding removed",
     "conflicting-policy": "a policy team-retries with delivery-limit 5 over the dev stack's Sales queue",
     "pulumi": "the Pulumi engine (on PATH, else the one make setup built) on a local file backend with a "
-    "passphrase, in a project running this package's program; stack prod initialised (its SQS and MSMQ sections "
-    "dropped: the engine built here has no AWS provider)",
+    "passphrase, in a project running this package's program and policy pack (policies/); stack prod initialised "
+    "(its SQS and MSMQ sections dropped: the engine built here has no AWS provider)",
     "pulumi-up": "stack prod deployed by `pulumi up`",
+    "pulumi-dev": "with pulumi: stack dev initialised too (its SQS and MSMQ sections dropped, as prod's)",
     "blue-green": "stacks blue and green (Pulumi.blue.yaml, Pulumi.green.yaml: vhosts of the one broker standing in "
     "for two), both provisioned, delayed messages waiting on blue",
     "aws-stack": "stack aws (Pulumi.aws.yaml: the endpoints' SQS queues, in moto) and the bucket nsb-large-bodies; "
@@ -155,6 +180,15 @@ SERVICES = {
     CONSUMER: "not in this tier: tests/consumer/test_quickstart.py runs the block in a copy of the README "
     "quickstart's repository (the project `nsb-delays init` wrote, from the wheel, its virtualenvs made by "
     "`pulumi install`), on a vhost and a local backend of its own, so its stack prod starts empty",
+    "stuck-level": "the prod stack with parking off (parkUnroutable: false; before deployed provisions it), "
+    "delayed messages for Sales waiting in level 21 and, for Shipping, which no delivery binding routes, in level "
+    "1's dead-letter backlog: the management API shows the backlog once it is set up",
+    PULUMI_YAML: "not in this tier: tests/engine/test_components_from_other_languages.py runs the block's command in "
+    "a copy of its Pulumi YAML program (component_programs/yaml, with the page's component only: brokerVersion read "
+    "from the stack's config, \"3.10\" there) with the provider's plugin, on a stack of the engine tier's backend",
+    CHECKOUT_COPY: "not in this tier: tests/consumer/test_from_a_checkout.py runs the block in a copy of the "
+    "checkout's files (as a fresh clone has them), with a new virtualenv's python and pip first on PATH (PyPA build "
+    "installed in it); the page's version must be pyproject.toml's",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
     "stored-timeouts": f"the database's Sales table holds {STORED_TIMEOUTS:,} timeouts for Sales, due from an hour "
@@ -175,6 +209,16 @@ SERVICES = {
     "loopback port held bound (refused at once, so the failover starts on rabbit-2), rabbit-2's and rabbit-3's "
     "are loopback addresses of their own forwarded to the broker (live.StandardPorts); rabbit-1's management API "
     "is the broker's",
+    SPARK_CLUSTER: f"not in this tier: {SPARK_BLOCKS} runs the block in the cluster tier: its standalone master and "
+    "executors' Python, its PostgreSQL as `database` here with timeouts of Sales in the table (some due, some an "
+    "hour out), its RabbitMQ 3.10 with the pages' users and Sales's delay graph on vhost '/'; the operator's shell "
+    "has the project's virtualenv first on PATH and the cluster's SPARK_HOME, SPARK_CONF_DIR (spark-defaults.conf: "
+    "no web UI, a Connect server on 127.0.0.1 only), SPARK_LOG_DIR and SPARK_PID_DIR of the test's own",
+    SPARK_CONNECT: f"not in this tier: {SPARK_BLOCKS} runs it as spark-cluster's, the Connect server it starts on a "
+    "free port and stopped after it; two lines changed: `pip install --no-deps nsb-delays` installs the session's "
+    "wheel (the package is not on an index), and the virtualenv the line before makes does not install "
+    "connect-requirements.txt again (1.2 GB, a minute with pip's cache warm) but is given the packages of the one "
+    "`make setup` installed from the same file (NSB_SPARK_CONNECT_VENV; the line compares the two files first)",
 }
 
 
@@ -201,6 +245,13 @@ def prod_stack(management_url: str, broker_version: str, endpoints: list[str]) -
             "nsb-delays:msmq": {"endpoints": endpoints},
         }
     )
+
+
+def without_parking(stack_path: Path) -> None:
+    """The stack file with ``parkUnroutable: false``: an unroutable delayed message then waits in its level."""
+    data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
+    data["config"]["nsb-delays:rabbitmq"]["parkUnroutable"] = False
+    stack_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def rabbitmq_stack(management_url: str, broker_version: str, vhost: str, username: str, password: str) -> str:
@@ -241,6 +292,7 @@ def pulumi_project(folder: Path) -> None:
         "virtualenv"
     ]
     (folder / virtualenv).symlink_to(Path(sys.prefix))
+    (folder / "policies").symlink_to(PROJECT / "policies")  # the pack, run in that virtualenv (its ../.venv)
 
 
 def rabbitmq_only(stack_path: Path) -> None:

@@ -55,6 +55,8 @@ from tests.docs.live import (
     INTERRUPTED_AT,
     LARGE_BODIES_BUCKET,
     LEDGER_DATABASE,
+    LONG_DELAY_LEVEL,
+    LONG_DELAY_MESSAGES,
     MANAGEMENT_PORT,
     PARKED_MESSAGES,
     PROD_ENDPOINTS,
@@ -66,6 +68,8 @@ from tests.docs.live import (
     STOPPED_EXPORT_RUN,
     STOPPED_RUN,
     STORED_TIMEOUTS,
+    STUCK_LEVEL,
+    STUCK_MESSAGES,
     UNBOUND_ENDPOINT,
     USERS,
     WAITING_DELAYS,
@@ -84,6 +88,7 @@ from tests.docs.live import (
     rabbitmq_stack,
     rabbitmqctl_script,
     run_bash,
+    without_parking,
 )
 from tests.engine.conftest import PASSPHRASE, require_pulumi
 from tests.spark.conftest import create_sql_persistence_table, insert_timeouts, timeout, utc_now
@@ -95,10 +100,13 @@ LIVE = [block for block in MARKED if not set(block.runs_with) & set(ELSEWHERE)]
 VARIES = {
     "│ different │ policy team-retries over queue Sales │ delivery-limit │ only from nsb.Sales.delivery-limit (100000) │ 5"
     "      │": "the expected delivery limit shown is 4.x's; 3.10's is 'none, or 100000'",
+    "cluster, after a node fault), the dead-letter worker of the level's leader rabbit@node1 has stopped: restart that "
+    "node": "the leader is the session broker's node (nsb<port>@localhost)",
 }
 # Pages whose output shows a run's counts, which the test's run does not reproduce: any number stands for any other.
 COUNTS_VARY = {
     "docs/how-to/move-delays.md": "the page's run moved 20,001 messages over 10 destinations",
+    "docs/how-to/stuck-level.md": "the page's broker held thousands of messages, the test's a few",
     "docs/tutorials/demo.md": "delays are measured, the demo's run time too, and moto's port is a free one",
 }
 EXIT = re.compile(r"#\s*exit (?P<code>\d+)")
@@ -174,6 +182,9 @@ def scene(
         moto.reset()
         addresses["moto"] = moto.endpoint_url.removeprefix("http://")
         env |= aws_environment(moto)
+    if "stuck-level" in needs:
+        assert "deployed" in needs, f"{block.where}: stuck-level needs deployed"
+        without_parking(folder / "Pulumi.prod.yaml")
     if "deployed" in needs:
         deploy(api, folder, moto, drifted="drift" in needs)
     if "git" in needs:
@@ -181,7 +192,7 @@ def scene(
     if "origin" in needs:
         pushed_to_origin(folder, tmp_path / "origin.git")
     if "pulumi" in needs:
-        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs)
+        env |= pulumi_stack(folder, tmp_path / "pulumi-state", env, up="pulumi-up" in needs, dev="pulumi-dev" in needs)
     if "blue-green" in needs:
         for vhost in BLUE_GREEN:
             reset_vhost(api, vhost)
@@ -204,6 +215,8 @@ def scene(
         leave_delays_waiting(rabbitmq, PROD_VHOST, "v1", poison=1)
     if "parked" in needs:
         park_and_recreate(rabbitmq, api)
+    if "stuck-level" in needs:
+        stall_a_level(rabbitmq, api)
     if "rabbitmqctl" in needs:
         (folder / "bin").mkdir()
         (folder / "bin" / "rabbitmqctl").write_text(
@@ -317,6 +330,24 @@ def park_and_recreate(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
     wait_until(lambda: api.request("GET", parking).get("messages") == PARKED_MESSAGES, "the parked messages", 60)
 
 
+def stall_a_level(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
+    """stuck-level.md's prod stack, which parks nothing: messages for Sales due in 2^21 s wait in level 21; messages
+    for the retired endpoint, due in 2 s, expire out of level 1 into the delivery exchange, where no binding routes
+    them, and at-least-once dead-lettering holds them in level 1's dead-letter backlog (#1407). ``status`` reads the
+    backlog from the management API's statistics, which the broker samples: the scene is ready once they show it."""
+    messages = [
+        delayed_message(ENDPOINT, 1 << LONG_DELAY_LEVEL, 1 << LONG_DELAY_LEVEL, "v2", index)[1]
+        for index in range(LONG_DELAY_MESSAGES)
+    ]
+    messages += [
+        delayed_message(RETIRED_ENDPOINT, 1 << STUCK_LEVEL, 1 << STUCK_LEVEL, "v2", index)[1]
+        for index in range(STUCK_MESSAGES)
+    ]
+    publish(pika.URLParameters(rabbitmq.vhost_amqp_url(PROD_VHOST)), messages)
+    level = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.delay_level_name(STUCK_LEVEL))}"
+    wait_until(lambda: api.request("GET", level).get("messages_dlx") == STUCK_MESSAGES, "the dead-letter backlog", 180)
+
+
 def aws_environment(moto: LocalMoto) -> dict[str, str]:
     """boto3's variables for moto (every AWS client the commands make honours AWS_ENDPOINT_URL)."""
     return {
@@ -342,18 +373,21 @@ def deploy(api: ManagementApi, folder: Path, moto: LocalMoto | None, *, drifted:
         provision_sqs(dataclasses.replace(moto, region=PROD_REGION), prod, "prod", "nsb-delays-prod-sqs")
 
 
-def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool) -> dict[str, str]:
-    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend; the
-    environment of the engine's commands."""
-    rabbitmq_only(folder / "Pulumi.prod.yaml")
+def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool, dev: bool = False) -> dict[str, str]:
+    """The project in ``folder`` with stack prod initialised (and ``up``: deployed) on a local backend, and with
+    ``dev`` stack dev too; the environment of the engine's commands."""
+    stacks = ["prod", "dev"] if dev else ["prod"]
+    for stack in stacks:
+        rabbitmq_only(folder / f"Pulumi.{stack}.yaml")
     pulumi_project(folder)
     backend.mkdir()
     env = env | offline_environment(require_pulumi(), backend, PASSPHRASE)
-    steps = [["stack", "init", "prod"]] + ([["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else [])
+    steps = [["stack", "init", stack] for stack in stacks]
+    steps += [["up", "--yes", "--skip-preview", "--stack", "prod"]] if up else []
     for arguments in steps:
         run = run_bash(Scene(folder, command_environment(env)), shlex.join(["pulumi", *arguments]))
         if run.returncode != 0:
-            pytest.fail(f"setting up stack prod: {run.explain()}", pytrace=False)
+            pytest.fail(f"setting up the stacks: {run.explain()}", pytrace=False)
     return env
 
 

@@ -20,6 +20,7 @@ implemented"), so ``index.ts`` writes out the three remote component classes a g
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,9 +37,12 @@ from nsb_delays.components.provider import COMPONENTS, PACKAGE
 from nsb_delays.infra.pulumi_engine import provider_credentials
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import unavailable
+from tests.docs.examples import blocks_run_in
+from tests.docs.live import PULUMI_YAML, missing_lines
 from tests.engine.conftest import ROOT, PulumiEngine, Stack, init_stack, remove_stack
 
 PROGRAMS = Path(__file__).parent / "component_programs"
+OTHER_LANGUAGES_PAGE = ROOT / "docs" / "how-to" / "other-languages.md"
 PLUGIN_EXECUTABLE = ROOT / "components" / "executable" / f"pulumi-resource-{PACKAGE}"
 DEFINITION_KINDS = ("queues", "exchanges", "bindings", "policies")
 
@@ -211,9 +215,20 @@ def test_the_plugin_written_for_an_installed_package_serves_a_yaml_program(
 def test_a_number_where_a_string_belongs_is_refused_naming_the_input(
     preview_stack: Callable[[Path, str], Stack],
 ) -> None:
-    """``"4.0"`` in a YAML program's config arrives as the number 4: one error per component, naming the input and
-    the way out, no Python traceback, nothing created."""
-    result = preview_stack(PLUGIN_EXECUTABLE.parent, "4.0").preview(check=False)
+    """other-languages.md's block (``runs-with: pulumi-yaml``): ``"3.10"`` in a YAML program's config arrives as the
+    number 3.1; the page's command prints the page's error (naming the component, the input and the way out), no
+    Python traceback, nothing created (a preview). The program keeps only the page's component, ``delays``: the
+    engine stops at the first component that fails, and the order of independent ones is not fixed."""
+    (block,) = blocks_run_in(PULUMI_YAML, [OTHER_LANGUAGES_PAGE])
+    command = shlex.split(block.output_of or "")
+    assert command[:1] == ["pulumi"], block.where
+    stack = preview_stack(PLUGIN_EXECUTABLE.parent, "3.10")
+    manifest = yaml.safe_load((stack.project_dir / "Pulumi.yaml").read_text())
+    manifest["resources"] = {"delays": manifest["resources"]["delays"]}
+    (stack.project_dir / "Pulumi.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    assert yaml.safe_load(stack.config_file.read_text())["config"]["nsb-delays-components:brokerVersion"] == "3.10"
+    result = stack.run(*command[1:], check=False)
     assert result.returncode != 0
-    assert "property brokerVersion with value 4 has a problem: a number where a string belongs" in result.stdout
+    missing = missing_lines(block.source.splitlines(), result.output, lambda line: False)
+    assert not missing, f"{block.where}: `{block.output_of}` does not print {missing}\n{result.explain()}"
     assert "Traceback" not in result.output and 'File "' not in result.output

@@ -30,11 +30,6 @@ DELAY_SECONDS = 2
 ARRIVAL_TIMEOUT = 120  # only bounds a failure: the message is expected after DELAY_SECONDS
 
 
-def broker_login(rabbitmq: LocalRabbitMq) -> list[str]:
-    return ["--management-url", rabbitmq.management_url, "--username", rabbitmq.username,
-            "--password", rabbitmq.password]  # fmt: skip
-
-
 def unchanged(before: dict, after: dict) -> list[str]:
     """Each exchange, queue, binding and policy of ``before`` that ``after`` lacks or holds differently."""
     lost = []
@@ -63,7 +58,7 @@ def test_discover_then_adopt_replaces_nothing_and_delays_still_arrive(
     # discover, into the stack's own config file (its name is the stack's: it names the combined policies)
     monkeypatch.chdir(tmp_path)
     import_file = tmp_path / "import.json"
-    args = ["discover", *broker_login(rabbitmq), "--vhost", vhost, "--stack", str(stack.config_file)]
+    args = ["discover", *estate.login(rabbitmq), "--vhost", vhost, "--stack", str(stack.config_file)]
     result = CliRunner().invoke(cli, [*args, "--import-file", str(import_file), "--force"], env=CLEAN_ENVIRONMENT)
     assert result.exit_code == 0, result.output
 
@@ -95,7 +90,7 @@ def test_discover_then_adopt_replaces_nothing_and_delays_still_arrive(
         stack.preview("--expect-no-changes")
         assert unchanged(before, management.definitions(vhost)) == [], "NServiceBus's objects changed"
 
-        verified = CliRunner().invoke(cli, ["verify", "--stack", str(stack.config_file), *broker_login(rabbitmq)])
+        verified = CliRunner().invoke(cli, ["verify", "--stack", str(stack.config_file), *estate.login(rabbitmq)])
         assert verified.exit_code == 0 and "no drift" in verified.output, verified.output
 
         sales = users["Sales"]["name"]

@@ -115,6 +115,14 @@ def source_files() -> list[str]:
     return [name for name in listed.decode().split("\0") if name and (PROJECT / name).is_file()]
 
 
+def checkout_copy(target: Path) -> Path:
+    """The files a fresh clone has (``source_files``) copied into ``target``: what a build of the checkout sees."""
+    for name in source_files():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT / name, target / name)
+    return target
+
+
 def build(source: Path, outdir: Path, kind: str) -> tuple[Path, str]:
     """``python -m build --<kind>`` (PyPA build, isolated environment); returns the artifact and the output."""
     result = run([sys.executable, "-m", "build", f"--{kind}", "--outdir", outdir, source], cwd=source)
@@ -127,10 +135,7 @@ def build(source: Path, outdir: Path, kind: str) -> tuple[Path, str]:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The sdist and the wheel from a copy of the checkout, and a second wheel built from the sdist."""
     root = tmp_path_factory.mktemp("build")
-    source = root / "source"
-    for name in source_files():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(PROJECT / name, source / name)
+    source = checkout_copy(root / "source")
     sdist, sdist_output = build(source, root / "sdist", "sdist")
     wheel, wheel_output = build(source, root / "wheel", "wheel")
     with tarfile.open(sdist) as archive:

@@ -159,10 +159,10 @@ def test_defaults_and_shorthand_endpoints() -> None:
     assert (sqs_endpoint.queue_name_prefix, sqs_endpoint.message_retention_seconds) == ("", 345_600)
 
 
-def test_broker_version_defaults_to_4_0_and_decides_what_the_broker_accepts() -> None:
+def test_broker_version_defaults_to_the_current_series_and_decides_what_the_broker_accepts() -> None:
     """brokerVersion: 3.12 accepts apply-to 'quorum_queues' (rabbit_policy.erl apply_to_validation), so
     the policies may be asked for; below it they must be off; without quorum endpoint queues there is none."""
-    assert parse_stack_config(rabbitmq()).rabbitmq.broker_version == "4.0"
+    assert parse_stack_config(rabbitmq()).rabbitmq.broker_version == "4.3"
     assert (
         parse_stack_config(rabbitmq(brokerVersion="3.12", deliveryLimitPolicies=True))
         .rabbitmq.endpoints[0]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.components.model.settings import RABBITMQ
+from nsb_delays.components.model.settings import RABBITMQ, EndpointSettings, declared_default
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands import init as init_command
 from nsb_delays.infra.commands.pulumi_plugin import KINDS, plugin_files
@@ -95,6 +95,17 @@ def test_defaults_give_a_stack_the_parser_accepts(tmp_path: Path) -> None:
     assert parsed is not None and parsed.endpoints == () and parsed.vhost == "/"
     config = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())["config"]
     assert "rabbitmq:username" not in config and "rabbitmq:password" not in config
+    keys = config_keys()[RABBITMQ]
+    for key in ("vhost", "brokerVersion", "routingTopology", "queueType"):  # each option's default: the declaration's
+        declared = declared_default(EndpointSettings, keys[key].attr)
+        assert config["nsb-delays:rabbitmq"][key] == getattr(declared, "value", declared), key
+
+
+def test_each_setting_option_says_what_its_declaration_says_and_names_its_key() -> None:
+    result = CliRunner().invoke(cli, ["init", "--help"], terminal_width=10_000)
+    keys = config_keys()[RABBITMQ]
+    for key in ("vhost", "brokerVersion", "routingTopology", "queueType"):
+        assert f"{keys[key].doc} ({key})" in result.output, key
 
 
 def test_the_pipelines_deploy_this_repositorys_stack_with_its_baseline(tmp_path: Path) -> None:

@@ -728,7 +728,8 @@ def test_what_the_stacks_broker_version_refuses_is_refused() -> None:
     assert [v.urn for v in on_4_3] == [target.urn] * 2
     assert "queue 'Sales': x-queue-version: 1 with brokerVersion '4.3'" in on_4_3[0].message
     assert "x-queue-leader-locator" in on_4_3[1].message and all(v.mandatory for v in on_4_3)
-    assert refused_by_version(resources, None) == []  # the default, 4.0, takes them
+    assert refused_by_version(resources, None) == on_4_3  # the default: 4.3
+    assert refused_by_version(resources, "4.0") == []  # 4.0 takes them
     assert refused_by_version(changed(dev_recorded(), target, set_queue_argument("x-queue-version", 2)), "4.3") == []
 
 

@@ -33,9 +33,10 @@ MINIMUM_BROKER_VERSION = (3, 10, 0)  # the oldest broker this project supports (
 REQUIRED_FEATURE_FLAGS = ("quorum_queue", "stream_queue")
 FEATURE_FLAG_FIX = "rabbitmqctl enable_feature_flag {flag}"
 # The broker the stack targets (stack config rabbitmq.brokerVersion): decides whether classic queues carry an
-# explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared (the same on every 4.x, so
-# the oldest 4.x stays the default), and which declarations the policy pack refuses (QUEUE_ARGUMENT_REFUSALS).
-DEFAULT_BROKER_VERSION = "4.0"
+# explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared (the same on every 4.x),
+# and which declarations the policy pack refuses (QUEUE_ARGUMENT_REFUSALS). The default is the current release
+# series, what a team installs today; a program refuses a broker of another MAJOR.MINOR (infra/broker_check.py).
+DEFAULT_BROKER_VERSION = "4.3"
 # RabbitMQ 4.3.0 denies by default what 4.0 deprecated (rabbitmq/rabbitmq-server v4.3.0: the -rabbit_deprecated_feature
 # attributes of deps/rabbit/src/rabbit_queue_location.erl queue_master_locator and rabbit_channel.erl global_qos turn
 # from permitted_by_default to denied_by_default; rabbit_channel:handle_method/3 then handles a global basic.qos as
