@@ -76,9 +76,9 @@ CONFLICTING_POLICY = {"pattern": "^Sales$", "definition": {"delivery-limit": 5},
 STORED_TIMEOUTS, EXPORTED_TIMEOUTS = 120, 100
 EXPORTS = {"exports/timeoutdatas.jsonl": "json", "exports/timeouts.parquet": "parquet"}
 LEDGER_DATABASE = "ledger"  # the export's ledger database the pages' --ledger-jdbc-url names
-# How a stopped run (stopped-run, stopped-export-run) is made: the run's test hook (--fault, pipeline/faults.py)
-# fails it after its tasks published that many batches of that size; the interrupted run (ctrl-c) has its one
-# task held after publishing its second batch, then gets Ctrl-C.
+# How a stopped run (stopped-run, stopped-export-run) is made: the batch size, and where the run's test hook
+# (--fault, pipeline/faults.py) fails it (each task of the export's at its first publish, whatever the cores); the
+# interrupted run (ctrl-c) has its one task held after publishing its second batch, then gets Ctrl-C.
 STOPPED_RUN = ("30", "after-publish:2:raise")
 STOPPED_EXPORT_RUN = ("50", "after-publish:1:raise")
 INTERRUPTED_AT = "after-publish:2:hang"
@@ -196,9 +196,9 @@ SERVICES = {
     "exports": f"exports/timeoutdatas.jsonl (JSON lines) and exports/timeouts.parquet, each {EXPORTED_TIMEOUTS} "
     "RavenDB TimeoutData documents of Sales, as tests/spark/test_run_export.py writes exports",
     "ledger-database": f"PostgreSQL with the database {LEDGER_DATABASE} of the role nsb (an export's ledger)",
-    "stopped-run": "a run of the Sales table into the dev stack's broker that stopped after its tasks published "
-    f"batches of {STOPPED_RUN[0]} (failed by the run's test hook, --fault {STOPPED_RUN[1]}): some rows dispatched, "
-    "the rest hidden and pending",
+    "stopped-run": "a run of the Sales table into the dev stack's broker, in one task (Spark's default parallelism "
+    f"1), that stopped after its first batch of {STOPPED_RUN[0]} (failed by the run's test hook, --fault "
+    f"{STOPPED_RUN[1]}): that batch dispatched, the rest hidden and pending",
     "stopped-export-run": f"a run of exports/timeouts.parquet (ledger in {LEDGER_DATABASE}) that stopped before "
     f"its tasks marked a batch (--fault {STOPPED_EXPORT_RUN[1]}): its rows staged and pending",
     "ctrl-c": "the block's command runs in a process group of its own and gets SIGINT, as a terminal sends on "

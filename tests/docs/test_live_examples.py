@@ -263,7 +263,8 @@ def migration_state(block: Block, needs: set[str], scene: Scene, request: pytest
     amqp = "--amqp-url 'amqp://user:pass@rabbit:5672/%2F' --management-url http://rabbit:15672 --no-progress"
     if "stopped-run" in needs:
         batch_size, fault = STOPPED_RUN
-        stop_a_run(block, scene, f"--source-jdbc 'jdbc:postgresql://db:5432/{DATABASE}?user={DATABASE_ROLE}' "
+        one_task = dataclasses.replace(scene, env=scene.env | spark_with_one_task(scene.folder.parent))
+        stop_a_run(block, one_task, f"--source-jdbc 'jdbc:postgresql://db:5432/{DATABASE}?user={DATABASE_ROLE}' "
                    f"--endpoint {ENDPOINT} {amqp} --batch-size {batch_size} --fault {fault}")  # fmt: skip
     if "stopped-export-run" in needs:
         batch_size, fault = STOPPED_EXPORT_RUN
@@ -280,12 +281,18 @@ def stop_a_run(block: Block, scene: Scene, arguments: str) -> None:
         pytest.fail(f"{block.where}: making a run that stopped: {run.explain()}", pytrace=False)
 
 
+def spark_with_one_task(folder: Path) -> dict[str, str]:
+    """Spark's default parallelism 1 (spark-defaults.conf in SPARK_CONF_DIR): a run has one task, so where its test
+    hook stops it is one place, on a machine of any number of cores."""
+    configuration = folder / "spark-conf"
+    configuration.mkdir(exist_ok=True)
+    (configuration / "spark-defaults.conf").write_text("spark.default.parallelism 1\n")
+    return {"SPARK_CONF_DIR": str(configuration)}
+
+
 def interrupted_run(folder: Path, marker: Path) -> dict[str, str]:
     """The environment of a run that Ctrl-C stops where live.INTERRUPTED_AT holds its one task."""
-    configuration = folder / "spark-conf"
-    configuration.mkdir()
-    (configuration / "spark-defaults.conf").write_text("spark.default.parallelism 1\n")
-    return {"SPARK_CONF_DIR": str(configuration), FAULT_VARIABLE: f"{INTERRUPTED_AT}:{marker}"}
+    return spark_with_one_task(folder) | {FAULT_VARIABLE: f"{INTERRUPTED_AT}:{marker}"}
 
 
 def cluster_nodes(rabbitmq: LocalRabbitMq, request: pytest.FixtureRequest) -> dict[str, str]:
