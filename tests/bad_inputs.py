@@ -93,5 +93,6 @@ CLEAN_ENVIRONMENT = {
         "RABBITMQ_PASSWORD",
         "RABBITMQ_CACERT",
         "AWS_ENDPOINT_URL_SQS",
+        "NSB_DELAYS_FAULT",  # the migration's test hook (pipeline/faults.py)
     )
 }
