@@ -140,11 +140,13 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
 CONSUMER = "consumer"
 PULUMI_YAML = "pulumi-yaml"
 CHECKOUT_COPY = "checkout-copy"
+PACKAGE_INDEX = "package-index"
 SPARK_CLUSTER, SPARK_CONNECT = "spark-cluster", "spark-connect"
 SPARK_BLOCKS = "tests/sparkcluster/test_documented_blocks.py"
 ELSEWHERE = {
     CHECKOUT_COPY: "tests/consumer/test_from_a_checkout.py",
     CONSUMER: "tests/consumer/test_quickstart.py",
+    PACKAGE_INDEX: "tests/consumer/test_package_index.py",
     PULUMI_YAML: "tests/engine/test_components_from_other_languages.py",
     SPARK_CLUSTER: SPARK_BLOCKS,
     SPARK_CONNECT: SPARK_BLOCKS,
@@ -189,6 +191,10 @@ SERVICES = {
     CHECKOUT_COPY: "not in this tier: tests/consumer/test_from_a_checkout.py runs the block in a copy of the "
     "checkout's files (as a fresh clone has them), with a new virtualenv's python and pip first on PATH (PyPA build "
     "installed in it); the page's version must be pyproject.toml's",
+    PACKAGE_INDEX: "not in this tier: tests/consumer/test_package_index.py runs the block in a folder of its own "
+    "with a new virtualenv's python and pip first on PATH, where pip finds nsb-delays as a package index would "
+    "serve it: the session's wheel in the folder PIP_FIND_LINKS names (pip's setting for another place to find "
+    "packages; the dependencies come from the usual index)",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
     "stored-timeouts": f"the database's Sales table holds {STORED_TIMEOUTS:,} timeouts for Sales, due from an hour "
