@@ -49,10 +49,10 @@ def output_problems(paths: list[Path], force: bool) -> list[str]:
     return problems
 
 
-def stack_document(discovery: Discovery, management_url: str, vhost: str, conflicts: list[str]) -> str:
+def stack_document(discovery: Discovery, management_url: str, vhost: str, review: list[str]) -> str:
     """The stack file: a header naming where it came from, the review list as comments, then ``config:``."""
     lines = [HEADER.format(url=management_url, vhost=vhost)]
-    lines += [f"# review: {line}\n" for line in review_lines(discovery, conflicts)]
+    lines += [f"# review: {line}\n" for line in review]
     body = yaml.safe_dump({"config": discovery.stack_file_config(management_url)}, sort_keys=False)
     return "".join(lines) + body
 
@@ -138,20 +138,18 @@ def discover_command(
     except ConfigError as error:
         raise CommandError(error.problems, footer="the discovered config is refused; nothing was written") from None
     assert config.rabbitmq is not None
-    conflicts = adoption_conflicts(config.rabbitmq, read.definitions)
-    text = stack_document(discovery, api.url, vhost, conflicts)
+    review = review_lines(discovery, adoption_conflicts(config.rabbitmq, read.definitions))
+    text = stack_document(discovery, api.url, vhost, review)
     if stack:
         stack_path(stack).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
     if import_file and document is not None:
         Path(import_file).write_text(document, encoding="utf-8")
-    report(discovery, config.rabbitmq.endpoints, stack, import_file, conflicts)
+    report(discovery, config.rabbitmq.endpoints, stack, import_file, review)
 
 
-def report(
-    discovery: Discovery, endpoints: Any, stack: str | None, import_file: str | None, conflicts: list[str]
-) -> None:
+def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file: str | None, review: list[str]) -> None:
     """What was found and written, the review list, and the commands that come next (stderr)."""
     section = discovery.section
     echo = click.echo
@@ -163,7 +161,7 @@ def report(
     for path in (stack_path(stack) if stack else None, import_file):
         if path is not None:
             echo(f"wrote {path}", err=True)
-    for line in review_lines(discovery, conflicts):
+    for line in review:
         echo(f"review: {line}", err=True)
     option = f" --stack {stack}" if stack and not stack.endswith((".yaml", ".yml")) else ""
     for key in discovery.password_keys:
