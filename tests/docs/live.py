@@ -313,13 +313,18 @@ def git(folder: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, stdin=subprocess.DEVNULL)
 
 
+def new_repository(folder: Path) -> None:
+    """``folder`` a git repository on branch main, with a committer of its own."""
+    git(folder, "init", "--quiet", "--initial-branch", "main")
+    git(folder, "config", "user.email", "docs@example.invalid")
+    git(folder, "config", "user.name", "docs")
+
+
 def pushed_to_origin(folder: Path, origin: Path) -> None:
     """``folder`` a repository whose main, holding its files, is pushed to a bare ``origin`` (origin/main fetched)."""
     (folder / "policy.json").write_text(json.dumps(POLICY_CONFIG))
     git(origin.parent, "init", "--quiet", "--bare", "--initial-branch", "main", str(origin))
-    git(folder, "init", "--quiet", "--initial-branch", "main")
-    git(folder, "config", "user.email", "docs@example.invalid")
-    git(folder, "config", "user.name", "docs")
+    new_repository(folder)
     git(folder, "add", "Pulumi.dev.yaml", "Pulumi.prod.yaml", "policy.json")
     git(folder, "commit", "--quiet", "-m", "stacks")
     git(folder, "remote", "add", "origin", str(origin))
@@ -329,9 +334,7 @@ def pushed_to_origin(folder: Path, origin: Path) -> None:
 
 def commit_history(folder: Path, management_url: str, broker_version: str) -> None:
     """A repository whose previous commit has Shipping in Pulumi.prod.yaml and whose last commit dropped it."""
-    git(folder, "init", "--quiet", "--initial-branch", "main")
-    git(folder, "config", "user.email", "docs@example.invalid")
-    git(folder, "config", "user.name", "docs")
+    new_repository(folder)
     (folder / "Pulumi.prod.yaml").write_text(prod_stack(management_url, broker_version, PROD_ENDPOINTS_BEFORE))
     git(folder, "add", "Pulumi.prod.yaml")
     git(folder, "commit", "--quiet", "-m", "prod with Shipping")
@@ -363,35 +366,29 @@ def run_bash(scene: Scene, script: str, timeout: float = 600) -> Run:
     """The script as a reader pastes it into bash: stopping at the first command that fails."""
     if scene.interrupt_when is not None:
         return run_interrupted(scene, script, scene.interrupt_when, timeout)
-    completed = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", script],
-        cwd=scene.folder,
-        env=scene.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    completed = subprocess.run(**reader_shell(scene, script), timeout=timeout, check=False)
     return Run(script, completed.returncode, completed.stdout)
+
+
+def reader_shell(scene: Scene, script: str) -> dict[str, Any]:
+    """The subprocess arguments of the script as a reader's bash runs it in the scene: stopping at the first command
+    that fails, its output and errors interleaved as a terminal shows them, no input."""
+    return {
+        "args": ["bash", "-e", "-o", "pipefail", "-c", script],
+        "cwd": scene.folder,
+        "env": scene.env,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "stdin": subprocess.DEVNULL,
+        "text": True,
+    }
 
 
 def run_interrupted(scene: Scene, script: str, marker: Path, timeout: float) -> Run:
     """The script as run from a terminal, and Ctrl-C pressed once ``marker`` exists: SIGINT to its process group
     (a session of its own, SIGINT's default action as a terminal's shell leaves it). What the group still holds
     afterwards (the task the test hook holds) is killed."""
-    job = subprocess.Popen(
-        ["bash", "-e", "-o", "pipefail", "-c", script],
-        cwd=scene.folder,
-        env=scene.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        preexec_fn=ctrl_c_as_from_a_terminal,
-    )
+    job = subprocess.Popen(**reader_shell(scene, script), start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal)
     try:
         deadline = time.monotonic() + timeout
         while not marker.exists() and job.poll() is None and time.monotonic() < deadline:

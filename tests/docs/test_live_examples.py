@@ -398,8 +398,9 @@ def pulumi_stack(folder: Path, backend: Path, env: dict[str, str], *, up: bool, 
     return env
 
 
-def create_database(dsn: str) -> None:
-    """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint."""
+def create_database(dsn: str) -> str:
+    """The role and database the pages' JDBC URLs name, with SQL persistence's timeout table of their endpoint; the
+    database's DSN, as that role."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(f"drop database if exists {DATABASE}")
         connection.execute(f"drop database if exists {LEDGER_DATABASE}")  # the role's too (ledger-database)
@@ -408,6 +409,7 @@ def create_database(dsn: str) -> None:
         connection.execute(f"create database {DATABASE} owner {DATABASE_ROLE}")
     store = dsn.replace("dbname=postgres", f"dbname={DATABASE}").replace("user=postgres", f"user={DATABASE_ROLE}")
     create_sql_persistence_table(store, ENDPOINT)
+    return store
 
 
 def expected_exit(command: str, expected: list[str]) -> int:

@@ -31,8 +31,6 @@ from servers.rabbitmq import LocalRabbitMq
 from servers.spark import SPARK_CONNECT_VENV, LocalSparkCluster, spark_home
 from tests.docs.examples import Block, blocks_run_in
 from tests.docs.live import (
-    DATABASE,
-    DATABASE_ROLE,
     ENDPOINT,
     SPARK_CLUSTER,
     SPARK_CONNECT,
@@ -79,11 +77,8 @@ def test_the_block_migrates_every_timeout_of_sales(
     block: Block, spark_cluster: LocalSparkCluster, postgres, rabbitmq: LocalRabbitMq, management: ManagementApi,
     request: pytest.FixtureRequest, tmp_path: Path, figure,
 ) -> None:  # fmt: skip
-    store = postgres.dsn.replace("dbname=postgres", f"dbname={DATABASE}").replace(
-        "user=postgres", f"user={DATABASE_ROLE}"
-    )
     table = sql_persistence_layout(ENDPOINT, "postgresql").table
-    create_database(postgres.dsn)
+    store = create_database(postgres.dsn)
     now = utc_now()
     due = [timeout(ENDPOINT, -1 - i, i, now=now) for i in range(DUE)]
     later = [timeout(ENDPOINT, LATER_SECONDS, DUE + i, now=now) for i in range(LATER)]
