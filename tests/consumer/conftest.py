@@ -10,6 +10,8 @@ run in the virtualenvs Pulumi makes from ``requirements.txt``.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,11 @@ import pytest
 
 from tests.conftest import BROKERS
 from tests.engine.conftest import require_pulumi
-from tests.packaging.conftest import PIP_INSTALL, PROJECT, Built, built, make_venv, run  # noqa: F401 (fixture)
+from tests.packaging.conftest import PIP_INSTALL, PROJECT, Built, Venv, built, make_venv, run  # noqa: F401 (fixture)
+
+# A user's non-interactive bash: no profile or rc file, stopping at the first command that fails.
+USER_BASH = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
+SHOWN = 8000  # the characters of a command's stdout and of its stderr a failure shows
 
 
 # RabbitMQ 3.10 and the newest 4.x the suite starts (tests/conftest.py BROKERS).
@@ -43,8 +49,8 @@ def consumer_cli(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Cons
     root = tmp_path_factory.mktemp("consumer-cli")
     venv = make_venv(root / "venv")
     run([venv.python, "-m", "pip", "install", *PIP_INSTALL, built.wheel], cwd=root)
-    where = run([venv.python, "-c", "import nsb_delays; print(nsb_delays.__path__[0])"], cwd=root).stdout.strip()
-    assert Path(where).is_relative_to(venv.path) and not Path(where).is_relative_to(PROJECT), where
+    where = package_location(venv.python, root)
+    assert where.is_relative_to(venv.path) and not where.is_relative_to(PROJECT), where
     tool_bin = root / "bin"
     tool_bin.mkdir()
     (tool_bin / "nsb-delays").symlink_to(venv.bin("nsb-delays"))
@@ -80,3 +86,33 @@ def user_environment(home: Path, *path: Path, **extra: str) -> dict[str, str]:
         "NO_COLOR": "1",
         **extra,
     }
+
+
+def user_bash(script: str, cwd: Path, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` as a user's bash runs it (``USER_BASH``) in ``cwd``, no input; its output captured."""
+    return subprocess.run(
+        [*USER_BASH, script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def output_tail(result: subprocess.CompletedProcess[str]) -> str:
+    return f"--- stdout\n{result.stdout[-SHOWN:]}\n--- stderr\n{result.stderr[-SHOWN:]}"
+
+
+def package_location(python: Path, cwd: Path) -> Path:
+    """Where ``python`` imports nsb_delays from."""
+    return Path(run([python, "-c", "import nsb_delays; print(nsb_delays.__path__[0])"], cwd=cwd).stdout.strip())
+
+
+def assert_installed_with_the_spark_extra(venv: Venv, env: Mapping[str, str], cwd: Path) -> None:
+    """nsb_delays imported from ``venv``, and its ``migrate`` runs: without the spark extra it is a stand-in that
+    names the extra and exits 2."""
+    assert package_location(venv.python, cwd).is_relative_to(venv.path)
+    migrate = run([venv.bin("nsb-delays"), "migrate", "--help"], cwd=cwd, env=env)
+    assert "Usage: nsb-delays migrate" in migrate.stdout, migrate.stdout

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
 import tomllib
 from pathlib import Path
 
-from tests.consumer.conftest import user_environment
+from tests.consumer.conftest import assert_installed_with_the_spark_extra, output_tail, user_bash, user_environment
 from tests.docs.examples import blocks_run_in
 from tests.docs.live import CHECKOUT_COPY
 from tests.packaging.conftest import PIP_INSTALL, PROJECT, make_venv, run, source_files
@@ -39,18 +38,9 @@ def test_the_index_pages_build_from_a_checkout_installs_the_wheel_with_the_spark
     (tmp_path / "home").mkdir()
     env = user_environment(tmp_path / "home", venv.path / "bin")
     started = time.monotonic()
-    result = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", block.source],
-        cwd=checkout, env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    result = user_bash(block.source, checkout, env, timeout=1800)
     took = time.monotonic() - started
-    assert result.returncode == 0, (
-        f"{block.where}: exited {result.returncode}\n--- stdout\n{result.stdout[-SHOWN:]}\n--- stderr\n"
-        f"{result.stderr[-SHOWN:]}"
-    )
+    assert result.returncode == 0, f"{block.where}: exited {result.returncode}\n{output_tail(result)}"
     print(f"{block.where}: build and install took {took:.0f} s")
     assert (checkout / "dist" / f"nsb_delays-{version}-py3-none-any.whl").is_file()
-    where = run([venv.python, "-c", "import nsb_delays; print(nsb_delays.__path__[0])"], cwd=tmp_path).stdout.strip()
-    assert Path(where).is_relative_to(venv.path), where
-    migrate = run([venv.bin("nsb-delays"), "migrate", "--help"], cwd=tmp_path, env=env)
-    assert "Usage: nsb-delays migrate" in migrate.stdout, migrate.stdout
+    assert_installed_with_the_spark_extra(venv, env, tmp_path)

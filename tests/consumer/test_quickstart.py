@@ -29,7 +29,15 @@ import pytest
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from servers.rabbitmq import LocalRabbitMq
-from tests.consumer.conftest import CONSUMER_BROKERS, ConsumerCli, user_environment
+from tests.consumer.conftest import (
+    CONSUMER_BROKERS,
+    SHOWN,
+    ConsumerCli,
+    output_tail,
+    package_location,
+    user_bash,
+    user_environment,
+)
 from tests.consumer.gate import HeldAfterFirstDeclaration
 from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, run_gitlab_job
 from tests.docs.examples import Block, blocks_run_in, console_commands
@@ -42,7 +50,6 @@ STACK = "prod"
 STACK_FILE = "Pulumi.prod.yaml"
 INSTALL_LINE = "pip install nsb-delays"
 LOCAL_LOGIN = "pulumi login --local"
-SHOWN = 8000
 
 ON_BROKERS = pytest.mark.parametrize(
     "rabbitmq", CONSUMER_BROKERS, indirect=True, scope="session", ids=[f"rabbitmq-{v}" for v in CONSUMER_BROKERS]
@@ -81,12 +88,8 @@ class Repository:
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         if check and result.returncode != 0:
-            pytest.fail(f"{shlex.join(command)} exited {result.returncode}\n{_tail(result)}", pytrace=False)
+            pytest.fail(f"{shlex.join(command)} exited {result.returncode}\n{output_tail(result)}", pytrace=False)
         return result
-
-
-def _tail(result: subprocess.CompletedProcess[str]) -> str:
-    return f"--- stdout\n{result.stdout[-SHOWN:]}\n--- stderr\n{result.stderr[-SHOWN:]}"
 
 
 def _broker_version(broker: LocalRabbitMq) -> str:
@@ -128,12 +131,9 @@ def repository(
             command = command.split("#")[0].rstrip()
             command += f" --requirement {shlex.quote(str(consumer_cli.wheel))} --vhost {vhost}"
         script += [f"echo {shlex.quote('$ ' + command)}", command]
-    result = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(script)],
-        cwd=work, env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    result = user_bash("\n".join(script), work, env, timeout=1800)
     if result.returncode != 0:
-        pytest.fail(f"the README's quickstart stopped (exit {result.returncode})\n{_tail(result)}", pytrace=False)
+        pytest.fail(f"the README's quickstart stopped (exit {result.returncode})\n{output_tail(result)}", pytrace=False)
     try:
         yield Repository(work / "delays", env, result.stdout + result.stderr, vhost, rabbitmq, state)
     finally:
@@ -176,8 +176,8 @@ def test_the_pack_passes_a_good_change_and_refuses_a_bad_one_naming_the_rule(rep
         bad = repository.run(
             "pulumi", "preview", "--stack", STACK, "--policy-pack", "policies", "--non-interactive", check=False
         )
-        assert bad.returncode != 0, _tail(bad)
-        assert re.search(r"\[mandatory\]\s+delay-queue-protected", bad.stdout), _tail(bad)
+        assert bad.returncode != 0, output_tail(bad)
+        assert re.search(r"\[mandatory\]\s+delay-queue-protected", bad.stdout), output_tail(bad)
     finally:
         stack_file.write_text(deployed)
     again = repository.run(
@@ -191,7 +191,7 @@ def test_the_pack_passes_a_good_change_and_refuses_a_bad_one_naming_the_rule(rep
         "--expect-no-changes",
         "--non-interactive",
     )
-    assert re.search(r"Resources:\s+\d+ unchanged\s*\n\s*\n", again.stdout), _tail(again)
+    assert re.search(r"Resources:\s+\d+ unchanged\s*\n\s*\n", again.stdout), output_tail(again)
 
 
 # The pipelines
@@ -353,10 +353,7 @@ class ProjectCopy:
     backend: Path
 
     def bash(self, script: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
-            cwd=self.path, env=self.env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        return user_bash(script, self.path, self.env, timeout=1200)
 
 
 @contextlib.contextmanager
@@ -407,7 +404,7 @@ def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_pag
             missing = missing_lines([without_timings(text) for text in command.expected], output, lambda text: False)
             assert result.returncode == 0 and not missing, (
                 f"{block.page}:{block.line_of(command.index)}: `{command.line}` exited {result.returncode}, lines "
-                f"not printed: {missing}\n{_tail(result)}"
+                f"not printed: {missing}\n{output_tail(result)}"
             )
 
 
@@ -417,8 +414,8 @@ def test_the_ci_pages_deploy_on_main_previews_with_the_pack_deploys_and_verifies
     deploy = ci_block("pulumi up --stack prod --yes")
     assert deploy.kind == "bash" and "pulumi up --stack prod --yes" in deploy.source, deploy.where
     result = tutorial.bash(deploy.source)
-    assert result.returncode == 0, f"{deploy.where}: exited {result.returncode}\n{_tail(result)}"
-    assert "Loading policy packs...: done" in result.stdout and "no drift" in result.stdout, _tail(result)
+    assert result.returncode == 0, f"{deploy.where}: exited {result.returncode}\n{output_tail(result)}"
+    assert "Loading policy packs...: done" in result.stdout and "no drift" in result.stdout, output_tail(result)
 
 
 PACK_WRITTEN = "nsb-delays pulumi-plugin policy-pack nsb-delays-policies"
@@ -437,15 +434,14 @@ def test_the_ci_pages_pack_from_an_installed_package_runs_in_a_preview_of_stack_
     with project_copy(repository, tmp_path) as copy:
         shutil.copy(copy.path / STACK_FILE, copy.path / "Pulumi.dev.yaml")
         init = copy.bash("pulumi stack init dev")
-        assert init.returncode == 0, _tail(init)
+        assert init.returncode == 0, output_tail(init)
         result = copy.bash(script)
-        assert result.returncode == 0, f"{block.where}: exited {result.returncode}\n{_tail(result)}"
-        assert "Loading policy packs...: done" in result.stdout, _tail(result)
+        assert result.returncode == 0, f"{block.where}: exited {result.returncode}\n{output_tail(result)}"
+        assert "Loading policy packs...: done" in result.stdout, output_tail(result)
         pack = copy.path / "nsb-delays-policies"
         assert str(consumer_cli.wheel) in (pack / "requirements.txt").read_text()
-        python = pack / "venv" / "bin" / "python"
-        where = copy.bash(f"{shlex.quote(str(python))} -c 'import nsb_delays; print(nsb_delays.__path__[0])'")
-        assert Path(where.stdout.strip()).is_relative_to(pack / "venv"), _tail(where)
+        where = package_location(pack / "venv" / "bin" / "python", copy.path)
+        assert where.is_relative_to(pack / "venv"), where
 
 
 def descendants(pid: int) -> list[int]:
@@ -492,8 +488,8 @@ def test_the_ci_pages_recovery_after_an_up_killed_midway_deploys_everything_with
             assert list(copy.backend.glob(".pulumi/locks/**/*.json")), "the killed update left no lock"
             gate.reopen()
             result = copy.bash(recovery.source)
-            assert result.returncode == 0, f"{recovery.where}: exited {result.returncode}\n{_tail(result)}"
-            assert "no drift" in result.stdout, _tail(result)
-            assert not re.search(r"\d+ (deleted|replaced)", result.stdout), _tail(result)
+            assert result.returncode == 0, f"{recovery.where}: exited {result.returncode}\n{output_tail(result)}"
+            assert "no drift" in result.stdout, output_tail(result)
+            assert not re.search(r"\d+ (deleted|replaced)", result.stdout), output_tail(result)
     finally:
         gate.close()
