@@ -53,10 +53,6 @@ def shown(value: Any) -> str:
     return ABSENT if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _dotted(version: tuple[int, ...]) -> str:
-    return ".".join(map(str, version))
-
-
 POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
 
@@ -68,7 +64,7 @@ def requirement_drifts(
     drifts = []
     if generation == rmq.Generation.V2:
         if rmq.parse_reported_broker_version(version) < rmq.MINIMUM_BROKER_VERSION:
-            oldest = _dotted(rmq.MINIMUM_BROKER_VERSION)
+            oldest = rmq.dotted_version(rmq.MINIMUM_BROKER_VERSION)
             fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"
             drifts.append(Drift("different", "broker", "version", f">= {oldest}", version, fix))
         for flag in rmq.REQUIRED_FEATURE_FLAGS:
@@ -81,11 +77,11 @@ def requirement_drifts(
     minimum = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
     if delivery_limit_policies and rmq.parse_reported_broker_version(version) < minimum:
         fix = (
-            f"set {POLICIES_SWITCH}: false for a broker older than {_dotted(minimum)} (it has no default delivery "
-            "limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
+            f"set {POLICIES_SWITCH}: false for a broker older than {rmq.dotted_version(minimum)} (it has no default "
+            "delivery limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
         )
         field = f"version ({POLICIES_SWITCH})"
-        drifts.append(Drift("different", "broker", field, f">= {_dotted(minimum)}", version, fix))
+        drifts.append(Drift("different", "broker", field, f">= {rmq.dotted_version(minimum)}", version, fix))
     return drifts
 
 

@@ -248,7 +248,9 @@ BROKER_VERSION_SCHEMA = PolicyConfigSchema(
             "type": "string",
             "default": rmq.DEFAULT_BROKER_VERSION,
             "description": "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.3 the broker refuses "
-            "x-queue-version other than 2 and the deprecated (queue-)master-locator.",
+            "x-queue-version other than 2 and the deprecated (queue-)master-locator, from "
+            f"{rmq.dotted_version(rmq.POLICY_PATTERN_BOUNDED_FROM)} a policy pattern over "
+            f"{rmq.MAX_POLICY_PATTERN_BYTES} bytes.",
         }
     }
 )
@@ -261,13 +263,14 @@ def validate_refused_by_broker_version(args: ResourceValidationArgs, report: Rep
         declared = declared_arguments(args.props)
         if declared is UNKNOWN or declared.error:
             return
-        what, values, refusals = "queue", declared.values, rmq.QUEUE_ARGUMENT_REFUSALS
+        what, values, refusals, pattern = "queue", declared.values, rmq.QUEUE_ARGUMENT_REFUSALS, None
     elif args.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
         policy = resolved(value_at(args.props, "policy"))
         definition = policy.get("definition") if isinstance(policy, Mapping) else None
         if not isinstance(definition, Mapping):
             return
         what, values, refusals = args.resource_type.rsplit(":", 1)[-1], definition, rmq.POLICY_KEY_REFUSALS
+        pattern = resolved(policy.get("pattern"))
     else:
         return
     version = config_value(args.get_config(), BROKER_VERSION_SCHEMA, "brokerVersion")
@@ -277,6 +280,12 @@ def validate_refused_by_broker_version(args: ResourceValidationArgs, report: Rep
         report(f"policy config refused-by-broker-version.brokerVersion: {error}")
         return
     name = value_at(args.props, "name")
+    too_long = rmq.policy_pattern_refusal(pattern, version) if isinstance(pattern, str) else None
+    if too_long:
+        report(
+            f"{what} {_quoted(name)} with brokerVersion {version!r}: {too_long}. Fix: split it into policies of at "
+            f"most {rmq.MAX_POLICY_PATTERN_BYTES} bytes each (RabbitMqEndpointPolicies does).",
+        )
     for refusal, value in refused:
         report(
             f"{what} {_quoted(name)}: {refusal.key}: {value!r} with brokerVersion {version!r}: {refusal.refusal}. "
@@ -288,8 +297,10 @@ refused_by_broker_version = ResourceValidationPolicy(
     name="refused-by-broker-version",
     description=(
         "No queue argument or policy key that the stack's RabbitMQ (brokerVersion) refuses: from 4.3, "
-        "x-queue-version other than 2 and the deprecated x-queue-master-locator / queue-master-locator "
-        "(refused half-way through an up). Fix: drop x-queue-version or set it to 2; use (x-)queue-leader-locator."
+        "x-queue-version other than 2 and the deprecated x-queue-master-locator / queue-master-locator; from "
+        f"{rmq.dotted_version(rmq.POLICY_PATTERN_BOUNDED_FROM)}, a policy pattern over {rmq.MAX_POLICY_PATTERN_BYTES} "
+        "bytes (each refused half-way through an up). Fix: drop x-queue-version "
+        "or set it to 2; use (x-)queue-leader-locator; split a long pattern."
     ),
     validate=validate_refused_by_broker_version,
     config_schema=BROKER_VERSION_SCHEMA,

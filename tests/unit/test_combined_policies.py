@@ -44,14 +44,23 @@ def test_each_object_gets_the_definition_its_own_policy_gave_from_exactly_one_co
 def test_patterns_stay_within_the_bound_and_the_policies_stay_few() -> None:
     names = endpoints(3000)
     combined = rmq.combined_policies(per_object(names), "team")
-    assert all(len(p.pattern) <= rmq.MAX_COMBINED_PATTERN_LENGTH for p in combined)
+    assert all(rmq.pattern_bytes(p.pattern) <= rmq.MAX_POLICY_PATTERN_BYTES for p in combined)
     total = sum(len(rmq.dotnet_regex_escape(n)) + 1 for n in names)
     per_kind = len(combined) // 2
-    assert per_kind <= 4 * (total // rmq.MAX_COMBINED_PATTERN_LENGTH + 1)  # buckets about half full at worst
+    assert per_kind <= 4 * (total // rmq.MAX_POLICY_PATTERN_BYTES + 1)  # buckets about half full at worst
     assert {p.name.rsplit(".", 1)[0] for p in combined} == {
         "nsb-delays.team.delivery-limit",
         "nsb-delays.team.unroutable",
     }
+
+
+def test_the_bound_counts_bytes_as_rabbitmq_does_not_characters() -> None:
+    names = [f"Équipe{i:03d}.Lösung" for i in range(55)]  # 993 characters in one pattern, 1,103 bytes
+    assert len(rmq.combined_pattern(names)) <= rmq.MAX_POLICY_PATTERN_BYTES
+    assert rmq.pattern_bytes(rmq.combined_pattern(names)) > rmq.MAX_POLICY_PATTERN_BYTES
+    combined = rmq.combined_policies(per_object(names), "team")
+    assert len(combined) > 2
+    assert all(rmq.pattern_bytes(p.pattern) <= rmq.MAX_POLICY_PATTERN_BYTES for p in combined)
 
 
 def test_adding_an_endpoint_changes_one_bucket_of_each_kind_or_splits_it_under_new_names() -> None:

@@ -740,6 +740,25 @@ def test_a_policy_with_the_master_locator_is_refused_for_4_3() -> None:
     assert "queue-master-locator" in violations[0].message and "queue-leader-locator" in violations[0].message
 
 
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("4.3", True), ("4.3.3", True), ("4.3.6", True), ("4.3.2", False), ("4.0", False), ("3.10", False)],
+)
+def test_a_policy_pattern_over_the_brokers_bound_is_refused_from_4_3_3(version: str, refused: bool) -> None:
+    """RabbitMQ 4.3.3 refuses a pattern over 1,024 bytes, counted in bytes ('é' is two); "4.3" means any 4.3 patch."""
+    long = "^(" + "é" * 511 + ")$"  # 515 characters, 1,026 bytes
+    fits = "^(" + "é" * 510 + ")$"  # 1,024 bytes
+    for operator in (False, True):
+        policy = broker_policy(long, {"alternate-exchange": "p"}, apply_to="exchanges", operator=operator)
+        violations = refused_by_version([*dev_recorded(), *policy], version)
+        assert [v.urn for v in violations] == ([policy[0].urn] if refused else [])
+        if refused:
+            assert "1026 bytes" in violations[0].message and "over 1024" in violations[0].message
+            assert "4.3.3" in violations[0].message and violations[0].mandatory
+    policy = broker_policy(fits, {"alternate-exchange": "p"}, apply_to="exchanges")
+    assert refused_by_version([*dev_recorded(), *policy], version) == []
+
+
 # --- delivery limits over endpoint queues (RabbitMQ 4.x, NServiceBus.RabbitMQ 10+) ---------------------------
 
 

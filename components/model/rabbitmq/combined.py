@@ -7,7 +7,8 @@ definitions from a handful of policies whose pattern lists them: ``^(Sales|Billi
 documentation suggests for pre-created delivery-limit policies.
 
 Which policy holds a name depends on that name alone: its SHA-256 bits pick a bucket, and a bucket whose pattern
-would pass ``MAX_COMBINED_PATTERN_LENGTH`` splits in two by the next bit. Adding or removing an endpoint so changes
+would pass ``MAX_POLICY_PATTERN_BYTES`` (RabbitMQ 4.3.3's bound, kept on every version so a stack
+moves between them unchanged) splits in two by the next bit. Adding or removing an endpoint so changes
 only its own bucket's pattern; a split or merge creates new buckets (new names) before Pulumi deletes the old ones,
 so no object is ever without its policy (while both exist they give the same definition).
 """
@@ -22,10 +23,10 @@ from .delivery_limits import DELIVERY_LIMIT_POLICY_KEY
 from .graph import ALTERNATE_EXCHANGE_POLICY_KEY, ALTERNATE_EXCHANGE_POLICY_SUFFIX
 from .names import combined_policy_name, dotnet_regex_escape
 from .objects import PolicySpec
+from .versions import MAX_POLICY_PATTERN_BYTES, pattern_bytes
 
 __all__ = [
     "COMBINED_POLICY_KINDS",
-    "MAX_COMBINED_PATTERN_LENGTH",
     "ROOT_BUCKET",
     "PolicyScope",
     "combined_pattern",
@@ -41,9 +42,6 @@ class PolicyScope(StrEnum):
     ENDPOINT = "endpoint"
 
 
-# Bounded so that a pattern stays readable and cheap to compile: RabbitMQ compiles it for each object it matches
-# (rabbit_policy:matches_type/match -> re:run with the pattern as a binary).
-MAX_COMBINED_PATTERN_LENGTH = 4096
 ROOT_BUCKET = "all"  # the bucket of every name, until its pattern is too long
 # A combined policy's kind in its name, from the one key of its definition.
 COMBINED_POLICY_KINDS = {
@@ -62,8 +60,9 @@ def _bits(name: str) -> str:
 
 
 def _buckets(names: Sequence[str], prefix: str, limit: int) -> Iterator[tuple[str, Sequence[str]]]:
-    """The smallest buckets, by leading hash bits, whose pattern fits ``limit`` (one name always fits)."""
-    if len(names) == 1 or len(combined_pattern(names)) <= limit:
+    """The smallest buckets, by leading hash bits, whose pattern fits ``limit`` bytes (one name always fits: a queue
+    name has at most 255 bytes, twice that escaped)."""
+    if len(names) == 1 or pattern_bytes(combined_pattern(names)) <= limit:
         yield prefix or ROOT_BUCKET, names
         return
     depth = len(prefix)
@@ -74,7 +73,7 @@ def _buckets(names: Sequence[str], prefix: str, limit: int) -> Iterator[tuple[st
 
 
 def combined_policies(
-    policies: Iterable[PolicySpec], group: str, max_pattern_length: int = MAX_COMBINED_PATTERN_LENGTH
+    policies: Iterable[PolicySpec], group: str, max_pattern_length: int = MAX_POLICY_PATTERN_BYTES
 ) -> tuple[PolicySpec, ...]:
     """Per-object ``policies`` as few policies of ``group``: one per kind (apply-to, priority, definition) and bucket,
     each matching exactly the targets of the per-object policies it replaces, with their definition."""

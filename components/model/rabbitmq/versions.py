@@ -15,15 +15,20 @@ __all__ = [
     "DEFAULT_BROKER_VERSION",
     "DEPRECATIONS_DENIED_FROM",
     "FEATURE_FLAG_FIX",
+    "MAX_POLICY_PATTERN_BYTES",
     "MINIMUM_BROKER_VERSION",
     "POLICY_KEY_REFUSALS",
+    "POLICY_PATTERN_BOUNDED_FROM",
     "QUEUE_ARGUMENT_REFUSALS",
     "REQUIRED_FEATURE_FLAGS",
     "VersionRefusal",
     "broker_version_mismatch",
     "broker_version_of",
+    "dotted_version",
     "parse_broker_version",
     "parse_reported_broker_version",
+    "pattern_bytes",
+    "policy_pattern_refusal",
     "refusals_of",
     "shown_version",
 ]
@@ -99,6 +104,34 @@ POLICY_KEY_REFUSALS = (
 )
 
 
+# RabbitMQ 4.3.3 and later refuse a policy (and operator policy) whose pattern passes 1,024 bytes: rabbitmq-server
+# v4.3.3, deps/rabbit_common/src/rabbit_re.erl compile/2 (MAX_PATTERN_LENGTH), answered by
+# rabbit_parameter_validation:regex/2 as "pattern must not exceed 1024 bytes" (measured on 4.3.6); they also match every
+# pattern under a match limit (rabbit_re:run/3). Older brokers take any length.
+MAX_POLICY_PATTERN_BYTES = 1024
+POLICY_PATTERN_BOUNDED_FROM = (4, 3, 3)
+
+
+def pattern_bytes(pattern: str) -> int:
+    """A pattern's length as RabbitMQ bounds it: UTF-8 bytes (``byte_size`` of the binary), not characters."""
+    return len(pattern.encode("utf-8"))
+
+
+def policy_pattern_refusal(pattern: str, broker_version: str) -> str | None:
+    """Why a broker of ``broker_version`` (a stack's brokerVersion) refuses a policy ``pattern``, or None. A version
+    without a patch (``"4.3"``) means any patch of that series, so it is held to the strictest, 4.3.3's bound."""
+    version = parse_broker_version(broker_version)
+    series = broker_version.count(".") == 1
+    bounded = version >= POLICY_PATTERN_BOUNDED_FROM or (series and version[:2] >= POLICY_PATTERN_BOUNDED_FROM[:2])
+    size = pattern_bytes(pattern)
+    if not bounded or size <= MAX_POLICY_PATTERN_BYTES:
+        return None
+    return (
+        f"its pattern has {size} bytes and RabbitMQ {dotted_version(POLICY_PATTERN_BOUNDED_FROM)} and later refuse a "
+        f"pattern over {MAX_POLICY_PATTERN_BYTES} ('pattern must not exceed {MAX_POLICY_PATTERN_BYTES} bytes')"
+    )
+
+
 def refusals_of(
     refusals: tuple[VersionRefusal, ...], declared: Mapping[str, object], broker_version: str
 ) -> list[tuple[VersionRefusal, object]]:
@@ -130,6 +163,11 @@ def parse_broker_version(text: str) -> tuple[int, int, int]:
         minimum = shown_version(MINIMUM_BROKER_VERSION)
         raise ValueError(f"{text!r} is below RabbitMQ {minimum}, the oldest broker supported")
     return version
+
+
+def dotted_version(version: tuple[int, ...]) -> str:
+    """``(4, 3, 3)`` -> ``"4.3.3"``: a version with its patch, as a broker reports it."""
+    return ".".join(map(str, version))
 
 
 def shown_version(version: tuple[int, ...]) -> str:
