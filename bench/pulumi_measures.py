@@ -20,7 +20,6 @@ from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
-from servers.rabbitmq import statistics_settled
 
 
 def load() -> float:
@@ -145,7 +144,6 @@ def no_change_checks(stack: LocalStack, api: ManagementApi, config: RabbitMqConf
         target = " (target <= 60 s)" if command[0] == "preview" else ""
         loads = f"load {before:.1f}-{load():.1f}"
         lines.append(f"  no-change {command[0]} of {endpoints} endpoints: {outcome}{target}; {loads}")
-    settled = statistics_settled(api, config.vhost)
     before = load()
     verify_seconds, drifts = timed(lambda: verify_rabbitmq(api, config))
     definitions_seconds, _ = timed(lambda: api.definitions(config.vhost))
@@ -153,6 +151,6 @@ def no_change_checks(stack: LocalStack, api: ManagementApi, config: RabbitMqConf
     lines.append(
         f"  verify of {endpoints} endpoints: {verify_seconds:.2f} s, {len(drifts)} drifts{shown}"
         f"; GET /api/definitions/<vhost>: {definitions_seconds:.2f} s; ratio {verify_seconds / definitions_seconds:.2f}"
-        f" (target <= 2); load {before:.1f}-{load():.1f}; queue statistics settled {settled:.1f} s before"
+        f" (target <= 2); load {before:.1f}-{load():.1f}"
     )
     return lines

@@ -173,6 +173,17 @@ class ManagementApi:
         """``GET /api/definitions[/vhost]``: the export ``rabbitmqctl export_definitions`` would write."""
         return dict(self.request("GET", "definitions" + (f"/{path_segment(vhost)}" if vhost else "")))
 
+    def vhost_definitions(self, vhost: str) -> dict[str, Any] | None:
+        """``GET /api/definitions/<vhost>``, its ``rabbit_version`` the broker's; None when there is no such vhost
+        (rabbitmq-server ``rabbit_mgmt_wm_definitions.erl`` ``to_json/2`` answers 400 ``vhost_not_found``, 3.10.8 to
+        4.3.5): one read both asks whether the vhost exists and what it holds."""
+        try:
+            return self.definitions(vhost)
+        except ManagementError as error:
+            if error.status == 400 and "vhost_not_found" in str(error):
+                return None
+            raise
+
     def import_definitions(self, document: dict[str, Any]) -> None:
         """``POST /api/definitions``: note that conflicting queue arguments are kept silently by the broker."""
         self.request("POST", "definitions", document)

@@ -492,15 +492,18 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
 
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section. The vhost's exchanges, queues, bindings and
-    policies come from one read of its definitions (the records as the broker exports them, without statistics);
-    operator policies, and with endpoint users the users, permissions and topic permissions, one read each."""
+    policies, and the broker's version, come from one read of its definitions (the records as the broker exports
+    them, without statistics); the feature flags, operator policies, and with endpoint users the users, permissions
+    and topic permissions, one read each. Only a missing vhost costs a read of the overview, for the version."""
     topology = config.topology
-    version = str(api.overview().get("rabbitmq_version", "0"))
+    definitions = api.vhost_definitions(config.vhost)
+    version = str(
+        definitions.get("rabbit_version", "0") if definitions else api.overview().get("rabbitmq_version", "0")
+    )
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
-    if not api.vhost_exists(config.vhost):
+    if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
     broker_version = rmq.parse_reported_broker_version(version)
-    definitions = api.definitions(config.vhost)
     exchanges, queues, bindings, policies = (
         list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
     )

@@ -165,31 +165,6 @@ def broker_of(version: str, setting: str) -> Callable[..., LocalRabbitMq]:
     return BROKERS_BY_VERSION[version]
 
 
-def statistics_settled(api: ManagementApi, vhost: str, timeout: float = 120) -> float:
-    """Seconds until every queue of ``vhost`` shows its statistics as of its policy: an effective policy definition,
-    and on RabbitMQ 4.x a ``delivery_limit`` equal to that definition's ``delivery-limit``. Both are statistics the
-    queue reports every few seconds (``collect_statistics_interval``): right after a policy changes the API shows
-    the old limit (4.0's default 20) beside the new policy, and ``verify`` would report it. Returns after
-    ``timeout`` either way, so a check that follows reports what never settled."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        queues = api.queues(vhost)
-        stale = [
-            q
-            for q in queues
-            if "effective_policy_definition" not in q
-            or (
-                "delivery_limit" in q
-                and "delivery-limit" in (q["effective_policy_definition"] or {})
-                and q["delivery_limit"] != q["effective_policy_definition"]["delivery-limit"]
-            )
-        ]
-        if not stale:
-            break
-        time.sleep(0.5)
-    return time.monotonic() - start
-
-
 @dataclass
 class LocalMoto(DemoMoto):
     """The demo's moto server, which a test empties between uses."""

@@ -5,7 +5,9 @@ deliberate breakage (wrong TTL, missing binding, missing endpoint binding, redri
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -19,6 +21,7 @@ from nsb_delays.brokers.verify import (
     requirement_drifts,
     sqs_queue_drifts,
     topology_drifts,
+    verify_rabbitmq,
     verify_sqs,
 )
 from nsb_delays.components.model import rabbitmq as rmq
@@ -144,6 +147,44 @@ def test_each_breakage_is_reported_with_expected_and_actual(
 def redrive_seen(client, queue: str) -> str:
     url = client.get_queue_url(QueueName=queue)["QueueUrl"]
     return client.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+
+
+@dataclass
+class RecordingApi(ManagementApi):
+    """The management API, recording each call it makes."""
+
+    calls: list[str] = field(default_factory=list, init=False)
+
+    def send(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append(f"{method} {path}")
+        return super().send(method, path, body)
+
+
+def test_verify_reads_each_kind_once_and_the_version_with_the_definitions(
+    tmp_path: Path,
+    rabbitmq: LocalRabbitMq,
+    moto_server: LocalMoto,
+    new_vhost,
+    delivery_limit_policies: bool,
+    aws_test_credentials,
+) -> None:
+    """No overview (statistics the broker gathers for it) and no vhost listing: the version comes with the vhost's
+    definitions, and their 400 ``vhost_not_found`` says the vhost is missing; only then is the overview read."""
+    vhost = new_vhost("verify-reads")
+    path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-reads-", delivery_limit_policies)
+    raw = yaml.safe_load(path.read_text())["config"]["nsb-delays:rabbitmq"]
+    config = load_stack(str(path)).rabbitmq
+    assert config is not None and not config.grants  # endpoint users add one read each of users and permissions
+    api = RecordingApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    assert verify_rabbitmq(api, config) == []
+    assert api.calls == [f"GET definitions/{vhost}", "GET feature-flags", f"GET operator-policies/{vhost}"]
+    assert api.definitions(vhost)["rabbit_version"] == api.overview()["rabbitmq_version"] == rabbitmq.version()
+
+    api.calls.clear()
+    elsewhere = parse_stack_config({"rabbitmq": raw | {"vhost": "no-such-vhost"}}, config.stack).rabbitmq
+    assert elsewhere is not None
+    assert verify_rabbitmq(api, elsewhere) == [Drift("missing", "vhost no-such-vhost", "", "exists", "(absent)")]
+    assert api.calls == ["GET definitions/no-such-vhost", "GET overview", "GET feature-flags"]
 
 
 def test_an_unreachable_broker_is_an_error_not_a_pass(

@@ -54,6 +54,37 @@ def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run()
     assert matcher.applied("exchange", "team.orders\n").user.name == "exact"  # '$' before a final newline, as PCRE
 
 
+@pytest.mark.parametrize(
+    ("pattern", "names"),
+    [
+        (r"^Sales$", ["Sales"]),
+        (r"^(Sales|team\.orders|a\+b|x\(y\)|\$weird\^|é)$", ["Sales", "team.orders", "a+b", "x(y)", "$weird^", "é"]),
+        (r"^(a\|b|c\\)$", ["a|b", "c\\"]),
+        (r"^\(Sales\)$", ["(Sales)"]),
+        (r"^(Sales)$", ["Sales"]),
+    ],
+)
+def test_patterns_of_literal_names_are_read_as_those_names(pattern: str, names: list[str]) -> None:
+    assert rmq.literal_names(pattern) == names
+
+
+@pytest.mark.parametrize("pattern", ["^team.orders$", "^(a|b)", "(a|b)$", "^(a|b)c$", "^(a|(b))$", r"^a\d$", "^a*$"])
+def test_any_other_pattern_is_not_read_as_names(pattern: str) -> None:
+    assert rmq.literal_names(pattern) is None
+
+
+def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives() -> None:
+    names = ["Sales", "team.orders", "a+b", "x(y)", "$weird^", "café", "a|b", *(f"Team{i}.E{i:03d}" for i in range(300))]
+    specs = rmq.combined_policies([rmq.alternate_exchange_policy(n) for n in names], "g")
+    policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
+    policies.append(policy("catch", "^Team1", "exchanges", priority=-1, alternate_exchange="other"))
+    assert all(rmq.literal_names(p.pattern) is not None for p in policies[:-1]) and len(policies) > 3
+    matcher = rmq.PolicyMatcher(policies)
+    strangers = ["Sale", "Sales2", "teamXorders", "aab", "x(y", "a", "Sales\n", "Team1.E001x", "Team1"]
+    for name in [*names, *strangers]:
+        assert matcher.applied("exchange", name).user == rmq.match_policy(policies, "exchange", name), name
+
+
 def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)
@@ -212,10 +243,9 @@ def test_verify_reads_each_listing_once_for_a_thousand_endpoints(tmp_path: Path)
     assert config is not None and len(config.grants) == 1000
     topology, vhost = config.topology, path_segment(config.vhost)
     answers: dict[str, Any] = {
-        "overview": {"rabbitmq_version": "4.0.5"},
         "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
-        "vhosts": [{"name": config.vhost}],
         f"definitions/{vhost}": {
+            "rabbit_version": "4.0.5",
             "exchanges": [{"name": e.name, "type": e.type, "durable": e.durable} for e in topology.exchanges],
             "queues": [{"name": q.name, "arguments": dict(q.arguments)} for q in topology.queues],
             "bindings": [],
