@@ -27,7 +27,6 @@ from nsb_delays.brokers.demo_servers import (
     RabbitMqRelease,
     process_group_alive,
 )
-from nsb_delays.brokers.management import ManagementApi
 
 from . import PROJECT
 
