@@ -74,7 +74,16 @@ def test_any_other_pattern_is_not_read_as_names(pattern: str) -> None:
 
 
 def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives() -> None:
-    names = ["Sales", "team.orders", "a+b", "x(y)", "$weird^", "café", "a|b", *(f"Team{i}.E{i:03d}" for i in range(300))]
+    names = [
+        "Sales",
+        "team.orders",
+        "a+b",
+        "x(y)",
+        "$weird^",
+        "café",
+        "a|b",
+        *(f"Team{i}.E{i:03d}" for i in range(300)),
+    ]
     specs = rmq.combined_policies([rmq.alternate_exchange_policy(n) for n in names], "g")
     policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies.append(policy("catch", "^Team1", "exchanges", priority=-1, alternate_exchange="other"))
