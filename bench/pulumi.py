@@ -44,6 +44,7 @@ from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_confi
 from servers.rabbitmq import LocalRabbitMq, broker_of
 
 from .pulumi_measures import (
+    UpCpu,
     baseline,
     client_cpu,
     cpu_seconds,
@@ -111,7 +112,8 @@ class Run:
         stack = self.cleanup.enter_context(LocalStack(self.cli, f"bench-{label}", config, credentials | env))
         load_before, cpu_before, client_before = load(), cpu_seconds(self.broker.beam_pid()), client_cpu(children=True)
         try:
-            up_seconds, _ = timed(lambda: stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL)))
+            with UpCpu() as parts:
+                up_seconds, _ = timed(lambda: stack.run("up", "--yes", "--skip-preview", "--parallel", str(PARALLEL)))
         except PulumiFailed as failed:
             summary = " ".join(line.strip() for line in str(failed).splitlines()[-4:])
             print(f"{self.version:>7} {state:>16} {scope:>8} {size:>9} up FAILED: {summary}", flush=True)
@@ -143,6 +145,8 @@ class Run:
             ),
             flush=True,
         )  # fmt: skip
+        shares = ", ".join(f"{part} {seconds:.1f}" for part, seconds in parts.by_part().items())
+        print(f"  up cpu s by process (sampled every {parts.interval} s): {shares}", flush=True)
         return stack, parsed
 
     def measure(self) -> None:

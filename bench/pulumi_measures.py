@@ -95,6 +95,67 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+# A process's part of an up, by the name the kernel gives it (``comm``, 15 characters at most).
+UP_PARTS = (
+    ("pulumi-resource", "provider"), ("pulumi-language", "host"), ("python-host", "host"), ("python", "program"),
+    ("pulumi", "CLI"),
+)  # fmt: skip
+
+
+def _process_table() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, comm, utime + stime seconds) of every process ``/proc`` shows."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended meanwhile
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        table[int(stat.parent.name)] = (int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return table
+
+
+class UpCpu:
+    """The CPU seconds of this process's descendants while it runs, by part of an up (``UP_PARTS``): each
+    descendant's last sample, taken every ``interval`` seconds (a process that ends loses at most its last
+    interval's CPU)."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.last: dict[int, tuple[str, float]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        root = os.getpid()
+        while not self.stopped.wait(self.interval):
+            table = _process_table()
+            children: dict[int, list[int]] = {}
+            for pid, (parent, _, _) in table.items():
+                children.setdefault(parent, []).append(pid)
+            pending = list(children.get(root, []))
+            while pending:
+                pid = pending.pop()
+                self.last[pid] = (table[pid][1], table[pid][2])
+                pending += children.get(pid, [])
+
+    def __enter__(self) -> UpCpu:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def by_part(self) -> dict[str, float]:
+        parts = dict.fromkeys([part for _, part in UP_PARTS] + ["other"], 0.0)
+        for comm, seconds in self.last.values():
+            part = next((part for prefix, part in UP_PARTS if comm.startswith(prefix)), "other")
+            parts[part] += seconds
+        return parts
+
+
 def client_cpu(children: bool) -> float:
     """User + system CPU seconds of this process (the bare client's threads) or of its waited-for children (a
     ``pulumi`` command and the plugins it waited for)."""
