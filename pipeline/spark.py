@@ -143,6 +143,17 @@ def parallelism(spark: SparkSession) -> int:
     return int(row["last"]) + 1 if row is not None else 1
 
 
+def close_connect_client(spark: SparkSession) -> None:
+    """A Connect session's channel closed when the command is done with it. Left open, pyspark's exit handler
+    (``SparkConnectClient._on_exit``) first sends a cleanup command through it, and the release threads retry their
+    ``ReleaseExecute`` calls (``reattach.py``); with the server still busy with interrupted jobs, the process did not
+    end (seen once in the suite: 300 s after an interrupted run printed its report). ``close`` waits up to 10 s for
+    the pending releases, then closes the channel, which cancels what is left; the server releases abandoned
+    executions itself. A classic session is left alone (its JVM ends with the process)."""
+    if is_connect(spark):
+        spark.client.close()  # type: ignore[attr-defined]
+
+
 def cancel_jobs(spark: SparkSession) -> None:
     """Cancel every running job of this application (classic) or this session (Connect)."""
     if is_connect(spark):

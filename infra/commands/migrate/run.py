@@ -65,7 +65,14 @@ def run(context: click.Context, /, **values: Any) -> None:
     options = run_options(values)
     refuse(environment_problems("run", options.source, options.export, options.target, values["remote"]))
     log = new_log_path("migrate-run")
-    result = migrate_timeouts(context, session_source(values, options.source, log), options, log)
+    session = session_source(values, options.source, log)
+    try:
+        result = migrate_timeouts(context, session, options, log)
+    finally:
+        if not callable(session):  # a Connect session (--remote): its channel closed before the process exits
+            from nsb_delays.pipeline.spark import close_connect_client
+
+            close_connect_client(session)
     print_result(result, exported=options.export is not None)
 
 
