@@ -97,6 +97,29 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
     assert_each_row_in_sqs_or_restored(run, dispatched, restored, PARTITIONS * BATCH_SIZE, SQS_PREFIX)
 
 
+CLOSE_AFTER_A_QUERY = """
+import sys
+from pyspark.sql import SparkSession
+from nsb_delays.pipeline.spark import close_connect_client
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+assert spark.range(3).count() == 3
+close_connect_client(spark)
+print("closed" if spark.client.is_closed else "open")
+"""
+
+
+def test_a_commands_connect_session_is_closed_so_that_exiting_sends_nothing(spark_connect) -> None:
+    """pyspark's exit handler sends a cleanup command through a client's open channel, which "can block process exit
+    on the gRPC call" when the server is busy or gone; it returns at once for a closed client (pyspark 4.3.0,
+    ``python/pyspark/sql/connect/client/core.py``, ``SparkConnectClient._on_exit``). ``migrate run --remote`` closes
+    its session in a ``finally``: an interrupted run once did not exit within 300 s after its report."""
+    result = subprocess.run(
+        [str(spark_connect.client_python), "-c", CLOSE_AFTER_A_QUERY, spark_connect.url],
+        cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "closed", result.stderr[-2000:]
+
+
 def test_run_through_spark_connect_delivers_every_timeout_once_and_writes_the_quarantine(
     spark_connect, postgres, timeout_table, broker_vhost, tmp_path
 ) -> None:
