@@ -151,7 +151,7 @@ def close_connect_client(spark: SparkSession) -> None:
     the pending releases, then closes the channel, which cancels what is left; the server releases abandoned
     executions itself. A classic session is left alone (its JVM ends with the process)."""
     if is_connect(spark):
-        spark.client.close()  # type: ignore[attr-defined]
+        spark.client.close()
 
 
 def cancel_jobs(spark: SparkSession) -> None:
