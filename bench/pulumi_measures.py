@@ -117,13 +117,14 @@ def _process_table() -> dict[int, tuple[int, str, float]]:
 
 
 class UpCpu:
-    """The CPU seconds of this process's descendants while it runs, by part of an up (``UP_PARTS``): each
-    descendant's last sample, taken every ``interval`` seconds (a process that ends loses at most its last
-    interval's CPU)."""
+    """The CPU seconds of the processes this process starts (directly or not) while it runs, by part of an up
+    (``UP_PARTS``): each one's last sample, taken every ``interval`` seconds (a process that ends loses at most its
+    last interval's CPU). Processes that ran before (the broker) are not counted."""
 
     def __init__(self, interval: float = 0.25) -> None:
         self.interval = interval
         self.last: dict[int, tuple[str, float]] = {}
+        self.before: set[int] = set()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -137,10 +138,12 @@ class UpCpu:
             pending = list(children.get(root, []))
             while pending:
                 pid = pending.pop()
-                self.last[pid] = (table[pid][1], table[pid][2])
+                if pid not in self.before:
+                    self.last[pid] = (table[pid][1], table[pid][2])
                 pending += children.get(pid, [])
 
     def __enter__(self) -> UpCpu:
+        self.before = set(_process_table())
         self.thread.start()
         return self
 

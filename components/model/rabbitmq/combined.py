@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
 from .delivery_limits import DELIVERY_LIMIT_POLICY_KEY
@@ -55,19 +56,38 @@ def combined_pattern(names: Iterable[str]) -> str:
     return "^(" + "|".join(dotnet_regex_escape(name) for name in sorted(names)) + ")$"
 
 
-def _bits(name: str) -> str:
-    return "".join(f"{byte:08b}" for byte in hashlib.sha256(name.encode("utf-8")).digest())
+_FRAME_BYTES = pattern_bytes(combined_pattern([""]))  # "^(" and ")$"
+_HASH_BITS = 256
 
 
-def _buckets(names: Sequence[str], prefix: str, limit: int) -> Iterator[tuple[str, Sequence[str]]]:
+@dataclass(frozen=True)
+class _Name:
+    """A name with what its buckets are worked out from: its SHA-256 as an integer, its escaped length in bytes."""
+
+    name: str
+    digest: int
+    escaped_bytes: int
+
+    @classmethod
+    def of(cls, name: str) -> _Name:
+        digest = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest(), "big")
+        return cls(name, digest, pattern_bytes(dotnet_regex_escape(name)))
+
+    def bit(self, depth: int) -> str:
+        """The name's hash bit at ``depth`` (0: the leading bit), as a bucket's name spells it."""
+        return "1" if self.digest >> (_HASH_BITS - 1 - depth) & 1 else "0"
+
+
+def _buckets(names: Sequence[_Name], prefix: str, limit: int) -> Iterator[tuple[str, Sequence[str]]]:
     """The smallest buckets, by leading hash bits, whose pattern fits ``limit`` bytes (one name always fits: a queue
-    name has at most 255 bytes, twice that escaped)."""
-    if len(names) == 1 or pattern_bytes(combined_pattern(names)) <= limit:
-        yield prefix or ROOT_BUCKET, names
+    name has at most 255 bytes, twice that escaped). A pattern's bytes: its frame, each escaped name, a ``|``
+    between two."""
+    if len(names) == 1 or _FRAME_BYTES + sum(n.escaped_bytes for n in names) + len(names) - 1 <= limit:
+        yield prefix or ROOT_BUCKET, [n.name for n in names]
         return
     depth = len(prefix)
     for bit in "01":
-        half = [name for name in names if _bits(name)[depth] == bit]
+        half = [name for name in names if name.bit(depth) == bit]
         if half:
             yield from _buckets(half, prefix + bit, limit)
 
@@ -91,7 +111,7 @@ def combined_policies(
         targets.update(policy.targets)
     combined = []
     for kind, (first, targets) in sorted(by_kind.items()):
-        for bucket, names in _buckets(sorted(targets), "", max_pattern_length):
+        for bucket, names in _buckets([_Name.of(name) for name in sorted(targets)], "", max_pattern_length):
             combined.append(
                 PolicySpec(
                     name=combined_policy_name(group, kind, bucket),
