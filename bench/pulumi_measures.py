@@ -223,7 +223,8 @@ def no_change_checks(stack: LocalStack, api: ManagementApi, config: RabbitMqConf
     shown = "".join(f"; {drift}" for drift in drifts[:3])
     lines.append(
         f"  verify of {endpoints} endpoints (median of {VERIFY_ROUNDS}, the plan included): "
-        f"{1000 * verify_seconds:.0f} ms, {len(drifts)} drifts{shown}; GET /api/definitions/<vhost>: {1000 * definitions_seconds:.0f} ms; ratio "
+        f"{1000 * verify_seconds:.0f} ms, {len(drifts)} drifts{shown}; GET /api/definitions/<vhost>: "
+        f"{1000 * definitions_seconds:.0f} ms; ratio "
         f"{verify_seconds / definitions_seconds:.2f} (target <= 2); load {before:.1f}-{load():.1f}"
     )
     return lines
