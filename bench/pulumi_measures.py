@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.brokers.verify import Drift, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
@@ -213,7 +213,9 @@ def no_change_checks(stack: LocalStack, api: ManagementApi, config: RabbitMqConf
         loads = f"load {before:.1f}-{load():.1f}"
         lines.append(f"  no-change {command[0]} of {endpoints} endpoints: {outcome}{target}; {loads}")
     before = load()
-    verify_times, definitions_times, drifts = [], [], []
+    verify_times: list[float] = []
+    definitions_times: list[float] = []
+    drifts: list[Drift] = []
     for _ in range(VERIFY_ROUNDS):  # taken in turns: a moment of load weighs on both alike
         fresh = dataclasses.replace(config)  # the stack's plan is verify's work too: worked out again each round
         seconds, drifts = timed(lambda: verify_rabbitmq(api, fresh))  # noqa: B023
