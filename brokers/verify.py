@@ -494,12 +494,11 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section. The vhost's exchanges, queues, bindings and
     policies, and the broker's version, come from one read of its definitions (the records as the broker exports
     them, without statistics); the feature flags, operator policies, and with endpoint users the users, permissions
-    and topic permissions, one read each. Only a missing vhost costs a read of the overview, for the version."""
+    and topic permissions, one read each. Only a missing vhost (or an export without the version) costs a read of
+    the overview, for the version."""
     topology = config.topology
     definitions = api.vhost_definitions(config.vhost)
-    version = str(
-        definitions.get("rabbit_version", "0") if definitions else api.overview().get("rabbitmq_version", "0")
-    )
+    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
