@@ -314,7 +314,8 @@ def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
 # per-object policies and the stack's combined ones): matched by a lookup of each name instead of a regex run per
 # object, which for a thousand endpoints' combined policies is most of verify's work.
 _LITERAL = r"(?:[^\\.^$*+?{}\[\]|()]|\\[^0-9A-Za-z])*"
-_ESCAPED = re.compile(r"\\(.)", re.S)
+# A literal pattern's pieces: an escaped character (kept without its backslash), a '|' between names, plain text.
+_NAME_TOKENS = re.compile(r"\\(.)|(\|)|([^\\|]+)", re.S)
 _LITERAL_PATTERNS = (re.compile(rf"\^({_LITERAL})\$"), re.compile(rf"\^\(({_LITERAL}(?:\|{_LITERAL})*)\)\$"))
 
 
@@ -324,21 +325,14 @@ def literal_names(pattern: str) -> list[str] | None:
     match = next((m for m in (p.fullmatch(pattern) for p in _LITERAL_PATTERNS) if m is not None), None)
     if match is None:
         return None
-    body = match.group(1)
-    if "\\|" not in body and "\\\\" not in body:  # every '|' separates names: split, then drop each escape
-        return [_ESCAPED.sub(r"\1", part) if "\\" in part else part for part in body.split("|")]
-    names, current, escaped = [], [], False
-    for char in body:
-        if escaped:
-            current.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "|":
+    names: list[str] = []
+    current: list[str] = []
+    for escaped, bar, plain in _NAME_TOKENS.findall(match.group(1)):
+        if bar:
             names.append("".join(current))
             current = []
         else:
-            current.append(char)
+            current.append(escaped or plain)
     names.append("".join(current))
     return names
 
