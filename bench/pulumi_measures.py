@@ -94,9 +94,18 @@ def cpu_seconds(pid: int | None) -> float:
     """utime + stime of process ``pid`` (``/proc/<pid>/stat`` fields 14 and 15, in clock ticks); NaN without one."""
     if pid is None:
         return math.nan
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state): utime and stime are fields 14 and 15
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return _stat(Path(f"/proc/{pid}/stat").read_text())[2]
+
+
+def _stat(text: str) -> tuple[int, str, float]:
+    """A ``/proc/<pid>/stat`` line as (parent pid, comm, utime + stime seconds)."""
+    fields = text.rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state): the parent is field 4, utime and stime are fields 14 and 15
+    return (
+        int(fields[1]),
+        text[text.index("(") + 1 : text.rindex(")")],
+        (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+    )
 
 
 # A process's part of an up, by the name the kernel gives it (``comm``, 15 characters at most).
@@ -111,12 +120,9 @@ def _process_table() -> dict[int, tuple[int, str, float]]:
     table = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
+            table[int(stat.parent.name)] = _stat(stat.read_text())
         except OSError:
             continue  # ended meanwhile
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        table[int(stat.parent.name)] = (int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
     return table
 
 
