@@ -73,22 +73,16 @@ def copies_in_both_graphs(rabbitmq: LocalRabbitMq, parameters: pika.ConnectionPa
     """Messages in v1 + v2 beyond the ``waiting`` ones once the dead run's deliveries are back and two counts agree
     (a publish the run sent just before its kill may still be landing). The counts are each queue's own
     (``queue.declare`` passive: the classic queue's process, the quorum queue's leader), not sampled statistics."""
-    vhost = parameters.virtual_host
     deadline = time.monotonic() + REQUEUE_WAIT_SECONDS
     previous = None
-    connection = pika.BlockingConnection(parameters)
-    try:
-        channel = connection.channel()
-        while True:
-            settled = dead_run_settled(rabbitmq, vhost)
-            counted = sum(channel.queue_declare(queue, passive=True).method.message_count for queue in LEVELS)
-            if settled and counted == previous:
-                return counted - waiting
-            assert time.monotonic() < deadline, f"the killed run's deliveries not back in {REQUEUE_WAIT_SECONDS} s"
-            previous = counted if settled else None
-            time.sleep(0.2)
-    finally:
-        connection.close()
+    while True:
+        settled = dead_run_settled(rabbitmq, parameters.virtual_host)
+        counted = sum(level_depths(parameters, LEVELS))
+        if settled and counted == previous:
+            return counted - waiting
+        assert time.monotonic() < deadline, f"the killed run's deliveries not back in {REQUEUE_WAIT_SECONDS} s"
+        previous = counted if settled else None
+        time.sleep(0.2)
 
 
 def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_window(
