@@ -14,6 +14,7 @@ import pytest
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from servers.rabbitmq import LocalRabbitMq
+from tests.broker.test_policy_match_on_the_broker import body
 
 # The first RabbitMQ that bounds a policy pattern (rabbit_re.erl's MAX_PATTERN_LENGTH, from v4.3.3).
 BOUNDED_FROM = (4, 3, 3)
@@ -21,8 +22,8 @@ NAMES = [f"Team{i % 7}.Orders.Endpoint{i:04d}" for i in range(1000)]
 
 
 def put_policy(management: ManagementApi, vhost: str, name: str, pattern: str) -> None:
-    body = {"pattern": pattern, "apply-to": "exchanges", "priority": 0, "definition": {"alternate-exchange": "p"}}
-    management.request("PUT", f"policies/{path_segment(vhost)}/{path_segment(name)}", body)
+    parking = body(pattern, "exchanges", 0, {"alternate-exchange": "p"})
+    management.request("PUT", f"policies/{path_segment(vhost)}/{path_segment(name)}", parking)
 
 
 def exchange_policies(rabbitmq: LocalRabbitMq, vhost: str) -> dict[str, str]:
