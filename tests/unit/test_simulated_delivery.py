@@ -121,3 +121,30 @@ def test_bit_word_names_finding_0_x_receives_x_messages_with_an_even_delay() -> 
     graph = graph_with(["x", "0.x"])
     assert send(graph, 4, "x") == [("0.x", 4.0), ("x", 4.0)]
     assert send(graph, 5, "x") == [("x", 5.0)]
+
+
+def shadowing_by_every_pair(addresses: list[str]) -> list[tuple[str, str]]:
+    """The rule of ``shadowing_addresses`` checked on every ordered pair: the reference its suffix lookup must match."""
+    pairs = []
+    for a in sorted(set(addresses)):
+        for b in sorted(set(addresses) - {a}):
+            head = a[: -len(b) - 1]
+            bit_words = all(word in ("0", "1") for word in head.split("."))
+            if b.endswith("." + a) or (a.endswith("." + b) and head.count(".") < rmq.LEVEL_COUNT and bit_words):
+                pairs.append((a, b))
+    return pairs
+
+
+BIT_OR_NAME = st.sampled_from(["0", "1", "a", "b", "0.1", "1.1.0"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    names=st.lists(st.lists(BIT_OR_NAME, min_size=1, max_size=5).map(".".join), max_size=12),
+    bits=st.integers(min_value=rmq.LEVEL_COUNT - 2, max_value=rmq.LEVEL_COUNT + 1),
+)
+def test_shadowing_addresses_finds_every_pair_the_rule_names(names: list[str], bits: int) -> None:
+    """Suffix lookups (linear in the addresses) find exactly the pairs the rule names, a bit-word head of up to 29
+    words included (28 words shadow: a delayed key has 28 bit words)."""
+    names += [".".join(["0"] * bits + [names[0]])] if names else []
+    assert rmq.shadowing_addresses(names) == shadowing_by_every_pair(names)

@@ -148,16 +148,16 @@ def shadowing_addresses(addresses: Iterable[str]) -> list[tuple[str, str]]:
     words, so it matches when b ends with ``.a`` (``a.b`` receives ``x.a.b``'s delayed
     messages) and when a is bit words followed by b (``0.b`` receives b's even delays).
     """
-    unique = sorted(set(addresses))
-    pairs = []
-    for a in unique:
-        for b in unique:
-            if a == b:
+    known = set(addresses)
+    pairs: set[tuple[str, str]] = set()
+    for name in known:  # each of a name's word suffixes looked up: linear in the addresses, not quadratic
+        at = name.find(".")
+        while at >= 0:
+            head, tail = name[:at], name[at + 1 :]
+            at = name.find(".", at + 1)
+            if tail not in known:
                 continue
-            if b.endswith("." + a):
-                pairs.append((a, b))
-            elif a.endswith("." + b):
-                head = a[: -len(b) - 1]
-                if head.count(".") < LEVEL_COUNT and _is_bit_words(head):
-                    pairs.append((a, b))
-    return pairs
+            pairs.add((tail, name))  # name ends with ".tail"
+            if head.count(".") < LEVEL_COUNT and _is_bit_words(head):
+                pairs.add((name, tail))  # name is bit words followed by tail
+    return sorted(pairs)
