@@ -24,6 +24,7 @@ import json
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -290,10 +291,12 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
 def _compare(subject: str, expected: dict[str, Any], actual: dict[str, Any], fix: str = "") -> list[Drift]:
     drifts = []
     for field, value in expected.items():
+        got = actual.get(field)
         if field == "arguments":
-            drifts += _compare_arguments(subject, value, actual.get("arguments") or {})
-        elif actual.get(field) != value or type(actual.get(field)) is not type(value):
-            drifts.append(Drift("different", subject, field, shown(value), shown(actual.get(field)), fix))
+            if value or got:
+                drifts += _compare_arguments(subject, value, got or {})
+        elif got != value or type(got) is not type(value):
+            drifts.append(Drift("different", subject, field, shown(value), shown(got), fix))
     return drifts
 
 
@@ -490,25 +493,38 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
     ]
 
 
+VhostRecords = tuple[dict[str, Any] | None, str, dict[str, str], list[dict[str, Any]]]
+
+
+def vhost_records(api: ManagementApi, vhost: str) -> VhostRecords:
+    """What verify reads before it compares, none of it dependent on the plan: the vhost's definitions (None when
+    the vhost is missing), the broker's version (with them; else from the overview), the feature flags, and the
+    vhost's operator policies (when it exists)."""
+    definitions = api.vhost_definitions(vhost)
+    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
+    feature_flags = api.feature_flags()
+    return definitions, version, feature_flags, api.operator_policies(vhost) if definitions is not None else []
+
+
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     """Every drift of the live broker from the stack's RabbitMQ section. The vhost's exchanges, queues, bindings and
     policies, and the broker's version, come from one read of its definitions (the records as the broker exports
     them, without statistics); the feature flags, operator policies, and with endpoint users the users, permissions
     and topic permissions, one read each. Only a missing vhost (or an export without the version) costs a read of
-    the overview, for the version."""
-    topology = config.topology
-    definitions = api.vhost_definitions(config.vhost)
-    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
-    drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
+    the overview, for the version. The stack is planned while the broker answers the first reads (on another
+    thread, which waits on the socket most of the time)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="verify-read") as pool:
+        reading = pool.submit(vhost_records, api, config.vhost)
+        topology = config.topology
+        definitions, version, feature_flags, operator_policies = reading.result()
+    drifts = requirement_drifts(version, feature_flags, config.generation, bool(topology.delivery_limit_policies))
     if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
     broker_version = rmq.parse_reported_broker_version(version)
     exchanges, queues, bindings, policies = (
         list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
     )
-    matcher = rmq.PolicyMatcher(
-        broker_policies(policies), broker_policies(api.operator_policies(config.vhost), True), broker_version
-    )
+    matcher = rmq.PolicyMatcher(broker_policies(policies), broker_policies(operator_policies, True), broker_version)
     drifts += retained_queue_fixes(
         topology_drifts(topology, config.generation, exchanges, queues, bindings),
         config.queues_kept_on_delete(),

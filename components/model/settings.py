@@ -286,9 +286,10 @@ class EndpointPoliciesSettings(OfGeneration, DeliveryLimits, InVhost):
     def topology(self, stack: str) -> rmq.Topology:
         """The combined policies, named by ``policy_group`` or else ``stack``."""
         limited = self.delivery_limit_queues if self.declares_delivery_limit_policies else ()
-        per_object = [rmq.delivery_limit_policy(queue) for queue in limited]
-        per_object += [rmq.alternate_exchange_policy(exchange, self.generation) for exchange in self.parked_exchanges]
-        return rmq.Topology(policies=rmq.combined_policies(per_object, self.policy_group or stack))
+        kinds = [(rmq.delivery_limit_policy(limited[0]), limited)] if limited else []
+        parked = self.parked_exchanges
+        kinds += [(rmq.alternate_exchange_policy(parked[0], self.generation), parked)] if parked else []
+        return rmq.Topology(policies=rmq.combined_targets(kinds, self.policy_group or stack))
 
 
 @dataclass(frozen=True, kw_only=True)

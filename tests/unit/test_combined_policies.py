@@ -41,6 +41,14 @@ def test_each_object_gets_the_definition_its_own_policy_gave_from_exactly_one_co
             assert winner(combined, stranger, "quorum_queues") == []
 
 
+@pytest.mark.parametrize("count", [1, 300, 3000])
+def test_a_kind_given_by_one_objects_policy_and_all_targets_combines_as_every_objects_policy_does(count: int) -> None:
+    """The stack's path (``EndpointPoliciesSettings.topology``): no per-object policy is made only to be combined."""
+    names = TRICKY + endpoints(count)
+    kinds = [(rmq.delivery_limit_policy(names[-1]), names), (rmq.alternate_exchange_policy(names[0]), names[::-1])]
+    assert rmq.combined_targets(kinds, "team") == rmq.combined_policies(per_object(names), "team")
+
+
 def test_patterns_stay_within_the_bound_and_the_policies_stay_few() -> None:
     names = endpoints(3000)
     combined = rmq.combined_policies(per_object(names), "team")

@@ -94,6 +94,39 @@ def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives
         assert matcher.applied("exchange", name).user == rmq.match_policy(policies, "exchange", name), name
 
 
+def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -> None:
+    """``applied`` works an outcome out once per set of policies reaching an object: for exchanges and queues of
+    each type under combined, regex, tied and operator policies, in any order, each object's outcome is what a
+    matcher of its own gives, its matches what a regex run of every policy gives."""
+    names = ["Sales", "Billing", "team.orders", *(f"E{i:03d}" for i in range(200))]
+    specs = rmq.combined_policies(
+        [rmq.delivery_limit_policy(n) for n in names] + [rmq.alternate_exchange_policy(n) for n in names], "g"
+    )
+    policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
+    policies += [
+        policy("short", "^E0", "queues", priority=5, max_length=10),
+        policy("tie-a", "^Billing$", "exchanges", priority=9, alternate_exchange="x"),
+        policy("tie-b", "^Bil", "exchanges", priority=9, alternate_exchange="y"),
+    ]
+    operators = [operator("cap", "^E01", max_length=3, delivery_limit=50)]
+    matcher = rmq.PolicyMatcher(policies, operators, V4_0)
+    objects = [
+        (kind, name, queue_type)
+        for name in [*names, "Sales\n", "Stranger"]
+        for kind, queue_type in (("exchange", None), ("queue", "quorum"), ("queue", "classic"), ("queue", "stream"))
+    ]
+    for kind, name, queue_type in [*objects, *reversed(objects)]:
+        got = matcher.applied(kind, name, queue_type)
+        assert got == rmq.applied_policies(policies, operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
+        assert got.user == rmq.match_policy(policies, kind, name, queue_type, V4_0), (kind, name, queue_type)
+        assert got.operator == rmq.match_policy(operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
+    assert matcher.applied("queue", "E010", "quorum").definition == {"delivery-limit": 50, "max-length": 3}
+    assert matcher.applied("queue", "E010", "classic").definition == {
+        "max-length": 10
+    }  # "cap" has delivery-limit: not for classic
+    assert not matcher.applied("exchange", "Billing").determined
+
+
 def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)

@@ -15,7 +15,9 @@ so no object is ever without its policy (while both exist they give the same def
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,6 +34,7 @@ __all__ = [
     "PolicyScope",
     "combined_pattern",
     "combined_policies",
+    "combined_targets",
 ]
 
 
@@ -53,7 +56,11 @@ COMBINED_POLICY_KINDS = {
 
 def combined_pattern(names: Iterable[str]) -> str:
     """``^(a|b|c)$`` with each name escaped as .NET's ``Regex.Escape`` does (as NServiceBus escapes its own)."""
-    return "^(" + "|".join(dotnet_regex_escape(name) for name in sorted(names)) + ")$"
+    return _pattern_of_escaped(dotnet_regex_escape(name) for name in sorted(names))
+
+
+def _pattern_of_escaped(escaped: Iterable[str]) -> str:
+    return "^(" + "|".join(escaped) + ")$"
 
 
 _FRAME_BYTES = pattern_bytes(combined_pattern([""]))  # "^(" and ")$"
@@ -62,34 +69,48 @@ _HASH_BITS = 256
 
 @dataclass(frozen=True)
 class _Name:
-    """A name with what its buckets are worked out from: its SHA-256 as an integer, its escaped length in bytes."""
+    """A name with what its buckets are worked out from: its SHA-256 as an integer, and its escaped form."""
 
     name: str
     digest: int
-    escaped_bytes: int
+    escaped: str
 
     @classmethod
     def of(cls, name: str) -> _Name:
-        digest = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest(), "big")
-        return cls(name, digest, pattern_bytes(dotnet_regex_escape(name)))
-
-    def bit(self, depth: int) -> str:
-        """The name's hash bit at ``depth`` (0: the leading bit), as a bucket's name spells it."""
-        return "1" if self.digest >> (_HASH_BITS - 1 - depth) & 1 else "0"
+        return cls(
+            name, int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest(), "big"), dotnet_regex_escape(name)
+        )
 
 
-def _buckets(names: Sequence[_Name], prefix: str, limit: int) -> Iterator[tuple[str, Sequence[str]]]:
+def _buckets(names: Sequence[_Name], limit: int) -> Iterator[tuple[str, list[_Name]]]:
     """The smallest buckets, by leading hash bits, whose pattern fits ``limit`` bytes (one name always fits: a queue
-    name has at most 255 bytes, twice that escaped). A pattern's bytes: its frame, each escaped name, a ``|``
-    between two."""
-    if len(names) == 1 or _FRAME_BYTES + sum(n.escaped_bytes for n in names) + len(names) - 1 <= limit:
-        yield prefix or ROOT_BUCKET, [n.name for n in names]
-        return
-    depth = len(prefix)
-    for bit in "01":
-        half = [name for name in names if name.bit(depth) == bit]
-        if half:
-            yield from _buckets(half, prefix + bit, limit)
+    name has at most 255 bytes, twice that escaped), each with its names sorted. A pattern's bytes: its frame, each
+    escaped name, a ``|`` between two. Sorted by hash, the names of a bucket are a run, split where its next bit
+    turns 1."""
+    ordered = sorted(names, key=lambda n: n.digest)
+    digests = [n.digest for n in ordered]
+    sizes = list(itertools.accumulate((pattern_bytes(n.escaped) + 1 for n in ordered), initial=0))
+
+    def split(start: int, end: int, prefix: str) -> Iterator[tuple[str, list[_Name]]]:
+        if end - start == 1 or _FRAME_BYTES + sizes[end] - sizes[start] - 1 <= limit:
+            yield prefix or ROOT_BUCKET, sorted(ordered[start:end], key=lambda n: n.name)
+            return
+        depth = len(prefix)
+        first_one = int(prefix + "1", 2) << (_HASH_BITS - 1 - depth)  # the least hash of the next bit 1
+        middle = bisect.bisect_left(digests, first_one, start, end)
+        for low, high, bit in ((start, middle, "0"), (middle, end, "1")):
+            if low < high:
+                yield from split(low, high, prefix + bit)
+
+    if ordered:
+        yield from split(0, len(ordered), "")
+
+
+def _kind(policy: PolicySpec) -> str:
+    keys = list(policy.definition)
+    if len(keys) != 1 or keys[0] not in COMBINED_POLICY_KINDS:
+        raise ValueError(f"policy {policy.name!r}: only {', '.join(COMBINED_POLICY_KINDS)} policies combine")
+    return COMBINED_POLICY_KINDS[keys[0]]
 
 
 def combined_policies(
@@ -99,24 +120,29 @@ def combined_policies(
     each matching exactly the targets of the per-object policies it replaces, with their definition."""
     by_kind: dict[str, tuple[PolicySpec, set[str]]] = {}
     for policy in policies:
-        keys = list(policy.definition)
-        if len(keys) != 1 or keys[0] not in COMBINED_POLICY_KINDS:
-            raise ValueError(f"policy {policy.name!r}: only {', '.join(COMBINED_POLICY_KINDS)} policies combine")
-        kind = COMBINED_POLICY_KINDS[keys[0]]
-        first, targets = by_kind.setdefault(kind, (policy, set()))
-        if (first.apply_to, first.priority, dict(first.definition)) != (
-            policy.apply_to, policy.priority, dict(policy.definition)
-        ):  # fmt: skip
+        first, targets = by_kind.setdefault(_kind(policy), (policy, set()))
+        if (first.apply_to, first.priority, first.definition) != (policy.apply_to, policy.priority, policy.definition):
+            kind = _kind(policy)
             raise ValueError(f"policies {first.name!r} and {policy.name!r} differ: one {kind} policy cannot hold both")
         targets.update(policy.targets)
+    return combined_targets(by_kind.values(), group, max_pattern_length)
+
+
+def combined_targets(
+    kinds: Iterable[tuple[PolicySpec, Iterable[str]]], group: str, max_pattern_length: int = MAX_POLICY_PATTERN_BYTES
+) -> tuple[PolicySpec, ...]:
+    """``combined_policies`` of each kind given as one object's policy and the targets of all: the per-object
+    policies of a thousand endpoints need not be made only to be combined."""
     combined = []
-    for kind, (first, targets) in sorted(by_kind.items()):
-        for bucket, names in _buckets([_Name.of(name) for name in sorted(targets)], "", max_pattern_length):
+    hashed: dict[str, _Name] = {}  # the kinds mostly name the same objects (an endpoint's queue and exchange)
+    for first, targets in sorted(kinds, key=lambda kind: _kind(kind[0])):
+        named = [hashed[name] if name in hashed else hashed.setdefault(name, _Name.of(name)) for name in set(targets)]
+        for bucket, names in _buckets(named, max_pattern_length):
             combined.append(
                 PolicySpec(
-                    name=combined_policy_name(group, kind, bucket),
-                    targets=tuple(names),
-                    pattern=combined_pattern(names),
+                    name=combined_policy_name(group, _kind(first), bucket),
+                    targets=tuple(n.name for n in names),
+                    pattern=_pattern_of_escaped(n.escaped for n in names),
                     apply_to=first.apply_to,
                     priority=first.priority,
                     definition=dict(first.definition),

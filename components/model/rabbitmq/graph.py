@@ -173,19 +173,21 @@ def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
     return {QUEUE_TYPE_ARGUMENT: QueueType.QUORUM.value} if queue_type == QueueType.QUORUM else {}
 
 
-def _owned_queue(name: str, role: Role, routing_topology: str, queue_type: str) -> Topology:
-    """A queue as the routing topology's ``Initialize`` declares it (plus its fanout exchange if conventional)."""
+def _owned_queues(queues: Sequence[tuple[str, Role]], routing_topology: str, queue_type: str) -> Topology:
+    """Queues as the routing topology's ``Initialize`` declares them (plus each one's fanout exchange if
+    conventional), in order."""
     if routing_topology not in ROUTING_TOPOLOGIES:
         raise ValueError(
             f"unknown routing topology {routing_topology!r}: expected one of {', '.join(ROUTING_TOPOLOGIES)}"
         )
-    queue = QueueSpec(name, role, endpoint_queue_arguments(queue_type))
+    arguments = endpoint_queue_arguments(queue_type)
+    specs = tuple([QueueSpec(name, role, dict(arguments)) for name, role in queues])
     if routing_topology == RoutingTopology.DIRECT:
-        return Topology(queues=(queue,))
+        return Topology(queues=specs)
     return Topology(
-        exchanges=(ExchangeSpec(name, "fanout", "endpoint-exchange"),),
-        queues=(queue,),
-        bindings=(BindingSpec(name, name, "queue", "", "endpoint-exchange"),),
+        exchanges=tuple([ExchangeSpec(name, "fanout", "endpoint-exchange") for name, _ in queues]),
+        queues=specs,
+        bindings=tuple([BindingSpec(name, name, "queue", "", "endpoint-exchange") for name, _ in queues]),
     )
 
 
@@ -219,26 +221,25 @@ def endpoint_topology(
     instance: Role = "instance"
     receiving: list[tuple[str, Role]] = [(endpoint, "endpoint")]
     receiving += [(instance_queue_name(endpoint, d), instance) for d in instance_discriminators]
-    parts = [_owned_queue(name, role, routing_topology, queue_type) for name, role in receiving]
-    parts.append(
-        Topology(bindings=tuple(delivery_binding(name, routing_topology, generation) for name, _ in receiving))
-    )
+    topology = _owned_queues(receiving, routing_topology, queue_type) + Topology(
+        bindings=tuple([delivery_binding(name, routing_topology, generation) for name, _ in receiving])
+    )  # joined pairwise: a few parts, each small
     if own_policies:
-        policies = receiving_queue_policies(
-            [name for name, _ in receiving],
-            generation=generation,
-            routing_topology=routing_topology,
-            queue_type=queue_type,
-            delivery_limit_policies=delivery_limit_policies,
-            park_unroutable=park_unroutable,
+        topology += Topology(
+            policies=receiving_queue_policies(
+                [name for name, _ in receiving],
+                generation=generation,
+                routing_topology=routing_topology,
+                queue_type=queue_type,
+                delivery_limit_policies=delivery_limit_policies,
+                park_unroutable=park_unroutable,
+            )
         )
-        parts.append(Topology(policies=policies))
     if legacy_timeout_manager:
-        parts += [
-            _owned_queue(name, "legacy-timeouts", routing_topology, queue_type)
-            for name in legacy_timeout_queue_names(endpoint)
-        ]
-    return Topology.join(parts)
+        legacy: Role = "legacy-timeouts"
+        names = legacy_timeout_queue_names(endpoint)
+        topology += _owned_queues([(name, legacy) for name in names], routing_topology, queue_type)
+    return topology
 
 
 def receiving_queue_policies(
@@ -270,6 +271,4 @@ def shared_queues(
     audit_queue: str = DEFAULT_AUDIT_QUEUE,
 ) -> Topology:
     """The error and audit queues every endpoint sends to (declared once per broker)."""
-    return _owned_queue(error_queue, "error", routing_topology, queue_type) + _owned_queue(
-        audit_queue, "audit", routing_topology, queue_type
-    )
+    return _owned_queues([(error_queue, "error"), (audit_queue, "audit")], routing_topology, queue_type)

@@ -42,7 +42,7 @@ as ``BrokerPolicy.reaches`` does, whenever that policy could have been the one a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -156,6 +156,18 @@ def _compiled(pattern: str) -> re.Pattern[bytes] | None:
 _Compiled = tuple[BrokerPolicy, re.Pattern[bytes] | None]
 
 
+def _keys_allowed(
+    policy: BrokerPolicy, kind: ObjectKind, queue_type: str | None, broker_version: tuple[int, ...]
+) -> bool | None:
+    """``is_applicable``: a queue type takes no policy with a key it does not support (None: a type not known)."""
+    if kind != "queue":
+        return True
+    unsupported = unsupported_policy_keys(queue_type or "", broker_version)
+    if unsupported is None:
+        return None
+    return not unsupported.intersection(policy.definition)
+
+
 def _applies(
     policy: BrokerPolicy,
     regex: re.Pattern[bytes] | None,
@@ -166,12 +178,9 @@ def _applies(
 ) -> bool | None:
     if not _apply_to_fits(policy.apply_to, kind, queue_type):
         return False
-    if kind == "queue":
-        unsupported = unsupported_policy_keys(queue_type or "", broker_version)
-        if unsupported is None:
-            return None
-        if unsupported.intersection(policy.definition):
-            return False
+    allowed = _keys_allowed(policy, kind, queue_type, broker_version)
+    if not allowed:
+        return allowed
     return None if regex is None else regex.search(name.encode()) is not None  # unanchored, like re:run
 
 
@@ -205,6 +214,17 @@ class PolicyMatch:
         return self.policy.name if self.policy is not None and self.determined else None
 
 
+def _ranked(matching: Sequence[BrokerPolicy], unknown: Sequence[BrokerPolicy]) -> PolicyMatch:
+    """``rabbit_policy:match/2`` over the policies that apply (and those that cannot be evaluated): the one of the
+    highest priority; ties and unknowns reported."""
+    if not unknown and len(matching) < 2:  # most objects of a stack: one policy or none, nothing to rank
+        return PolicyMatch(matching[0] if matching else None)
+    best = max((p.priority for p in matching), default=None)
+    top = [p for p in matching if p.priority == best]
+    relevant = tuple(p for p in unknown if best is None or p.priority >= best)
+    return PolicyMatch(top[0] if top else None, tuple(top) if len(top) > 1 else (), relevant)
+
+
 def _match(
     compiled: Iterable[_Compiled],
     kind: ObjectKind,
@@ -221,12 +241,7 @@ def _match(
             unknown.append(policy)
         elif applies:
             matching.append(policy)
-    if not unknown and len(matching) < 2:  # most objects of a stack: one policy or none, nothing to rank
-        return PolicyMatch(matching[0] if matching else None)
-    best = max((p.priority for p in matching), default=None)
-    top = [p for p in matching if p.priority == best]
-    relevant = tuple(p for p in unknown if best is None or p.priority >= best)
-    return PolicyMatch(top[0] if top else None, tuple(top) if len(top) > 1 else (), relevant)
+    return _ranked(matching, unknown)
 
 
 def match_policy(
@@ -313,10 +328,10 @@ def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
 # ``^name$`` or ``^(a|b|c)$`` with nothing but literal characters and escaped punctuation in each name (NServiceBus's
 # per-object policies and the stack's combined ones): matched by a lookup of each name instead of a regex run per
 # object, which for a thousand endpoints' combined policies is most of verify's work.
-_LITERAL = r"(?:[^\\.^$*+?{}\[\]|()]|\\[^0-9A-Za-z])*"
+_LITERAL = r"(?:[^\\.^$*+?{}\[\]|()]++|\\[^0-9A-Za-z])*+"  # possessive: no backtracking over a long name list
 # A literal pattern's pieces: an escaped character (kept without its backslash), a '|' between names, plain text.
 _NAME_TOKENS = re.compile(r"\\(.)|(\|)|([^\\|]+)", re.S)
-_LITERAL_PATTERNS = (re.compile(rf"\^({_LITERAL})\$"), re.compile(rf"\^\(({_LITERAL}(?:\|{_LITERAL})*)\)\$"))
+_LITERAL_PATTERNS = (re.compile(rf"\^({_LITERAL})\$"), re.compile(rf"\^\(({_LITERAL}(?:\|{_LITERAL})*+)\)\$"))
 
 
 def literal_names(pattern: str) -> list[str] | None:
@@ -337,29 +352,74 @@ def literal_names(pattern: str) -> list[str] | None:
     return names
 
 
-class _PolicyIndex:
-    """One policy list, patterns compiled once; patterns of literal names looked up by name."""
+_Hits = tuple[tuple[int, ...], tuple[int, ...]]
 
-    def __init__(self, policies: Iterable[BrokerPolicy]) -> None:
-        self.exact: dict[str, list[_Compiled]] = {}
-        self.general: list[_Compiled] = []
-        for policy in policies:
-            entry = (policy, _compiled(policy.pattern))
+
+_NO_HITS: _Hits = ((), ())
+
+
+class _PolicyIndex:
+    """One policy list: patterns of literal names looked up by name, any other compiled once."""
+
+    def __init__(self, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...]) -> None:
+        self.entries: list[_Compiled] = []
+        self.broker_version = broker_version
+        self.exact: dict[str, list[int]] = {}
+        self.general: list[int] = []
+        self._fit: dict[tuple[int, ObjectKind, str | None], bool | None] = {}
+        for index, policy in enumerate(policies):
             names = literal_names(policy.pattern)
-            if names is None or entry[1] is None:
-                self.general.append(entry)
+            self.entries.append((policy, None if names is not None else _compiled(policy.pattern)))
+            if names is None:
+                self.general.append(index)
                 continue
             for name in dict.fromkeys(names):
-                self.exact.setdefault(name, []).append(entry)
+                self.exact.setdefault(name, []).append(index)
 
-    def candidates(self, name: str) -> list[_Compiled]:
-        """Every policy whose pattern could match ``name`` (``$`` also matches before a final newline)."""
-        found = self.exact.get(name, []) + self.general
-        return found + self.exact.get(name[:-1], []) if name.endswith("\n") else found
+    def _fits(self, index: int, kind: ObjectKind, queue_type: str | None) -> bool | None:
+        """``_applies`` but for the pattern: apply-to and the queue type's keys, the same for every name."""
+        key = (index, kind, queue_type)
+        if key not in self._fit:
+            policy = self.entries[index][0]
+            fits = _apply_to_fits(policy.apply_to, kind, queue_type)
+            self._fit[key] = _keys_allowed(policy, kind, queue_type, self.broker_version) if fits else False
+        return self._fit[key]
+
+    def hits(self, kind: ObjectKind, name: str, queue_type: str | None) -> _Hits:
+        """The policies (by position) that apply to the object, and those that cannot be evaluated here. A policy
+        found by name matches it (``$`` also before a final newline): only its apply-to and keys are checked."""
+        if not self.entries:
+            return _NO_HITS
+        exact = self.exact.get(name, [])
+        if name.endswith("\n"):
+            exact = list(dict.fromkeys(exact + self.exact.get(name[:-1], [])))
+        matching: list[int] = []
+        unknown: list[int] = []
+        for index in exact:
+            fits = self._fits(index, kind, queue_type)
+            if fits is None:
+                unknown.append(index)
+            elif fits:
+                matching.append(index)
+        for index in self.general:
+            fits = self._fits(index, kind, queue_type)
+            regex = self.entries[index][1]
+            if fits is None or (fits and regex is None):
+                unknown.append(index)
+            elif fits and regex is not None and regex.search(name.encode()) is not None:  # unanchored, like re:run
+                matching.append(index)
+        return tuple(matching), tuple(unknown)
+
+    def ranked(self, hits: _Hits) -> PolicyMatch:
+        matching, unknown = hits
+        return _ranked([self.entries[i][0] for i in matching], [self.entries[i][0] for i in unknown])
 
 
 class PolicyMatcher:
-    """One vhost's policy and operator policy lists, their patterns compiled once: ``applied`` per object."""
+    """One vhost's policy and operator policy lists, their patterns compiled once: ``applied`` per object.
+
+    Objects that the same policies reach get the same outcome: it is worked out once per set of policies (a
+    thousand endpoints' queues under a few combined policies share a handful)."""
 
     def __init__(
         self,
@@ -367,14 +427,25 @@ class PolicyMatcher:
         operator_policies: Iterable[BrokerPolicy] = (),
         broker_version: tuple[int, ...] = _V4,
     ) -> None:
-        self.policies = _PolicyIndex(policies)
-        self.operator_policies = _PolicyIndex(operator_policies)
+        self.policies = _PolicyIndex(policies, broker_version)
+        self.operator_policies = _PolicyIndex(operator_policies, broker_version)
         self.broker_version = broker_version
+        self._outcomes: dict[tuple[_Hits, _Hits], AppliedPolicies] = {}
 
     def applied(self, kind: ObjectKind, name: str, queue_type: str | None = None) -> AppliedPolicies:
         """``rabbit_policy:set/1`` and ``effective_definition/1`` for one exchange or queue."""
-        user = _match(self.policies.candidates(name), kind, name, queue_type, self.broker_version)
-        operator = _match(self.operator_policies.candidates(name), kind, name, queue_type, self.broker_version)
+        hits = (
+            self.policies.hits(kind, name, queue_type),
+            self.operator_policies.hits(kind, name, queue_type),
+        )
+        outcome = self._outcomes.get(hits)
+        if outcome is None:
+            outcome = self._outcomes[hits] = self._outcome(
+                self.policies.ranked(hits[0]), self.operator_policies.ranked(hits[1])
+            )
+        return outcome
+
+    def _outcome(self, user: PolicyMatch, operator: PolicyMatch) -> AppliedPolicies:
         problems = _undetermined("policies" if user.tied else "policy", user)
         problems += _undetermined("operator policies" if operator.tied else "operator policy", operator)
         if problems:
