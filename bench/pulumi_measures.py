@@ -23,7 +23,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
 
-VERIFY_ROUNDS = 5
+VERIFY_ROUNDS = 15  # in turns with the read; the median of many, as one verify takes tens of milliseconds
 
 
 def load() -> float:

@@ -89,6 +89,8 @@ def argument_differences(expected: Mapping[str, object], actual: Mapping[str, ob
 
     ``x-queue-type: classic`` on one side only is no difference: it is the implicit type a broker from 4.0
     writes into a queue declared without it, and RabbitMQ takes both declarations as equivalent."""
+    if expected.keys() == actual.keys() and all(same_argument(actual[k], v) for k, v in expected.items()):
+        return []  # the usual answer, without sorting every key
     differences = []
     for key in sorted(set(expected) | set(actual)):
         if key not in actual or key not in expected:
