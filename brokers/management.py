@@ -7,6 +7,7 @@ definitions export/import, and vhost creation for isolated runs.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,11 @@ class ManagementApi:
                 response.status_code,
             )
         return response
+
+    def copy(self) -> ManagementApi:
+        """The same broker, user and TLS settings on a session of its own: for a read on another thread (a
+        ``requests.Session`` is not meant to be shared between threads)."""
+        return dataclasses.replace(self)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         response = self.send(method, path, body)

@@ -493,17 +493,10 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
     ]
 
 
-VhostRecords = tuple[dict[str, Any] | None, str, dict[str, str], list[dict[str, Any]]]
-
-
-def vhost_records(api: ManagementApi, vhost: str) -> VhostRecords:
-    """What verify reads before it compares, none of it dependent on the plan: the vhost's definitions (None when
-    the vhost is missing), the broker's version (with them; else from the overview), the feature flags, and the
-    vhost's operator policies (when it exists)."""
+def vhost_records(api: ManagementApi, vhost: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The vhost's definitions (None when it is missing) and, when it exists, its operator policies."""
     definitions = api.vhost_definitions(vhost)
-    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
-    feature_flags = api.feature_flags()
-    return definitions, version, feature_flags, api.operator_policies(vhost) if definitions is not None else []
+    return definitions, [] if definitions is None else api.operator_policies(vhost)
 
 
 def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
@@ -511,12 +504,14 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     policies, and the broker's version, come from one read of its definitions (the records as the broker exports
     them, without statistics); the feature flags, operator policies, and with endpoint users the users, permissions
     and topic permissions, one read each. Only a missing vhost (or an export without the version) costs a read of
-    the overview, for the version. The stack is planned while the broker answers the first reads (on another
-    thread, which waits on the socket most of the time)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="verify-read") as pool:
-        reading = pool.submit(vhost_records, api, config.vhost)
+    the overview, for the version. The vhost's reads run on a thread and a connection of their own while the
+    feature flags are read and the stack is planned (the thread mostly waits for the broker's export)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="verify-vhost") as pool:
+        reading = pool.submit(vhost_records, api.copy(), config.vhost)
+        feature_flags = api.feature_flags()
         topology = config.topology
-        definitions, version, feature_flags, operator_policies = reading.result()
+        definitions, operator_policies = reading.result()
+    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, feature_flags, config.generation, bool(topology.delivery_limit_policies))
     if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]

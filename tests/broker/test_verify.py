@@ -4,6 +4,7 @@ deliberate breakage (wrong TTL, missing binding, missing endpoint binding, redri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,11 @@ class RecordingApi(ManagementApi):
         self.calls.append(f"{method} {path}")
         return super().send(method, path, body)
 
+    def copy(self) -> RecordingApi:
+        twin = dataclasses.replace(self)  # a session of its own, recording into the same list
+        twin.calls = self.calls
+        return twin
+
 
 def test_verify_reads_each_kind_once_and_the_version_with_the_definitions(
     tmp_path: Path,
@@ -177,14 +183,14 @@ def test_verify_reads_each_kind_once_and_the_version_with_the_definitions(
     assert config is not None and not config.grants  # endpoint users add one read each of users and permissions
     api = RecordingApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     assert verify_rabbitmq(api, config) == []
-    assert api.calls == [f"GET definitions/{vhost}", "GET feature-flags", f"GET operator-policies/{vhost}"]
+    assert sorted(api.calls) == [f"GET definitions/{vhost}", "GET feature-flags", f"GET operator-policies/{vhost}"]
     assert api.definitions(vhost)["rabbit_version"] == api.overview()["rabbitmq_version"] == rabbitmq.version()
 
     api.calls.clear()
     elsewhere = parse_stack_config({"rabbitmq": raw | {"vhost": "no-such-vhost"}}, config.stack).rabbitmq
     assert elsewhere is not None
     assert verify_rabbitmq(api, elsewhere) == [Drift("missing", "vhost no-such-vhost", "", "exists", "(absent)")]
-    assert api.calls == ["GET definitions/no-such-vhost", "GET overview", "GET feature-flags"]
+    assert sorted(api.calls) == ["GET definitions/no-such-vhost", "GET feature-flags", "GET overview"]
 
 
 def test_an_unreachable_broker_is_an_error_not_a_pass(

@@ -110,11 +110,10 @@ def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -
     ]
     operators = [operator("cap", "^E01", max_length=3, delivery_limit=50)]
     matcher = rmq.PolicyMatcher(policies, operators, V4_0)
-    objects = [
-        (kind, name, queue_type)
-        for name in [*names, "Sales\n", "Stranger"]
-        for kind, queue_type in (("exchange", None), ("queue", "quorum"), ("queue", "classic"), ("queue", "stream"))
-    ]
+    kinds: list[tuple[rmq.ObjectKind, str | None]] = [
+        ("exchange", None), ("queue", "quorum"), ("queue", "classic"), ("queue", "stream")
+    ]  # fmt: skip
+    objects = [(kind, name, queue_type) for name in [*names, "Sales\n", "Stranger"] for kind, queue_type in kinds]
     for kind, name, queue_type in [*objects, *reversed(objects)]:
         got = matcher.applied(kind, name, queue_type)
         assert got == rmq.applied_policies(policies, operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
@@ -261,6 +260,9 @@ class RecordingBroker(ManagementApi):
         super().__init__("http://broker.invalid:15672")
         self.answers = answers
         self.asked: Counter[str] = Counter()
+
+    def copy(self) -> ManagementApi:
+        return self  # canned answers, no session: one fake serves verify's reading thread too
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         assert method == "GET", "verify only reads"

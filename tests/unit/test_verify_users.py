@@ -48,6 +48,9 @@ class FakeBroker(ManagementApi):
         self.answers = answers
         self.asked: list[str] = []
 
+    def copy(self) -> ManagementApi:
+        return self  # canned answers, no session: one fake serves verify's reading thread too
+
     def request(self, method: str, path: str, body: Any = None) -> Any:
         assert method == "GET", "verify only reads"
         self.asked.append(path)
