@@ -223,41 +223,62 @@ def delivery_limit_drifts(
     own = {target: spec for spec in topology.delivery_limit_policies for target in spec.targets}
     missing = set(missing_policies)
     live_queues = {q["name"]: q for q in queues}
-    unlimited = rmq.UNLIMITED_DELIVERY_LIMIT
+    # Whether a queue drifts depends on its applied policies, type, delivery-limit argument and expected value, not
+    # on its name (only the text does): queues alike are judged once, and a drift is written out for each.
+    sound: set[tuple[int, str, str, object]] = set()
     for queue in _receiving_quorum_queues(topology):
         live = live_queues.get(queue.name)
         if live is None:
             continue  # missing queues are topology drift
-        subject = f"queue {queue.name}"
         kind = queue_type(live)
         applied = matcher.applied("queue", queue.name, kind)
-        if applied.definition is None:
-            drifts.append(undetermined_policy_drift(subject, applied))
-            continue
         arguments = live.get("arguments") or {}
-        refusal = rmq.nservicebus_delivery_limit_refusal(
-            queue.name,
-            broker_version=broker_version,
-            queue_type=kind,
-            arguments=arguments,
-            effective_policy_definition=applied.definition,
-            applied_policy=applied.user.name,
-            operator_policy=applied.operator.name,
-            delivery_limit=rmq.reported_delivery_limit(arguments, applied.definition, broker_version),
-        )
         spec = own.get(queue.name)
-        if refusal:
-            limit = rmq.effective_delivery_limit(
-                arguments,
-                applied.definition,
-                rmq.reported_delivery_limit(arguments, applied.definition, broker_version),
-            )
-            expected = f"{unlimited} from {spec.name}" if spec else f"none, or {unlimited}"
-            actual = f"{limit} ({_limit_source(arguments, applied)})"
-            drifts.append(Drift("different", subject, "delivery limit", expected, actual, refusal))
-        elif spec is not None and spec.name not in missing:
-            drifts += effective_definition_drifts(subject, spec, applied, [rmq.DELIVERY_LIMIT_POLICY_KEY])
+        expected = spec.definition.get(rmq.DELIVERY_LIMIT_POLICY_KEY) if spec and spec.name not in missing else None
+        alike = (id(applied), kind, repr(arguments.get(rmq.DELIVERY_LIMIT_ARGUMENT)), expected)
+        if alike in sound:
+            continue
+        found = _queue_delivery_limit_drifts(queue.name, kind, arguments, applied, spec, missing, broker_version)
+        if found:
+            drifts += found
+        else:
+            sound.add(alike)
     return drifts
+
+
+def _queue_delivery_limit_drifts(
+    name: str,
+    kind: str,
+    arguments: dict[str, Any],
+    applied: rmq.AppliedPolicies,
+    spec: rmq.PolicySpec | None,
+    missing: set[str],
+    broker_version: tuple[int, ...],
+) -> list[Drift]:
+    subject = f"queue {name}"
+    if applied.definition is None:
+        return [undetermined_policy_drift(subject, applied)]
+    reported = rmq.reported_delivery_limit(arguments, applied.definition, broker_version)
+    refusal = rmq.nservicebus_delivery_limit_refusal(
+        name,
+        broker_version=broker_version,
+        queue_type=kind,
+        arguments=arguments,
+        effective_policy_definition=applied.definition,
+        applied_policy=applied.user.name,
+        operator_policy=applied.operator.name,
+        delivery_limit=reported,
+    )
+    if refusal:
+        limit = rmq.effective_delivery_limit(arguments, applied.definition, reported)
+        expected = (
+            f"{rmq.UNLIMITED_DELIVERY_LIMIT} from {spec.name}" if spec else f"none, or {rmq.UNLIMITED_DELIVERY_LIMIT}"
+        )
+        actual = f"{limit} ({_limit_source(arguments, applied)})"
+        return [Drift("different", subject, "delivery limit", expected, actual, refusal)]
+    if spec is not None and spec.name not in missing:
+        return effective_definition_drifts(subject, spec, applied, [rmq.DELIVERY_LIMIT_POLICY_KEY])
+    return []
 
 
 def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
@@ -342,7 +363,7 @@ def topology_drifts(
         wanted_queue: dict[str, Any] = {
             "durable": queue.durable,
             "auto_delete": queue.auto_delete,
-            "arguments": dict(queue.arguments),
+            "arguments": queue.arguments,
         }
         drifts += _compare(subject, wanted_queue, live_queues[queue.name])
     wanted = {(b.source, b.destination_type, b.destination, b.routing_key) for b in topology.bindings}
@@ -374,10 +395,16 @@ def alternate_exchange_drifts(
     missing = set(missing_policies)  # reported already, once for all the exchanges it covers
     drifts = []
     for spec in topology.alternate_exchange_policies:
+        sound: set[int] = set()  # the applied outcomes that carry the spec's definition: judged once
         for target in spec.targets if spec.name not in missing else ():
             if target in live:  # a missing exchange is topology drift
-                subject = f"exchange {target}"
-                drifts += effective_definition_drifts(subject, spec, matcher.applied("exchange", target))
+                applied = matcher.applied("exchange", target)
+                if id(applied) in sound:
+                    continue
+                found = effective_definition_drifts(f"exchange {target}", spec, applied)
+                drifts += found
+                if not found:
+                    sound.add(id(applied))
     return drifts
 
 

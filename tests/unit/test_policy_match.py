@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.brokers.verify import verify_rabbitmq
+from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.stack.config import load_stack
+from nsb_delays.stack.config import load_stack, parse_stack_config
 
 V3_10, V3_12, V4_0 = (3, 10, 8), (3, 12, 0), (4, 0, 5)
 
@@ -315,3 +315,35 @@ def test_verify_reads_each_listing_once_for_a_thousand_endpoints(tmp_path: Path)
     assert set(broker.asked) == set(answers)
     assert [d.subject for d in drifts if d.subject.startswith("user ")] == [f"user {g.user}" for g in config.grants]
     assert not [d for d in drifts if d.field in ("applied policy", "delivery limit") or d.field.startswith("effective")]
+
+
+# --- queues and exchanges alike are judged once, each drift still named --------------------------------------------
+
+
+def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_named() -> None:
+    """verify judges the queues (and exchanges) that share applied policies, type and delivery-limit argument once;
+    a queue that differs in any of them is judged on its own, and every drifting one is reported by name."""
+    raw = {"endpoints": [f"E{i}" for i in range(6)], "queueType": "quorum", "deliveryLimitPolicies": True}
+    config = parse_stack_config({"rabbitmq": raw}, "alike").rabbitmq
+    assert config is not None
+    topology = config.topology
+    declared = [
+        rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in topology.policies
+    ]
+    matcher = rmq.PolicyMatcher(
+        [*declared, policy("cap", "^E[45]$", "queues", priority=10, max_length=1)],  # E4, E5: no delivery limit
+        broker_version=V4_0,
+    )
+    refused = {"x-queue-type": "quorum", "x-delivery-limit": 5}
+    live = [{"name": q.name, "type": "quorum", "arguments": dict(q.arguments)} for q in topology.queues]
+    for queue in live:
+        if queue["name"] in ("E1", "E2"):
+            queue["arguments"] = dict(refused)
+    drifts = delivery_limit_drifts(topology, V4_0, matcher, live)
+    assert sorted({d.subject for d in drifts}) == ["queue E1", "queue E2", "queue E4", "queue E5"]
+    assert all("'E1'" in d.fix for d in drifts if d.subject == "queue E1")  # each drift's text names its queue
+
+    exchanges = [{"name": e.name, "type": e.type} for e in topology.exchanges]
+    parking = [*declared, policy("other", "^E3$", "exchanges", priority=10, alternate_exchange="elsewhere")]
+    drifts = alternate_exchange_drifts(topology, exchanges, rmq.PolicyMatcher(parking, broker_version=V4_0))
+    assert [d.subject for d in drifts] == ["exchange E3"]
