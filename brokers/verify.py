@@ -224,7 +224,7 @@ def delivery_limit_drifts(
     missing = set(missing_policies)
     live_queues = {q["name"]: q for q in queues}
     # Whether a queue drifts depends on its applied policies, type, delivery-limit argument and expected value, not
-    # on its name (only the text does): queues alike are judged once, and a drift is written out for each.
+    # on its name (only a drift's text does): sound queues alike are judged once, a drifting one each on its own.
     sound: set[tuple[int, str, str, object]] = set()
     for queue in _receiving_quorum_queues(topology):
         live = live_queues.get(queue.name)
