@@ -20,13 +20,15 @@ that would make an endpoint refuse to start, read from the policy lists (the que
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shlex
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
@@ -36,6 +38,7 @@ from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, Rabb
 from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
+T = TypeVar("T")
 ABSENT = "(absent)"
 
 
@@ -520,6 +523,21 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
     ]
 
 
+def in_background(work: Callable[[], T], name: str) -> Future[T]:
+    """``work`` on a daemon thread: a verify interrupted (Ctrl-C) while the broker has not answered exits at once,
+    where a pool's thread would hold the exit until the read ends or times out."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as error:  # handed to whoever waits for the result
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
 def vhost_records(api: ManagementApi, vhost: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The vhost's definitions (None when it is missing) and, when it exists, its operator policies."""
     definitions = api.vhost_definitions(vhost)
@@ -533,11 +551,10 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     and topic permissions, one read each. Only a missing vhost (or an export without the version) costs a read of
     the overview, for the version. The vhost's reads run on a thread and a connection of their own while the
     feature flags are read and the stack is planned (the thread mostly waits for the broker's export)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="verify-vhost") as pool:
-        reading = pool.submit(vhost_records, api.copy(), config.vhost)
-        feature_flags = api.feature_flags()
-        topology = config.topology
-        definitions, operator_policies = reading.result()
+    reading = in_background(functools.partial(vhost_records, api.copy(), config.vhost), "verify-vhost")
+    feature_flags = api.feature_flags()
+    topology = config.topology
+    definitions, operator_policies = reading.result()
     version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
     drifts = requirement_drifts(version, feature_flags, config.generation, bool(topology.delivery_limit_policies))
     if definitions is None:

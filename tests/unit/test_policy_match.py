@@ -4,6 +4,7 @@ each listing once, however many endpoints a stack has."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import load_stack, parse_stack_config
@@ -347,3 +348,55 @@ def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_na
     parking = [*declared, policy("other", "^E3$", "exchanges", priority=10, alternate_exchange="elsewhere")]
     drifts = alternate_exchange_drifts(topology, exchanges, rmq.PolicyMatcher(parking, broker_version=V4_0))
     assert [d.subject for d in drifts] == ["exchange E3"]
+
+
+class UnansweredBroker(RecordingBroker):
+    """A broker whose vhost export never comes (until ``answer`` is set), interrupted (Ctrl-C) during the main
+    thread's first read."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.answer = threading.Event()
+
+    def copy(self) -> ManagementApi:
+        return self
+
+    def vhost_definitions(self, vhost: str) -> dict[str, Any] | None:
+        self.answer.wait()
+        return None
+
+    def feature_flags(self) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_verify_does_not_wait_for_the_brokers_answer() -> None:
+    """The vhost is read on a daemon thread: Ctrl-C ends verify at once, not when the read ends or times out."""
+    config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}, "interrupted").rabbitmq
+    assert config is not None
+    broker, outcome = UnansweredBroker(), []
+
+    def run() -> None:
+        try:
+            verify_rabbitmq(broker, config)
+        except KeyboardInterrupt:
+            outcome.append("interrupted")
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(60)  # returns at once when verify does; 60 s only bounds a regression, which would wait for ever
+    broker.answer.set()
+    assert outcome == ["interrupted"]
+
+
+def test_a_failed_read_on_the_thread_is_verifys_error() -> None:
+    """The vhost's read fails on its thread (here 401: the user is no administrator): verify raises that error."""
+    config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}, "refused").rabbitmq
+    assert config is not None
+    flags = {"feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS]}
+
+    class Refusing(RecordingBroker):
+        def vhost_definitions(self, vhost: str) -> dict[str, Any] | None:
+            raise ManagementError("GET /api/definitions/%2F: 401 not_authorised", 401)
+
+    with pytest.raises(ManagementError, match="401 not_authorised"):
+        verify_rabbitmq(Refusing(flags), config)
