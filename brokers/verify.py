@@ -23,22 +23,20 @@ import dataclasses
 import functools
 import json
 import shlex
-import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.model.permissions import UserGrants
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
 
+from .background import in_background
 from .management import ManagementApi
 
 DriftKind = Literal["missing", "unexpected", "different"]
-T = TypeVar("T")
 ABSENT = "(absent)"
 
 
@@ -521,21 +519,6 @@ def retained_queue_fixes(drifts: list[Drift], kept: Iterable[str]) -> list[Drift
         else drift
         for drift in drifts
     ]
-
-
-def in_background(work: Callable[[], T], name: str) -> Future[T]:
-    """``work`` on a daemon thread: a verify interrupted (Ctrl-C) while the broker has not answered exits at once,
-    where a pool's thread would hold the exit until the read ends or times out."""
-    future: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as error:  # handed to whoever waits for the result
-            future.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 def vhost_records(api: ManagementApi, vhost: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

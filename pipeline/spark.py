@@ -11,16 +11,18 @@ package is shipped to the executors as a session artifact (``SparkSession.addArt
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
+
+from nsb_delays.brokers.background import in_background
 
 DEFAULT_MASTER = "local[*]"
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
@@ -181,16 +183,9 @@ class BackgroundSession:
     hiding) overlaps it. Calling the object waits for the session."""
 
     def __init__(self, master: str | None = None, log_path: Path | None = None, remote: str | None = None) -> None:
-        self._future: Future[SparkSession] = Future()
         # a daemon thread: a run refused before it needs Spark exits at once (the JVM follows its parent)
-        arguments = (master, log_path, remote)
-        threading.Thread(target=self._start, args=arguments, name="spark-start", daemon=True).start()
-
-    def _start(self, master: str | None, log_path: Path | None, remote: str | None) -> None:
-        try:
-            self._future.set_result(spark_session(master, log_path=log_path, remote=remote))
-        except BaseException as error:  # handed to the caller of the session
-            self._future.set_exception(error)
+        start = functools.partial(spark_session, master, log_path=log_path, remote=remote)
+        self._future: Future[SparkSession] = in_background(start, "spark-start")
 
     def __call__(self) -> SparkSession:
         return self._future.result()
