@@ -168,6 +168,24 @@ def _keys_allowed(
     return not unsupported.intersection(policy.definition)
 
 
+def _fits(
+    policy: BrokerPolicy, kind: ObjectKind, queue_type: str | None, broker_version: tuple[int, ...]
+) -> bool | None:
+    """``matches`` but for the pattern: apply-to, then the queue type's keys; the same for every name."""
+    return (
+        _keys_allowed(policy, kind, queue_type, broker_version)
+        if _apply_to_fits(policy.apply_to, kind, queue_type)
+        else False
+    )
+
+
+def _with_pattern(fits: bool | None, regex: re.Pattern[bytes] | None, name: str) -> bool | None:
+    """``fits``, then the pattern, unanchored like ``re:run``; None when either cannot be evaluated here."""
+    if not fits:
+        return fits
+    return None if regex is None else regex.search(name.encode()) is not None
+
+
 def _applies(
     policy: BrokerPolicy,
     regex: re.Pattern[bytes] | None,
@@ -176,12 +194,7 @@ def _applies(
     queue_type: str | None,
     broker_version: tuple[int, ...],
 ) -> bool | None:
-    if not _apply_to_fits(policy.apply_to, kind, queue_type):
-        return False
-    allowed = _keys_allowed(policy, kind, queue_type, broker_version)
-    if not allowed:
-        return allowed
-    return None if regex is None else regex.search(name.encode()) is not None  # unanchored, like re:run
+    return _with_pattern(_fits(policy, kind, queue_type, broker_version), regex, name)
 
 
 def policy_applies(
@@ -353,8 +366,6 @@ def literal_names(pattern: str) -> list[str] | None:
 
 
 _Hits = tuple[tuple[int, ...], tuple[int, ...]]
-
-
 _NO_HITS: _Hits = ((), ())
 
 
@@ -377,12 +388,10 @@ class _PolicyIndex:
                 self.exact.setdefault(name, []).append(index)
 
     def _fits(self, index: int, kind: ObjectKind, queue_type: str | None) -> bool | None:
-        """``_applies`` but for the pattern: apply-to and the queue type's keys, the same for every name."""
+        """``_fits`` of one policy, worked out once per kind and queue type."""
         key = (index, kind, queue_type)
         if key not in self._fit:
-            policy = self.entries[index][0]
-            fits = _apply_to_fits(policy.apply_to, kind, queue_type)
-            self._fit[key] = _keys_allowed(policy, kind, queue_type, self.broker_version) if fits else False
+            self._fit[key] = _fits(self.entries[index][0], kind, queue_type, self.broker_version)
         return self._fit[key]
 
     def hits(self, kind: ObjectKind, name: str, queue_type: str | None) -> _Hits:
@@ -402,11 +411,10 @@ class _PolicyIndex:
             elif fits:
                 matching.append(index)
         for index in self.general:
-            fits = self._fits(index, kind, queue_type)
-            regex = self.entries[index][1]
-            if fits is None or (fits and regex is None):
+            applies = _with_pattern(self._fits(index, kind, queue_type), self.entries[index][1], name)
+            if applies is None:
                 unknown.append(index)
-            elif fits and regex is not None and regex.search(name.encode()) is not None:  # unanchored, like re:run
+            elif applies:
                 matching.append(index)
         return tuple(matching), tuple(unknown)
 
