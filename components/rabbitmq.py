@@ -280,6 +280,9 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     """Every queue bound to the delivery exchange: the endpoint's and its instances'."""
     delivery_binding_key: pulumi.Output[str]
     """``#.<endpoint>``."""
+    transport_version: pulumi.Output[str]
+    """The NServiceBus.RabbitMQ release the endpoint runs: the policy pack judges the stack's delivery-limit policies
+    by it."""
 
     def __init__(self, name: str, args: RabbitMqEndpointArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         component = type(self).__name__
@@ -307,11 +310,13 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         self.queue_name = self.resources.queues[settings.endpoint].name
         self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
         self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(settings.endpoint))
+        self.transport_version = pulumi.Output.from_input(settings.transport_version)
         self.register_outputs(
             {
                 "queueName": self.queue_name,
                 "receivingQueues": self.receiving_queues,
                 "deliveryBindingKey": self.delivery_binding_key,
+                "transportVersion": self.transport_version,
             }
         )
 

@@ -7,6 +7,7 @@ the broker tests apply them to a real RabbitMQ and SQS emulator the way the prov
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class RecordedResource:
     import_id: str | None = None  # set when the program adopts an existing object (``import_``)
     dependencies: tuple[str, ...] = ()  # URNs this resource waits for
     property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input -> URNs it came from
+    outputs: dict[str, Any] = field(default_factory=dict)  # a component's registered outputs (``register_outputs``)
 
     @property
     def physical_name(self) -> str | None:
@@ -94,6 +96,7 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
     def __init__(self, mocks: pulumi.runtime.Mocks, sink: list[RecordedResource] | None = None) -> None:
         super().__init__(mocks)
         self.recorded: list[RecordedResource] = sink if sink is not None else []
+        self.outputs: dict[str, dict[str, Any]] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]  # pulumi MockMonitor
@@ -118,6 +121,17 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
             )
         return response
 
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        """A component's ``register_outputs``: kept, since the policy pack sees a component's outputs (the engine's
+        ``AnalyzeStack`` is given each resource's outputs: pulumi/pulumi ``pkg/resource/deploy/step_generator.go``)."""
+        self.outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(request.outputs)
+        return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]  # pulumi MockMonitor
+
+    def with_outputs(self) -> list[RecordedResource]:
+        return [
+            dataclasses.replace(r, outputs=self.outputs[r.urn]) if r.urn in self.outputs else r for r in self.recorded
+        ]
+
 
 def record(
     build: Callable[[], Any],
@@ -141,7 +155,7 @@ def record(
         build()
 
     program()
-    return list(monitor.recorded)
+    return monitor.with_outputs()
 
 
 def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:
@@ -151,9 +165,9 @@ def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[Reco
 def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
     """The ``pulumi import --file`` document of what exists already: every provider resource the program adopts
     (its ``import_id``, ``adoptExisting``'s) and every component (``component: true``) that holds one or holds no
-    provider resource at all, each under its parent. What the program would create (parking, combined policies,
-    endpoint users: their components too, so a user renamed after discovery leaves nothing behind) is left to the
-    ``pulumi up`` after.
+    provider resource at all, each under its parent, which the file lists too (a resource whose parent it leaves out
+    is left out with it). What the program would create (parking, combined policies, endpoint users: their components
+    too, so a user renamed after discovery leaves nothing behind) is left to the ``pulumi up`` after.
 
     The file's shape: pulumi/pulumi's ``pulumi import`` command (``pkg/cmd/pulumi``, ``importFile`` and
     ``importSpec``: ``type``, ``name``, ``id``, ``parent``, ``component``, ``logicalName``)."""
@@ -171,7 +185,13 @@ def import_file(resources: list[RecordedResource]) -> dict[str, Any]:
         under = customs_under(resource.urn)
         return not under or any(r.import_id for r in under)
 
-    kept = [r for r in resources if adopted(r)]
+    by_urn = {r.urn: r for r in resources}
+
+    def listed(resource: RecordedResource) -> bool:  # and its parent, so that every parent the file names is in it
+        parent = by_urn.get(resource.parent) if resource.parent else None
+        return adopted(resource) and (parent is None or listed(parent))
+
+    kept = [r for r in resources if listed(r)]
     keys = {r.urn: f"r{i}" for i, r in enumerate(kept)}
     entries = []
     for resource in kept:

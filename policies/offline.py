@@ -252,7 +252,10 @@ def default_providers(
 
 
 def _props(resource: RecordedResource) -> Mapping[str, Any]:
-    return unknown_checking_proxy(deserialize_properties(json.loads(json.dumps(resource.inputs))))
+    """What the analyzer sees of a resource: a custom resource's inputs (the provider's outputs echo them), a
+    component's registered outputs."""
+    shown = resource.inputs if resource.custom or not resource.outputs else resource.outputs
+    return unknown_checking_proxy(deserialize_properties(json.loads(json.dumps(shown))))
 
 
 def policy_resources(

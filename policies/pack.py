@@ -6,10 +6,11 @@ from pulumi_policy import EnforcementLevel, Policy
 
 from .rules import RESOURCE_POLICIES
 from .stack_rules import STACK_POLICIES
+from .transport_rules import TRANSPORT_POLICIES
 
 PACK_NAME = "nsb-delays"
 DEFAULT_ENFORCEMENT_LEVEL = EnforcementLevel.ADVISORY  # every rule states its own level
-POLICIES: list[Policy] = [*RESOURCE_POLICIES, *STACK_POLICIES]
+POLICIES: list[Policy] = [*RESOURCE_POLICIES, *STACK_POLICIES, *TRANSPORT_POLICIES]
 POLICIES_BY_NAME: dict[str, Policy] = {policy.name: policy for policy in POLICIES}
 
 if len(POLICIES_BY_NAME) != len(POLICIES):

@@ -295,6 +295,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
             "this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove graphStack"
         )
     _check_rabbitmq_names(config, path, problems)
+    _check_transport_versions(raw, config, path, problems)
     _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
@@ -406,6 +407,19 @@ def _name_problems(name: str, *, destination: bool) -> list[str]:
     if not destination and any(ch.isspace() for ch in name):
         problems.append("contains whitespace")
     return problems + [p for p in rmq.object_name_problems(name) if p not in problems]
+
+
+def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """``transportVersion`` parses, where it is given: the section's once, each endpoint's own."""
+    key = camel_case("transport_version")
+    given = raw.get(key) if isinstance(raw, Mapping) else None
+    section_problem = rmq.transport_version_problem(given) if given is not None else None
+    if section_problem:
+        problems.append(f"{path}.{key}: {section_problem}")
+    for i, endpoint in enumerate(config.endpoints):
+        problem = rmq.transport_version_problem(endpoint.transport_version)
+        if problem and (endpoint.transport_version != given or not section_problem):
+            problems.append(f"{path}.endpoints[{i}].{key}: {problem}")
 
 
 def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:

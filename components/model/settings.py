@@ -217,6 +217,20 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         "the broker a match of every object of the vhost.",
         places=(RABBITMQ,),
     )
+    transport_version: str = setting(
+        rmq.dotted_version(rmq.NEWEST_TRANSPORT_VERSION),
+        doc="The NServiceBus.RabbitMQ release the endpoint runs, `MAJOR.MINOR.PATCH` (quote it in YAML): "
+        "`nsb-delays preflight` and the policy pack judge its start-up by that release's checks (10.0.0 to 10.1.4 "
+        "refuse the delivery-limit policies' 100000).",
+        places=(RABBITMQ, RABBITMQ_ENDPOINT),
+        default_text="the newest release this version of nsb-delays knows, "
+        f'`"{rmq.dotted_version(rmq.NEWEST_TRANSPORT_VERSION)}"`',
+    )
+
+    @property
+    def transport(self) -> tuple[int, int, int]:
+        """``transport_version`` parsed (ValueError naming the value and the rule)."""
+        return rmq.parse_transport_version(self.transport_version)
 
     @property
     def receiving_queues(self) -> tuple[str, ...]:
@@ -227,6 +241,9 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         problems = rmq.rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
+        version_problem = rmq.transport_version_problem(self.transport_version)
+        if version_problem:
+            raise ValueError(f"transportVersion: {version_problem}")
         topology = rmq.endpoint_topology(
             self.endpoint,
             generation=self.generation,

@@ -48,6 +48,7 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "vhost",
         "instanceDiscriminators",
         "legacyTimeoutManager",
+        "transportVersion",
         "deliveryLimitPolicies",
         "parkUnroutable",
         "adoptExisting",

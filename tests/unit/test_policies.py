@@ -135,7 +135,7 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 27
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 28
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)

@@ -35,6 +35,7 @@ __all__ = [
     "effective_delivery_limit",
     "is_delivery_limit_policy_name",
     "nservicebus_delivery_limit_refusal",
+    "stored_definition_value",
 ]
 
 
@@ -231,7 +232,7 @@ def _describe_policy(pattern: str, apply_to: str, priority: int, definition: Map
     return f"pattern {pattern!r}, apply-to {apply_to}, priority {priority}, definition {dict(definition)}"
 
 
-def _as_limit(value: object) -> object:
+def stored_definition_value(value: object) -> object:
     """A definition value as the broker stores it: the provider's ``"100000"`` string is the integer."""
     return int(value) if isinstance(value, str) and value.lstrip("+-").isdigit() else value
 
@@ -257,7 +258,7 @@ def delivery_limit_conflicts(
     for policy in policies:
         if not policy.reaches(queue):
             continue
-        limit = _as_limit(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
+        limit = stored_definition_value(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
         limit_refused = limit is not None and limit != UNLIMITED_DELIVERY_LIMIT
         combined = is_combined_policy_name(policy.name, DELIVERY_LIMIT_POLICY_KEY)
         if (policy.name == own.name or combined) and not policy.operator:
@@ -265,7 +266,7 @@ def delivery_limit_conflicts(
                 policy.pattern if not combined else own.pattern,  # a combined pattern reaches many queues
                 policy.apply_to,
                 policy.priority,
-                {k: _as_limit(v) for k, v in policy.definition.items()},
+                {k: stored_definition_value(v) for k, v in policy.definition.items()},
             )
             wanted = (own.pattern, own.apply_to, own.priority, dict(own.definition))
             if declared != wanted:
