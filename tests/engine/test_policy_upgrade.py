@@ -8,13 +8,13 @@ in an update), and while both exist they give the same definition. The proof is 
 - parking: a publisher sends to an endpoint exchange with no queue behind it, mandatory and confirmed, throughout
   the ``up``: every message must reach the parking queue through the exchange's alternate exchange, none may come
   back unroutable;
-- delivery limit (4.0): a consumer rejects one message on a quorum endpoint queue over and over, from before the
-  ``up`` to after it; RabbitMQ 4's default limit (20) would drop it at its next return once past 20 deliveries, had
-  the queue been without its 100000 for one return. RabbitMQ 4.3 counts a requeue as an acquisition
-  (``x-acquired-count``), not a delivery: no number of requeues reaches a limit there (measured on 4.3.6: a message
-  requeued 10 times under ``x-delivery-limit: 5`` stays; rabbitmq/rabbitmq-server v4.3.5
-  ``deps/rabbit/src/rabbit_fifo.erl``, ``apply_/3`` for ``#requeue{}`` increments ``acquired_count`` only). So this
-  half is proven on 4.0, which the test keeps for it (``also_on_rabbitmq_4_0``); on 4.3 parking is.
+- delivery limit (4.x): a consumer rejects one message on a quorum endpoint queue over and over with
+  ``basic.reject(requeue=true)``, as NServiceBus.RabbitMQ's message pump does (``BasicRejectAndRequeueIfOpen``,
+  ``src/NServiceBus.Transport.RabbitMQ/Receiving/ModelExtensions.cs`` at 11.2.1), from before the ``up`` to after it;
+  RabbitMQ 4's default limit (20) would drop it at its next return once past 20 deliveries, had the queue been
+  without its 100000 for one return. 4.0 and 4.3 both count such a reject toward the limit (4.3 maps it to
+  ``modify`` with ``delivery_failed``; a ``basic.nack`` requeue it no longer counts: ``test_requeue_counting.py``),
+  so the half is proven on every 4.x; on 3.10, which has no delivery-limit policies, parking is.
 """
 
 from __future__ import annotations
@@ -31,13 +31,11 @@ from nsb_delays.brokers.verify import verify_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
-from tests.conftest import also_on_rabbitmq_4_0
 from tests.engine.test_adoption_and_change import configure, section, summary
 
 PARKED = "Parked"  # its queue is unbound from its exchange: what the exchange gets, it cannot route
 REJECTED = "Sales"  # a quorum endpoint queue whose one message is rejected (requeued) again and again
-PAST_DEFAULT_LIMIT = 25  # deliveries before the up: RabbitMQ 4.0's default limit (20) is passed
-REQUEUES_UNCOUNTED_FROM = (4, 3, 0)  # a requeue no longer counts toward the delivery limit (module docstring)
+PAST_DEFAULT_LIMIT = 25  # deliveries before the up: RabbitMQ 4's default limit (20) is passed
 
 
 class ParkingFlow(threading.Thread):
@@ -67,7 +65,8 @@ class ParkingFlow(threading.Thread):
 
 
 class RejectingConsumer(threading.Thread):
-    """Consumes ``REJECTED`` and requeues every delivery, recording the highest ``x-delivery-count`` seen."""
+    """Consumes ``REJECTED`` and rejects every delivery with requeue, as NServiceBus does, recording the highest
+    ``x-delivery-count`` seen."""
 
     def __init__(self, amqp_url: str, vhost: str) -> None:
         super().__init__(name="rejecting-consumer", daemon=True)
@@ -81,7 +80,7 @@ class RejectingConsumer(threading.Thread):
         self.highest = max(self.highest, int((properties.headers or {}).get("x-delivery-count", 0)))
         if self.highest >= PAST_DEFAULT_LIMIT:
             self.past_default_limit.set()
-        channel.basic_nack(method.delivery_tag, requeue=True)
+        channel.basic_reject(method.delivery_tag, requeue=True)
 
     def run(self) -> None:
         try:
@@ -95,16 +94,14 @@ class RejectingConsumer(threading.Thread):
             self.error = error
 
 
-@also_on_rabbitmq_4_0
 def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost, new_stack, broker_version: tuple[int, ...]
 ) -> None:
-    """Version-specific, kept on 4.0: the delivery-limit half needs requeues that count (4.0, not 4.3)."""
+    """Version-specific: the delivery-limit half on 4.x, where the policies are; parking on every version."""
     vhost = new_vhost("engine-combine")
     stack = new_stack(rabbitmq, "combine")
     endpoints = [REJECTED, "Billing", PARKED]
     limits = broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    rejecting = limits and broker_version < REQUEUES_UNCOUNTED_FROM
     configure(stack, rabbitmq, section(vhost, broker_version, endpoints, policyScope="endpoint"))
     stack.up()
     per_object = {p["name"] for p in management.policies(vhost)}
@@ -113,13 +110,13 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
         channel = connection.channel()
         channel.queue_unbind(PARKED, PARKED, "")
-        if rejecting:
+        if limits:
             channel.confirm_delivery()
             channel.basic_publish("", REJECTED, b"rejected", pika.BasicProperties(delivery_mode=2))
 
     parking, consumer = ParkingFlow(rabbitmq.amqp_url, vhost), RejectingConsumer(rabbitmq.amqp_url, vhost)
     parking.start()
-    if rejecting:
+    if limits:
         consumer.start()
         assert consumer.past_default_limit.wait(120), f"premise: {consumer.highest} deliveries, error {consumer.error}"
     try:
@@ -130,7 +127,7 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
         parking.stop.set()
         consumer.stop.set()
         parking.join(30)
-        if rejecting:
+        if limits:
             consumer.join(30)
     assert parking.error is None and consumer.error is None, (parking.error, consumer.error)
     counts = summary(result.stdout)
@@ -139,7 +136,7 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     # parking never lapsed: every message the exchange took went to the parking queue
     assert parking.published > 0 and parking.returned == 0
     assert queue_depths(rabbitmq.amqp_url, vhost, [rmq.parking_name()]) == {rmq.parking_name(): parking.published}
-    if rejecting:  # ... and neither did the delivery limit: the message is still there, delivered past 20 again
+    if limits:  # ... and neither did the delivery limit: the message is still there, delivered past 20 again
         with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
             method, properties, _ = connection.channel().basic_get(REJECTED, auto_ack=True)
         assert method is not None, f"the message was dropped after {consumer.highest} deliveries"
