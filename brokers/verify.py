@@ -145,7 +145,7 @@ def declared_policy_drifts(topology: rmq.Topology, policies: Iterable[dict[str, 
     drifts: list[Drift] = []
     live_policies = {p["name"]: p for p in policies}
     for spec in topology.policies:
-        subject = f"policy {spec.name}"
+        subject = declared_subject(spec)
         wanted = _expected_policy_body(spec)
         live = live_policies.get(spec.name)
         if live is None:
@@ -333,6 +333,14 @@ def _binding_subject(source: str, destination_type: str, destination: str, key: 
     return f"binding {source} -> {destination_type} {destination} ({key!r})"
 
 
+def declared_subject(spec: rmq.ExchangeSpec | rmq.QueueSpec | rmq.BindingSpec | rmq.PolicySpec) -> str:
+    """The ``subject`` of each drift of this declared object (``topology_drifts``, ``declared_policy_drifts``)."""
+    if isinstance(spec, rmq.BindingSpec):
+        return _binding_subject(spec.source, spec.destination_type, spec.destination, spec.routing_key)
+    kind = {rmq.ExchangeSpec: "exchange", rmq.QueueSpec: "queue", rmq.PolicySpec: "policy"}[type(spec)]
+    return f"{kind} {spec.name}"
+
+
 def topology_drifts(
     topology: rmq.Topology,
     generation: str,
@@ -344,7 +352,7 @@ def topology_drifts(
     drifts: list[Drift] = []
     live_exchanges = {e["name"]: e for e in exchanges}
     for exchange in topology.exchanges:
-        subject = f"exchange {exchange.name}"
+        subject = declared_subject(exchange)
         if exchange.name not in live_exchanges:
             drifts.append(Drift("missing", subject, "", f"{exchange.type}, durable={exchange.durable}", ABSENT))
             continue
@@ -357,7 +365,7 @@ def topology_drifts(
         drifts += _compare(subject, wanted_exchange, live_exchanges[exchange.name])
     live_queues = {q["name"]: q for q in queues}
     for queue in topology.queues:
-        subject = f"queue {queue.name}"
+        subject = declared_subject(queue)
         if queue.name not in live_queues:
             drifts.append(Drift("missing", subject, "", shown(dict(queue.arguments)), ABSENT))
             continue
