@@ -101,24 +101,12 @@ class _Objects:
                 return True
         return False
 
-    def claim_topology(self, topology: rmq.Topology) -> list[str]:
-        """Mark each object of ``topology`` found; the names of those NServiceBus declares and the broker lacks."""
-        missing = []
-        for exchange in topology.exchanges:
-            if exchange.name in self.exchanges:
-                self.claimed_exchanges.add(exchange.name)
-            elif exchange.nservicebus_declares:
-                missing.append(f"exchange {exchange.name}")
-        for queue in topology.queues:
-            if queue.name in self.queues:
-                self.claimed_queues.add(queue.name)
-            elif queue.nservicebus_declares:
-                missing.append(f"queue {queue.name}")
+    def claim_topology(self, topology: rmq.Topology) -> None:
+        """Mark each object of ``topology`` the broker holds as explained."""
+        self.claimed_exchanges |= {e.name for e in topology.exchanges if e.name in self.exchanges}
+        self.claimed_queues |= {q.name for q in topology.queues if q.name in self.queues}
         for b in topology.bindings:
-            found = self.claim_binding(b.source, b.destination, b.destination_type, b.routing_key)
-            if not found and b.nservicebus_declares:
-                missing.append(f"binding {b.source} -> {b.destination} ({b.routing_key or 'no key'})")
-        return missing
+            self.claim_binding(b.source, b.destination, b.destination_type, b.routing_key)
 
 
 def _queue_type(queue: Mapping[str, Any]) -> rmq.QueueType:
@@ -260,10 +248,8 @@ def discover(
     generation = rmq.Generation.V2 if rmq.Generation.V2 in present else rmq.Generation.V1
     notes: list[str] = []
     problems: list[str] = []
-    for graph in present:
-        missing = objects.claim_topology(rmq.delay_levels(graph))
-        if missing and graph == generation:
-            notes.append(f"the {graph} graph lacks {len(missing)} object(s) (pulumi up creates them): {missing[0]}, …")
+    for graph in present:  # what the stack's graph lacks, the command names (the up after the import creates it)
+        objects.claim_topology(rmq.delay_levels(graph))
     if len(present) == 2:
         notes.append(
             "both delay graphs are here: the stack declares v2, the graph of NServiceBus.RabbitMQ 7+; the v1 graph "

@@ -2,14 +2,18 @@
 
 One read of the broker (``brokers.discovery.read_broker``), classified without I/O (``stack.discovery.discover``),
 then the stack file (``--stack``) and the ``pulumi import --file`` document of the ids the components compute
-(``--import-file``, from the program recorded with ``adoptExisting``: ``components.recording.import_file``). Every
-check runs before anything is written, and an existing file is never overwritten without ``--force``; the review
-list (what it cannot classify, event exchanges no subscription explains) goes to stderr.
+(``--import-file``, from the program recorded with ``adoptExisting``: ``components.recording.import_file``) of the
+objects the broker holds in the shape the stack declares (``adoption``). Every check runs before anything is written,
+and an existing file is never overwritten without ``--force``; the review list (what it cannot classify, event
+exchanges no subscription explains, what the broker lacks or holds otherwise) goes to stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +22,11 @@ import yaml
 
 from nsb_delays.brokers.discovery import read_broker
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.brokers.verify import topology_drifts
-from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, stack_name
+from nsb_delays.brokers.verify import Drift, declared_policy_drifts, declared_subject, topology_drifts
+from nsb_delays.components.encoding import binding_import_id, import_id
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_POLICY, RABBITMQ_QUEUE
+from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, StackConfig, stack_name
 from nsb_delays.stack.discovery import CannotDiscover, Discovery, NothingToDiscover, discover
 
 from .broker_options import StackDefaults, management_options, resolve_management
@@ -57,24 +64,102 @@ def stack_document(discovery: Discovery, management_url: str, vhost: str, review
     return "".join(lines) + body
 
 
-def adoption_conflicts(config: RabbitMqConfig, definitions: dict[str, Any]) -> list[str]:
-    """The objects on the broker the stack declares with another shape (type, durable, auto_delete, an argument):
-    adopting imports each, then its diff asks for a replacement, which Pulumi refuses for a resource that still
-    names its import ID (pulumi/pulumi ``pkg/resource/deploy/step_generator.go`` ``continueStepsFromDiff``:
-    "previously-imported resources that still specify an ID may not be replaced"), so that ``pulumi up`` fails
-    there. Objects the broker lacks are not conflicts: ``pulumi up`` creates them."""
-    exchanges, queues, bindings = (list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings"))
-    drifts = topology_drifts(config.topology, config.generation, exchanges, queues, bindings)
-    return [
-        f"cannot adopt {d.subject} as it is: the broker has {d.field} {d.actual}, the stack declares {d.expected} "
-        "(pulumi up would have to replace it: delete and re-declare it, or leave the object out of the stack)"
-        for d in drifts
-        if d.field
-    ]
+Spec = rmq.ExchangeSpec | rmq.QueueSpec | rmq.BindingSpec | rmq.PolicySpec
+RESOURCE_TYPES = {rmq.ExchangeSpec: RABBITMQ_EXCHANGE, rmq.QueueSpec: RABBITMQ_QUEUE, rmq.BindingSpec: RABBITMQ_BINDING,
+                  rmq.PolicySpec: RABBITMQ_POLICY}  # fmt: skip
 
 
-def review_lines(discovery: Discovery, conflicts: list[str]) -> list[str]:
-    lines = [*conflicts, *discovery.notes]
+@dataclass(frozen=True)
+class Adoption:
+    """How the broker meets each object of the stack NServiceBus declares (what adopting imports): held in the shape
+    the stack declares (``present``: the import file lists it), not held (``missing``: the ``pulumi up`` after the
+    import creates it), or held in another shape (``conflicts``: review lines)."""
+
+    present: frozenset[tuple[str, str]] = frozenset()  # (resource type, import id), as the program declares it
+    missing: tuple[str, ...] = ()  # "exchange audit", "binding audit -> queue audit"
+    conflicts: tuple[str, ...] = ()
+
+    def review(self, import_file: str | None) -> list[str]:
+        """The conflicts, what the broker lacks, and then the one adoption path that takes the broker as it is."""
+        lines = list(self.conflicts)
+        if self.missing:
+            lines.append(f"not on the broker, created by the pulumi up after the import: {', '.join(self.missing)}")
+        if self.missing or self.conflicts:
+            how = (
+                f"pulumi import --file {import_file}, then pulumi up"
+                if import_file
+                else "discover again with --import-file, then pulumi import --file and pulumi up"
+            )
+            lines.append(
+                f"with objects missing or held in another shape, adopt with the import file ({how}), not with "
+                "adoptExisting: an up with adoptExisting imports every object NServiceBus declares, and fails on one "
+                "the broker lacks or holds in another shape"
+            )
+        return lines
+
+
+def import_key(spec: Spec, vhost: str) -> tuple[str, str]:
+    """The resource type and the ``pulumi import`` id the program gives ``spec`` (``components.rabbitmq.Declared``)."""
+    found = binding_import_id(spec, vhost) if isinstance(spec, rmq.BindingSpec) else import_id(spec.name, vhost)
+    return RESOURCE_TYPES[type(spec)], found
+
+
+def review_name(spec: Spec) -> str:
+    """``exchange audit``, ``binding audit -> queue audit``, ``binding nsb.v2.delay-delivery -> exchange Sales
+    (#.Sales)``."""
+    if isinstance(spec, rmq.BindingSpec):
+        key = f" ({spec.routing_key})" if spec.routing_key else ""
+        return f"binding {spec.source} -> {spec.destination_type} {spec.destination}{key}"
+    return declared_subject(spec)
+
+
+def conflict_line(spec: Spec, drift: Drift) -> str:
+    """An object the broker holds in another shape: importing it fails (Pulumi diffs the read against the program's
+    inputs, and refuses to replace a resource that still names its import ID: pulumi/pulumi
+    ``pkg/resource/deploy/step_generator.go`` ``continueStepsFromDiff``), so the import file leaves it out; then the
+    ``pulumi up`` declares it: a policy's PUT writes over the broker's, an exchange or queue is refused."""
+    head = (
+        f"cannot adopt {drift.subject} as it is: the broker has {drift.field} {drift.actual}, the stack declares "
+        f"{drift.expected} (left out of the import file"
+    )
+    if isinstance(spec, rmq.PolicySpec):
+        return f"{head}: the pulumi up after the import writes the stack's policy over it)"
+    return (
+        f"{head}; pulumi up can neither import it nor declare it over the broker's: delete it and let pulumi up "
+        "declare it, or leave the object out of the stack)"
+    )
+
+
+def adoption(config: RabbitMqConfig, definitions: dict[str, Any]) -> Adoption:
+    """Each object of the stack NServiceBus declares against the vhost's definitions, as ``verify`` compares them
+    (``topology_drifts``: type, durable, auto_delete, arguments; ``declared_policy_drifts``). The objects only the
+    stack declares (parking, combined policies, users) are the up's to create, and not looked at."""
+    exchanges, queues, bindings, policies = (
+        list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
+    )
+    topology = config.topology
+    drifts: defaultdict[str, list[Drift]] = defaultdict(list)
+    for drift in topology_drifts(topology, config.generation, exchanges, queues, bindings):
+        drifts[drift.subject].append(drift)
+    for drift in declared_policy_drifts(topology, policies):
+        drifts[drift.subject].append(drift)
+    present: set[tuple[str, str]] = set()
+    missing: list[str] = []
+    conflicts: list[str] = []
+    specs: list[Spec] = [*topology.exchanges, *topology.queues, *topology.bindings, *topology.policies]
+    for spec in (spec for spec in specs if spec.nservicebus_declares):
+        found = drifts.get(declared_subject(spec), [])
+        if not found:
+            present.add(import_key(spec, config.vhost))
+        elif any(drift.kind == "missing" for drift in found):
+            missing.append(review_name(spec))
+        else:
+            conflicts += [conflict_line(spec, drift) for drift in found]
+    return Adoption(frozenset(present), tuple(missing), tuple(conflicts))
+
+
+def review_lines(discovery: Discovery, adopted: Adoption, import_file: str | None = None) -> list[str]:
+    lines = [*adopted.review(import_file), *discovery.notes]
     if discovery.unexplained_exchanges:
         lines.append(
             "event exchanges no subscription explains (someone publishes them: add each to the publisher's "
@@ -84,14 +169,17 @@ def review_lines(discovery: Discovery, conflicts: list[str]) -> list[str]:
     return lines
 
 
-def import_document(discovery: Discovery, stack: str) -> str:
-    """The ``pulumi import --file`` JSON of every object the stack adopts (the program recorded with
-    ``adoptExisting``)."""
+def import_document(config: StackConfig, stack: str, adopted: Adoption) -> str:
+    """The ``pulumi import --file`` JSON of every object the stack adopts that the broker holds in the declared shape:
+    the program recorded with ``adoptExisting``, the import dropped from every other object (the up creates it)."""
     from nsb_delays.components.recording import import_file
     from nsb_delays.infra.program import record_stack
 
-    config = discovery.stack_config(stack).with_values("rabbitmq", adoptExisting=True)
-    return json.dumps(import_file(record_stack(config, stack=stack)), indent=2) + "\n"
+    recorded = [
+        r if r.import_id is None or (r.type, r.import_id) in adopted.present else dataclasses.replace(r, import_id=None)
+        for r in record_stack(config.with_values("rabbitmq", adoptExisting=True), stack=stack)
+    ]
+    return json.dumps(import_file(recorded), indent=2) + "\n"
 
 
 @click.command(name="discover")
@@ -130,7 +218,9 @@ def discover_command(
         )
         name = stack_name(stack) if stack else "discovered"
         config = discovery.stack_config(name)
-        document = import_document(discovery, name) if import_file else None
+        assert config.rabbitmq is not None
+        adopted = adoption(config.rabbitmq, read.definitions)
+        document = import_document(config, name, adopted) if import_file else None
     except NothingToDiscover as error:
         raise CommandError(str(error)) from None
     except CannotDiscover as error:
@@ -138,7 +228,7 @@ def discover_command(
     except ConfigError as error:
         raise CommandError(error.problems, footer="the discovered config is refused; nothing was written") from None
     assert config.rabbitmq is not None
-    review = review_lines(discovery, adoption_conflicts(config.rabbitmq, read.definitions))
+    review = review_lines(discovery, adopted, import_file)
     text = stack_document(discovery, api.url, vhost, review)
     if stack:
         stack_path(stack).write_text(text, encoding="utf-8")

@@ -1,11 +1,18 @@
-"""Adopting topology NServiceBus installers already declared: ``pulumi import`` ids on every object."""
+"""Adopting topology NServiceBus installers already declared: ``pulumi import`` ids on every object, and the import
+file of what a broker holds in the declared shape (``infra.commands.discover.adoption``)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from nsb_delays.components.encoding import binding_import_id, binding_properties_key, queue_arguments_field
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.resource_types import RABBITMQ_POLICY as POLICY
+from nsb_delays.infra.commands.discover import Adoption, adoption, import_document
 from nsb_delays.infra.program import record_stack
-from nsb_delays.stack.config import parse_stack_config
+from nsb_delays.infra.render.documents import topology_definitions
+from nsb_delays.stack.config import StackConfig, parse_stack_config
 from tests.unit.helpers import BINDING, EXCHANGE, QUEUE
 
 
@@ -114,3 +121,97 @@ def test_bindings_take_their_ends_as_property_dependencies() -> None:
         "source": (urn_of[(EXCHANGE, "nsb.v2.delay-delivery")],),
         "destination": (urn_of[(EXCHANGE, "Sales")],),
     }
+
+
+def import_entries(config: StackConfig, definitions: dict[str, Any], stack: str = "prod") -> tuple[list, Adoption]:
+    """The import file ``discover`` writes for ``config`` on a broker holding ``definitions``, and what it found."""
+    assert config.rabbitmq is not None
+    adopted = adoption(config.rabbitmq, definitions)
+    entries = json.loads(import_document(config, stack, adopted))["resources"]
+    assert_parents_resolve(entries, config, stack)
+    return entries, adopted
+
+
+def imported_ids(entries: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(entry["type"], entry["id"]) for entry in entries if "id" in entry}
+
+
+def assert_parents_resolve(entries: list[dict[str, Any]], config: StackConfig, stack: str) -> None:
+    """Each entry sits under the component the program declares it in, and that component is in the file."""
+    recorded = {(r.type, r.name): r for r in record_stack(config, stack=stack)}
+    by_urn = {r.urn: r for r in recorded.values()}
+    keys = {entry["name"]: entry for entry in entries}
+    for entry in entries:
+        parent = by_urn.get(recorded[entry["type"], entry["logicalName"]].parent or "")
+        if parent is None:
+            assert "parent" not in entry, entry
+        else:
+            listed = keys[entry["parent"]]
+            assert listed.get("component") and (listed["type"], listed["logicalName"]) == (parent.type, parent.name)
+
+
+def without(definitions: dict[str, Any], kind: str, **fields: str) -> dict[str, Any]:
+    """``definitions`` without the ``kind`` entries (exchanges, bindings, …) whose ``fields`` all match."""
+    left = [item for item in definitions[kind] if any(item.get(k) != v for k, v in fields.items())]
+    assert len(left) < len(definitions[kind]), f"no {kind} {fields}"
+    return definitions | {kind: left}
+
+
+SALES_DELIVERY = "binding nsb.v2.delay-delivery -> exchange Sales (#.Sales)"
+
+
+def test_an_endpoint_delivery_binding_deleted_by_hand_is_left_out_of_the_import_file_and_named() -> None:
+    """The stack declares Sales; someone deleted its ``#.Sales`` binding from the delivery exchange: importing it would
+    fail the whole import (``resource … does not exist``), so the file holds everything else and the up creates it."""
+    config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales", "Billing"]}}, "prod")
+    assert config.rabbitmq is not None
+    whole = topology_definitions(config.rabbitmq.topology, "/")
+    estate = without(whole, "bindings", source=rmq.delivery_exchange_name(), destination="Sales", routing_key="#.Sales")
+    entries, adopted = import_entries(config, estate)
+    everything, complete = import_entries(config, whole)
+    assert imported_ids(everything) - imported_ids(entries) == {
+        (BINDING, "%2F/nsb.v2.delay-delivery/Sales/exchange/%23.Sales")
+    }
+    assert imported_ids(entries) < imported_ids(everything)
+    assert adopted.missing == (SALES_DELIVERY,) and adopted.conflicts == ()
+    review = adopted.review("import.json")
+    assert review[0] == f"not on the broker, created by the pulumi up after the import: {SALES_DELIVERY}"
+    assert (
+        "adopt with the import file (pulumi import --file import.json, then pulumi up), not with adoptExisting"
+        in (review[1])
+    )
+    assert complete == Adoption(complete.present) and complete.review("import.json") == []
+    # Sales's component still holds its queue and exchange: it is listed, and they are under it
+    assert [e["logicalName"] for e in entries if e.get("component")].count("rabbitmq-Sales") == 1
+
+
+def test_objects_held_in_another_shape_are_left_out_and_each_field_named() -> None:
+    """The error queue with a length limit (an import would be refused, and so is declaring it over the broker's), and
+    Sales's own delivery-limit policy with another limit (the up's PUT writes the stack's over it)."""
+    config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "policyScope": "endpoint"}}, "prod")
+    assert config.rabbitmq is not None
+    whole = topology_definitions(config.rabbitmq.topology, "/")
+    policy = rmq.delivery_limit_policy_name("Sales")
+    estate = whole | {
+        "queues": [q | {"arguments": {**q["arguments"], "x-max-length": 1000}} if q["name"] == "error" else q
+                   for q in whole["queues"]],
+        "policies": [p | {"definition": {"delivery-limit": 5}} if p["name"] == policy else p
+                     for p in whole["policies"]],
+    }  # fmt: skip
+    entries, adopted = import_entries(config, estate)
+    assert imported_ids(import_entries(config, whole)[0]) - imported_ids(entries) == {
+        (QUEUE, "error@/"),
+        (POLICY, f"{policy}@/"),
+    }
+    assert adopted.missing == ()
+    queue_line, policy_line = adopted.conflicts
+    assert queue_line.startswith(
+        "cannot adopt queue error as it is: the broker has arguments.x-max-length 1000, the stack declares (absent) "
+        "(left out of the import file; pulumi up can neither import it nor declare it over the broker's"
+    )
+    assert policy_line.startswith(f"cannot adopt policy {policy} as it is: the broker has definition ")
+    assert policy_line.endswith(
+        "(left out of the import file: the pulumi up after the import writes the stack's policy over it)"
+    )
+    assert "not with adoptExisting" in adopted.review(None)[-1]
+    assert "discover again with --import-file" in adopted.review(None)[-1]

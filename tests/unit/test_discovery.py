@@ -14,11 +14,13 @@ import pytest
 
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import import_file
-from nsb_delays.infra.commands.discover import stack_path
+from nsb_delays.infra.commands.discover import review_lines, stack_document, stack_path
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render.documents import topology_definitions
 from nsb_delays.stack.config import parse_stack_config
 from nsb_delays.stack.discovery import CannotDiscover, NothingToDiscover, discover, password_key
+from tests.unit.helpers import BINDING, EXCHANGE
+from tests.unit.test_adoption import import_entries, imported_ids, without
 
 VHOST = "shop"
 
@@ -164,3 +166,62 @@ def test_legacy_timeout_queues_of_another_type_stay_outside_the_stack() -> None:
     assert [(u.kind, u.name) for u in result.unclassified if u.kind == "queue"] == [
         ("queue", "Sales.Timeouts"), ("queue", "Sales.TimeoutsDispatcher")]  # fmt: skip
     assert "classic where Sales's queues are not" in result.unclassified[0].reason
+
+
+def test_shared_queues_without_their_exchanges_are_imported_and_the_exchanges_left_to_the_up() -> None:
+    """Issue 38: ``error`` and ``audit`` made by another tool, without the fanout exchange (and binding) of their own the
+    conventional topology declares. The import file lists everything else, so ``pulumi import`` succeeds; the review
+    names the four objects the up creates, on stderr and in the stack file, and the path that adopts the broker as it
+    is."""
+    whole = definitions(section(endpoints=ENDPOINTS))
+    estate = whole
+    for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
+        estate = without(without(estate, "exchanges", name=name), "bindings", source=name)
+    found = discover(estate, vhost=VHOST, broker_version="4.0")
+    complete = discover(whole, vhost=VHOST, broker_version="4.0")
+    assert found.section == complete.section and found.unclassified == ()
+    entries, adopted = import_entries(found.stack_config("prod"), estate)
+    everything, adopted_whole = import_entries(complete.stack_config("prod"), whole)
+    assert imported_ids(everything) - imported_ids(entries) == {
+        (EXCHANGE, f"error@{VHOST}"), (EXCHANGE, f"audit@{VHOST}"),
+        (BINDING, f"{VHOST}/error/error/queue/~"), (BINDING, f"{VHOST}/audit/audit/queue/~")}  # fmt: skip
+    assert imported_ids(entries) < imported_ids(everything)
+    # the shared queues' component holds the imported queues: listed, as are the components above every import
+    assert sorted(e["logicalName"] for e in entries if e.get("component")) == sorted(
+        e["logicalName"] for e in everything if e.get("component"))  # fmt: skip
+
+    line = ("not on the broker, created by the pulumi up after the import: exchange error, exchange audit, "
+            "binding error -> queue error, binding audit -> queue audit")  # fmt: skip
+    review = review_lines(found, adopted, "import.json")
+    assert review[0] == line
+    assert review[1].startswith("with objects missing or held in another shape, adopt with the import file (pulumi "
+                                "import --file import.json, then pulumi up), not with adoptExisting")  # fmt: skip
+    assert f"# review: {line}\n" in stack_document(found, "http://rabbit:15672", VHOST, review)
+    assert not [text for text in review_lines(complete, adopted_whole) if "not on the broker" in text]
+    assert not [text for text in review_lines(complete, adopted_whole) if "adoptExisting" in text]
+
+
+def test_an_endpoint_bound_to_the_v1_graph_only_gets_its_v2_delivery_binding_from_the_up() -> None:
+    """Legacy's v2 delivery binding is not there (only its v1 one): the stack declares it, the import leaves it out."""
+    both = definitions(section(endpoints=["Sales"]))
+    v1 = definitions(section(generation="v1", parkUnroutable=False, endpoints=["Sales", "Legacy"]))
+    for kind in ("exchanges", "queues", "bindings"):
+        both[kind] += [item for item in v1[kind] if item not in both[kind]]
+    found = discover(both, vhost=VHOST, broker_version="4.0", users=False)
+    entries, adopted = import_entries(found.stack_config("prod"), both)
+    missing = f"binding {rmq.delivery_exchange_name()} -> exchange Legacy (#.Legacy)"
+    assert adopted.missing == (missing,)
+    assert (BINDING, f"{VHOST}/{rmq.delivery_exchange_name()}/Legacy/exchange/%23.Legacy") not in imported_ids(entries)
+    assert any(note.startswith("Legacy is bound to the v1 graph only") for note in found.notes)
+
+
+def test_an_endpoint_whose_only_delivery_binding_was_deleted_is_no_endpoint_of_the_stack() -> None:
+    """The delivery binding is what makes a queue an endpoint's (``BindToDelayInfrastructure`` binds receiving queues
+    only): without it Sales is listed for review, never guessed to be one, and nothing of it is imported."""
+    estate = without(definitions(section(endpoints=["Sales", "Billing"])), "bindings", destination="Sales",
+                     source=rmq.delivery_exchange_name())  # fmt: skip
+    found = discover(estate, vhost=VHOST, broker_version="4.0", users=False)
+    assert found.section["endpoints"] == [{"name": "Billing"}]
+    assert ("queue", "Sales") in [(u.kind, u.name) for u in found.unclassified]
+    entries, adopted = import_entries(found.stack_config("prod"), estate)
+    assert adopted.missing == () and not [e for e in entries if "Sales" in e.get("id", "")]
