@@ -22,6 +22,7 @@ COMMANDS = {
     "check": ".commands.check:check",
     "migrate": ".commands.migrate:migrate",
     "verify": ".commands.verify:verify",
+    "preflight": ".commands.preflight:preflight",
     "discover": ".commands.discover:discover_command",
     "demo": ".commands.demo:demo",
     "delays": ".commands.delays:delays",

@@ -46,6 +46,14 @@ class LocalRabbitMq(DemoRabbitMq):
     # Settings of the ``rabbit`` application that rabbitmq.conf cannot express (advanced.config), e.g.
     # ``dead_letter_worker_consumer_prefetch``; read when the broker starts.
     rabbit_app_env: dict[str, int] = field(default_factory=dict)
+    # rabbitmq.conf lines after the demo's own, e.g. ``management_agent.disable_metrics_collector = true``.
+    extra_config: tuple[str, ...] = ()
+
+    def write_config(self) -> None:
+        super().write_config()
+        if self.extra_config:
+            with (self.state_dir / "rabbitmq.conf").open("a") as conf:
+                conf.write("".join(f"{line}\n" for line in self.extra_config))
 
     def advanced_config(self) -> str:
         settings = ", ".join(f"{{{name}, {value}}}" for name, value in self.rabbit_app_env.items())
@@ -119,7 +127,7 @@ class LocalRabbitMq(DemoRabbitMq):
 
     def another(self) -> LocalRabbitMq:
         """A second broker of this kind and version: its own node, ports, epmd and state, nothing started."""
-        return type(self)()
+        return type(self)(extra_config=self.extra_config)
 
     def api(self) -> requests.Session:
         session = requests.Session()
@@ -140,7 +148,7 @@ class ChrootRabbitMq(DemoChrootRabbitMq, LocalRabbitMq):
         return self.chroot or self.release.root(PROJECT)
 
     def another(self) -> LocalRabbitMq:
-        return ChrootRabbitMq(release=self.release, chroot=self.chroot)
+        return ChrootRabbitMq(release=self.release, chroot=self.chroot, extra_config=self.extra_config)
 
 
 def chroot_broker(release: RabbitMqRelease) -> Callable[..., LocalRabbitMq]:

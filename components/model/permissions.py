@@ -38,6 +38,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from . import rabbitmq as rmq
 
@@ -141,6 +142,90 @@ def delivery_binding_key_pattern(destinations: Iterable[str]) -> str:
     return exactly(rmq.endpoint_binding_key(destination) for destination in destinations)
 
 
+CONSUME_CALL = "MessagePump.ConnectToBroker (basic.consume)"
+"""The one call an endpoint makes at start with installers off (the others come with its work)."""
+Permission = Literal["configure", "write", "read"]
+PERMISSIONS: tuple[Permission, ...] = ("configure", "write", "read")
+
+
+@dataclass(frozen=True)
+class Access:
+    """One resource check RabbitMQ makes for a call the endpoint makes (``rabbit_channel``: ``check_*_permitted``):
+    ``permission`` on the exchange or queue ``name`` (a permission regex matches names only, of either kind)."""
+
+    permission: Permission
+    name: str
+    call: str  # the NServiceBus call, as the docs and messages name it
+
+
+@dataclass(frozen=True)
+class TopicAccess:
+    """One topic check (``rabbit_channel:check_topic_authorisation``, topic exchanges only): ``write`` on a publish's
+    routing key, ``read`` on a bind's binding key."""
+
+    permission: Literal["write", "read"]
+    exchange: str
+    key: str
+    call: str
+
+
+@dataclass(frozen=True)
+class EndpointAccesses:
+    """Every check the broker makes for what one endpoint does with installers off."""
+
+    resources: tuple[Access, ...]
+    topics: tuple[TopicAccess, ...]
+
+    def names(self, permission: Permission) -> list[str]:
+        return [access.name for access in self.resources if access.permission == permission]
+
+
+def endpoint_accesses(
+    user: EndpointUser,
+    *,
+    routing_topology: str = rmq.DEFAULT_ROUTING_TOPOLOGY,
+    generation: str = rmq.DEFAULT_GENERATION,
+    error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
+    audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
+) -> EndpointAccesses:
+    """The checks of each call the module's docstring lists: consume its queues, send to its destinations and to
+    error and audit, send delayed to its destinations (its own queues included: delayed retries), and declare,
+    bind and publish its events. A delayed send's topic checks are listed for one key per level (a delay of 2^L
+    seconds starts at level L)."""
+    levels = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
+    delivery = rmq.delivery_exchange_name(generation)
+    conventional = routing_topology == rmq.RoutingTopology.CONVENTIONAL
+    if not conventional and routing_topology != rmq.RoutingTopology.DIRECT:
+        raise ValueError(f"unknown routing topology {routing_topology!r}: expected one of {rmq.ROUTING_TOPOLOGIES}")
+    resources = [Access("read", queue, CONSUME_CALL) for queue in user.receiving_queues]
+    if conventional:
+        send = "ConventionalRoutingTopology.Send"
+        resources += [Access("write", d, send) for d in (*user.sends_to, error_queue, audit_queue)]
+    else:
+        resources.append(Access("write", DEFAULT_EXCHANGE, "DirectRoutingTopology.Send"))
+    bind = "ConfirmsAwareChannel.SendMessage -> BindToDelayInfrastructure"
+    topics: list[TopicAccess] = []
+    for destination in user.destinations:
+        resources += [Access("write", destination, bind), Access("read", delivery, bind)]
+        topics.append(TopicAccess("read", delivery, rmq.endpoint_binding_key(destination), bind))
+        for level, exchange in enumerate(levels):
+            publish = f"ConfirmsAwareChannel.SendMessage (a delay starting at level {level:02d})"
+            resources.append(Access("write", exchange, publish))
+            topics.append(TopicAccess("write", exchange, rmq.routing_key(2**level, destination), publish))
+    if conventional:
+        events = "ConventionalRoutingTopology.SetupTypeSubscriptions"
+        for event in user.event_exchanges:
+            resources += [Access(permission, event, events) for permission in PERMISSIONS]
+    else:
+        if user.publishes:
+            resources.append(Access("write", TOPIC_EXCHANGE, "DirectRoutingTopology.Publish"))
+        if user.subscribes_to:
+            subscribe = "DirectRoutingTopology.SetupSubscription (queue.bind)"
+            resources += [Access("write", queue, subscribe) for queue in user.receiving_queues]
+            resources.append(Access("read", TOPIC_EXCHANGE, subscribe))
+    return EndpointAccesses(tuple(resources), tuple(topics))
+
+
 def endpoint_user_grants(
     user: EndpointUser,
     vhost: str = "/",
@@ -150,27 +235,21 @@ def endpoint_user_grants(
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
 ) -> UserGrants:
-    """The least grants for ``user`` (see the module's docstring for each call and the right it needs)."""
+    """The least grants for ``user``: exactly the names ``endpoint_accesses`` checks, per permission, and a topic
+    permission per delay exchange allowing only its destinations' keys."""
+    accesses = endpoint_accesses(
+        user, routing_topology=routing_topology, generation=generation, error_queue=error_queue,
+        audit_queue=audit_queue,
+    )  # fmt: skip
     levels = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
     delivery = rmq.delivery_exchange_name(generation)
-    events = user.event_exchanges
-    own, destinations = user.receiving_queues, user.destinations
-    if routing_topology == rmq.RoutingTopology.CONVENTIONAL:
-        configure = exactly(events)
-        write = exactly([*destinations, error_queue, audit_queue, *levels, *events])
-        read = exactly([*own, delivery, *events])
-    elif routing_topology == rmq.RoutingTopology.DIRECT:
-        configure = NOTHING
-        publishes_events = [TOPIC_EXCHANGE] if user.publishes else []
-        write = exactly([DEFAULT_EXCHANGE, *destinations, *levels, *publishes_events])
-        read = exactly([*own, delivery, *([TOPIC_EXCHANGE] if user.subscribes_to else [])])
-    else:
-        raise ValueError(f"unknown routing topology {routing_topology!r}: expected one of {rmq.ROUTING_TOPOLOGIES}")
+    destinations = user.destinations
     topic = (
         TopicGrant(delivery, write=NOTHING, read=delivery_binding_key_pattern(destinations)),
         *(TopicGrant(level, write=delayed_routing_key_pattern(destinations), read=NOTHING) for level in levels),
     )
     tags = (MANAGEMENT_TAG,) if user.management_api else ()
+    configure, write, read = (exactly(accesses.names(permission)) for permission in PERMISSIONS)
     return UserGrants(user.name, vhost, tags, configure, write, read, topic)
 
 
@@ -191,3 +270,32 @@ def password_hash(password: str, salt: bytes | None = None) -> str:
     if len(salt) != 4:
         raise ValueError(f"a RabbitMQ password salt is 4 bytes, got {len(salt)}")
     return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+# --- checking grants the way the broker does ------------------------------------------------------------------------
+
+TOPIC_VARIABLES_ESCAPED_FROM = (4, 2, 5)
+"""rabbitmq-server ``rabbit_auth_backend_internal:expand_topic_permission/2``: from v4.2.5 the ``{username}`` and
+``{vhost}`` it puts into a topic permission are regex-escaped (``escape_regex/1``); up to v4.2.4 they go in as they
+are."""
+
+
+def permission_allows(pattern: str, name: str) -> bool | None:
+    """``rabbit_auth_backend_internal:check_resource_access/4``: an empty permission reads as ``^$``; the regex runs
+    unanchored on the name's bytes (``re:run`` without ``unicode``), and a regex error denies. None when Python cannot
+    evaluate a pattern PCRE takes."""
+    regex = rmq.erlang_regex(pattern or NOTHING)
+    return None if regex is None else regex.search(name.encode()) is not None
+
+
+def topic_permission_allows(
+    pattern: str, key: str, *, user: str, vhost: str, broker_version: tuple[int, ...]
+) -> bool | None:
+    """``rabbit_auth_backend_internal:check_topic_access/4`` for a topic permission's ``pattern`` (write: a routing
+    key; read: a binding key): ``{username}`` and ``{vhost}`` expanded (``rabbit_channel:build_topic_variable_map``),
+    then as ``permission_allows``. An exchange without a topic permission allows every key (not checked here)."""
+    expanded = pattern or NOTHING
+    for variable, value in (("username", user), ("vhost", vhost)):
+        shown = pcre_escape(value) if broker_version >= TOPIC_VARIABLES_ESCAPED_FROM else value
+        expanded = expanded.replace(f"{{{variable}}}", shown)
+    return permission_allows(expanded, key)

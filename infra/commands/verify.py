@@ -59,7 +59,7 @@ def sqs_client(endpoint_url: str | None, region: str | None) -> Any:
     return boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
 
 
-def _sqs_problem(error: Exception) -> str:
+def sqs_problem(error: Exception) -> str:
     """``SQS: <reason>`` for what boto3/botocore raise (credentials, endpoint, access denied); others re-raise."""
     if isinstance(error, ValueError) or is_aws_client_error(error):
         return f"SQS: {error}"
@@ -89,7 +89,7 @@ def run_checks(
         try:
             found = verify_sqs(sqs, stack.sqs)
         except Exception as error:  # botocore: credentials, endpoint, access denied
-            problems.append(_sqs_problem(error))
+            problems.append(sqs_problem(error))
         else:
             drifts += found
             checked.append(f"SQS {sqs.meta.endpoint_url}: {len(found)} drift(s)")
@@ -176,7 +176,7 @@ def sqs_client_of(endpoint_url: str | None, region: str | None, defaults: StackD
     except CommandError as error:
         problems += error.problems
     except Exception as error:  # botocore: no region, a bad endpoint URL
-        problems.append(_sqs_problem(error))
+        problems.append(sqs_problem(error))
     return None
 
 

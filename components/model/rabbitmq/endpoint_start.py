@@ -144,6 +144,7 @@ def _read_limit(value: object, field: str) -> int | None:
 # QueueTypeConverter.Read: the words it knows (10.0.0 throws on any other; 10.1.5 added rabbit_mqtt_qos0_queue and
 # reads the rest as Unknown).
 _QUEUE_TYPES = ("quorum", "classic", "stream")
+_READS_ANY_TYPE_FROM = dotted_version(DELIVERY_LIMIT_100000_ACCEPTED_FROM)
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,7 @@ class DeliveryLimitDecision:
     outcome: Outcome
     reason: str
     policy: PolicySpec | None = None
+    fix: str = ""  # what makes it start without writing (empty when it does)
 
 
 def _is_own_policy(version: tuple[int, ...], queue: str, applied: str | None) -> bool:
@@ -271,7 +273,10 @@ def delivery_limit_decision(
     known = details.queue_type in _QUEUE_TYPES
     if not known and details.queue_type is not None and version < DELIVERY_LIMIT_100000_ACCEPTED_FROM:
         return DeliveryLimitDecision(
-            Outcome.REFUSES, f"queue type {details.queue_type!r}: 'Unknown queue type' (QueueTypeConverter at {tag})"
+            Outcome.REFUSES,
+            f"queue type {details.queue_type!r}: 'Unknown queue type' (QueueTypeConverter at {tag})",
+            fix=f"upgrade the endpoint to NServiceBus.RabbitMQ {_READS_ANY_TYPE_FROM} or later, which reads any queue "
+            "type",
         )
     if details.queue_type != QueueType.QUORUM:
         return DeliveryLimitDecision(Outcome.STARTS, f"not a quorum queue: its delivery limit is not checked ({tag})")
@@ -287,12 +292,15 @@ def delivery_limit_decision(
             f"'The delivery limit for '{details.name}' is set to the non-default value of '{limit}'. Remove any "
             f"delivery limit settings from queue arguments, user policies or operator policies to correct this.' "
             f"(ShouldOverrideDeliveryLimit at {tag})",
+            fix=_limit_fix(version, details, limit),
         )
     if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         return DeliveryLimitDecision(
             Outcome.REFUSES,
             "'Cannot create unlimited delivery limit policies in RabbitMQ versions prior to 4.0. The version is: "
             f"{dotted_version(broker_version)}.' (SetDeliveryLimitViaPolicy at {tag})",
+            fix=f"remove the delivery limit from {details.applied_policy or 'its policies'}: below RabbitMQ 4.0 the "
+            "queue needs none",
         )
     applied = details.applied_policy
     if applied is not None and not own_policy:
@@ -300,6 +308,8 @@ def delivery_limit_decision(
             Outcome.REFUSES,
             f"'An unlimited delivery limit policy cannot be applied to the '{details.name}' queue because it already "
             f"has a '{applied}' policy applied.' (SetDeliveryLimitViaPolicy at {tag})",
+            fix=f"exclude {details.name!r} from {applied!r}'s pattern, or give {applied!r} a priority below "
+            f"{DELIVERY_LIMIT_POLICY_PRIORITY} so that a delivery-limit policy ({UNLIMITED_DELIVERY_LIMIT}) applies",
         )
     policy = _policy_it_writes(version, details.name)
     why = "its own policy has delivery limit -1" if recreate else f"delivery limit {limit} comes from no setting"
@@ -308,6 +318,27 @@ def delivery_limit_decision(
         f"{why}: it PUTs policy {policy.name!r} ({DELIVERY_LIMIT_POLICY_KEY} "
         f"{policy.definition[DELIVERY_LIMIT_POLICY_KEY]}) (SetDeliveryLimitViaPolicy at {tag})",
         policy,
+        f"give {details.name!r} delivery limit {UNLIMITED_DELIVERY_LIMIT} by policy before the endpoint starts (the "
+        "stack's deliveryLimitPolicies, on by default from RabbitMQ 4.0)",
+    )
+
+
+def _limit_fix(version: tuple[int, ...], details: QueueDetails, limit: int) -> str:
+    """How to take away a delivery limit the release refuses: 10.0.0 to 10.1.4 refuse even 100000."""
+    if limit == UNLIMITED_DELIVERY_LIMIT and version < DELIVERY_LIMIT_100000_ACCEPTED_FROM:
+        newer = dotted_version(TRANSPORT_POLICY_BY_PREFIX_FROM)
+        return (
+            f"upgrade the endpoint to NServiceBus.RabbitMQ {newer} or later (and set its transportVersion), or leave "
+            f"{details.name!r} without a delivery limit (deliveryLimitPolicies: false) and give the endpoint the "
+            "policymaker tag to write its own policy"
+        )
+    sources = [f"its argument {DELIVERY_LIMIT_ARGUMENT}"] if details.argument_limit is not None else []
+    if details.policy_limit is not None:
+        sources.append(f"policy {details.applied_policy!r}" if details.applied_policy else "its operator policy")
+    return (
+        f"remove the delivery limit from {' and '.join(sources)} (an argument: delete and re-declare the queue; a "
+        f"policy: exclude {details.name!r} from its pattern or lower its priority below "
+        f"{DELIVERY_LIMIT_POLICY_PRIORITY})"
     )
 
 

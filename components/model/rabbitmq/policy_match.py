@@ -58,6 +58,7 @@ __all__ = [
     "PolicyMatch",
     "PolicyMatcher",
     "applied_policies",
+    "erlang_regex",
     "literal_names",
     "match_policy",
     "merge_operator_definitions",
@@ -144,7 +145,7 @@ def _apply_to_fits(apply_to: str, kind: ObjectKind, queue_type: str | None) -> b
     return apply_to == QUEUES_TARGET or _QUEUE_TYPE_TARGETS.get(apply_to, "") == queue_type
 
 
-def _compiled(pattern: str) -> re.Pattern[bytes] | None:
+def erlang_regex(pattern: str) -> re.Pattern[bytes] | None:
     """``re:run(Name, Pattern, [{capture, none}])`` runs on bytes (no ``unicode`` option): a bytes regex of the
     pattern's UTF-8. None when Python cannot compile it (a PCRE feature ``re`` lacks)."""
     try:
@@ -202,7 +203,7 @@ def policy_applies(
 ) -> bool | None:
     """``rabbit_policy`` ``matches``: apply-to, the queue type's unsupported keys, then the pattern.
     None when the answer is unknown here (a pattern Python cannot compile, a queue type not known here)."""
-    return _applies(policy, _compiled(policy.pattern), kind, name, queue_type, broker_version)
+    return _applies(policy, erlang_regex(policy.pattern), kind, name, queue_type, broker_version)
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def match_policy(
 ) -> PolicyMatch:
     """The policy of ``policies`` RabbitMQ applies to one exchange or queue (``queue_type``: classic, quorum,
     stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
-    return _match(((p, _compiled(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
+    return _match(((p, erlang_regex(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
 
 
 def _merge_value(key: str, value: object, operator_value: object, broker_version: tuple[int, ...]) -> object:
@@ -380,7 +381,7 @@ class _PolicyIndex:
         self._fit: dict[tuple[int, ObjectKind, str | None], bool | None] = {}
         for index, policy in enumerate(policies):
             names = literal_names(policy.pattern)
-            self.entries.append((policy, None if names is not None else _compiled(policy.pattern)))
+            self.entries.append((policy, None if names is not None else erlang_regex(policy.pattern)))
             if names is None:
                 self.general.append(index)
                 continue
