@@ -11,7 +11,8 @@ Quorum receiving queues: any delivery limit NServiceBus.RabbitMQ 10+ would refus
 comes. Each kind of object is listed once per vhost.
 Endpoint users (``user:`` of an endpoint): each exists with exactly the tags, permissions and topic permissions
 ``components.model.permissions.endpoint_user_grants`` gives it, and no other topic permission in the vhost.
-SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares.
+SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares, its
+``MaximumMessageSize`` included (below the declared size, SQS refuses messages the transport sends inline).
 
 ``check_before_provisioning`` is the check before a change: broker requirements and every existing policy
 that would make an endpoint refuse to start, read from the policy lists (the queues may not exist yet).
@@ -567,15 +568,44 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     return drifts + endpoint_users_drifts(api, config.grants)
 
 
-def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Drift]:
+def _set_queue_attribute_fix(queue: str, url: str | None, name: str, value: str) -> str:
+    """``pulumi up``, or the AWS CLI command that sets exactly ``name`` to ``value`` on the queue."""
+    lookup = f"aws sqs get-queue-url --queue-name {shlex.quote(queue)} --query QueueUrl --output text"
+    where = shlex.quote(url) if url else f'"$({lookup})"'
+    return f"pulumi up, or aws sqs set-queue-attributes --queue-url {where} --attributes {name}={value}"
+
+
+def _max_message_size_drift(spec: sqs.SqsQueueSpec, actual: str | None, url: str | None) -> Drift | None:
+    """``MaximumMessageSize`` other than declared. Below it, SQS refuses the messages in between that the transport
+    sends inline (up to ``sqs.MAX_MESSAGE_SIZE``, through S3 only above): the drift says so, with the fix."""
+    subject, name, declared = f"SQS queue {spec.name}", sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE, spec.max_message_size
+    if actual is None:
+        return Drift("missing", subject, name, str(declared), ABSENT)
+    if actual == str(declared):
+        return None
+    if not actual.isdigit() or int(actual) >= declared:
+        return Drift("different", subject, name, str(declared), actual)
+    fix = (
+        f"SQS refuses every message of {int(actual) + 1:,} to {declared:,} bytes sent to it, and NServiceBus.AmazonSQS "
+        f"sends bodies up to {sqs.MAX_MESSAGE_SIZE:,} bytes inline (through S3 only above that): "
+        f"{_set_queue_attribute_fix(spec.name, url, name, str(declared))}"
+    )
+    return Drift("different", subject, name, str(declared), actual, fix)
+
+
+def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str], url: str | None = None) -> list[Drift]:
     """One queue's attributes vs the model. On the delay queue ``DelayedMessagesPump`` checks DelaySeconds,
     retention and no RedrivePolicy; ContentBasedDeduplication is drift from what NServiceBus creates, not a
-    reason it refuses to start (``sqs.CONTENT_DEDUPLICATION_NOTE``)."""
+    reason it refuses to start (``sqs.CONTENT_DEDUPLICATION_NOTE``); a MaximumMessageSize below the declared one
+    is drift with its consequence and fix (``url``, the queue's, goes into the fix's command)."""
     subject = f"SQS queue {spec.name}"
     drifts = []
     for name, value in spec.attributes().items():
         actual = attributes.get(name)
-        if name == "MessageRetentionPeriod" and spec.role == "delay":
+        if name == sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE:
+            drift = _max_message_size_drift(spec, actual, url)
+            drifts += [drift] if drift else []
+        elif name == "MessageRetentionPeriod" and spec.role == "delay":
             if actual is None or int(actual) < sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS:
                 minimum = f">= {sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS}"
                 drifts.append(Drift("different", subject, name, minimum, actual or ABSENT))
@@ -604,5 +634,5 @@ def verify_sqs(client: Any, config: SqsConfig) -> list[Drift]:
             drifts.append(Drift("missing", f"SQS queue {spec.name}", "", shown(spec.attributes()), ABSENT))
             continue
         attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-        drifts += sqs_queue_drifts(spec, attributes)
+        drifts += sqs_queue_drifts(spec, attributes, url)
     return drifts

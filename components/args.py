@@ -153,3 +153,5 @@ class SqsEndpointArgs(TypedDict):
     """The input queue's retention, 61 to 1,209,600 seconds; the delay queue keeps at least 345,600. Default: `345600`."""
     encrypted: NotRequired[bool]
     """SQS-managed server-side encryption (SSE-SQS) on every queue. Default: `true`."""
+    max_message_size: NotRequired[int]
+    """The largest message, in bytes, SQS accepts into the input and the delay queue (`MaximumMessageSize`), 1,024 to 1,048,576. NServiceBus.AmazonSQS sends bodies up to 1,048,576 bytes inline (through S3 only above that): below that, SQS refuses the larger ones. Default: `1048576`."""

@@ -2,7 +2,8 @@
 
 Names and attributes come from ``components.model.sqs``. The delay queue has no redrive policy and no
 content-based deduplication, as NServiceBus creates it: the transport refuses to start with a redrive
-policy; content-based deduplication it ignores (its explicit deduplication ids override it).
+policy; content-based deduplication it ignores (its explicit deduplication ids override it). Both queues
+declare ``max_message_size`` (1 MiB by default, what the transport sends inline).
 """
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
@@ -25,6 +26,9 @@ def _queue(name: str, spec: model.SqsQueueSpec, parent: pulumi.Resource, tags: d
         fifo_queue=spec.fifo_queue or None,
         delay_seconds=spec.delay_seconds,
         message_retention_seconds=spec.message_retention_seconds,
+        # always given: left out, terraform-provider-aws sends its own default of 262,144 bytes
+        # (internal/service/sqs/consts.go defaultQueueMaximumMessageSize), a quarter of what the transport sends
+        max_message_size=spec.max_message_size,
         sqs_managed_sse_enabled=spec.sqs_managed_sse_enabled,
         tags={**tags, model.ROLE_TAG: spec.role},
         opts=pulumi.ResourceOptions(parent=parent),

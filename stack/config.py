@@ -14,7 +14,7 @@ import difflib
 import functools
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -458,24 +458,31 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
         )
 
 
+# The SQS section's settings its endpoints inherit whose values the model bounds, with the model's check of each.
+SQS_SECTION_CHECKS: tuple[tuple[str, Callable[[int], int]], ...] = (
+    ("message_retention_seconds", sqs.check_retention),
+    ("max_message_size", sqs.check_max_message_size),
+)
+
+
 def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
     path = f"{NAMESPACE}:sqs"
     keys = config_keys()
     section = _fields(raw, path, keys[SQS], problems, extra=("endpoints",))
-    default_retention = declared_default(SqsEndpointSettings, "message_retention_seconds")
-    retention = section.get("message_retention_seconds", default_retention)
-    section_retention_ok = True
-    try:  # with or without endpoints: the section's own setting
-        sqs.check_retention(retention)
-    except ValueError as error:
-        problems.append(f"{path}.messageRetentionSeconds: {error}")
-        section_retention_ok = False
+    refused_in_section = []
+    for name, check in SQS_SECTION_CHECKS:
+        try:  # with or without endpoints: the section's own setting
+            check(section.get(name, declared_default(SqsEndpointSettings, name)))
+        except ValueError as error:
+            problems.append(f"{path}.{camel_case(name)}: {error}")
+            refused_in_section.append(name)
     endpoints = []
     entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[SQS_ENDPOINT], problems)
     for entry_path, fields in entries:
         values = section | fields
-        if not section_retention_ok and "message_retention_seconds" not in fields:  # said once, for the section
-            values["message_retention_seconds"] = sqs.DEFAULT_MESSAGE_RETENTION_SECONDS
+        for name in refused_in_section:  # said once, for the section
+            if name not in fields:
+                values[name] = declared_default(SqsEndpointSettings, name)
         endpoints.append((entry_path, settings_from(SqsEndpointSettings, values)))
     _check_sqs_names(endpoints, path, problems)
     return SqsConfig(tuple(endpoint for _, endpoint in endpoints), section)

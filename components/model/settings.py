@@ -389,6 +389,14 @@ class SqsEndpointSettings:
         places=(SQS, SQS_ENDPOINT),
     )
     encrypted: bool = setting(True, doc="SQS-managed server-side encryption (SSE-SQS) on every queue.", places=(SQS,))
+    max_message_size: int = setting(
+        sqs.MAX_MESSAGE_SIZE,
+        doc="The largest message, in bytes, SQS accepts into the input and the delay queue (`MaximumMessageSize`), "
+        f"{sqs.MIN_QUEUE_MAXIMUM_MESSAGE_SIZE:,} to {sqs.MAX_QUEUE_MAXIMUM_MESSAGE_SIZE:,}. NServiceBus.AmazonSQS "
+        f"sends bodies up to {sqs.MAX_MESSAGE_SIZE:,} bytes inline (through S3 only above that): below that, SQS "
+        "refuses the larger ones.",
+        places=(SQS, SQS_ENDPOINT),
+    )
 
     def queues(self) -> tuple[sqs.SqsQueueSpec, ...]:
         return sqs.endpoint_queues(
@@ -397,6 +405,7 @@ class SqsEndpointSettings:
             delayed_delivery=self.delayed_delivery,
             message_retention_seconds=self.message_retention_seconds,
             encrypted=self.encrypted,
+            max_message_size=self.max_message_size,
         )
 
 

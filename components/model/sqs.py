@@ -26,6 +26,17 @@ DELAY_ATTRIBUTE = "NServiceBus.AmazonSQS.DelaySeconds"
 MESSAGE_ID_ATTRIBUTE = "NServiceBus.MessageId"
 MAX_BATCH_SIZE = 10  # TransportConstraints.MaximumItemsInBatch: entries per SendMessageBatch
 MAX_MESSAGE_SIZE = 1024 * 1024  # TransportConstraints.SqsMaximumMessageSize: one message and one batch call
+# A queue's MaximumMessageSize attribute, the largest message SQS accepts into it (AWS SQS API reference, CreateQueue
+# and SetQueueAttributes, ``MaximumMessageSize``): "from 1,024 bytes (1 KiB) up to 1,048,576 bytes (1 MiB)", and
+# 1 MiB when not given (since August 2025: what a CloudFormation queue without the property gets).
+# hashicorp/terraform-provider-aws (under pulumi-aws's aws.sqs.Queue) validates ``max_message_size`` with
+# ``validation.IntBetween(1024, 1_048_576)`` in ``internal/service/sqs/queue.go`` (``queueSchema``) since v6.8.0
+# (CHANGELOG, #43710; ``IntBetween(1024, 262_144)`` before), and still sends ``defaultQueueMaximumMessageSize`` =
+# 262_144 (``consts.go``; ``DefaultQueueMaximumMessageSize`` in older releases) when a queue leaves it out.
+MAXIMUM_MESSAGE_SIZE_ATTRIBUTE = "MaximumMessageSize"
+MIN_QUEUE_MAXIMUM_MESSAGE_SIZE = 1024
+MAX_QUEUE_MAXIMUM_MESSAGE_SIZE = 1024 * 1024
+PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE = 256 * 1024  # terraform-provider-aws defaultQueueMaximumMessageSize
 S3_BODY_KEY_ATTRIBUTE = "S3BodyKey"  # TransportHeaders.S3BodyKey: the attribute (and wrapped field) of a body in S3
 FIFO_PRICE_PER_REQUEST_USD = 0.50 / 1_000_000
 AWS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
@@ -109,6 +120,32 @@ def check_retention(seconds: int) -> int:
     return seconds
 
 
+def check_max_message_size(size: int) -> int:
+    """A queue's ``MaximumMessageSize`` within what SQS accepts (``MIN_QUEUE_MAXIMUM_MESSAGE_SIZE`` to
+    ``MAX_QUEUE_MAXIMUM_MESSAGE_SIZE`` bytes)."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise ValueError(f"maximum message size must be whole bytes, got {size!r}")
+    if not MIN_QUEUE_MAXIMUM_MESSAGE_SIZE <= size <= MAX_QUEUE_MAXIMUM_MESSAGE_SIZE:
+        raise ValueError(
+            f"maximum message size {size} bytes is outside "
+            f"{MIN_QUEUE_MAXIMUM_MESSAGE_SIZE}..{MAX_QUEUE_MAXIMUM_MESSAGE_SIZE} bytes (SQS MaximumMessageSize)"
+        )
+    return size
+
+
+def queue_message_limit(maximum_message_size: str | None) -> int:
+    """The largest message the transport can send into a queue whose ``MaximumMessageSize`` (as GetQueueAttributes
+    returns it, a string) is given: that, and never more than ``MAX_MESSAGE_SIZE``, above which the transport puts
+    the body in S3. An attribute the queue does not report counts as SQS's default, 1 MiB."""
+    if maximum_message_size is None:
+        return MAX_MESSAGE_SIZE
+    try:
+        size = int(maximum_message_size)
+    except ValueError:
+        raise ValueError(f"MaximumMessageSize {maximum_message_size!r} is not a whole number of bytes") from None
+    return min(size, MAX_MESSAGE_SIZE)
+
+
 @dataclass(frozen=True)
 class SqsQueueSpec:
     """One queue with the attributes NServiceBus requires, as Python values (ints are ints)."""
@@ -119,6 +156,7 @@ class SqsQueueSpec:
     delay_seconds: int
     message_retention_seconds: int
     sqs_managed_sse_enabled: bool = True
+    max_message_size: int = MAX_MESSAGE_SIZE  # what the transport sends inline; SQS refuses anything larger
 
     def attributes(self) -> dict[str, str]:
         """CreateQueue attributes as the SQS API takes them (strings); no ContentBasedDeduplication, no redrive
@@ -127,6 +165,7 @@ class SqsQueueSpec:
             "MessageRetentionPeriod": str(self.message_retention_seconds),
             "DelaySeconds": str(self.delay_seconds),
             "SqsManagedSseEnabled": str(self.sqs_managed_sse_enabled).lower(),
+            MAXIMUM_MESSAGE_SIZE_ATTRIBUTE: str(self.max_message_size),
         }
         if self.fifo_queue:
             attributes["FifoQueue"] = "true"
@@ -140,13 +179,16 @@ def endpoint_queues(
     delayed_delivery: bool = True,
     message_retention_seconds: int = DEFAULT_MESSAGE_RETENTION_SECONDS,
     encrypted: bool = True,
+    max_message_size: int = MAX_MESSAGE_SIZE,
 ) -> tuple[SqsQueueSpec, ...]:
     """The input queue and, with unrestricted delayed delivery, its ``-delay.fifo`` queue.
 
-    The delay queue keeps at least 4 days (NServiceBus refuses less) and never less than the input queue.
+    The delay queue keeps at least 4 days (NServiceBus refuses less) and never less than the input queue. Both take
+    messages up to ``max_message_size`` bytes: a delayed message passes through the delay queue into the input queue.
     """
     retention = check_retention(message_retention_seconds)
-    queues = [SqsQueueSpec(input_queue_name(endpoint, prefix), "input", False, 0, retention, encrypted)]
+    size = check_max_message_size(max_message_size)
+    queues = [SqsQueueSpec(input_queue_name(endpoint, prefix), "input", False, 0, retention, encrypted, size)]
     if delayed_delivery:
         queues.append(
             SqsQueueSpec(
@@ -156,6 +198,7 @@ def endpoint_queues(
                 DELAY_QUEUE_DELAY_SECONDS,
                 max(retention, DELAY_QUEUE_MIN_RETENTION_SECONDS),
                 encrypted,
+                size,
             )
         )
     return tuple(queues)

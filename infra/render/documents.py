@@ -146,6 +146,7 @@ def cloudformation_properties(spec: sqs.SqsQueueSpec, endpoint: str) -> dict[str
         "QueueName": spec.name,
         "DelaySeconds": spec.delay_seconds,
         "MessageRetentionPeriod": spec.message_retention_seconds,
+        "MaximumMessageSize": spec.max_message_size,
         "SqsManagedSseEnabled": spec.sqs_managed_sse_enabled,
         "Tags": [
             {"Key": sqs.ENDPOINT_TAG, "Value": sqs.sanitize_queue_name(endpoint)},

@@ -248,6 +248,30 @@ def test_content_based_deduplication_does_not_drop_nservicebus_delayed_messages(
     assert len(received) == 3 and {"first", "second"} <= ids
 
 
+def test_a_queue_of_262144_bytes_is_drift_with_the_command_that_fixes_it(moto_server: LocalMoto) -> None:
+    """A queue created as terraform-provider-aws creates it without max_message_size: moto, like SQS, refuses a
+    300 KB message there that NServiceBus.AmazonSQS sends inline; verify names it, and its command fixes it."""
+    config = parse_stack_config({"sqs": {"queueNamePrefix": "small-", "endpoints": ["Sales"]}}).sqs
+    assert config is not None
+    client = moto_server.client("sqs")
+    (_, input_queue), (_, delay_queue) = config.queue_specs()
+    small = {sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE: str(sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE)}
+    url = client.create_queue(QueueName=input_queue.name, Attributes=input_queue.attributes() | small)["QueueUrl"]
+    client.create_queue(QueueName=delay_queue.name, Attributes=delay_queue.attributes())
+    with pytest.raises(client.exceptions.ClientError, match="Message must be shorter than 262144 bytes"):
+        client.send_message(QueueUrl=url, MessageBody="x" * 300_000)
+
+    drifts = verify_sqs(client, config)
+    assert drifts == [Drift("different", "SQS queue small-Sales", "MaximumMessageSize", "1048576", "262144")]
+    assert "SQS refuses every message of 262,145 to 1,048,576 bytes" in drifts[0].fix
+    command = drifts[0].fix.split("pulumi up, or ")[1]
+    assert command == f"aws sqs set-queue-attributes --queue-url {url} --attributes MaximumMessageSize=1048576"
+    name, value = command.rsplit("--attributes ", 1)[1].split("=")
+    client.set_queue_attributes(QueueUrl=url, Attributes={name: value})  # what the command does
+    assert verify_sqs(client, config) == []
+    client.send_message(QueueUrl=url, MessageBody="x" * 300_000)
+
+
 def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> None:
     config = parse_stack_config({"sqs": {"queueNamePrefix": "never-created-", "endpoints": ["Sales"]}}).sqs
     assert config is not None

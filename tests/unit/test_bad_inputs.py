@@ -170,6 +170,16 @@ CASES = [
          2, ["sqs.messageRetentionSeconds: message retention 60 s", "(2 problems)", "'Orders.fifo'"],
          files={"Pulumi.bad.yaml": stack("  nsb-delays:sqs:\n    messageRetentionSeconds: 60\n"
                                          "    endpoints: [Sales, Orders.fifo]\n")}),
+    Case("config", "sqs-max-message-size-below-sqs-minimum", ["render", "--stack", "bad", "--format", "cloudformation"],
+         2, ["sqs.endpoints[0] ('Sales')", "maximum message size 512 bytes is outside 1024..1048576 bytes"],
+         files={"Pulumi.bad.yaml": stack("  nsb-delays:sqs:\n    endpoints: [{name: Sales, maxMessageSize: 512}]\n")}),
+    Case("config", "sqs-section-max-message-size-over-1-mib", ["render", "--stack", "bad", "--format", "cloudformation"],
+         2, ["sqs.maxMessageSize: maximum message size 2097152 bytes is outside 1024..1048576 bytes", "(1 problem)"],
+         files={"Pulumi.bad.yaml": stack("  nsb-delays:sqs:\n    maxMessageSize: 2097152\n"
+                                         "    endpoints: [Sales, Billing]\n")}),
+    Case("config", "sqs-max-message-size-with-a-unit", ["render", "--stack", "bad", "--format", "cloudformation"], 2,
+         ["sqs.maxMessageSize: expected int, got str"],
+         files={"Pulumi.bad.yaml": stack("  nsb-delays:sqs:\n    maxMessageSize: 1MiB\n    endpoints: [Sales]\n")}),
     Case("config", "msmq-schema-over-128-without-endpoints", ["render", "--stack", "bad", "--format",
                                                                "mssql-delayed-store"], 2,
          ["msmq.schema:", "is 129 characters; SQL Server identifiers hold at most 128"],

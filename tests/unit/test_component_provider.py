@@ -119,10 +119,12 @@ def test_whole_numbers_from_other_languages_arrive_as_floats_and_are_accepted(pr
     """A protobuf Struct carries every number as a double: ``86400`` from TypeScript arrives as 86400.0
     (found by driving the plugin over gRPC, tests/broker/test_component_provider_host.py)."""
     definition = provider._component_defs["SqsEndpoint"]
-    args = provider.map_inputs({"endpoint": "Sales", "messageRetentionSeconds": 86400.0}, definition)
+    inputs = {"endpoint": "Sales", "messageRetentionSeconds": 86400.0, "maxMessageSize": 262144.0}
+    args = provider.map_inputs(inputs, definition)
     resources = record(lambda: provider._components["SqsEndpoint"]("sales", args))
     retention = {r.inputs["name"]: r.inputs["messageRetentionSeconds"] for r in of_type(resources, SQS_QUEUE)}
     assert retention["Sales"] == 86400
+    assert {r.inputs["maxMessageSize"] for r in of_type(resources, SQS_QUEUE)} == {262144}
 
 
 def construct(provider: ComponentProvider, component: str, inputs: dict) -> None:
