@@ -586,6 +586,88 @@ sqs_delay_queue_name = ResourceValidationPolicy(
 )
 
 
+# --- SQS queues of an endpoint: the message size -----------------------------------------------------------
+
+MAX_MESSAGE_SIZE_SCHEMA = PolicyConfigSchema(
+    properties={
+        "minMaxMessageSize": {
+            "type": "integer",
+            "minimum": sqs.MIN_QUEUE_MAXIMUM_MESSAGE_SIZE,
+            "maximum": sqs.MAX_QUEUE_MAXIMUM_MESSAGE_SIZE,
+            "default": sqs.MAX_MESSAGE_SIZE,
+            "description": "Smallest maxMessageSize accepted on an endpoint's SQS queues (default "
+            f"{sqs.MAX_MESSAGE_SIZE}, what NServiceBus.AmazonSQS sends inline); lower it only for a stack whose "
+            "endpoints never send larger messages.",
+        }
+    }
+)
+
+
+def _sqs_endpoint_queue_name(args: ResourceValidationArgs) -> str | None:
+    """The name of an SQS queue an NServiceBus endpoint receives from: tagged by SqsEndpoint, or a delay queue."""
+    if args.resource_type != SQS_QUEUE:
+        return None
+    name = value_at(args.props, "name")
+    role = value_at(args.props, "tags", sqs.ROLE_TAG)
+    delay_queue = isinstance(name, str) and name.endswith(sqs.DELAY_QUEUE_SUFFIX)
+    return name if isinstance(name, str) and (role in ("input", "delay") or delay_queue) else None
+
+
+@tolerate_unknowns
+def validate_sqs_max_message_size(args: ResourceValidationArgs, report: Report) -> None:
+    """An endpoint queue that takes smaller messages than ``minMaxMessageSize``: left out, maxMessageSize is
+    terraform-provider-aws's default, 262,144 bytes (``sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE``), not SQS's 1 MiB.
+
+    A stack that sets a smaller ``maxMessageSize`` on purpose (the model's bounds allow 1,024 bytes and up) is
+    refused too, as mandatory, until its policy config lowers ``minMaxMessageSize`` to that size (or sets this rule
+    advisory): the rule sees the value, not the intent, and a bridged provider's Check may fill in its schema
+    default, so the rule can see 262,144 where the program gave none: a typed 262,144 and a forgotten one must get
+    the same verdict. Lowered on purpose, the size is not flagged again, not even as advisory: the decision is then
+    written where the pack's config is reviewed, and a warning on every preview for a decision already taken
+    teaches readers to skip warnings.
+    """
+    name = _sqs_endpoint_queue_name(args)
+    if name is None:
+        return
+    minimum = config_value(args.get_config(), MAX_MESSAGE_SIZE_SCHEMA, "minMaxMessageSize")
+    declared = value_at(args.props, "maxMessageSize")
+    if declared is UNKNOWN:
+        return
+    size = sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE if declared is None else whole_number(declared)
+    if size is not None and size >= minimum:
+        return
+    shown = (
+        f"not set, so the AWS provider creates the queue with its default {sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE:,}"
+        " bytes"
+        if declared is None
+        else f"{declared!r}"
+    )
+    refused = f"every message over {size:,} bytes" if size is not None else "the messages above its limit"
+    report(
+        f"SQS queue {name!r}: maxMessageSize is {shown}, the minimum is {minimum:,}. NServiceBus.AmazonSQS sends "
+        f"message bodies up to {sqs.MAX_MESSAGE_SIZE:,} bytes inline (through S3 only above that, and only with a "
+        f"bucket configured), so SQS refuses {refused} sent to this queue: each such send fails (from a "
+        f"handler: its retries, then the error queue). Set maxMessageSize={minimum} "
+        "(SqsEndpoint's default, maxMessageSize in the stack's nsb-delays:sqs); if the smaller size is deliberate, "
+        "lower this policy's minMaxMessageSize to it.",
+    )
+
+
+sqs_queue_max_message_size = ResourceValidationPolicy(
+    name="sqs-queue-max-message-size",
+    description=(
+        "An endpoint's SQS queues take messages up to minMaxMessageSize (default "
+        f"{sqs.MAX_MESSAGE_SIZE}, what NServiceBus.AmazonSQS sends inline; a queue without maxMessageSize gets the "
+        f"AWS provider's {sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE}). Mandatory, like the delay queue's retention: "
+        "below it SQS refuses the larger messages endpoints send, and those sends fail. Fix: set "
+        "maxMessageSize (SqsEndpoint does), or lower minMaxMessageSize for a deliberately smaller size."
+    ),
+    validate=validate_sqs_max_message_size,
+    enforcement_level=MANDATORY,
+    config_schema=MAX_MESSAGE_SIZE_SCHEMA,
+)
+
+
 # --- security ---------------------------------------------------------------------------------------------
 
 ENCRYPTION_SCHEMA = PolicyConfigSchema(
@@ -910,6 +992,7 @@ RESOURCE_POLICIES: list[ResourceValidationPolicy] = [
     sqs_delay_queue_retention,
     sqs_delay_queue_no_redrive,
     sqs_delay_queue_name,
+    sqs_queue_max_message_size,
     sqs_queue_encrypted,
     rabbitmq_endpoint_https,
     rabbitmq_user_password_secret,

@@ -135,7 +135,7 @@ def test_the_dev_stack_passes_every_rule(policy: Any) -> None:
 
 
 def test_rules_have_descriptions_that_say_how_to_fix_and_levels() -> None:
-    assert len(POLICIES_BY_NAME) == len(POLICIES) == 28
+    assert len(POLICIES_BY_NAME) == len(POLICIES) == 29
     for policy in POLICIES:
         assert "Fix:" in policy.description, policy.name
         assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
@@ -377,6 +377,42 @@ def test_retention_below_the_minimum_is_reported_and_the_minimum_is_configurable
     assert reported(flipped) == sorted(
         ("sqs-delay-queue-retention", delay_fifo(e).urn) for e in ("Sales", "Billing", "Shipping")
     )
+
+
+def test_an_endpoint_queue_that_takes_262144_bytes_is_refused_and_the_default_passes() -> None:
+    """NServiceBus.AmazonSQS sends up to 1 MiB inline: a queue of the provider's 262,144 bytes, written or left out,
+    refuses the larger messages; SqsEndpoint's 1,048,576 on both queues passes (the dev stack)."""
+    input_queue, delay_queue = find(dev_recorded(), SQS_QUEUE, "dev-Billing"), delay_fifo("Billing")
+    assert {input_queue.inputs["maxMessageSize"], delay_queue.inputs["maxMessageSize"]} == {sqs.MAX_MESSAGE_SIZE}
+    assert [v for v in run(dev_recorded()) if v.policy == "sqs-queue-max-message-size"] == []
+    for target in (input_queue, delay_queue):
+        written = run(changed(dev_recorded(), target, lambda i: i.update(maxMessageSize=262_144.0)))
+        assert reported(written) == [("sqs-queue-max-message-size", target.urn)]
+        assert written[0].mandatory
+        assert "maxMessageSize is 262144.0, the minimum is 1,048,576" in written[0].message
+        assert "refuses every message over 262,144 bytes" in written[0].message
+        assert "Set maxMessageSize=1048576" in written[0].message
+    left_out = run(changed(dev_recorded(), input_queue, lambda i: i.pop("maxMessageSize")))
+    assert reported(left_out) == [("sqs-queue-max-message-size", input_queue.urn)]
+    assert "not set, so the AWS provider creates the queue with its default 262,144 bytes" in left_out[0].message
+
+
+def test_a_deliberately_smaller_max_message_size_passes_once_the_pack_config_allows_it() -> None:
+    target = delay_fifo("Shipping")
+    smaller = changed(dev_recorded(), target, lambda i: i.update(maxMessageSize=262_144.0))
+    allowed = {"sqs-queue-max-message-size": {"minMaxMessageSize": 262_144}}
+    assert run(smaller, allowed) == []
+    assert [v.mandatory for v in run(smaller, {"sqs-queue-max-message-size": "advisory"})] == [False]
+    left_out = changed(dev_recorded(), target, lambda i: i.pop("maxMessageSize"))
+    assert run(left_out, allowed) == []  # the provider's default is then what the stack allows
+    below = run(left_out, {"sqs-queue-max-message-size": {"minMaxMessageSize": 262_145}})
+    assert reported(below) == [("sqs-queue-max-message-size", target.urn)]
+
+
+def test_a_queue_outside_any_endpoint_keeps_its_own_max_message_size() -> None:
+    """Only the queues NServiceBus endpoints receive from (SqsEndpoint's role tag, or a '-delay.fifo' name)."""
+    extra = record(lambda: aws.sqs.Queue("reports", name="reports", max_message_size=2048))
+    assert [v for v in run([*dev_recorded(), *extra]) if v.policy == "sqs-queue-max-message-size"] == []
 
 
 def test_a_delay_queue_name_sqs_or_nservicebus_would_not_use_is_reported() -> None:
@@ -624,6 +660,8 @@ def test_enforcement_levels_follow_the_pack_config() -> None:
         ({"all": "loud"}, "unknown enforcement level 'loud'"),
         ({"sqs-delay-queue-retention": {"minRetentionSeconds": 60}}, "below the minimum 345600"),
         ({"sqs-delay-queue-retention": {"minRetentionSeconds": "4d"}}, "expected integer"),
+        ({"sqs-queue-max-message-size": {"minMaxMessageSize": 512}}, "below the minimum 1024"),
+        ({"sqs-queue-max-message-size": {"minMaxMessageSize": 2_097_152}}, "above the maximum 1048576"),
         ({"rabbitmq-endpoint-https": {"allowHttp": True}}, "'allowHttp' is not a config property"),
         ({"endpoint-destinations-exist": {"externalEndpoints": ["a", 1]}}, "[1]: expected string"),
     ],
