@@ -7,10 +7,11 @@ id, type, content type and reply-to from their headers — routed with the model
 model's first exchange. SQS: the transport's default (wrapped) wire format, a JSON
 ``{"Body": base64, "S3BodyKey": null, "Headers": {...}}`` with the ``NServiceBus.MessageId``
 attribute, sent as ``sqs.first_send`` says (``MessageDispatcher.cs``, ``TransportMessage.cs``,
-``SqsPreparedMessage.cs`` in NServiceBus.AmazonSQS). A message over ``sqs.MAX_MESSAGE_SIZE`` has its
-state uploaded to S3 at ``sqs.s3_body_key`` and is sent with ``"Body": ""``, the key in ``S3BodyKey``
-and the ``S3BodyKey`` attribute, as ``MessageDispatcher.PrepareMessage`` does; without a bucket it
-cannot be sent (``sqs.MessageTooLargeError``: the row is quarantined).
+``SqsPreparedMessage.cs`` in NServiceBus.AmazonSQS). A message over ``sqs.MAX_MESSAGE_SIZE`` (or over a smaller
+``MaximumMessageSize`` of a queue it passes through) has its state uploaded to S3 at ``sqs.s3_body_key`` and is
+sent with ``"Body": ""``, the key in ``S3BodyKey`` and the ``S3BodyKey`` attribute, as
+``MessageDispatcher.PrepareMessage`` does; without a bucket it cannot be sent (``sqs.MessageTooLargeError``: the
+row is quarantined).
 """
 
 from __future__ import annotations
@@ -143,13 +144,24 @@ def sqs_message(
     queue_name_prefix: str = "",
     s3_bucket: str | None = None,
     s3_key_prefix: str = "",
+    size_limits: Mapping[str, int] | None = None,
 ) -> SqsMessage:
     """Raises ``sqs.QueueNameError`` when the destination cannot be an SQS queue name, and
     ``sqs.MessageTooLargeError`` when the message is over the SQS limit and there is no ``s3_bucket``
-    (or it is still over the limit with its body in S3, i.e. its headers alone are too large)."""
+    (or it is still over the limit with its body in S3, i.e. its headers alone are too large).
+
+    The limit is ``sqs.MAX_MESSAGE_SIZE``, or less where ``size_limits`` (queue name -> the largest message it
+    takes, ``sqs.queue_message_limit``) says so for a queue the message passes through: the one it is sent to and,
+    from a ``-delay.fifo`` queue, the destination's input queue, where the transport's pump sends it at the end."""
     identifier = message_id(timeout_id, headers)
     send = sqs.first_send(delay_seconds, destination, identifier)
     queue_name = sqs.sqs_queue_name(send.queue, queue_name_prefix)
+    passes = [queue_name, sqs.sqs_queue_name(destination, queue_name_prefix)] if send.fifo else [queue_name]
+    limits = size_limits or {}
+    limit, smallest = min((limits.get(name, sqs.MAX_MESSAGE_SIZE), name) for name in passes)
+    over = f"the SQS limit of {limit:,} bytes" + (
+        f" (MaximumMessageSize of queue {smallest!r})" if limit < sqs.MAX_MESSAGE_SIZE else ""
+    )
     wrapped_headers = {**headers, MESSAGE_ID_HEADER: identifier}
     attributes: dict[str, dict[str, str]] = {
         sqs.MESSAGE_ID_ATTRIBUTE: {"DataType": SQS_STRING, "StringValue": identifier}
@@ -159,11 +171,11 @@ def sqs_message(
     body = sqs_body(state, wrapped_headers)
     size = sqs.message_size(body, attributes)
     s3_body = None
-    if size > sqs.MAX_MESSAGE_SIZE:
+    if size > limit:
         if not s3_bucket:
             raise sqs.MessageTooLargeError(
                 "cannot send large message because no S3 bucket was configured: "
-                f"message {identifier} is {size:,} bytes, over the SQS limit of {sqs.MAX_MESSAGE_SIZE:,} bytes; "
+                f"message {identifier} is {size:,} bytes, over {over}; "
                 f"give an S3 bucket for large message bodies ({SQS_S3_BUCKET_OPTION}) to send it"
             )
         key = sqs.s3_body_key(s3_key_prefix, identifier)
@@ -171,10 +183,10 @@ def sqs_message(
         body = sqs_body(state, wrapped_headers, key)
         attributes[sqs.S3_BODY_KEY_ATTRIBUTE] = {"DataType": SQS_STRING, "StringValue": key}
         size = sqs.message_size(body, attributes)
-        if size > sqs.MAX_MESSAGE_SIZE:
+        if size > limit:
             raise sqs.MessageTooLargeError(
                 f"message {identifier} is {size:,} bytes even with its body in S3 (its headers are too large); "
-                f"SQS takes at most {sqs.MAX_MESSAGE_SIZE:,} bytes"
+                f"over {over}"
             )
     entry: dict[str, Any] = {"MessageBody": body, "MessageAttributes": attributes}
     if send.message_delay_seconds:

@@ -2,18 +2,19 @@
 large bodies, batched sends.
 
 Messages are batched per queue as ``SqsPreparedMessageBatcher`` does (``sqs.size_batches``: at most
-10 entries and ``sqs.MAX_MESSAGE_SIZE`` bytes per SendMessageBatch). The S3 bodies of a batch are
-uploaded before its send, at a key made of the message id, so a crash between the two re-uploads
-the same object on the rerun. As the transport's dispatcher does, entries that fail inside a batch
-are retried once on their own; anything still failing raises, so the batch stays pending in the
-ledger and a rerun resends it (FIFO sends carry the message id as deduplication id, so a resend
-within 5 minutes is dropped).
+10 entries and ``sqs.MAX_MESSAGE_SIZE`` bytes per SendMessageBatch). Each destination queue's own
+``MaximumMessageSize`` is read before a migration (``queue_size_limits``): a message over it goes through
+S3 too. The S3 bodies of a batch are uploaded before its send, at a key made of the message id, so a crash
+between the two re-uploads the same object on the rerun. As the transport's dispatcher does, entries that fail
+inside a batch are retried once on their own; anything still failing raises, so the batch stays pending in the
+ledger and a rerun resends it (FIFO sends carry the message id as deduplication id, so a resend within 5 minutes
+is dropped).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,38 @@ def check_queues(client: Any, needed: Iterable[str], nothing_done: str = "nothin
             f"{nothing_done})"
         )
     return urls
+
+
+def existing_queue_urls(client: Any, names: Iterable[str]) -> dict[str, str]:
+    """URL of each of ``names`` that exists (the others are left out)."""
+    urls = {}
+    for name in sorted(set(names)):
+        try:
+            urls[name] = client.get_queue_url(QueueName=name)["QueueUrl"]
+        except client.exceptions.QueueDoesNotExist:
+            continue
+    return urls
+
+
+def queue_size_limits(
+    client: Any, urls: Mapping[str, str], nothing_done: str = "nothing was migrated"
+) -> dict[str, int]:
+    """The largest message each queue takes from the transport (``sqs.queue_message_limit`` of its
+    ``MaximumMessageSize``, one GetQueueAttributes each); refuse (naming the queue) when it cannot be read."""
+    from botocore.exceptions import ClientError
+
+    limits = {}
+    for name, url in sorted(urls.items()):
+        try:
+            response = client.get_queue_attributes(QueueUrl=url, AttributeNames=[sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE])
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "?")
+            raise DestinationsRefused(
+                f"cannot read {sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE} of SQS queue {name!r} ({code}): messages are sized "
+                f"to what each destination queue takes, which needs sqs:GetQueueAttributes; {nothing_done}"
+            ) from None
+        limits[name] = sqs.queue_message_limit(response.get("Attributes", {}).get(sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE))
+    return limits
 
 
 class SqsSender:

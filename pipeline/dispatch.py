@@ -40,6 +40,7 @@ class DispatchSettings:
     generation: str = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
+    sqs_size_limits: Mapping[str, int] = field(default_factory=dict)  # SQS queue -> the largest message it takes
     fault: Fault | None = None
     batch_rows: Mapping[int, int] = field(default_factory=dict)  # pending batch -> its number of rows
 
@@ -78,6 +79,7 @@ class _Sender:
             target.queue_name_prefix,
             target.s3_bucket,
             target.s3_key_prefix,
+            self.settings.sqs_size_limits,
         )
 
     def send(self, messages: list[Any]) -> None:

@@ -30,7 +30,13 @@ from pyspark.sql import functions as F
 from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.brokers.sqs_sender import SqsSettings, check_bucket, check_queues
+from nsb_delays.brokers.sqs_sender import (
+    SqsSettings,
+    check_bucket,
+    check_queues,
+    existing_queue_urls,
+    queue_size_limits,
+)
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 
@@ -239,8 +245,18 @@ def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
     return now + timedelta(seconds=rmq.MAX_DELAY_SECONDS) if target.kind == "rabbitmq" else None
 
 
-def check_target(options: RunOptions, destinations: dict[str, datetime], now: datetime) -> dict[str, str]:
-    """Refuse (raise) when a usable destination is missing; return the unusable ones with their reason."""
+@dataclass(frozen=True)
+class TargetCheck:
+    """What checking the target found: the destinations no message can be addressed to, with the reason, and on SQS
+    the largest message each destination queue takes (queue name -> bytes, ``sqs.queue_message_limit``)."""
+
+    refused: dict[str, str]
+    size_limits: dict[str, int] = field(default_factory=dict)
+
+
+def check_target(options: RunOptions, destinations: dict[str, datetime], now: datetime) -> TargetCheck:
+    """Refuse (raise) when a usable destination is missing; return the unusable ones with their reason and, on SQS,
+    each destination queue's size limit, read from its ``MaximumMessageSize`` before anything is hidden."""
     target = options.target
     refused = {name: problem for name in destinations if (problem := target.destination_problem(name))}
     usable = {name: latest for name, latest in destinations.items() if name not in refused}
@@ -263,10 +279,27 @@ def check_target(options: RunOptions, destinations: dict[str, datetime], now: da
             for name, latest in usable.items()
             if latest is not None and latest > fifo_after
         ]
-        check_queues(client, needed)
+        size_limits = queue_size_limits(client, check_queues(client, needed))
         if target.sqs.s3_bucket:
             check_bucket(target.sqs.s3_client(), target.sqs.s3_bucket)
-    return refused
+        return TargetCheck(refused, size_limits)
+    return TargetCheck(refused)
+
+
+def resumed_size_limits(target: TargetSettings, destinations: set[str]) -> dict[str, int]:
+    """On SQS, the size limit of each existing input and ``-delay.fifo`` queue of ``destinations``: what a resumed run
+    (whose target was checked when it started) sizes its messages by. A queue gone since fails its batch at send."""
+    if target.kind != "sqs" or not destinations:
+        return {}
+    prefix = target.sqs.queue_name_prefix
+    names = [
+        sqs.sqs_queue_name(name + suffix, prefix)
+        for name in destinations
+        if not target.destination_problem(name)
+        for suffix in ("", sqs.DELAY_QUEUE_SUFFIX)
+    ]
+    client = target.sqs.client()
+    return queue_size_limits(client, existing_queue_urls(client, names), "nothing was sent; rerun to resume the run")
 
 
 def _pending_frame(spark: SparkSession, options: RunOptions, ledger: Ledger, run: Run) -> DataFrame | None:
@@ -344,7 +377,7 @@ def run_migration(spark: SessionSource, options: RunOptions, tracker: RunTracker
         return _run_migration(spark, options, ledger, tracker)
 
 
-def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime | None, now: datetime) -> None:
+def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime | None, now: datetime) -> TargetCheck:
     """Before staging: the export's rows must be readable and usable, and its destinations must exist."""
     from .environment_checks import EnvironmentRefused, export_summary_problems
 
@@ -353,7 +386,7 @@ def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime
     problems = export_summary_problems(options.export, summary)
     if problems:
         raise EnvironmentRefused(problems)
-    check_target(options, summary.destinations, now)
+    return check_target(options, summary.destinations, now)
 
 
 def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tracker: RunTracker) -> RunResult:
@@ -365,10 +398,11 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
     now = from_micros(now_micros())
     run = ledger.active_run()
     latest_due = _latest_due(options.target, now)
+    checked_target: TargetCheck | None = None
     if run is None and options.export is not None:
         run = _earlier_export_run(ledger, options.export, parameters)
         if run is None:
-            _check_export(resolve(spark), options, latest_due, now)
+            checked_target = _check_export(resolve(spark), options, latest_due, now)
             try:
                 stage_export(resolve(spark), options.export, source)
             except BaseException:  # interrupted or failed while staging: no half-written copy stays behind
@@ -385,7 +419,7 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         checked = time.monotonic()
     else:
         if options.export is None:  # an export's destinations were checked before it was staged
-            check_target(options, ledger.destinations(options.cutoff, latest_due), now)
+            checked_target = check_target(options, ledger.destinations(options.cutoff, latest_due), now)
         checked = time.monotonic()
         try:
             run = ledger.hide(
@@ -403,6 +437,9 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
     prepared = time.monotonic()
     pending_destinations = ledger.pending_destinations(run)
     refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
+    size_limits = (
+        checked_target.size_limits if checked_target else resumed_size_limits(options.target, pending_destinations)
+    )
     settings = DispatchSettings(
         target=options.target.kind,
         conninfo=ledger.conninfo,
@@ -412,6 +449,7 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         generation=options.target.generation,
         sqs=options.target.sqs,
         refused=refused,
+        sqs_size_limits=size_limits,
         fault=options.fault,
         batch_rows=ledger.pending_batch_rows(run),
     )

@@ -3,8 +3,9 @@
 Delays up to 900 s go to the input queue with DelaySeconds, longer ones to ``<queue>-delay.fifo``
 with group and deduplication ids = message id and the DelaySeconds attribute; every send is a
 SendMessageBatch of at most 10 entries and 1 MiB; the body is the transport's wrapped JSON with the
-message id attribute. A message over 1 MiB has its state put in S3 (moto's S3 on the same server)
-at ``<prefix>/<message id>`` before its send, or, without a bucket, is quarantined.
+message id attribute. A message over 1 MiB, or over a smaller MaximumMessageSize of a queue it passes
+through, has its state put in S3 (moto's S3 on the same server) at ``<prefix>/<message id>`` before its
+send, or, without a bucket, is quarantined.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import pytest
 
 from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION, sqs_message
-from nsb_delays.brokers.sqs_sender import SqsSender, SqsSettings
+from nsb_delays.brokers.sqs_sender import SqsSender, SqsSettings, queue_size_limits
 from nsb_delays.components.model import sqs
 from nsb_delays.components.model.in_flight import MESSAGE_ID_HEADER
 from nsb_delays.pipeline.delays import to_micros
-from nsb_delays.pipeline.migration import RunOptions, TargetSettings, run_migration
+from nsb_delays.pipeline.migration import RunOptions, TargetSettings, resumed_size_limits, run_migration
 from nsb_delays.stack.config import parse_stack_config
 from tests.provisioning import provision_sqs_queues
 from tests.spark.conftest import timeout, utc_now
@@ -216,6 +217,84 @@ def test_a_large_state_without_a_bucket_is_quarantined_and_the_run_completes(
     delivered = stored_messages("mig-Sales") + stored_messages("mig-Billing-delay.fifo")
     ids = {message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"] for message in delivered}
     assert ids == {row.message_id for row in small}
+
+
+SMALL = sqs.PROVIDER_DEFAULT_MAXIMUM_MESSAGE_SIZE  # what a queue without max_message_size gets from the provider
+MID_STATE = b"m" * 225_000  # base64: 300,000 bytes, a 300 KB message: over SMALL, far under 1 MiB
+
+
+@pytest.mark.parametrize("bucket", [None, BUCKET], ids=["quarantined-without-a-bucket", "through-s3-with-a-bucket"])
+def test_a_300_kb_message_to_a_destination_of_262144_bytes_is_handled_as_oversized(
+    spark, postgres, timeout_table, moto_server, sqs_queues, tmp_path, bucket: str | None
+) -> None:
+    """The run reads each destination queue's MaximumMessageSize before it hides anything and sizes each message by
+    the smallest queue it passes through: Shipping's input queue takes 262,144 bytes (its delay queue 1 MiB, but the
+    transport's pump ends every delay there), Sales's 1 MiB. Its 300 KB messages go through S3 with a bucket and are
+    quarantined without one, as messages over 1 MiB are; Sales's are sent inline."""
+    client = moto_server.client()
+    small = {sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE: str(SMALL)}
+    client.create_queue(QueueName=PREFIX + "Shipping", Attributes=small)
+    client.create_queue(
+        QueueName=PREFIX + "Shipping-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "900"}
+    )
+    if bucket:
+        moto_server.client("s3").create_bucket(Bucket=bucket)
+    now = utc_now()
+    mid = [
+        dataclasses.replace(timeout(destination, delay, index, now=now), state=MID_STATE)
+        for index, (destination, delay) in enumerate([("Shipping", 30.0), ("Shipping", 7200.0), ("Sales", 30.0)])
+    ]
+    small_row = timeout("Shipping", 30.0, 3, now=now)
+    source = timeout_table("SqsSmallQueue" + uuid.uuid4().hex[:4], [*mid, small_row])
+    quarantine = tmp_path / "quarantine.jsonl"
+    options = RunOptions(
+        source, sqs_target(moto_server, bucket), partitions=1, show_progress=False, quarantine_path=str(quarantine)
+    )
+    result = run_migration(spark, options)
+
+    to_shipping = mid[:2]
+    sent = {
+        message.message_attributes[sqs.MESSAGE_ID_ATTRIBUTE]["StringValue"]: json.loads(message.body)
+        for queue in ("mig-Shipping", "mig-Shipping-delay.fifo", "mig-Sales")
+        for message in stored_messages(queue)
+    }
+    assert base64.b64decode(sent[mid[2].message_id]["Body"]) == MID_STATE  # 1 MiB queue: inline
+    assert base64.b64decode(sent[small_row.message_id]["Body"]) == small_row.state
+    if bucket is None:
+        assert (result.dispatched, result.quarantined, result.completed) == (2, 2, True)
+        reasons = {line["id"]: line["reason"] for line in map(json.loads, quarantine.read_text().splitlines())}
+        assert set(reasons) == {row.id for row in to_shipping}
+        for row in to_shipping:
+            reason = reasons[row.id]
+            assert row.message_id in reason and SQS_S3_BUCKET_OPTION in reason
+            assert f"over the SQS limit of {SMALL:,} bytes (MaximumMessageSize of queue 'mig-Shipping')" in reason
+    else:
+        assert (result.dispatched, result.quarantined, result.completed) == (4, 0, True)
+        s3 = moto_server.client("s3")
+        for row in to_shipping:
+            key = f"{KEY_PREFIX}/{row.message_id}"
+            assert (sent[row.message_id]["Body"], sent[row.message_id]["S3BodyKey"]) == ("", key)
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == MID_STATE
+
+
+def test_a_resumed_run_sizes_messages_by_the_queues_that_still_exist(moto_server, sqs_queues) -> None:
+    """A resumed run's target was checked when it started: it reads the limits of the queues there are now, and a
+    queue gone since fails its batches at send, as before."""
+    moto_server.client().create_queue(QueueName=PREFIX + "Shipping", Attributes={"MaximumMessageSize": "65536"})
+    destinations = {"Sales", "Shipping", "Gone", "x" * 80}  # the last cannot be an SQS name: quarantined anyway
+    assert resumed_size_limits(sqs_target(moto_server), destinations) == {
+        "mig-Sales": sqs.MAX_MESSAGE_SIZE,
+        "mig-Sales-delay.fifo": sqs.MAX_MESSAGE_SIZE,
+        "mig-Shipping": 65_536,
+    }
+
+
+def test_a_queue_whose_size_cannot_be_read_refuses_the_run_naming_it(moto_server, sqs_queues) -> None:
+    client = moto_server.client()
+    url = client.create_queue(QueueName=PREFIX + "Deleted")["QueueUrl"]
+    client.delete_queue(QueueUrl=url)
+    with pytest.raises(DestinationsRefused, match=r"cannot read MaximumMessageSize of SQS queue 'mig-Deleted' \("):
+        queue_size_limits(client, {PREFIX + "Deleted": url})
 
 
 def test_a_missing_bucket_refuses_the_run_before_anything_moves(
