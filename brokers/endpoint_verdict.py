@@ -10,7 +10,8 @@ against the broker's own permission records as RabbitMQ matches them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,8 @@ from nsb_delays.components.model.settings import EndpointSettings, EndpointUserS
 MANAGEMENT_TAGS = ("management", "monitoring", "policymaker", "administrator")
 POLICY_TAGS = ("policymaker", "administrator")
 STREAM_FLAG = "stream_queue"  # BrokerVerifier.VerifyRequirements: FeatureFlag.StreamQueue
+MAX_NAMED = 5  # refused rights named one by one in a row; the rest counted
+REFRESH_GRANTS = "pulumi up --refresh restores the stack's grants (nsb-delays verify names each difference)"
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,22 @@ def _as_endpoint_user(
     )
 
 
+def makes_http_calls(endpoint: EndpointSettings, user: EndpointUserSettings | None) -> bool:
+    """Whether the endpoint calls the management API at start: from 10.0, unless its stack user has no management
+    API (``managementApi: false``) or it turns every check off (``BrokerVerifier.Initialize`` returns at once when
+    every ``BrokerRequirementChecks`` is disabled and ``ValidateDeliveryLimits`` is false)."""
+    if not rmq.runs_startup_checks(endpoint.transport) or (user is not None and not user.management_api):
+        return False
+    return bool(set(rmq.BROKER_REQUIREMENT_CHECKS) - disabled_checks(endpoint)) or endpoint.validate_delivery_limits
+
+
+def disabled_checks(endpoint: EndpointSettings) -> set[str]:
+    """The checks the endpoint turns off: none before 10.1.0, which has no ``DisabledBrokerRequirementChecks``."""
+    if endpoint.transport < rmq.DISABLED_CHECKS_FROM:
+        return set()
+    return set(endpoint.disabled_broker_requirement_checks)
+
+
 def _startup(
     endpoint: EndpointSettings,
     user: EndpointUserSettings | None,
@@ -174,9 +193,8 @@ def _startup(
     records: BrokerRecords,
     observations: Mapping[str, QueueObservation],
 ) -> list[Finding]:
-    version = endpoint.transport
     release = f"NServiceBus.RabbitMQ {endpoint.transport_version}"
-    if not rmq.runs_startup_checks(version):
+    if not rmq.runs_startup_checks(endpoint.transport):
         detail = (
             f"{release} checks nothing on the broker at start with installers off (its VerifyBrokerRequirements runs "
             "with installers only)"
@@ -188,11 +206,16 @@ def _startup(
             "DisabledBrokerRequirementChecks = Version310OrNewer | StreamsEnabled, and makes no HTTP call"
         )
         return [Finding("start-up checks", True, detail)]
+    if not makes_http_calls(endpoint, user):
+        detail = "every broker requirement check and the delivery-limit validation are off: no HTTP call at start"
+        return [Finding("start-up checks", True, detail)]
     management = _management_login(login, release)
     if not management.ok:
         return [management]
-    return [management, *_requirements(login, records, release), *_delivery_limits(endpoint, login, records,
-                                                                                    observations)]  # fmt: skip
+    findings = [management, *_requirements(endpoint, login, records, release)]
+    if endpoint.validate_delivery_limits:
+        findings += _delivery_limits(endpoint, login, records, observations)
+    return findings
 
 
 def _management_login(login: LoginAnswers, release: str) -> Finding:
@@ -214,17 +237,21 @@ def _management_login(login: LoginAnswers, release: str) -> Finding:
     return Finding(check, True, f"{login.user!r} logs in to the management API (tags {list(login.tags)})")
 
 
-def _requirements(login: LoginAnswers, records: BrokerRecords, release: str) -> list[Finding]:
+def _requirements(
+    endpoint: EndpointSettings, login: LoginAnswers, records: BrokerRecords, release: str
+) -> list[Finding]:
     """``BrokerVerifier.VerifyRequirements``: RabbitMQ 3.10.0 or later, then ``GET /api/feature-flags`` as the
-    login with ``stream_queue`` enabled."""
+    login with ``stream_queue`` enabled; each unless the endpoint turns it off."""
     shown = rmq.dotted_version(records.version)
     refusal = rmq.broker_version_refusal(records.version)
-    findings = [
-        Finding(
-            "broker version", refusal is None, refusal or f"RabbitMQ {shown}",
-            f"upgrade RabbitMQ to {rmq.dotted_version(rmq.MINIMUM_BROKER_VERSION)} or later" if refusal else "",
-        )
-    ]  # fmt: skip
+    version_check, streams_check = rmq.BROKER_REQUIREMENT_CHECKS
+    off = disabled_checks(endpoint)
+    findings = []
+    if version_check not in off:
+        fix = f"upgrade RabbitMQ to {rmq.dotted_version(rmq.MINIMUM_BROKER_VERSION)} or later" if refusal else ""
+        findings.append(Finding("broker version", refusal is None, refusal or f"RabbitMQ {shown}", fix))
+    if streams_check in off:
+        return findings
     check = f"feature flag {STREAM_FLAG}"
     if login.flags is None:
         findings.append(
@@ -233,8 +260,8 @@ def _requirements(login: LoginAnswers, records: BrokerRecords, release: str) -> 
                 "cannot verify the broker ('There was a problem accessing the RabbitMQ management API to verify "
                 f"broker requirements'); RabbitMQ {shown} answers it to administrators only (3.13 opened it to every "
                 "management user)", "set transport.DisabledBrokerRequirementChecks = "
-                "BrokerRequirementChecks.StreamsEnabled in the endpoint, or give ManagementApiConfiguration a "
-                "monitoring user's login",
+                "BrokerRequirementChecks.StreamsEnabled in the endpoint (NServiceBus.RabbitMQ 10.1 and later) and "
+                "disabledBrokerRequirementChecks: [StreamsEnabled] in the stack",
             )
         )  # fmt: skip
         return findings
@@ -281,6 +308,8 @@ def _delivery_limit(
         )
         return Finding(check, False, detail, fix)
     decision = rmq.delivery_limit_decision(endpoint.transport, seen.answer, records.version)
+    if seen.answer.retried:
+        decision = dataclasses.replace(decision, reason=_unseen(seen, records) + decision.reason)
     if decision.outcome == rmq.Outcome.STARTS:
         return Finding(check, True, decision.reason)
     if decision.outcome == rmq.Outcome.REFUSES:
@@ -297,6 +326,25 @@ def _delivery_limit(
     )
     fix = "start the endpoint once preflight passes (the API had not caught up)" if lag else decision.fix
     return Finding(check, False, detail, fix)
+
+
+def _unseen(seen: QueueObservation, records: BrokerRecords) -> str:
+    """An answer without ``effective_policy_definition``: ``GetQueueDetails`` asks 20 times, 3 s apart, then decides
+    on the last answer, without the queue's policy."""
+    why = "with statistics off" if not records.statistics else "not yet"
+    waits = rmq.QUEUE_DETAILS_ATTEMPTS * rmq.QUEUE_DETAILS_RETRY_SECONDS
+    applied = ""
+    expected = seen.expected
+    if expected is not None and (expected.applied_policy or expected.delivery_limit is not None):
+        applied = (
+            f"; the broker applies policy {expected.applied_policy!r} (delivery limit {expected.delivery_limit}), "
+            "which the endpoint does not see"
+        )
+    return (
+        f"the API shows {seen.queue} no effective_policy_definition ({why}), so the endpoint asks "
+        f"{rmq.QUEUE_DETAILS_ATTEMPTS} times, {rmq.QUEUE_DETAILS_RETRY_SECONDS} s apart ({waits} s), then decides "
+        f"without the queue's policy{applied}: "
+    )
 
 
 def _lag(seen: QueueObservation) -> str:
@@ -379,22 +427,16 @@ def _bindings(endpoint: EndpointSettings, records: BrokerRecords) -> list[Findin
 
 
 def _rights(user: str, vhost: str, accesses: permissions.EndpointAccesses, records: BrokerRecords) -> list[Finding]:
-    """Each check of ``accesses`` against the user's permission and topic permission records."""
+    """Each check of ``accesses`` against the user's permission and topic permission records, the calls a refused
+    right breaks named together (``write on 'Billing' (ConventionalRoutingTopology.Send, …)``)."""
     granted = records.permissions.get(user)
     if granted is None:
         detail = f"{user!r} has no permissions in vhost {vhost!r}: every call is refused (ACCESS_REFUSED)"
         return [Finding("permissions", False, detail, "pulumi up --refresh (the stack's endpoint user's grants)")]
-    denied: list[str] = []
-    unknown: list[str] = []
-    findings = []
+    verdicts: dict[str, dict[str, bool | None]] = {}  # right -> call -> allowed
     for access in accesses.resources:
         allowed = permissions.permission_allows(str(granted.get(access.permission) or ""), access.name)
-        line = f"{access.permission} on {access.name!r} ({access.call})"
-        if allowed is False and access.call == permissions.CONSUME_CALL:
-            findings.append(Finding(f"consume {access.name}", False, f"{user!r} may not read {access.name!r}: "
-                                    "basic.consume is refused at start (ACCESS_REFUSED)", "pulumi up --refresh "
-                                    "restores the stack's grants"))  # fmt: skip
-        (denied if allowed is False else unknown if allowed is None else []).append(line)
+        verdicts.setdefault(f"{access.permission} on {access.name!r}", {})[access.call] = allowed
     topics = records.topic_permissions.get(user, {})
     for topic in accesses.topics:
         entry = topics.get(topic.exchange)
@@ -403,24 +445,32 @@ def _rights(user: str, vhost: str, accesses: permissions.EndpointAccesses, recor
         allowed = permissions.topic_permission_allows(
             str(entry.get(topic.permission) or ""), topic.key, user=user, vhost=vhost, broker_version=records.version
         )
-        line = f"topic {topic.permission} of key {topic.key!r} on {topic.exchange!r} ({topic.call})"
-        (denied if allowed is False else unknown if allowed is None else []).append(line)
-    return findings + _rights_findings(user, accesses, sorted(set(denied)), sorted(set(unknown)))
-
-
-def _rights_findings(
-    user: str, accesses: permissions.EndpointAccesses, denied: Sequence[str], unknown: Sequence[str]
-) -> list[Finding]:
-    count = len(accesses.resources) + len(accesses.topics)
+        right = f"topic {topic.permission} of key {topic.key!r} on {topic.exchange!r}"
+        verdicts.setdefault(right, {})[topic.call] = allowed
+    denied = {right: calls for right, calls in verdicts.items() if False in calls.values()}
+    unknown = [right for right, calls in verdicts.items() if None in calls.values() and right not in denied]
+    consume = [right for right, calls in denied.items() if permissions.CONSUME_CALL in calls]
+    findings = [
+        Finding(
+            f"consume ({right})",
+            False,
+            f"{user!r} may not {right}: basic.consume is refused at start (ACCESS_REFUSED)",
+            REFRESH_GRANTS,
+        )
+        for right in consume
+    ]
+    count = sum(len(calls) for calls in verdicts.values())
     if not denied and not unknown:
-        return [Finding("permissions", True, f"{user!r} may make each of its {count} checked calls", at_start=False)]
-    findings = []
-    if denied:
-        more = f" (and {len(denied) - 1} more)" if len(denied) > 1 else ""
-        findings.append(Finding("permissions", False, f"{user!r} may not {denied[0]}{more}: that call is refused "
-                                "(ACCESS_REFUSED)", "pulumi up --refresh restores the stack's grants (nsb-delays "
-                                "verify names each difference)", at_start=False))  # fmt: skip
+        findings.append(Finding("permissions", True, f"{user!r} may make each of its {count} checked calls",
+                                at_start=False))  # fmt: skip
+    for right, calls in list(denied.items())[:MAX_NAMED]:
+        named = ", ".join(sorted(calls))
+        findings.append(Finding("permissions", False, f"{user!r} may not {right} ({named}): refused "
+                                "(ACCESS_REFUSED)", REFRESH_GRANTS, at_start=False))  # fmt: skip
+    if len(denied) > MAX_NAMED:
+        findings.append(Finding("permissions", False, f"and {len(denied) - MAX_NAMED} more right(s) refused to "
+                                f"{user!r}", REFRESH_GRANTS, at_start=False))  # fmt: skip
     if unknown:
-        findings.append(Finding("permissions", False, f"{user!r}'s permission for {unknown[0]} uses a regex Python "
-                                "cannot evaluate", "check that grant by hand", at_start=False))  # fmt: skip
+        findings.append(Finding("permissions", False, f"{user!r}'s grant for {unknown[0]} is a regex Python cannot "
+                                "evaluate", "check that grant by hand", at_start=False))  # fmt: skip
     return findings

@@ -35,6 +35,7 @@ from .endpoint_verdict import (
     QueueObservation,
     caught_up,
     judge,
+    makes_http_calls,
     queue_type_of,
 )
 from .management import ManagementApi, ManagementError, path_segment
@@ -112,17 +113,18 @@ def preflight_rabbitmq(
     version = rmq.parse_reported_broker_version(reported)
     statistics = not overview.get("disable_stats", False)
     records, matcher = read_records(api, config, version, statistics)
-    checked = [e for e in config.endpoints if rmq.runs_startup_checks(e.transport) and _uses_management(config, e)]
+    users = {user.receiving_queues[0]: user for user in config.users}
+    checked = [e for e in config.endpoints if makes_http_calls(e, users.get(e.endpoint))]
     answers = {login.user: login_answers(api, login) for login in {logins[e.endpoint] for e in checked}}
     watched = [
         _Watched(queue, logins[endpoint.endpoint], _expected(records, matcher, queue), endpoint.transport)
         for endpoint in checked
+        if endpoint.validate_delivery_limits
         for queue in endpoint.receiving_queues
     ]
     wait = wait if statistics else 0.0  # without statistics the API answers from the queue, or never
     waited = observe(api, config.vhost, watched, wait, progress)
     observations = {w.queue: w.observation for w in watched if w.observation is not None}
-    users = {user.receiving_queues[0]: user for user in config.users}
     reports = tuple(
         judge(
             endpoint,
@@ -137,12 +139,6 @@ def preflight_rabbitmq(
     )
     notes = _notes(records, watched, waited, wait)
     return RabbitMqPreflight(api.url, config.vhost, reported, statistics, waited, notes, reports)
-
-
-def _uses_management(config: RabbitMqConfig, endpoint: Any) -> bool:
-    """Whether the endpoint calls the management API at start: not when its stack user says managementApi: false."""
-    user = next((u for u in config.users if u.receiving_queues[0] == endpoint.endpoint), None)
-    return user is None or user.management_api
 
 
 def read_records(

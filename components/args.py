@@ -82,6 +82,10 @@ class RabbitMqEndpointArgs(TypedDict):
     """Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for all the stack's endpoints (`RabbitMqEndpointPolicies`); or `endpoint`, one per queue or exchange, named as NServiceBus names its own (`nsb.<queue>.delivery-limit`). One per object makes every policy change cost the broker a match of every object of the vhost. Default: `"stack"`."""
     transport_version: NotRequired[str]
     """The NServiceBus.RabbitMQ release the endpoint runs, `MAJOR.MINOR.PATCH` (quote it in YAML): `nsb-delays preflight` and the policy pack judge its start-up by that release's checks (10.0.0 to 10.1.4 refuse the delivery-limit policies' 100000). Default: the newest release this version of nsb-delays knows, `"11.2.1"`."""
+    disabled_broker_requirement_checks: NotRequired[list[str]]
+    """The checks the endpoint turns off at start, as its `DisabledBrokerRequirementChecks` says (NServiceBus.RabbitMQ 10.1 and later): `Version310OrNewer`, `StreamsEnabled`. On RabbitMQ 3.10 to 3.12 an endpoint user without the administrator tag needs `StreamsEnabled` off (only administrators may read the feature flags there). `nsb-delays preflight` judges the endpoint's start by it. Default: `[]`."""
+    validate_delivery_limits: NotRequired[bool]
+    """The endpoint's `ValidateDeliveryLimits` (NServiceBus.RabbitMQ 10 and later): whether it checks each receiving queue's delivery limit at start. `nsb-delays preflight` judges the endpoint's start by it. Default: `true`."""
     delivery_exchange: NotRequired[pulumi.Input[str]]
     """The delivery exchange of the stack's `RabbitMqDelayInfrastructure` (its `deliveryExchange` output): the endpoint's delivery bindings then wait for that exchange and are replaced with it. Default: the generation's name, with no dependency."""
     parking_exchange: NotRequired[pulumi.Input[str]]

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,9 +125,29 @@ class LocalRabbitMq(DemoRabbitMq):
                     return int(stat.parent.name)
         return None
 
-    def another(self) -> LocalRabbitMq:
-        """A second broker of this kind and version: its own node, ports, epmd and state, nothing started."""
-        return type(self)(extra_config=self.extra_config)
+    def another(self, extra_config: tuple[str, ...] | None = None) -> LocalRabbitMq:
+        """A second broker of this kind and version (``extra_config``: its rabbitmq.conf lines, default this one's): its
+        own node, ports, epmd and state, nothing started."""
+        return type(self)(extra_config=self.extra_config if extra_config is None else extra_config)
+
+    @contextlib.contextmanager
+    def statistics_frozen(self) -> Iterator[None]:
+        """The management API's view of every queue held as it is: the processes that copy queue statistics into it
+        (``queue_metrics_metrics_collector`` and the other ``queue_*`` collectors of rabbitmq_management_agent) are
+        suspended (``sys:suspend``) until the block ends, so what the API shows of a queue's policy lags the broker
+        for as long as a test needs, whatever the machine's load."""
+        collectors = (
+            '[P || N <- registered(), lists:prefix("queue_", atom_to_list(N)), '
+            'lists:suffix("metrics_collector", atom_to_list(N)), P <- [whereis(N)], is_pid(P)]'
+        )
+        found = self.ctl("eval", f"length({collectors}).").strip()
+        if found in ("", "0"):
+            raise BrokerCommandFailed(f"no queue metrics collector runs on {self.node} (statistics off?)")
+        self.ctl("eval", f"[sys:suspend(P) || P <- {collectors}], ok.")
+        try:
+            yield
+        finally:
+            self.ctl("eval", f"[sys:resume(P) || P <- {collectors}], ok.")
 
     def api(self) -> requests.Session:
         session = requests.Session()
@@ -147,8 +167,9 @@ class ChrootRabbitMq(DemoChrootRabbitMq, LocalRabbitMq):
     def root(self) -> Path:
         return self.chroot or self.release.root(PROJECT)
 
-    def another(self) -> LocalRabbitMq:
-        return ChrootRabbitMq(release=self.release, chroot=self.chroot, extra_config=self.extra_config)
+    def another(self, extra_config: tuple[str, ...] | None = None) -> LocalRabbitMq:
+        config = self.extra_config if extra_config is None else extra_config
+        return ChrootRabbitMq(release=self.release, chroot=self.chroot, extra_config=config)
 
 
 def chroot_broker(release: RabbitMqRelease) -> Callable[..., LocalRabbitMq]:

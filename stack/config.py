@@ -410,7 +410,8 @@ def _name_problems(name: str, *, destination: bool) -> list[str]:
 
 
 def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    """``transportVersion`` parses, where it is given: the section's once, each endpoint's own."""
+    """``transportVersion`` and ``disabledBrokerRequirementChecks`` hold what they may, where they are given: the
+    section's once, each endpoint's own."""
     key = camel_case("transport_version")
     given = raw.get(key) if isinstance(raw, Mapping) else None
     section_problem = rmq.transport_version_problem(given) if given is not None else None
@@ -420,6 +421,18 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
         problem = rmq.transport_version_problem(endpoint.transport_version)
         if problem and (endpoint.transport_version != given or not section_problem):
             problems.append(f"{path}.endpoints[{i}].{key}: {problem}")
+    checks_key = camel_case("disabled_broker_requirement_checks")
+    section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
+    section_checks_problem = (
+        rmq.unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
+    )
+    if section_checks_problem:
+        problems.append(f"{path}.{checks_key}: {section_checks_problem}")
+    for i, endpoint in enumerate(config.endpoints):
+        problem = rmq.unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
+        inherited = list(endpoint.disabled_broker_requirement_checks) == list(section_checks or [])
+        if problem and not (inherited and section_checks_problem):
+            problems.append(f"{path}.endpoints[{i}].{checks_key}: {problem}")
 
 
 def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:

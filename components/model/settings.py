@@ -227,6 +227,21 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         f'`"{rmq.dotted_version(rmq.NEWEST_TRANSPORT_VERSION)}"`',
     )
 
+    disabled_broker_requirement_checks: tuple[str, ...] = setting(
+        (),
+        doc="The checks the endpoint turns off at start, as its `DisabledBrokerRequirementChecks` says "
+        "(NServiceBus.RabbitMQ 10.1 and later): `Version310OrNewer`, `StreamsEnabled`. On RabbitMQ 3.10 to 3.12 an "
+        "endpoint user without the administrator tag needs `StreamsEnabled` off (only administrators may read the "
+        "feature flags there). `nsb-delays preflight` judges the endpoint's start by it.",
+        places=(RABBITMQ, RABBITMQ_ENDPOINT),
+    )
+    validate_delivery_limits: bool = setting(
+        True,
+        doc="The endpoint's `ValidateDeliveryLimits` (NServiceBus.RabbitMQ 10 and later): whether it checks each "
+        "receiving queue's delivery limit at start. `nsb-delays preflight` judges the endpoint's start by it.",
+        places=(RABBITMQ, RABBITMQ_ENDPOINT),
+    )
+
     @property
     def transport(self) -> tuple[int, int, int]:
         """``transport_version`` parsed (ValueError naming the value and the rule)."""
@@ -244,6 +259,9 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         version_problem = rmq.transport_version_problem(self.transport_version)
         if version_problem:
             raise ValueError(f"transportVersion: {version_problem}")
+        checks_problem = rmq.unknown_broker_requirement_checks(self.disabled_broker_requirement_checks)
+        if checks_problem:
+            raise ValueError(f"disabledBrokerRequirementChecks: {checks_problem}")
         topology = rmq.endpoint_topology(
             self.endpoint,
             generation=self.generation,

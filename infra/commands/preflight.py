@@ -10,6 +10,8 @@ read with ``pulumi config --show-secrets``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,28 +26,32 @@ from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, load
 
 from .broker_options import StackDefaults, management_options, resolve_management
 from .errors import EXIT_FAILED, EXIT_OK, CommandError
+from .passwords import passwords_option, read_passwords
 from .stack_option import stack_option
 from .verify import sqs_client_of, sqs_problem
 
 DEFAULT_WAIT_SECONDS = 30.0
 
 
-def endpoint_logins(config: RabbitMqConfig, defaults: StackDefaults, given: Login) -> dict[str, Login]:
-    """Each endpoint's login: its stack user with the password its ``passwordKey`` names, else the given login.
-    ``CommandError`` naming every password that cannot be read."""
+def endpoint_logins(
+    config: RabbitMqConfig, defaults: StackDefaults, given: Login, passwords: Mapping[str, str] | None = None
+) -> dict[str, Login]:
+    """Each endpoint's login: its stack user with its password from ``passwords`` (``--passwords``), else the stack
+    config value its ``passwordKey`` names; an endpoint without a user, the given login. ``CommandError`` naming every
+    password that cannot be read."""
     problems = []
     logins = {endpoint.endpoint: given for endpoint in config.endpoints}
     for user, key in zip(config.users, config.password_keys, strict=True):
         setting = f"{NAMESPACE}:{key}"
         try:
-            password = defaults.provider(setting, "--stack")
+            password = (passwords or {}).get(user.user) or defaults.provider(setting, "--passwords")
         except CommandError as error:
             problems += error.problems
             continue
         if not password:
             problems.append(
                 f"{setting} is not set: endpoint {user.receiving_queues[0]!r} logs in as {user.user!r} with it "
-                f"(pulumi config set --secret {setting} <password>)"
+                f"(pulumi config set --secret {setting} <password>, or give it in --passwords)"
             )
             continue
         logins[user.receiving_queues[0]] = Login(user.user, str(password))
@@ -83,6 +89,10 @@ def verdict_table(reports: tuple[EndpointReport, ...], title: str) -> Table:
 @click.option("--region", envvar="AWS_REGION", help="AWS region. Default: stack aws:region.")
 @click.option("--skip-rabbitmq", is_flag=True, help="Do not check RabbitMQ even if the stack configures it.")
 @click.option("--skip-sqs", is_flag=True, help="Do not check SQS even if the stack configures it.")
+@passwords_option(
+    "each endpoint with a stack user logs in with its password from this file instead of the stack's secret its "
+    "passwordKey names."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of a table.")
 def preflight(
     stack: str,
@@ -91,12 +101,14 @@ def preflight(
     region: str | None,
     skip_rabbitmq: bool,
     skip_sqs: bool,
+    passwords_file: Path | None,
     as_json: bool,
     **connection: Any,
 ) -> None:
     """Would each endpoint of STACK start, and work, with installers off? Checks what NServiceBus checks at start, as
     of each endpoint's transportVersion, as its own login, and what its work needs; reads only. Exit 0: every
     endpoint would; 1: one would not; 2: the check could not run."""
+    passwords = read_passwords(passwords_file) if passwords_file is not None else None
     try:
         config = load_stack(stack)
         defaults = StackDefaults(read_stack_yaml(stack), config, stack)
@@ -107,7 +119,7 @@ def preflight(
     if rabbitmq is None and not sqs_endpoints:
         raise CommandError(f"stack {stack!r} has nothing to check (no rabbitmq/sqs section, or both skipped)")
     progress = (lambda line: click.echo(line, err=True)) if not as_json else (lambda _: None)
-    broker = _rabbitmq(rabbitmq, defaults, connection, wait, progress) if rabbitmq else None
+    broker = _rabbitmq(rabbitmq, defaults, connection, wait, progress, passwords) if rabbitmq else None
     sqs_reports = _sqs(sqs_endpoints, sqs_endpoint_url, region, defaults) if sqs_endpoints else ()
     ready = (broker is None or broker.ready) and all(report.ready for report in sqs_reports)
     if as_json:
@@ -119,10 +131,15 @@ def preflight(
 
 
 def _rabbitmq(
-    config: RabbitMqConfig, defaults: StackDefaults, connection: dict[str, Any], wait: float, progress: Any
+    config: RabbitMqConfig,
+    defaults: StackDefaults,
+    connection: dict[str, Any],
+    wait: float,
+    progress: Any,
+    passwords: Mapping[str, str] | None,
 ) -> RabbitMqPreflight:
     api: ManagementApi = resolve_management(connection, defaults=defaults)
-    logins = endpoint_logins(config, defaults, Login(api.username, api.password))
+    logins = endpoint_logins(config, defaults, Login(api.username, api.password), passwords)
     try:
         return preflight_rabbitmq(api, config, logins, wait=wait, progress=progress)
     except ManagementError as error:

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
-from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, parse_yaml
+from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
 from .errors import CommandError
+from .passwords import passwords_option, read_passwords
 from .stack_option import stack_option
 
 
@@ -26,17 +27,6 @@ def output_problem(output: Path) -> str | None:
     return None
 
 
-def read_passwords(path: Path) -> dict[str, str]:
-    """``--passwords FILE``: a YAML (or JSON) mapping of endpoint user name -> password."""
-    try:
-        raw = parse_yaml(path.read_text(), str(path))
-    except (OSError, ConfigError) as error:
-        raise CommandError(f"--passwords {path}: {getattr(error, 'strerror', None) or error}") from None
-    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items()):
-        raise CommandError(f"--passwords {path}: expected a mapping of user name -> non-empty password string")
-    return raw
-
-
 FORMATS_HELP = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
 
 
@@ -50,12 +40,9 @@ FORMATS_HELP = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS
     help="What to render (each format is described above).",
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
-@click.option(
-    "--passwords",
-    "passwords_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help=f"YAML mapping of endpoint user -> password: {PASSWORDS_FORMAT} then carries the users (password "
-    "hashes as RabbitMQ computes them). Without it the file has their permissions but not the users.",
+@passwords_option(
+    f"{PASSWORDS_FORMAT} then carries the users (password hashes as RabbitMQ computes them). Without it the file "
+    "has their permissions but not the users."
 )
 def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
     passwords = read_passwords(passwords_file) if passwords_file is not None else None

@@ -60,7 +60,7 @@ LAGGING = answer(policy=None, effective_policy_definition={}, delivery_limit=20)
                 delivery_limit="unlimited",
             ),
             "writes-policy",
-        ),  # fmt: skip
+        ),
         (
             V10_0,
             answer(
@@ -69,7 +69,7 @@ LAGGING = answer(policy=None, effective_policy_definition={}, delivery_limit=20)
                 delivery_limit="unlimited",
             ),
             "starts",
-        ),  # fmt: skip
+        ),
         # 10.1.5 knows only its exact name as its own; 10.1.6 any nsb.*.delivery-limit (IsTransportPolicy)
         (
             V10_1_5,
@@ -79,7 +79,7 @@ LAGGING = answer(policy=None, effective_policy_definition={}, delivery_limit=20)
                 delivery_limit="unlimited",
             ),
             "refuses",
-        ),  # fmt: skip
+        ),
         (
             V10_1_6,
             answer(
@@ -88,7 +88,7 @@ LAGGING = answer(policy=None, effective_policy_definition={}, delivery_limit=20)
                 delivery_limit="unlimited",
             ),
             "writes-policy",
-        ),  # fmt: skip
+        ),
         # classic queues are not checked; an unknown type is refused by 10.0.0's converter only
         (V10_0, answer(type="classic", effective_policy_definition={}), "starts"),
         (V10_0, answer(type="rabbit_mqtt_qos0_queue", effective_policy_definition={}), "refuses"),

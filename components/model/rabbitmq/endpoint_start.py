@@ -40,7 +40,9 @@ from .policy_match import AppliedPolicies, reported_delivery_limit
 from .versions import MINIMUM_BROKER_VERSION, dotted_version
 
 __all__ = [
+    "BROKER_REQUIREMENT_CHECKS",
     "DELIVERY_LIMIT_100000_ACCEPTED_FROM",
+    "DISABLED_CHECKS_FROM",
     "NEWEST_TRANSPORT_VERSION",
     "OLDEST_TRANSPORT_VERSION",
     "QUEUE_DETAILS_ATTEMPTS",
@@ -61,6 +63,7 @@ __all__ = [
     "runs_startup_checks",
     "settled_view",
     "transport_version_problem",
+    "unknown_broker_requirement_checks",
 ]
 
 OLDEST_TRANSPORT_VERSION = (4, 3, 0)  # the v1 delay graph's first release (DelayedDelivery/DelayInfrastructure.cs)
@@ -69,6 +72,9 @@ STARTUP_CHECKS_FROM = (10, 0, 0)  # RabbitMQTransport.cs at 10.0.0: BrokerVerifi
 DELIVERY_LIMIT_100000_ACCEPTED_FROM = (10, 1, 5)  # BrokerVerifier.cs at 10.1.5 (PR #1704)
 TRANSPORT_POLICY_BY_PREFIX_FROM = (10, 1, 6)  # BrokerVerifier.cs at 10.1.6 (PR #1708): IsTransportPolicy, ^…$ pattern
 NEWEST_TRANSPORT_VERSION = (11, 2, 1)  # the newest release read; its BrokerVerifier.cs is 10.1.6's
+DISABLED_CHECKS_FROM = (10, 1, 0)  # RabbitMQTransport.DisabledBrokerRequirementChecks (PR #1592, first in 10.1.0)
+# Configuration/BrokerRequirementChecks.cs (a [Flags] enum): each check the endpoint may turn off, by its C# name.
+BROKER_REQUIREMENT_CHECKS = ("Version310OrNewer", "StreamsEnabled")
 QUEUE_DETAILS_ATTEMPTS = 20  # BrokerVerifier.GetQueueDetails: `var attempts = 20`
 QUEUE_DETAILS_RETRY_SECONDS = 3  # BrokerVerifier.GetQueueDetails: `Task.Delay(TimeSpan.FromSeconds(3))`
 # Queue.BigValueInsteadOfActuallyUnlimited arrived with 10.1.5; 10.0.0 to 10.1.4 read "no limit" as -1.
@@ -99,6 +105,17 @@ def transport_version_problem(text: object) -> str | None:
             f"{text!r} is below NServiceBus.RabbitMQ {dotted_version(OLDEST_TRANSPORT_VERSION)}, the first release "
             "with native delayed delivery"
         )
+    return None
+
+
+def unknown_broker_requirement_checks(checks: object) -> str | None:
+    """Why ``disabledBrokerRequirementChecks`` is not a list of ``BrokerRequirementChecks`` names, or None."""
+    if not isinstance(checks, list | tuple):
+        return f"expected a list, got {type(checks).__name__}"
+    unknown = [check for check in checks if check not in BROKER_REQUIREMENT_CHECKS]
+    if unknown:
+        known = ", ".join(BROKER_REQUIREMENT_CHECKS)
+        return f"unknown check(s) {', '.join(map(repr, unknown))} (expected any of {known})"
     return None
 
 

@@ -1,0 +1,317 @@
+"""``nsb-delays preflight`` on real brokers: a stack provisioned as the docs say would start everywhere; each thing
+that keeps an endpoint from starting or working is named with its endpoint, reason and fix (exit 1); the wait for
+the management API to catch up is reported; with statistics off the verdict follows what NServiceBus would read.
+
+Every run is checked to change nothing: the broker's whole definitions export and its global message counters
+(``rabbit_global_counters``, exact counts, not sampled statistics) are the same before and after.
+
+The stack: Sales (user ``sales``, sends to Billing), Billing (user ``billing``), Shipping (no user: the given login),
+provisioned the way a team without Pulumi does (``render --format rabbitmq-definitions --passwords``, imported).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
+from nsb_delays.brokers.preflight import Login, preflight_rabbitmq
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.cli import cli
+from nsb_delays.stack.config import load_stack
+from servers.rabbitmq import LocalRabbitMq
+from tests.conftest import also_on_rabbitmq_4_0, serve, vhost_factory
+
+PASSWORDS = {"sales": "sales-secret", "billing": "billing-secret"}
+
+
+# RabbitMQ answers GET /api/feature-flags to administrators only before 3.13: endpoints whose users are not turn the
+# stream check off there (docs/how-to/endpoint-users.md).
+FEATURE_FLAGS_OPEN_FROM = (3, 13)
+
+
+def stack_section(
+    vhost: str, broker_version: tuple[int, ...], *, stream_check: bool | None = None, **sales: Any
+) -> dict[str, Any]:
+    """The stack; ``stream_check`` None: as the docs say for the broker's version."""
+    stream_check = broker_version >= FEATURE_FLAGS_OPEN_FROM if stream_check is None else stream_check
+    return {
+        "vhost": vhost,
+        "brokerVersion": rmq.broker_version_of(rmq.dotted_version(broker_version)),
+        **({} if stream_check else {"disabledBrokerRequirementChecks": ["StreamsEnabled"]}),
+        "endpoints": [
+            {
+                "name": "Sales",
+                "user": {"name": "sales", "passwordKey": "salesPassword", "sendsTo": ["Billing"]},
+                **sales,
+            },
+            {
+                "name": "Billing",
+                "instanceDiscriminators": ["blue"],
+                "user": {"name": "billing", "passwordKey": "billingPassword"},
+            },
+            "Shipping",
+        ],
+    }
+
+
+def write_stack(folder: Path, broker: LocalRabbitMq, section: dict[str, Any]) -> Path:
+    """The stack file (the broker's login as the provider's; the users' passwords as secrets, which these tests give
+    in ``--passwords`` instead: reading a Pulumi secret is ``tests/engine``'s) and ``passwords.yaml`` beside it."""
+    config = {
+        "rabbitmq:endpoint": broker.management_url,
+        "rabbitmq:username": broker.username,
+        "rabbitmq:password": broker.password,
+        "nsb-delays:salesPassword": {"secure": "v1:sales"},
+        "nsb-delays:billingPassword": {"secure": "v1:billing"},
+        "nsb-delays:rabbitmq": section,
+    }
+    path = folder / f"Pulumi.{section['vhost']}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    (folder / "passwords.yaml").write_text(yaml.safe_dump(PASSWORDS))
+    return path
+
+
+def deploy(api: ManagementApi, folder: Path, stack: Path) -> None:
+    """``render --passwords`` and the import, as an administrator without Pulumi provisions a stack."""
+    passwords = folder / "passwords.yaml"
+    out = folder / "definitions.json"
+    rendered = CliRunner().invoke(
+        cli, ["render", "--stack", str(stack), "--format", "rabbitmq-definitions", "--passwords", str(passwords),
+              "-o", str(out)],
+    )  # fmt: skip
+    assert rendered.exit_code == 0, rendered.output
+    api.import_definitions(json.loads(out.read_text()))
+
+
+def snapshot(broker: LocalRabbitMq, api: ManagementApi) -> tuple[str, str]:
+    """Every object, user, permission and policy of the broker, and its global message counters."""
+    return json.dumps(api.definitions(), sort_keys=True), broker.ctl("eval", "rabbit_global_counters:overview().")
+
+
+def run_preflight(broker: LocalRabbitMq, api: ManagementApi, stack: Path, *options: str) -> tuple[int, dict[str, Any]]:
+    """``nsb-delays preflight --json``: its exit code and document, proven to have changed nothing."""
+    before = snapshot(broker, api)
+    passwords = stack.parent / "passwords.yaml"
+    result = CliRunner().invoke(cli, ["preflight", "--stack", str(stack), "--passwords", str(passwords), "--json",
+                                      *options])  # fmt: skip
+    assert snapshot(broker, api) == before, "preflight changed the broker"
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def rows(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["endpoint"]: row for row in document["rabbitmq"]["endpoints"]}
+
+
+@pytest.fixture
+def users(management: ManagementApi) -> Iterator[None]:
+    """The endpoint users are broker-wide: removed after each test."""
+    yield
+    for user in PASSWORDS:
+        with contextlib.suppress(ManagementError):
+            management.send("DELETE", f"users/{user}")
+
+
+@pytest.fixture
+def deployed(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost: Any, tmp_path: Path, broker_version: Any, users: None
+) -> tuple[str, Path]:
+    vhost = new_vhost("preflight")
+    stack = write_stack(tmp_path, rabbitmq, stack_section(vhost, broker_version))
+    deploy(management, tmp_path, stack)
+    return vhost, stack
+
+
+def test_a_provisioned_stack_would_start_and_work(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path], broker_version: Any
+) -> None:
+    _vhost, stack = deployed
+    code, document = run_preflight(rabbitmq, management, stack)
+    assert code == 0 and document["ready"], [(r["endpoint"], r["reasons"]) for r in rows(document).values()]
+    assert {name: (row["verdict"], row["login"]) for name, row in rows(document).items()} == {
+        "Sales": ("starts", "sales"),
+        "Billing": ("starts", "billing"),
+        "Shipping": ("starts", rabbitmq.username),
+    }
+    sales = {check["check"]: check for check in rows(document)["Sales"]["checks"]}
+    assert sales["delivery limit of Sales"]["ok"] and "permissions" in sales
+    if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        assert "delivery limit 100000" in sales["delivery limit of Sales"]["detail"]
+
+
+def test_an_endpoint_user_cannot_read_the_feature_flags_before_rabbitmq_3_13(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost: Any, tmp_path: Path, broker_version: Any,
+    users: None,
+) -> None:  # fmt: skip
+    """Without ``disabledBrokerRequirementChecks: [StreamsEnabled]`` an endpoint user fails VerifyRequirements on 3.10
+    (rabbit_mgmt_wm_feature_flags: administrators only); from 3.13 every management user reads them."""
+    vhost = new_vhost("preflight-flags")
+    stack = write_stack(tmp_path, rabbitmq, stack_section(vhost, broker_version, stream_check=True))
+    deploy(management, tmp_path, stack)
+    code, document = run_preflight(rabbitmq, management, stack)
+    sales = rows(document)["Sales"]
+    if broker_version < FEATURE_FLAGS_OPEN_FROM:
+        assert code == 1 and sales["verdict"] == "does not start"
+        assert any("GET /api/feature-flags answered 'sales' with HTTP 401" in reason for reason in sales["reasons"])
+        assert any("disabledBrokerRequirementChecks: [StreamsEnabled]" in fix for fix in sales["fixes"])
+        assert rows(document)["Shipping"]["verdict"] == "starts"  # the administrator's login reads them
+    else:
+        assert code == 0 and sales["verdict"] == "starts"
+
+
+def test_a_missing_permission_is_named_with_its_fix(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path]
+) -> None:
+    vhost, stack = deployed
+    granted = management.permissions(vhost, "sales")
+    assert granted is not None
+    narrowed = {key: granted[key] for key in ("configure", "read")} | {
+        "write": granted["write"].replace("Billing|", "")
+    }
+    management.request("PUT", f"permissions/{path_segment(vhost)}/sales", narrowed)
+    code, document = run_preflight(rabbitmq, management, stack)
+    sales = rows(document)["Sales"]
+    assert code == 1 and sales["verdict"] == "starts; its work fails"
+    assert any(
+        "may not write on 'Billing' (" in r and "ConventionalRoutingTopology.Send" in r for r in sales["reasons"]
+    )
+    assert any("pulumi up --refresh" in fix for fix in sales["fixes"])
+    assert rows(document)["Billing"]["verdict"] == "starts"
+
+
+def test_a_release_that_refuses_the_policies_is_named(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost: Any, tmp_path: Path, broker_version: Any,
+    users: None,
+) -> None:  # fmt: skip
+    """NServiceBus.RabbitMQ 10.1.2 refuses the stack's 100000 on 4.x; on 3.10 the stack declares no limit."""
+    vhost = new_vhost("preflight-10-1-2")
+    stack = write_stack(tmp_path, rabbitmq, stack_section(vhost, broker_version, transportVersion="10.1.2"))
+    deploy(management, tmp_path, stack)
+    code, document = run_preflight(rabbitmq, management, stack)
+    sales = rows(document)["Sales"]
+    if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        assert code == 1 and sales["verdict"] == "does not start"
+        assert any("non-default value of '100000'" in reason for reason in sales["reasons"])
+        assert any("upgrade the endpoint to NServiceBus.RabbitMQ 10.1.6" in fix for fix in sales["fixes"])
+    else:
+        assert code == 0 and sales["verdict"] == "starts"
+    assert sales["transportVersion"] == "10.1.2" and rows(document)["Billing"]["verdict"] == "starts"
+
+
+def test_a_higher_priority_policy_capping_the_limit_is_named(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path], broker_version: Any
+) -> None:
+    vhost, stack = deployed
+    apply_to = "quorum_queues" if broker_version >= (3, 12) else "queues"
+    body = {"pattern": "^Sales$", "apply-to": apply_to, "priority": 10, "definition": {"delivery-limit": 20}}
+    management.request("PUT", f"policies/{path_segment(vhost)}/cap", body)
+    code, document = run_preflight(rabbitmq, management, stack, "--wait", "120")
+    sales = rows(document)["Sales"]
+    assert code == 1 and sales["verdict"] == "does not start"
+    assert any("non-default value of '20'" in reason for reason in sales["reasons"])
+    assert any("policy 'cap'" in fix for fix in sales["fixes"])
+
+
+def test_a_deleted_delivery_binding_is_named(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path]
+) -> None:
+    vhost, stack = deployed
+    delivery = rmq.delivery_exchange_name()
+    [binding] = [b for b in management.bindings(vhost) if b["source"] == delivery and b["destination"] == "Sales"]
+    management.delete_binding(vhost, binding)
+    code, document = run_preflight(rabbitmq, management, stack)
+    sales = rows(document)["Sales"]
+    assert code == 1 and sales["verdict"] == "starts; its work fails"
+    assert any(f"missing {delivery} -> Sales ('#.Sales')" in reason for reason in sales["reasons"])
+    assert sales["fixes"] == ["pulumi up (the stack declares it)"]
+
+
+def test_the_wait_for_the_management_api_is_reported(
+    rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path], broker_version: Any
+) -> None:
+    """The API's view is held still (``statistics_frozen``) while the stack's delivery-limit policies are re-created
+    (3.10: a policy without a limit), so its first answers differ from what the broker applies whatever the load;
+    preflight waits, says so, and judges the answers once the view is let go."""
+    vhost, stack = deployed
+    config = load_stack(str(stack)).rabbitmq
+    assert config is not None
+    policies = config.topology.policies or ()
+    extra = {"pattern": "^Billing$", "apply-to": "queues", "priority": -5, "definition": {"max-length": 100}}
+    waiting = threading.Event()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        logins = {"Sales": Login("sales", PASSWORDS["sales"]), "Billing": Login("billing", PASSWORDS["billing"]),
+                  "Shipping": Login(rabbitmq.username, rabbitmq.password)}  # fmt: skip
+        progress = lambda line: waiting.set()  # noqa: E731
+        outcome.append(preflight_rabbitmq(management, config, logins, wait=300, progress=progress))
+
+    with rabbitmq.statistics_frozen():
+        for policy in policies:
+            management.send("DELETE", f"policies/{path_segment(vhost)}/{path_segment(policy.name)}")
+        for policy in policies:
+            body = {"pattern": policy.pattern, "apply-to": policy.apply_to, "priority": policy.priority,
+                    "definition": dict(policy.definition)}  # fmt: skip
+            management.request("PUT", f"policies/{path_segment(vhost)}/{path_segment(policy.name)}", body)
+        if not policies:
+            management.request("PUT", f"policies/{path_segment(vhost)}/low", extra)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert waiting.wait(300), "preflight never reported waiting for the management API"
+    thread.join(300)
+    [report] = outcome
+    assert report.ready, [r.as_json() for r in report.endpoints]
+    assert report.waited > 0
+    [note] = [n for n in report.notes if n.startswith("waited")]
+    assert "for the management API to show what the broker applies" in note
+
+
+# --- statistics off (management_agent.disable_metrics_collector) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def statistics_off(rabbitmq: LocalRabbitMq) -> Iterator[LocalRabbitMq]:
+    """A second broker of the version, its management statistics off."""
+    yield from serve(rabbitmq.another(("management_agent.disable_metrics_collector = true",)))
+
+
+@also_on_rabbitmq_4_0
+def test_with_statistics_off_the_verdict_follows_what_nservicebus_reads(
+    statistics_off: LocalRabbitMq, tmp_path: Path, broker_version: Any
+) -> None:
+    """4.3.6 answers a queue's policy from the queue itself: nothing changes. 3.10.8 and 4.0.5 (before 4.2.5, rabbitmq-
+    server #15651) leave it out: NServiceBus asks 20 times, then starts without it, even with a policy capping the
+    queue at 20 that the broker applies; the row says so (4.0 runs here: its answer differs from 4.3's)."""
+    api = ManagementApi(statistics_off.management_url, statistics_off.username, statistics_off.password)
+    with vhost_factory(api) as make:
+        vhost = make("preflight-no-stats")
+        stack = write_stack(tmp_path, statistics_off, stack_section(vhost, broker_version))
+        deploy(api, tmp_path, stack)
+        apply_to = "quorum_queues" if broker_version >= (3, 12) else "queues"
+        body = {"pattern": "^Sales$", "apply-to": apply_to, "priority": 10, "definition": {"delivery-limit": 20}}
+        api.request("PUT", f"policies/{path_segment(vhost)}/cap", body)
+        try:
+            code, document = run_preflight(statistics_off, api, stack)
+        finally:
+            for user in PASSWORDS:
+                api.send("DELETE", f"users/{user}")
+    assert document["rabbitmq"]["statistics"] is False and document["rabbitmq"]["waitedSeconds"] == 0
+    assert any("statistics are off" in note for note in document["rabbitmq"]["notes"])
+    sales = rows(document)["Sales"]
+    limit = {check["check"]: check for check in sales["checks"]}["delivery limit of Sales"]
+    if broker_version >= (4, 2, 5):
+        assert code == 1 and sales["verdict"] == "does not start"
+        assert "non-default value of '20'" in limit["detail"]
+    else:
+        assert code == 0 and sales["verdict"] == "starts"
+        assert "no effective_policy_definition (with statistics off)" in limit["detail"]
+        assert "the broker applies policy 'cap'" in limit["detail"] and "does not see" in limit["detail"]
