@@ -3,8 +3,9 @@ that keeps them elsewhere (``render`` puts them into a definitions file, ``prefl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -24,7 +25,10 @@ def read_passwords(path: Path) -> dict[str, str]:
     return raw
 
 
-def passwords_option(help_text: str) -> Any:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def passwords_option(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--passwords",
         "passwords_file",

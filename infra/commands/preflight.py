@@ -143,12 +143,20 @@ def _rabbitmq(
     try:
         return preflight_rabbitmq(api, config, logins, wait=wait, progress=progress)
     except ManagementError as error:
-        raise CommandError(
+        raise CommandError(_login_problem(error)) from None
+
+
+def _login_problem(error: ManagementError) -> str:
+    """The management API's refusal, with what the login lacks: an administrator's tag (``rabbit_mgmt_util``
+    ``is_authorized_admin``: "Not administrator user"), or the login itself."""
+    if error.status in (401, 403) and "administrator" in str(error).lower():
+        return (
             f"{error}: preflight reads the vhost's definitions and permission records, which needs an "
             "administrator's login (--username)"
-            if error.status in (401, 403)
-            else str(error)
-        ) from None
+        )
+    if error.status == 401:
+        return f"{error}: check --username and --password (or the stack's rabbitmq:username/password)"
+    return str(error)
 
 
 def _sqs(

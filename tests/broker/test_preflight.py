@@ -315,3 +315,39 @@ def test_with_statistics_off_the_verdict_follows_what_nservicebus_reads(
         assert code == 0 and sales["verdict"] == "starts"
         assert "no effective_policy_definition (with statistics off)" in limit["detail"]
         assert "the broker applies policy 'cap'" in limit["detail"] and "does not see" in limit["detail"]
+
+
+@pytest.mark.parametrize(
+    ("login", "expected"),
+    [
+        (("preflight-watcher", "watch"), ["needs an administrator's login (--username)", "Not administrator user"]),
+        (("guest", "not-its-password"), ["401", "for user 'guest'", "check --username and --password"]),
+    ],
+    ids=["not-an-administrator", "wrong-password"],
+)
+def test_a_login_that_cannot_read_the_records_is_refused_before_any_verdict(
+    rabbitmq: LocalRabbitMq,
+    management: ManagementApi,
+    deployed: tuple[str, Path],
+    login: tuple[str, str],
+    expected: list[str],
+) -> None:
+    """Exit 2, a few lines naming the login and what it lacks; nothing judged, nothing changed."""
+    vhost, stack = deployed
+    user, password = login
+    if user != rabbitmq.username:
+        management.request("PUT", f"users/{user}", {"password": password, "tags": "management"})
+        management.request("PUT", f"permissions/{path_segment(vhost)}/{user}", {"configure": "", "write": "",
+                                                                                  "read": ".*"})  # fmt: skip
+    try:
+        before = snapshot(rabbitmq, management)
+        result = CliRunner().invoke(cli, ["preflight", "--stack", str(stack), "--passwords",
+                                          str(stack.parent / "passwords.yaml"), "--username", user,
+                                          "--password", password])  # fmt: skip
+        assert snapshot(rabbitmq, management) == before
+    finally:
+        if user != rabbitmq.username:
+            management.send("DELETE", f"users/{user}")
+    assert result.exit_code == 2, result.output
+    assert all(fragment in result.output for fragment in expected), result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 4

@@ -109,6 +109,7 @@ def example_value(section: str, key: str) -> Any:
     typ, allowed = config_keys()[section][key].type, config_keys()[section][key].allowed
     special: dict[str, Any] = {
         stack_config.BROKER_VERSION_KEY: "4.0",
+        "transportVersion": "11.2.1",
         "user": {"passwordKey": PASSWORD_KEY},
         "passwordKey": PASSWORD_KEY,
         "endpoints": ["Sales"],
