@@ -11,7 +11,8 @@ What it writes (every file a text the user reads and commits):
 - ``policies/``: the policy pack, as ``nsb-delays pulumi-plugin policy-pack`` writes it;
 - ``.github/workflows/nsb-delays.yml`` and ``.gitlab-ci.yml``: the pipelines for this repository (review with the
   offline check against the deployed stack file and ``pulumi preview --policy-pack policies``; deploy with
-  ``pulumi up --policy-pack policies`` and ``nsb-delays verify``), rendered from ``init-*.j2`` beside this module.
+  ``pulumi up --policy-pack policies``, ``nsb-delays verify`` and ``nsb-delays preflight``), rendered from
+  ``init-*.j2`` beside this module.
 
 Not a ``pulumi new`` template: Pulumi lays down a template's files replacing only ``${PROJECT}`` and
 ``${DESCRIPTION}`` (pulumi/pulumi v3.274.1 ``pkg/cmd/pulumi/templates/project_templates.go`` ``transform``) and writes
@@ -389,5 +390,6 @@ def init(
         f"  pulumi config set --secret rabbitmq:password <password> --stack {stack}\n"
         f"  pulumi install --no-plugins && pulumi -C {POLICY_PACK_DIR} install\n"
         f"  pulumi up --policy-pack {POLICY_PACK_DIR} --stack {stack}\n"
-        f"  nsb-delays verify --stack {stack}"
+        f"  nsb-delays verify --stack {stack}\n"
+        f"  nsb-delays preflight --stack {stack}"
     )

@@ -5,8 +5,8 @@ check them with: the GitHub Actions workflow by actionlint (built from the Go mo
 GitLab file against GitLab's own JSON schema of ``.gitlab-ci.yml`` (vendored in ``tests/packaging/vendor``). Both
 checks, run the same way, catch a broken copy. And both files run what the how-to says: the offline check against
 the deployed stack file (``--baseline``) and ``pulumi preview --policy-pack policies`` on a pull/merge request, the
-same check, ``pulumi up`` with the pack and ``nsb-delays verify`` on the main/default branch, with the virtualenvs
-init's project names. tests/consumer runs their ``run:``/``script:`` lines against a repository init wrote.
+same check, ``pulumi up`` with the pack, ``nsb-delays verify`` and ``nsb-delays preflight`` on the main/default branch,
+with the virtualenvs init's project names. tests/consumer runs their ``run:``/``script:`` lines against a repository init wrote.
 """
 
 from __future__ import annotations
@@ -176,12 +176,15 @@ def test_the_github_workflow_reviews_a_pull_request_and_deploys_main_with_the_pa
     ]
     assert deploy["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
     assert deploy["env"]["BEFORE"] == "${{ github.event.before }}"
-    assert run_lines(deploy["steps"])[-4:] == [
+    assert run_lines(deploy["steps"])[-5:] == [
         'git show "$BEFORE:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
         'nsb-delays check --stack "$STACK" --baseline baseline.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"',
         'pulumi up --stack "$STACK" --policy-pack policies --yes --non-interactive',
         'nsb-delays verify --stack "$STACK"',
+        'nsb-delays preflight --stack "$STACK"',
     ]
+    assert [step.get("name") for step in deploy["steps"][-2:]] == ["nsb-delays verify", "nsb-delays preflight"]
+    assert not {"env", "continue-on-error"} & deploy["steps"][-1].keys(), "verify's environment; its exit fails the job"
     assert deploy["concurrency"]["cancel-in-progress"] is False
 
 
@@ -204,12 +207,14 @@ def test_the_gitlab_file_reviews_a_merge_request_and_deploys_the_default_branch_
     ]
     deploy = document["deploy"]
     assert deploy["stage"] == "deploy" and deploy["rules"] == [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}]
-    assert gitlab_script(deploy, templates)[-4:] == [
+    assert gitlab_script(deploy, templates)[-5:] == [
         'git show "$CI_COMMIT_BEFORE_SHA:$STACK_FILE" > baseline.yaml || cp "$STACK_FILE" baseline.yaml',
         'nsb-delays check --stack "$STACK" --baseline baseline.yaml',
         'pulumi up --stack "$STACK" --policy-pack policies --yes --non-interactive',
         'nsb-delays verify --stack "$STACK"',
+        'nsb-delays preflight --stack "$STACK"',
     ]
+    assert "allow_failure" not in deploy, "a failing preflight fails the deploy"
     assert deploy["resource_group"] == "nsb-delays-prod"
 
 
@@ -233,7 +238,7 @@ def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
     document = gitlab_ci()
     lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
     commands = [command_words(line) for line in lines if line.startswith("nsb-delays ")]
-    assert sorted({words[1] for words in commands}) == ["check", "verify"]
+    assert sorted({words[1] for words in commands}) == ["check", "preflight", "verify"]
     assert all("--baseline" in words for words in commands if words[1] == "check")
     context = click.Context(nsb_delays_cli, info_name="nsb-delays")
     for words in commands:
