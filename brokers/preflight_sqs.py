@@ -16,8 +16,6 @@ from nsb_delays.components.model.settings import SqsEndpointSettings
 
 from .endpoint_verdict import EndpointReport, Finding
 
-MAXIMUM_MESSAGE_SIZE = "MaximumMessageSize"
-
 
 def preflight_sqs(client: Any, endpoints: tuple[SqsEndpointSettings, ...]) -> tuple[EndpointReport, ...]:
     """Each SQS endpoint's queues as the transport checks them (boto3 ``client``)."""
@@ -83,15 +81,19 @@ def _delay_queue(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> list[Fin
 
 
 def _size(spec: sqs.SqsQueueSpec, attributes: dict[str, str]) -> Finding:
-    """The queue takes the largest message the transport sends inline (``SqsMaximumMessageSize``)."""
-    size = int(attributes.get(MAXIMUM_MESSAGE_SIZE, "0"))
+    """The queue takes the largest message the transport sends inline (``SqsMaximumMessageSize``), whatever the
+    stack declares: a stack that keeps it smaller on purpose is told so, with the setting to raise."""
+    attribute = sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE
+    size = sqs.queue_message_limit(attributes.get(attribute))
     wanted = sqs.MAX_MESSAGE_SIZE
     ok = size >= wanted
-    detail = f"{MAXIMUM_MESSAGE_SIZE} {size:,}" + (
+    detail = f"{attribute} {size:,}" + (
         ""
         if ok
         else f": NServiceBus.AmazonSQS 9 sends messages of up to {wanted:,} bytes inline, which SQS refuses here"
     )
-    command = f"aws sqs set-queue-attributes --queue-url <{spec.name}> --attributes {MAXIMUM_MESSAGE_SIZE}={wanted}"
-    fix = "" if ok else f"{command} (or pulumi up)"
-    return Finding(f"{MAXIMUM_MESSAGE_SIZE} of {spec.name}", ok, detail, fix, at_start=False)
+    command = f"aws sqs set-queue-attributes --queue-url <{spec.name}> --attributes {attribute}={wanted}"
+    declared = spec.max_message_size
+    how = "pulumi up" if declared >= wanted else f"raise the stack's maxMessageSize ({declared:,}) and pulumi up"
+    fix = "" if ok else f"{how}, or {command}"
+    return Finding(f"{attribute} of {spec.name}", ok, detail, fix, at_start=False)

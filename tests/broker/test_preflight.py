@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -27,8 +29,9 @@ from nsb_delays.brokers.preflight import Login, preflight_rabbitmq
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import load_stack
-from servers.rabbitmq import LocalRabbitMq
+from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.conftest import also_on_rabbitmq_4_0, serve, vhost_factory
+from tests.provisioning import provision_sqs_queues
 
 PASSWORDS = {"sales": "sales-secret", "billing": "billing-secret"}
 
@@ -351,3 +354,46 @@ def test_a_login_that_cannot_read_the_records_is_refused_before_any_verdict(
     assert result.exit_code == 2, result.output
     assert all(fragment in result.output for fragment in expected), result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 4
+
+
+# --- Amazon SQS (moto) ----------------------------------------------------------------------------------------------
+
+
+def test_sqs_queues_are_judged_as_the_transport_checks_them(
+    moto_server: LocalMoto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Provisioned from the stack (CloudFormation into moto): every endpoint starts. Then Billing's input queue is
+    cut to 262,144 bytes and Shipping's delay queue gets a RedrivePolicy: each is named with its reason and fix."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    prefix = f"pf-{uuid.uuid4().hex[:6]}-"
+    config = {"aws:region": "us-east-1",
+              "nsb-delays:sqs": {"queueNamePrefix": prefix, "endpoints": ["Sales", "Billing", "Shipping"]}}  # fmt: skip
+    stack = tmp_path / "Pulumi.sqs.yaml"
+    stack.write_text(yaml.safe_dump({"config": config}))
+    urls = provision_sqs_queues(moto_server, load_stack(str(stack)))
+    arguments = ["preflight", "--stack", str(stack), "--sqs-endpoint-url", moto_server.endpoint_url, "--json"]
+    ready = CliRunner().invoke(cli, arguments)
+    assert ready.exit_code == 0, ready.output
+    client = boto3.client("sqs", endpoint_url=moto_server.endpoint_url, region_name="us-east-1")
+    client.set_queue_attributes(QueueUrl=urls[f"{prefix}Billing"], Attributes={"MaximumMessageSize": "262144"})
+    dead = client.create_queue(QueueName=f"{prefix}dead.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    arn = client.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    client.set_queue_attributes(
+        QueueUrl=urls[f"{prefix}Shipping-delay.fifo"],
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "5"})},
+    )
+    result = CliRunner().invoke(cli, arguments)
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    by_name = {row["endpoint"]: row for row in document["sqs"]}
+    assert by_name["Sales"]["verdict"] == "starts"
+    billing, shipping = by_name["Billing"], by_name["Shipping"]
+    assert billing["verdict"] == "starts; its work fails"
+    assert billing["reasons"] == [
+        "MaximumMessageSize 262,144: NServiceBus.AmazonSQS 9 sends messages of up to 1,048,576 bytes inline, which SQS "
+        "refuses here"
+    ]
+    assert "MaximumMessageSize=1048576" in billing["fixes"][0]
+    assert shipping["verdict"] == "does not start"
+    assert any("should not have Redrive Policy enabled" in reason for reason in shipping["reasons"])
