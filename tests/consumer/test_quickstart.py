@@ -6,13 +6,17 @@ a second ``pulumi up`` that changes nothing, and the two pipelines ``init`` wrot
 The quickstart block is changed in three places only: its ``pip install nsb-delays`` is the session's wheel in a
 fresh virtualenv (``consumer_cli``; the package is not on PyPI); ``init`` gets ``--requirement <the wheel>`` and
 ``--vhost`` (a vhost of the test's own on the shared test broker); ``pulumi login --local`` logs in to a directory of
-the test's own (``--local`` is the passwd entry's home, whatever $HOME says).
+the test's own (``--local`` is the passwd entry's home, whatever $HOME says). And one command is added: ``nsb-delays
+preflight --stack prod --json`` right after its ``pulumi up``, its JSON and exit code kept for
+``test_preflight_right_after_the_first_up_judges_every_endpoint_to_start`` (the block's own ``preflight``, its last
+line, comes after ``verify``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -50,6 +54,7 @@ STACK = "prod"
 STACK_FILE = "Pulumi.prod.yaml"
 INSTALL_LINE = "pip install nsb-delays"
 LOCAL_LOGIN = "pulumi login --local"
+PREFLIGHT_JSON = f"nsb-delays preflight --stack {STACK} --json"
 
 ON_BROKERS = pytest.mark.parametrize(
     "rabbitmq", CONSUMER_BROKERS, indirect=True, scope="session", ids=[f"rabbitmq-{v}" for v in CONSUMER_BROKERS]
@@ -70,7 +75,46 @@ def test_the_quickstart_is_at_most_ten_commands_from_an_empty_repository() -> No
     assert len(commands) <= 10
     assert commands[0].split("#")[0].strip() == INSTALL_LINE
     assert commands[1].split("#")[0].strip() == "git init delays && cd delays"
-    assert commands[-1].split("#")[0].strip() == f"nsb-delays verify --stack {STACK}"
+    assert [command.split("#")[0].strip() for command in commands[-2:]] == [
+        f"nsb-delays verify --stack {STACK}",
+        f"nsb-delays preflight --stack {STACK}",
+    ]
+
+
+@dataclass(frozen=True)
+class PreflightRun:
+    """``PREFLIGHT_JSON`` as the quickstart's script ran it: its exit code, stdout (the JSON) and stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def explain(self) -> str:
+        return (
+            f"{PREFLIGHT_JSON} exited {self.returncode}\n--- stdout\n{self.stdout[-SHOWN:]}\n--- stderr\n{self.stderr}"
+        )
+
+
+def is_pulumi_up(command: str) -> bool:
+    return command.split("#")[0].split()[:2] == ["pulumi", "up"]
+
+
+def preflight_after_up(scratch: Path) -> list[str]:
+    """The script's lines that run ``PREFLIGHT_JSON`` into files of ``scratch`` and go on whatever it exits (the test
+    judges the exit code; the block's own ``preflight`` and ``set -e`` stop the script on a failure later)."""
+    out, err, code = (shlex.quote(str(scratch / name)) for name in ("preflight.json", "preflight.err", "preflight.rc"))
+    return [
+        f"echo {shlex.quote('$ ' + PREFLIGHT_JSON)}",
+        f'code=0; {PREFLIGHT_JSON} > {out} 2> {err} || code=$?; echo "$code" > {code}',
+    ]
+
+
+def read_preflight(scratch: Path) -> PreflightRun:
+    return PreflightRun(
+        int((scratch / "preflight.rc").read_text()),
+        (scratch / "preflight.json").read_text(),
+        (scratch / "preflight.err").read_text(),
+    )
 
 
 @dataclass
@@ -81,6 +125,7 @@ class Repository:
     vhost: str
     broker: LocalRabbitMq
     state: Path  # the DIY backend's directory
+    first_preflight: PreflightRun  # PREFLIGHT_JSON right after the first `pulumi up`
 
     def run(self, *command: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -121,8 +166,9 @@ def repository(
     )  # fmt: skip
     commands = quickstart_commands()
     assert commands[0].split("#")[0].strip() == INSTALL_LINE  # done by consumer_cli
+    first_up = next(index for index, command in enumerate(commands) if is_pulumi_up(command))
     script = []
-    for command in commands[1:]:
+    for index, command in enumerate(commands[1:], start=1):
         if command.startswith(LOCAL_LOGIN):
             # ~ of `file://~` is the passwd entry's home, not $HOME (pulumi/pulumi pkg/backend/diy/backend.go
             # `massageBlobPath`: user.Current()): a directory of the test's own instead
@@ -131,11 +177,17 @@ def repository(
             command = command.split("#")[0].rstrip()
             command += f" --requirement {shlex.quote(str(consumer_cli.wheel))} --vhost {vhost}"
         script += [f"echo {shlex.quote('$ ' + command)}", command]
+        if index == first_up:
+            # before verify: the closest to the up, when the management API is most behind the broker (RabbitMQ
+            # 4.3's by 5-7 s); and verify after it finds no drift, so preflight's reading changed nothing
+            script += preflight_after_up(root)
     result = user_bash("\n".join(script), work, env, timeout=1800)
     if result.returncode != 0:
         pytest.fail(f"the README's quickstart stopped (exit {result.returncode})\n{output_tail(result)}", pytrace=False)
     try:
-        yield Repository(work / "delays", env, result.stdout + result.stderr, vhost, rabbitmq, state)
+        yield Repository(
+            work / "delays", env, result.stdout + result.stderr, vhost, rabbitmq, state, read_preflight(root)
+        )
     finally:
         management.delete_vhost(vhost)
 
@@ -148,6 +200,26 @@ def test_the_quickstart_deploys_and_verifies_with_the_stacks_secret_password(rep
     assert not {"RABBITMQ_PASSWORD", "RABBITMQ_USERNAME"} & repository.env.keys()
     assert "secure:" in repository.path.joinpath(STACK_FILE).read_text()
     assert "no drift" in repository.output, repository.output[-SHOWN:]
+
+
+@ON_BROKERS
+def test_preflight_right_after_the_first_up_judges_every_endpoint_to_start(repository: Repository) -> None:
+    """``nsb-delays preflight --stack prod --json``, run right after the quickstart's ``pulumi up`` with the stack's own
+    login (its secret password): Sales and Billing, no endpoint users, each ``starts`` (and its work too); exit 0.
+    Whether the management API still lagged the broker when it asked depends on the machine's load, so a wait is not
+    required: when it waited, a note says so. (The block's last line, ``preflight`` after ``verify``, exited 0 too:
+    the script runs with ``set -e``.)"""
+    run = repository.first_preflight
+    assert run.returncode == 0, run.explain()
+    document = json.loads(run.stdout)
+    assert document["ready"] is True, run.explain()
+    broker = document["rabbitmq"]
+    assert broker["vhost"] == repository.vhost
+    verdicts = {report["endpoint"]: report["verdict"] for report in broker["endpoints"]}
+    assert verdicts == {"Sales": "starts", "Billing": "starts"}, run.explain()
+    assert all(report["starts"] and report["works"] for report in broker["endpoints"]), run.explain()
+    if broker["waitedSeconds"] > 0:
+        assert any(note.startswith("waited") for note in broker["notes"]), run.explain()
 
 
 @ON_BROKERS
@@ -289,7 +361,10 @@ def test_the_github_workflow_reviews_pull_requests_and_deploys_main(ci: Ci) -> N
     deploy = succeeded(
         run_github_job(workflow, "deploy", ci.checkout, ci.env, ci.secrets | {"github.event.before": before})
     )
-    assert deploy.steps[-1].name == "nsb-delays verify" and "no drift" in deploy.steps[-1].output, deploy.explain()
+    verify, preflight = deploy.steps[-2:]
+    assert verify.name == "nsb-delays verify" and "no drift" in verify.output, deploy.explain()
+    # exit 0 (succeeded): every endpoint, Shipping just deployed included, would start with installers off
+    assert preflight.name == "nsb-delays preflight" and "Shipping" in preflight.output, deploy.explain()
 
 
 @ON_BROKERS
@@ -315,6 +390,9 @@ def test_the_gitlab_pipeline_reviews_merge_requests_and_deploys_the_default_bran
         run_gitlab_job(ci_file, "deploy", ci.checkout, ci.env | variables | {"CI_COMMIT_BEFORE_SHA": before})
     )
     assert "no drift" in deploy.steps[-1].output, deploy.explain()
+    # its last line, after verify; exit 0 (succeeded): every endpoint, Invoicing just deployed included, would start
+    _, ran, preflight = deploy.steps[-1].output.partition('$ nsb-delays preflight --stack "$STACK"\n')
+    assert ran and "Invoicing" in preflight, deploy.explain()
 
 
 # The pages' blocks marked `runs-with: consumer` (tests/docs/live.py SERVICES): first-stack.md, ci.md
