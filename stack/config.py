@@ -414,7 +414,7 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
     section's once, each endpoint's own."""
     key = camel_case("transport_version")
     given = raw.get(key) if isinstance(raw, Mapping) else None
-    section_problem = rmq.transport_version_problem(given) if given is not None else None
+    section_problem = rmq.transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
     if section_problem:
         problems.append(f"{path}.{key}: {section_problem}")
     for i, endpoint in enumerate(config.endpoints):
@@ -423,6 +423,7 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
             problems.append(f"{path}.endpoints[{i}].{key}: {problem}")
     checks_key = camel_case("disabled_broker_requirement_checks")
     section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
+    section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so
     section_checks_problem = (
         rmq.unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
     )

@@ -49,6 +49,8 @@ def test_inputs_are_camel_case_plain_values_with_required_endpoint(schema: dict)
         "instanceDiscriminators",
         "legacyTimeoutManager",
         "transportVersion",
+        "disabledBrokerRequirementChecks",
+        "validateDeliveryLimits",
         "deliveryLimitPolicies",
         "parkUnroutable",
         "adoptExisting",

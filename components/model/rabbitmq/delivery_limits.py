@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .names import QueueType, exact_name_pattern, is_combined_policy_name
+from .names import exact_name_pattern, is_combined_policy_name
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
 from .versions import parse_broker_version
 
@@ -32,9 +32,7 @@ __all__ = [
     "delivery_limit_policies_by_default",
     "delivery_limit_policy",
     "delivery_limit_policy_name",
-    "effective_delivery_limit",
     "is_delivery_limit_policy_name",
-    "nservicebus_delivery_limit_refusal",
     "stored_definition_value",
 ]
 
@@ -98,88 +96,6 @@ def delivery_limit_policy(queue: str) -> PolicySpec:
         definition={DELIVERY_LIMIT_POLICY_KEY: UNLIMITED_DELIVERY_LIMIT},
         by_nservicebus=True,
     )
-
-
-def _limit(value: object) -> int | None:
-    """A delivery limit as the management API shows it (DeliveryLimitConverter: 'unlimited' is -1)."""
-    if isinstance(value, str) and value.lower() == "unlimited":
-        return -1
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def effective_delivery_limit(
-    arguments: Mapping[str, object], effective_policy_definition: Mapping[str, object] | None, delivery_limit: object
-) -> int:
-    """Queue.GetDeliveryLimit: RabbitMQ 4.x reports ``delivery_limit``; on 3.x it is the lowest of the
-    ``x-delivery-limit`` argument and the effective policy's ``delivery-limit`` (negative counts as 0), and
-    100000 ("unlimited") when neither is set. ``unlimited`` reads as -1."""
-    reported = _limit(delivery_limit)
-    if reported is not None:
-        return reported
-    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
-    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
-    set_limits = [v for v in (policy_limit, argument_limit) if v is not None]
-    return max(0, min(set_limits)) if set_limits else UNLIMITED_DELIVERY_LIMIT
-
-
-def nservicebus_delivery_limit_refusal(
-    queue: str,
-    *,
-    broker_version: tuple[int, ...],
-    queue_type: str | None,
-    arguments: Mapping[str, object],
-    effective_policy_definition: Mapping[str, object] | None,
-    applied_policy: str | None,
-    operator_policy: str | None = None,
-    delivery_limit: object = None,
-) -> str | None:
-    """Why NServiceBus.RabbitMQ 10+ would refuse to start on this queue, or None when it would start.
-
-    BrokerVerifier.ShouldOverrideDeliveryLimit and Queue.GetDeliveryLimit: classic queues are not
-    checked; the limit is the broker's ``delivery_limit`` (4.x) or else the lowest of argument and
-    effective policy (3.x, negative counts as 0, none means unlimited). 100000 passes, whatever set
-    it. Otherwise an argument or (operator) policy limit is refused; with no limit set, 4.x needs
-    the transport's policy, which cannot be applied while another policy is (one policy per queue).
-    ``None`` also when the endpoint would create its own policy (it needs policymaker rights for that).
-    NServiceBus.RabbitMQ 11 (11.2.1, ``BrokerVerifier.ShouldOverrideDeliveryLimit``) keeps these rules, the
-    ``^<Regex.Escape(queue)>$`` pattern and 100000 (``SetDeliveryLimitViaPolicy``); it refuses even
-    ``x-delivery-limit: -1``, RabbitMQ's own way to an unlimited limit (Particular/NServiceBus.RabbitMQ issue #1828).
-    """
-    if queue_type != QueueType.QUORUM:
-        return None
-    argument_limit = _limit(arguments.get(DELIVERY_LIMIT_ARGUMENT))
-    policy_limit = _limit((effective_policy_definition or {}).get(DELIVERY_LIMIT_POLICY_KEY))
-    limit = effective_delivery_limit(arguments, effective_policy_definition, delivery_limit)
-    if limit == UNLIMITED_DELIVERY_LIMIT:
-        return None
-    recreate_own_policy = limit == -1 and is_delivery_limit_policy_name(applied_policy)
-    if not recreate_own_policy and (argument_limit is not None or policy_limit is not None):
-        sources = [f"argument {DELIVERY_LIMIT_ARGUMENT}={argument_limit}"] if argument_limit is not None else []
-        if policy_limit is not None:
-            owners = [f"policy {applied_policy!r}"] if applied_policy else []
-            owners += [f"operator policy {operator_policy!r}"] if operator_policy else []
-            sources.append(f"{DELIVERY_LIMIT_POLICY_KEY}={policy_limit} from {' / '.join(owners) or 'a policy'}")
-        return (
-            f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
-            "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
-            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} or the stack's combined "
-            f"delivery-limit policy may set one, {UNLIMITED_DELIVERY_LIMIT})"
-        )
-    # SetDeliveryLimitViaPolicy: the transport would now create its policy.
-    version = ".".join(map(str, broker_version))
-    if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
-        return (
-            f"queue {queue!r} needs NServiceBus's delivery-limit policy re-created, which the transport refuses "
-            f"below RabbitMQ 4.0 (broker {version})"
-        )
-    if applied_policy and not is_delivery_limit_policy_name(applied_policy):
-        return (
-            f"queue {queue!r} has policy {applied_policy!r} applied, so {delivery_limit_policy_name(queue)!r} cannot "
-            f"be, and RabbitMQ {version}'s default delivery limit {limit} stays; NServiceBus.RabbitMQ 10+ refuses to "
-            f"start. Exclude {queue!r} from {applied_policy!r}'s pattern, or lower its priority below "
-            f"{DELIVERY_LIMIT_POLICY_PRIORITY}"
-        )
-    return None
 
 
 # Policy targets that reach a quorum queue ('queues' and 'all' reach every queue type).

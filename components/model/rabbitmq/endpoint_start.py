@@ -56,9 +56,12 @@ __all__ = [
     "Unreadable",
     "broker_version_refusal",
     "delivery_limit_decision",
+    "effective_delivery_limit",
     "generation_of_transport",
+    "nservicebus_delivery_limit_refusal",
     "parse_transport_version",
     "queue_details_as_read",
+    "records_view",
     "rules_tag",
     "runs_startup_checks",
     "settled_view",
@@ -255,6 +258,7 @@ class DeliveryLimitDecision:
     reason: str
     policy: PolicySpec | None = None
     fix: str = ""  # what makes it start without writing (empty when it does)
+    refusal: str = ""  # which check refused: "type", "limit", "broker" or "applied"
 
 
 def _is_own_policy(version: tuple[int, ...], queue: str, applied: str | None) -> bool:
@@ -292,6 +296,7 @@ def delivery_limit_decision(
         return DeliveryLimitDecision(
             Outcome.REFUSES,
             f"queue type {details.queue_type!r}: 'Unknown queue type' (QueueTypeConverter at {tag})",
+            refusal="type",
             fix=f"upgrade the endpoint to NServiceBus.RabbitMQ {_READS_ANY_TYPE_FROM} or later, which reads any queue "
             "type",
         )
@@ -310,6 +315,7 @@ def delivery_limit_decision(
             f"delivery limit settings from queue arguments, user policies or operator policies to correct this.' "
             f"(ShouldOverrideDeliveryLimit at {tag})",
             fix=_limit_fix(version, details, limit),
+            refusal="limit",
         )
     if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         return DeliveryLimitDecision(
@@ -318,6 +324,7 @@ def delivery_limit_decision(
             f"{dotted_version(broker_version)}.' (SetDeliveryLimitViaPolicy at {tag})",
             fix=f"remove the delivery limit from {details.applied_policy or 'its policies'}: below RabbitMQ 4.0 the "
             "queue needs none",
+            refusal="broker",
         )
     applied = details.applied_policy
     if applied is not None and not own_policy:
@@ -327,6 +334,7 @@ def delivery_limit_decision(
             f"has a '{applied}' policy applied.' (SetDeliveryLimitViaPolicy at {tag})",
             fix=f"exclude {details.name!r} from {applied!r}'s pattern, or give {applied!r} a priority below "
             f"{DELIVERY_LIMIT_POLICY_PRIORITY} so that a delivery-limit policy ({UNLIMITED_DELIVERY_LIMIT}) applies",
+            refusal="applied",
         )
     policy = _policy_it_writes(version, details.name)
     why = "its own policy has delivery limit -1" if recreate else f"delivery limit {limit} comes from no setting"
@@ -366,4 +374,93 @@ def broker_version_refusal(broker_version: tuple[int, ...]) -> str | None:
     return (
         f"'An unsupported broker version was detected: {dotted_version(broker_version)}. The broker must be at least "
         f"version {dotted_version(MINIMUM_BROKER_VERSION)}.' (BrokerVerifier.VerifyRequirements)"
+    )
+
+
+# --- the broker's records read as the newest release would (``verify``) --------------------------------------------
+
+
+def _lenient(value: object, field: str) -> int | None:
+    """A limit from the broker's records: what the transport cannot read counts as not set."""
+    try:
+        return _read_limit(value, field)
+    except Unreadable:
+        return None
+
+
+def records_view(
+    queue: str,
+    queue_type: str | None,
+    arguments: Mapping[str, object],
+    effective_policy_definition: Mapping[str, object] | None,
+    applied_policy: str | None,
+    delivery_limit: object = None,
+) -> QueueDetails:
+    """A queue worked out from the broker's records (its arguments, the policy the lists apply) as the transport
+    would read it from the API."""
+    definition = effective_policy_definition
+    return QueueDetails(
+        name=queue,
+        queue_type=queue_type,
+        argument_limit=_lenient(arguments.get(DELIVERY_LIMIT_ARGUMENT), DELIVERY_LIMIT_ARGUMENT),
+        delivery_limit=_lenient(delivery_limit, "delivery_limit"),
+        effective_policy_definition=definition,
+        policy_limit=_lenient((definition or {}).get(DELIVERY_LIMIT_POLICY_KEY), DELIVERY_LIMIT_POLICY_KEY),
+        applied_policy=applied_policy,
+    )
+
+
+def effective_delivery_limit(
+    arguments: Mapping[str, object], effective_policy_definition: Mapping[str, object] | None, delivery_limit: object
+) -> int:
+    """``Queue.GetDeliveryLimit`` of the newest release (``QueueDetails.limit``) on a queue's records."""
+    view = records_view("", QueueType.QUORUM, arguments, effective_policy_definition, None, delivery_limit)
+    return view.limit(NEWEST_TRANSPORT_VERSION)
+
+
+def nservicebus_delivery_limit_refusal(
+    queue: str,
+    *,
+    broker_version: tuple[int, ...],
+    queue_type: str | None,
+    arguments: Mapping[str, object],
+    effective_policy_definition: Mapping[str, object] | None,
+    applied_policy: str | None,
+    operator_policy: str | None = None,
+    delivery_limit: object = None,
+) -> str | None:
+    """Why the newest NServiceBus.RabbitMQ (``delivery_limit_decision``) would refuse to start on this queue, in
+    ``verify``'s words (where the limit comes from, what to remove); None when it starts, or would write its own
+    policy. It refuses even ``x-delivery-limit: -1``, RabbitMQ's own way to an unlimited limit
+    (Particular/NServiceBus.RabbitMQ issue #1828)."""
+    view = records_view(queue, queue_type, arguments, effective_policy_definition, applied_policy, delivery_limit)
+    decision = delivery_limit_decision(NEWEST_TRANSPORT_VERSION, view, broker_version)
+    if decision.outcome != Outcome.REFUSES:
+        return None
+    limit = view.limit(NEWEST_TRANSPORT_VERSION)
+    version = dotted_version(broker_version)
+    if decision.refusal == "limit":
+        sources = (
+            [f"argument {DELIVERY_LIMIT_ARGUMENT}={view.argument_limit}"] if view.argument_limit is not None else []
+        )
+        if view.policy_limit is not None:
+            owners = [f"policy {applied_policy!r}"] if applied_policy else []
+            owners += [f"operator policy {operator_policy!r}"] if operator_policy else []
+            sources.append(f"{DELIVERY_LIMIT_POLICY_KEY}={view.policy_limit} from {' / '.join(owners) or 'a policy'}")
+        return (
+            f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
+            "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
+            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} or the stack's combined "
+            f"delivery-limit policy may set one, {UNLIMITED_DELIVERY_LIMIT})"
+        )
+    if decision.refusal == "broker":
+        return (
+            f"queue {queue!r} needs NServiceBus's delivery-limit policy re-created, which the transport refuses "
+            f"below RabbitMQ 4.0 (broker {version})"
+        )
+    return (
+        f"queue {queue!r} has policy {applied_policy!r} applied, so {delivery_limit_policy_name(queue)!r} cannot "
+        f"be, and RabbitMQ {version}'s default delivery limit {limit} stays; NServiceBus.RabbitMQ 10+ refuses to "
+        f"start. Exclude {queue!r} from {applied_policy!r}'s pattern, or lower its priority below "
+        f"{DELIVERY_LIMIT_POLICY_PRIORITY}"
     )
