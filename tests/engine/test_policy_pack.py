@@ -5,6 +5,14 @@ The pack is given as the directory the docs show (``--policy-pack policies``): t
 Python language host's ``RunPlugin`` (pulumi/pulumi ``pkg/resource/plugin/analyzer_plugin.go``
 ``NewPolicyAnalyzer``), in the virtualenv its ``PulumiPolicy.yaml`` names. Previews create nothing, so no broker
 is needed: the provider's endpoint is never called.
+
+A stack rule that reads a component's outputs (``transport-version-delivery-limit`` reads ``RabbitMqEndpoint``'s
+``transportVersion``) gets them in a preview too: the engine's ``AnalyzeStack`` gives each resource its ``Outputs``
+(pulumi/pulumi ``pkg/resource/deploy/step_generator.go``, ``stepGenerator.AnalyzeResources``), which for a component
+are what ``RegisterResourceOutputs`` gave it (``pkg/resource/deploy/step_executor.go``,
+``stepExecutor.executeRegisterResourceOutputs``: set unconditionally, preview or not). The Python SDK sends them
+serialized as they are (``sdk/python/lib/pulumi/runtime/resource.py`` ``register_resource_outputs``), so a value known
+in a preview, as ``transportVersion`` from the stack's config is, reaches the rule; an unknown one would be skipped.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,17 @@ GOOD_SECTION = {
     "brokerVersion": "4.0",
     "endpoints": ["Sales", {"name": "Billing", "instanceDiscriminators": ["blue"]}],
 }
+
+
+def first_endpoint_on(release: str) -> dict[str, Any]:
+    """GOOD_SECTION on RabbitMQ 4.3 (delivery-limit policies of 100000 on every endpoint queue), its first endpoint
+    running NServiceBus.RabbitMQ ``release`` (``transportVersion``), the others the default."""
+    endpoints = [{"name": "Sales", "transportVersion": release}, *GOOD_SECTION["endpoints"][1:]]
+    return {"brokerVersion": "4.3", "endpoints": endpoints}
+
+
+# Sections of the project's program that pass the pack: the 10.1.6 endpoint takes the 100000 that 10.1.2 refuses.
+GOOD_SECTIONS = {"4.0": {}, "4.3-transport-10.1.6": first_endpoint_on("10.1.6")}
 
 
 @pytest.fixture
@@ -58,8 +78,11 @@ def preview(stack: Stack, pack: Path = PACK) -> Result:
     return stack.preview("--policy-pack", str(pack), check=False)
 
 
-def test_the_projects_program_passes_the_pack_from_this_checkout(new_stack: Callable[..., Stack]) -> None:
-    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": GOOD_SECTION})
+@pytest.mark.parametrize("section", GOOD_SECTIONS.values(), ids=GOOD_SECTIONS.keys())
+def test_the_projects_program_passes_the_pack_from_this_checkout(
+    new_stack: Callable[..., Stack], section: dict[str, Any]
+) -> None:
+    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": GOOD_SECTION | section})
     result = preview(stack)
     assert result.returncode == 0, result.explain()
     assert "nsb-delays@v" in result.stdout
@@ -100,10 +123,30 @@ def test_a_stack_breaking_a_mandatory_rule_fails_the_preview_naming_it(
     assert f"[mandatory]  {CASES[case].rule}" in result.stdout, result.explain()
 
 
-CONFIG_CASES = [
-    ({"protectDelayQueues": False}, UNREACHED_ENDPOINT, "delay-queue-protected"),
-    ({}, "http://rabbitmq.example.com:15672", "rabbitmq-endpoint-https"),
-]
+@dataclass(frozen=True)
+class ConfigCase:
+    """The project's program with GOOD_SECTION changed by ``section`` (and the provider's ``endpoint``): ``rule``
+    refuses it, its violations naming each of ``names`` and none of ``not_named``."""
+
+    section: dict[str, Any]
+    rule: str
+    endpoint: str = UNREACHED_ENDPOINT
+    names: tuple[str, ...] = ()
+    not_named: tuple[str, ...] = ()
+
+
+CONFIG_CASES = {
+    "unprotected-levels": ConfigCase({"protectDelayQueues": False}, "delay-queue-protected"),
+    "http-endpoint": ConfigCase({}, "rabbitmq-endpoint-https", "http://rabbitmq.example.com:15672"),
+    # The rule reads each RabbitMqEndpoint's transportVersion output (an endpoint without one is skipped): Sales's
+    # 10.1.2 is refused, Billing's default 11.2.1 is not.
+    "4.3-transport-10.1.2": ConfigCase(
+        first_endpoint_on("10.1.2"),
+        "transport-version-delivery-limit",
+        names=("endpoint queue 'Sales' runs NServiceBus.RabbitMQ 10.1.2 (transportVersion), which refuses to start",),
+        not_named=("endpoint queue 'Billing",),
+    ),
+}
 
 
 def test_every_mandatory_rule_a_rabbitmq_stack_can_break_has_a_case() -> None:
@@ -113,15 +156,21 @@ def test_every_mandatory_rule_a_rabbitmq_stack_can_break_has_a_case() -> None:
         for policy in POLICIES
         if policy.enforcement_level == EnforcementLevel.MANDATORY and not policy.name.startswith("sqs-")
     }
-    assert mandatory == {case.rule for case in CASES.values()} | {rule for _, _, rule in CONFIG_CASES}
+    assert mandatory == {case.rule for case in CASES.values()} | {case.rule for case in CONFIG_CASES.values()}
 
 
-@pytest.mark.parametrize(("section", "endpoint", "rule"), CONFIG_CASES, ids=["unprotected-levels", "http-endpoint"])
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
 def test_the_projects_program_with_a_config_breaking_a_rule_fails_the_preview(
-    new_stack: Callable[..., Stack], section: dict[str, Any], endpoint: str, rule: str
+    new_stack: Callable[..., Stack], case: str
 ) -> None:
-    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": GOOD_SECTION | section})
-    stack.write_config({"rabbitmq:endpoint": endpoint, "nsb-delays:rabbitmq": GOOD_SECTION | section})
+    config = CONFIG_CASES[case]
+    section = GOOD_SECTION | config.section
+    stack = new_stack(ROOT, {"nsb-delays:rabbitmq": section})
+    stack.write_config({"rabbitmq:endpoint": config.endpoint, "nsb-delays:rabbitmq": section})
     result = preview(stack)
     assert result.returncode != 0, result.explain()
-    assert rule in result.stdout, result.explain()
+    assert f"[mandatory]  {config.rule}" in result.stdout, result.explain()
+    for text in config.names:
+        assert text in result.stdout, result.explain()
+    for text in config.not_named:
+        assert text not in result.stdout, result.explain()
