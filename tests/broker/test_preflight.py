@@ -304,9 +304,14 @@ def test_with_statistics_off_the_verdict_follows_what_nservicebus_reads(
         api.request("PUT", f"policies/{path_segment(vhost)}/cap", body)
         try:
             code, document = run_preflight(statistics_off, api, stack)
+            verified = CliRunner().invoke(cli, ["verify", "--stack", str(stack), "--json"])
         finally:
             for user in PASSWORDS:
                 api.send("DELETE", f"users/{user}")
+    # verify reads the records, no statistic: it sees the cap whatever the API shows
+    assert verified.exit_code == 1, verified.output
+    assert any(d["subject"] == "queue Sales" and d["field"] == "delivery limit" and "20" in d["actual"]
+               for d in json.loads(verified.stdout)["drifts"])  # fmt: skip
     assert document["rabbitmq"]["statistics"] is False and document["rabbitmq"]["waitedSeconds"] == 0
     assert any("statistics are off" in note for note in document["rabbitmq"]["notes"])
     sales = rows(document)["Sales"]
