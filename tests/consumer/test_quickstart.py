@@ -468,14 +468,16 @@ def tutorial(repository: Repository, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @ON_OLDEST_BROKER
-def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_page_shows(
+def test_the_first_stack_tutorial_deploys_previews_no_change_verifies_and_preflights_as_its_page_shows(
     tutorial: ProjectCopy,
 ) -> None:
     """Step 2 (``pulumi up --yes``) and step 3 (``pulumi preview --expect-no-changes``) print the page's lines, in
-    order, and exit 0."""
+    order, and exit 0; then step 3's ``verify`` and ``preflight`` block exits 0 (no drift; every endpoint would
+    start)."""
     blocks = consumer_blocks(FIRST_STACK)
-    assert [block.kind for block in blocks] == ["console", "console"], [block.where for block in blocks]
-    for block in blocks:
+    assert [block.kind for block in blocks] == ["console", "console", "bash"], [block.where for block in blocks]
+    *shown, checks = blocks
+    for block in shown:
         for command in console_commands(block.source):
             result = tutorial.bash(command.line)
             output = without_timings(result.stdout + result.stderr)
@@ -484,6 +486,10 @@ def test_the_first_stack_tutorial_deploys_and_then_previews_no_change_as_its_pag
                 f"{block.page}:{block.line_of(command.index)}: `{command.line}` exited {result.returncode}, lines "
                 f"not printed: {missing}\n{output_tail(result)}"
             )
+    assert "nsb-delays preflight --stack prod" in checks.source, checks.where
+    result = tutorial.bash(checks.source)
+    assert result.returncode == 0, f"{checks.where}: exited {result.returncode}\n{output_tail(result)}"
+    assert "no drift" in result.stdout, output_tail(result)
 
 
 @ON_OLDEST_BROKER
