@@ -353,9 +353,14 @@ def _lag(seen: QueueObservation) -> str:
         return ""
     answer, expected = seen.answer, seen.expected
     return (
-        f"; the management API showed policy {answer.applied_policy!r} and delivery limit {answer.delivery_limit} "
-        f"where the broker applies {expected.applied_policy!r} (delivery limit {expected.delivery_limit})"
+        f"; the management API showed {shown_policy(answer.applied_policy)} and delivery limit {answer.delivery_limit} "
+        f"where the broker applies {shown_policy(expected.applied_policy)} (delivery limit {expected.delivery_limit})"
     )
+
+
+def shown_policy(name: str | None) -> str:
+    """``policy 'p'``, or ``no policy``."""
+    return f"policy {name!r}" if name else "no policy"
 
 
 def _same_view(answer: rmq.QueueDetails, expected: rmq.QueueDetails) -> bool:
