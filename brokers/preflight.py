@@ -6,7 +6,9 @@ its management statistics are on, the vhost's objects as the broker records them
 permission and topic permission in it. As each endpoint's own login (its stack user's, else the given one): what the
 endpoint itself calls at start (``BrokerVerifier``: the login's tags, ``GET /api/feature-flags``, and ``GET
 /api/queues/{vhost}/{queue}`` for each receiving queue). ``GET /api/overview`` costs a RabbitMQ 4.3 broker about
-100 ms, so it is asked once; each login's right to it is its tags (``GET /api/whoami``).
+100 ms, so it is asked once; each login's right to it is its tags (``GET /api/whoami``). Each login's calls go over one
+connection of its own, closed after them, ``LOGIN_THREADS`` logins at a time: the broker answers one while this process
+reads another's answer, and a stack of 1,000 endpoint users holds a few sockets open, not 1,000.
 
 The management API shows a queue's policy from its statistics, which lag the broker (measured on RabbitMQ 4.3.6:
 ``policy: null``, ``delivery_limit: 20`` for 5-7 s after a policy was applied; on 3.10 no policy fields at all until
@@ -20,6 +22,7 @@ after its 20 tries.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from typing import Any
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.stack.config import RabbitMqConfig
 
+from .background import in_background
 from .endpoint_verdict import (
     BrokerRecords,
     EndpointReport,
@@ -42,6 +46,7 @@ from .management import ManagementApi, ManagementError, path_segment
 from .verify import broker_policies, topology_drifts
 
 POLL_SECONDS = 0.5  # how often the lagging queues are asked again while preflight waits
+LOGIN_THREADS = 4  # logins whose calls run at once, each on a connection of its own
 
 
 @dataclass(frozen=True)
@@ -115,13 +120,13 @@ def preflight_rabbitmq(
     records, matcher = read_records(api, config, version, statistics)
     users = {user.receiving_queues[0]: user for user in config.users}
     checked = [e for e in config.endpoints if makes_http_calls(e, users.get(e.endpoint))]
-    answers = {login.user: login_answers(api, login) for login in {logins[e.endpoint] for e in checked}}
     watched = [
         _Watched(queue, logins[endpoint.endpoint], _expected(records, matcher, queue), endpoint.transport)
         for endpoint in checked
         if endpoint.validate_delivery_limits
         for queue in endpoint.receiving_queues
     ]
+    answers = first_calls(api, config.vhost, {logins[e.endpoint] for e in checked}, watched)
     wait = wait if statistics else 0.0  # without statistics the API answers from the queue, or never
     waited = observe(api, config.vhost, watched, wait, progress)
     observations = {w.queue: w.observation for w in watched if w.observation is not None}
@@ -206,21 +211,71 @@ def as_login(api: ManagementApi, login: Login) -> ManagementApi:
     return dataclasses.replace(api, username=login.user, password=login.password)
 
 
-def login_answers(api: ManagementApi, login: Login) -> LoginAnswers:
-    """``GET /api/whoami`` and ``GET /api/feature-flags`` as ``login``: its tags, or the API's refusal."""
-    client = as_login(api, login)
+def first_calls(
+    api: ManagementApi, vhost: str, logins: Iterable[Login], watched: list[_Watched]
+) -> dict[str, LoginAnswers]:
+    """What each login's endpoints ask at start, as that login on one session (closed after): ``login_answers``, then
+    each of its watched queues once (``_Watched.observation``); the logins on up to ``LOGIN_THREADS`` threads
+    (``each_login``). User -> its answers."""
+    queues = _by_login(watched)
+    answers: dict[str, LoginAnswers] = {}
+
+    def calls(login: Login) -> None:
+        client = as_login(api, login)
+        try:
+            answers[login.user] = login_answers(client)
+            for item in queues.get(login, ()):
+                item.observation = _observation(client, vhost, item)
+        finally:
+            client.session.close()
+
+    each_login(set(logins) | set(queues), calls)
+    return answers
+
+
+def login_answers(client: ManagementApi) -> LoginAnswers:
+    """``GET /api/whoami`` and ``GET /api/feature-flags`` as ``client``'s login: its tags, or the API's refusal."""
+    user = client.username
     try:
         whoami = client.request("GET", "whoami")
     except ManagementError as error:
-        return LoginAnswers(login.user, refused=_refusal(error))
+        return LoginAnswers(user, refused=_refusal(error))
     tags = tuple(_tags(whoami.get("tags") if isinstance(whoami, Mapping) else None))
     try:
         flags = client.feature_flags()
     except ManagementError as error:
-        return LoginAnswers(login.user, tags, flags_refused=_refusal(error))
-    finally:
-        client.session.close()
-    return LoginAnswers(login.user, tags, flags=flags)
+        return LoginAnswers(user, tags, flags_refused=_refusal(error))
+    return LoginAnswers(user, tags, flags=flags)
+
+
+def each_login(logins: Iterable[Login], work: Callable[[Login], None]) -> None:
+    """``work(login)`` for every login, on up to ``LOGIN_THREADS`` daemon threads (``in_background``: an interrupted
+    run exits at once, where a pool's threads would hold the exit until their calls end); one login on the caller's
+    thread. A failure stops the threads taking further logins and is raised here."""
+    todo = list(logins)
+    if len(todo) <= 1:
+        for login in todo:
+            work(login)
+        return
+    pending = iter(todo)
+    lock = threading.Lock()
+    failed = threading.Event()
+
+    def worker() -> None:
+        while not failed.is_set():
+            with lock:
+                login = next(pending, None)
+            if login is None:
+                return
+            try:
+                work(login)
+            except BaseException:
+                failed.set()
+                raise
+
+    workers = [in_background(worker, f"preflight-logins-{n}") for n in range(min(LOGIN_THREADS, len(todo)))]
+    for future in workers:
+        future.result()
 
 
 def _tags(tags: Any) -> list[str]:
@@ -237,9 +292,8 @@ def _refusal(error: ManagementError) -> str:
 def observe(
     api: ManagementApi, vhost: str, watched: list[_Watched], wait: float, progress: Callable[[str], None]
 ) -> float:
-    """Ask each queue once as its endpoint's login, then again every ``POLL_SECONDS`` those the API has not caught up
-    on, for up to ``wait`` seconds; the seconds waited."""
-    _ask(api, vhost, watched)
+    """Ask again, every ``POLL_SECONDS`` for up to ``wait`` seconds, the queues whose first answer (``first_calls``) the
+    API had not caught up on; the seconds waited."""
     pending = [w for w in watched if not w.settled]
     for item in pending:
         item.first = item.observation
@@ -261,17 +315,26 @@ def observe(
 
 
 def _ask(api: ManagementApi, vhost: str, watched: Iterable[_Watched]) -> None:
-    """One ``GET /api/queues/{vhost}/{queue}`` per watched queue, one session per login (closed after)."""
-    by_login: dict[Login, list[_Watched]] = {}
-    for item in watched:
-        by_login.setdefault(item.login, []).append(item)
-    for login, items in by_login.items():
+    """One ``GET /api/queues/{vhost}/{queue}`` per watched queue, one session per login (closed after), the logins on
+    up to ``LOGIN_THREADS`` threads (``each_login``)."""
+    queues = _by_login(watched)
+
+    def asks(login: Login) -> None:
         client = as_login(api, login)
         try:
-            for item in items:
+            for item in queues[login]:
                 item.observation = _observation(client, vhost, item)
         finally:
             client.session.close()
+
+    each_login(queues, asks)
+
+
+def _by_login(watched: Iterable[_Watched]) -> dict[Login, list[_Watched]]:
+    by_login: dict[Login, list[_Watched]] = {}
+    for item in watched:
+        by_login.setdefault(item.login, []).append(item)
+    return by_login
 
 
 def _observation(client: ManagementApi, vhost: str, item: _Watched) -> QueueObservation:
