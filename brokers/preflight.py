@@ -41,6 +41,7 @@ from .endpoint_verdict import (
     judge,
     makes_http_calls,
     queue_type_of,
+    shown_policy,
 )
 from .management import ManagementApi, ManagementError, path_segment
 from .verify import broker_policies, topology_drifts
@@ -360,9 +361,9 @@ def _first_answer(item: _Watched, version: tuple[int, int, int]) -> str:
     shown = (
         "no effective_policy_definition (NServiceBus asks again, 20 times, 3 s apart)"
         if answer.retried
-        else f"policy {answer.applied_policy!r}, delivery limit {answer.delivery_limit}"
+        else f"{shown_policy(answer.applied_policy)}, delivery limit {answer.delivery_limit}"
     )
-    wanted = f" where the broker applies {expected.applied_policy!r}" if expected is not None else ""
+    wanted = f" where the broker applies {shown_policy(expected.applied_policy)}" if expected is not None else ""
     if answer.retried:
         return f"it first showed {item.queue} with {shown}{wanted}"
     decision = rmq.delivery_limit_decision(item.transport, answer, version)
