@@ -17,6 +17,7 @@ BENCHMARKS = {
     "backlog": "bench.backlog",
     "pulumi": "bench.pulumi",
     "split": "bench.split",
+    "preflight": "bench.preflight",
 }
 
 
