@@ -90,7 +90,8 @@ class EndpointReport:
 @dataclass(frozen=True)
 class LoginAnswers:
     """What the management API answered one login: ``GET /api/whoami`` (its tags) and ``GET /api/feature-flags``.
-    ``refused`` / ``flags_refused``: the API's refusal, when it refused."""
+    ``refused`` / ``flags_refused``: the API's refusal, when it refused. ``flags`` None without ``flags_refused``: not
+    asked, as no endpoint of the login runs the StreamsEnabled check."""
 
     user: str
     tags: tuple[str, ...] = ()

@@ -4,11 +4,12 @@ installers off, and what its work needs. It only reads (``GET`` calls of the man
 With the given login (an administrator's: permission records are theirs to read): the broker's version and whether
 its management statistics are on, the vhost's objects as the broker records them, its operator policies and every
 permission and topic permission in it. As each endpoint's own login (its stack user's, else the given one): what the
-endpoint itself calls at start (``BrokerVerifier``: the login's tags, ``GET /api/feature-flags``, and ``GET
-/api/queues/{vhost}/{queue}`` for each receiving queue). ``GET /api/overview`` costs a RabbitMQ 4.3 broker about
-100 ms, so it is asked once; each login's right to it is its tags (``GET /api/whoami``). Each login's calls go over one
-connection of its own, closed after them, ``LOGIN_THREADS`` logins at a time: the broker answers one while this process
-reads another's answer, and a stack of 1,000 endpoint users holds a few sockets open, not 1,000.
+endpoint itself calls at start (``BrokerVerifier``: the login's tags, ``GET /api/feature-flags`` unless each of the
+login's endpoints turns the StreamsEnabled check off, and ``GET /api/queues/{vhost}/{queue}`` for each receiving
+queue). ``GET /api/overview`` costs a RabbitMQ 4.3 broker about 100 ms, so it is asked once; each login's right to it
+is its tags (``GET /api/whoami``). Each login's calls go over one connection of its own, closed after them,
+``LOGIN_THREADS`` logins at a time: the broker answers one while this process reads another's answer, and a stack
+of 1,000 endpoint users holds a few sockets open, not 1,000.
 
 The management API shows a queue's policy from its statistics, which lag the broker (measured on RabbitMQ 4.3.6:
 ``policy: null``, ``delivery_limit: 20`` for 5-7 s after a policy was applied; on 3.10 no policy fields at all until
@@ -38,6 +39,7 @@ from .endpoint_verdict import (
     LoginAnswers,
     QueueObservation,
     caught_up,
+    disabled_checks,
     judge,
     makes_http_calls,
     queue_type_of,
@@ -127,7 +129,9 @@ def preflight_rabbitmq(
         if endpoint.validate_delivery_limits
         for queue in endpoint.receiving_queues
     ]
-    answers = first_calls(api, config.vhost, {logins[e.endpoint] for e in checked}, watched)
+    streams_check = rmq.BROKER_REQUIREMENT_CHECKS[1]
+    reads_flags = {logins[e.endpoint] for e in checked if streams_check not in disabled_checks(e)}
+    answers = first_calls(api, config.vhost, {logins[e.endpoint] for e in checked}, reads_flags, watched)
     wait = wait if statistics else 0.0  # without statistics the API answers from the queue, or never
     waited = observe(api, config.vhost, watched, wait, progress)
     observations = {w.queue: w.observation for w in watched if w.observation is not None}
@@ -213,18 +217,18 @@ def as_login(api: ManagementApi, login: Login) -> ManagementApi:
 
 
 def first_calls(
-    api: ManagementApi, vhost: str, logins: Iterable[Login], watched: list[_Watched]
+    api: ManagementApi, vhost: str, logins: Iterable[Login], reads_flags: set[Login], watched: list[_Watched]
 ) -> dict[str, LoginAnswers]:
-    """What each login's endpoints ask at start, as that login on one session (closed after): ``login_answers``, then
-    each of its watched queues once (``_Watched.observation``); the logins on up to ``LOGIN_THREADS`` threads
-    (``each_login``). User -> its answers."""
+    """What each login's endpoints ask at start, as that login on one session (closed after): ``login_answers`` (the
+    feature flags only for ``reads_flags``), then each of its watched queues once (``_Watched.observation``); the
+    logins on up to ``LOGIN_THREADS`` threads (``each_login``). User -> its answers."""
     queues = _by_login(watched)
     answers: dict[str, LoginAnswers] = {}
 
     def calls(login: Login) -> None:
         client = as_login(api, login)
         try:
-            answers[login.user] = login_answers(client)
+            answers[login.user] = login_answers(client, read_flags=login in reads_flags)
             for item in queues.get(login, ()):
                 item.observation = _observation(client, vhost, item)
         finally:
@@ -234,14 +238,17 @@ def first_calls(
     return answers
 
 
-def login_answers(client: ManagementApi) -> LoginAnswers:
-    """``GET /api/whoami`` and ``GET /api/feature-flags`` as ``client``'s login: its tags, or the API's refusal."""
+def login_answers(client: ManagementApi, *, read_flags: bool = True) -> LoginAnswers:
+    """``GET /api/whoami`` and (``read_flags``) ``GET /api/feature-flags`` as ``client``'s login: its tags and the
+    flags, or the API's refusal. Without ``read_flags`` no flags: none of the login's endpoints reads them."""
     user = client.username
     try:
         whoami = client.request("GET", "whoami")
     except ManagementError as error:
         return LoginAnswers(user, refused=_refusal(error))
     tags = tuple(_tags(whoami.get("tags") if isinstance(whoami, Mapping) else None))
+    if not read_flags:
+        return LoginAnswers(user, tags)
     try:
         flags = client.feature_flags()
     except ManagementError as error:
