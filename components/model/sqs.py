@@ -109,28 +109,28 @@ def delay_queue_name(endpoint: str, prefix: str = "") -> str:
     return sqs_queue_name(endpoint + DELAY_QUEUE_SUFFIX, prefix)
 
 
+def _whole_within(value: int, low: int, high: int, what: str, unit: str, where: str = "") -> int:
+    """``value`` when it is a whole number from ``low`` to ``high``; ValueError naming it and the bounds otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be whole {'seconds' if unit == 's' else unit}, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{what} {value} {unit} is outside {low}..{high} {unit}{where}")
+    return value
+
+
 def check_retention(seconds: int) -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, int):
-        raise ValueError(f"message retention must be whole seconds, got {seconds!r}")
-    if not MIN_MESSAGE_RETENTION_SECONDS <= seconds <= MAX_MESSAGE_RETENTION_SECONDS:
-        raise ValueError(
-            f"message retention {seconds} s is outside "
-            f"{MIN_MESSAGE_RETENTION_SECONDS}..{MAX_MESSAGE_RETENTION_SECONDS} s"
-        )
-    return seconds
+    return _whole_within(
+        seconds, MIN_MESSAGE_RETENTION_SECONDS, MAX_MESSAGE_RETENTION_SECONDS, "message retention", "s"
+    )
 
 
 def check_max_message_size(size: int) -> int:
     """A queue's ``MaximumMessageSize`` within what SQS accepts (``MIN_QUEUE_MAXIMUM_MESSAGE_SIZE`` to
     ``MAX_QUEUE_MAXIMUM_MESSAGE_SIZE`` bytes)."""
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise ValueError(f"maximum message size must be whole bytes, got {size!r}")
-    if not MIN_QUEUE_MAXIMUM_MESSAGE_SIZE <= size <= MAX_QUEUE_MAXIMUM_MESSAGE_SIZE:
-        raise ValueError(
-            f"maximum message size {size} bytes is outside "
-            f"{MIN_QUEUE_MAXIMUM_MESSAGE_SIZE}..{MAX_QUEUE_MAXIMUM_MESSAGE_SIZE} bytes (SQS MaximumMessageSize)"
-        )
-    return size
+    return _whole_within(
+        size, MIN_QUEUE_MAXIMUM_MESSAGE_SIZE, MAX_QUEUE_MAXIMUM_MESSAGE_SIZE, "maximum message size", "bytes",
+        " (SQS MaximumMessageSize)",
+    )  # fmt: skip
 
 
 def queue_message_limit(maximum_message_size: str | None) -> int:
