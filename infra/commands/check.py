@@ -22,6 +22,8 @@ from rich.table import Table
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.components.recording import PROJECT
 from nsb_delays.infra.program import record_stack
+from nsb_delays.policies.declaration_rules import queue_arguments_as_read, refused_by_broker_version
+from nsb_delays.policies.endpoint_rules import endpoint_retirement_order, previous_endpoint_names
 from nsb_delays.policies.offline import (
     PackConfig,
     PolicyConfigError,
@@ -32,12 +34,7 @@ from nsb_delays.policies.offline import (
     run_policies,
 )
 from nsb_delays.policies.pack import PACK_NAME, POLICIES
-from nsb_delays.policies.rules import queue_arguments_as_read, refused_by_broker_version
-from nsb_delays.policies.stack_rules import (
-    endpoint_retirement_order,
-    previous_endpoint_names,
-    sqs_delay_queue_pairs,
-)
+from nsb_delays.policies.sqs_rules import sqs_delay_queue_pairs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml, stack_name
 
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, CommandError

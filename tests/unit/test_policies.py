@@ -23,6 +23,7 @@ from pulumi_policy import (
     PolicyCustomTimeouts,
     PolicyResourceOptions,
     ResourceValidationArgs,
+    ResourceValidationPolicy,
 )
 from pulumi_policy.deserialize import SPECIAL_SIG_KEY, deserialize_properties
 from pulumi_policy.proxy import (
@@ -45,7 +46,7 @@ from nsb_delays.components.resource_types import (
     SQS_QUEUE,
 )
 from nsb_delays.infra.program import record_stack
-from nsb_delays.policies import rules
+from nsb_delays.policies import graph_rules, sqs_rules
 from nsb_delays.policies.offline import (
     PackConfig,
     PolicyConfigError,
@@ -518,7 +519,7 @@ def test_a_message_ttl_policy_over_the_v2_levels_is_reported() -> None:
     assert "message-ttl" in violations[0].message and "28 delay-level queues" in violations[0].message
 
 
-@pytest.mark.parametrize("key", sorted(rules.DELAY_BREAKING_POLICY_KEYS))
+@pytest.mark.parametrize("key", sorted(graph_rules.DELAY_BREAKING_POLICY_KEYS))
 def test_every_delay_breaking_key_in_a_catch_all_operator_policy_is_reported(key: str) -> None:
     policy = broker_policy(".*", {key: 1000}, apply_to="all", operator=True)
     violations = run(policy, providers=[])
@@ -571,9 +572,9 @@ def collect(policy: Any, args: ResourceValidationArgs) -> list[str]:
 def test_rules_called_directly_with_engine_wrapped_props() -> None:
     target = level_queue(2)
     props = engine_props(target)
-    assert collect(rules.delay_level_queue_arguments, engine_args(target, props)) == []
+    assert collect(graph_rules.delay_level_queue_arguments, engine_args(target, props)) == []
     set_queue_argument("x-message-ttl", "4000")(props)
-    assert len(collect(rules.delay_level_queue_arguments, engine_args(target, props))) == 1
+    assert len(collect(graph_rules.delay_level_queue_arguments, engine_args(target, props))) == 1
 
 
 def leaf_paths(value: Any, path: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:
@@ -612,11 +613,12 @@ def test_an_unknown_value_never_crashes_a_resource_rule_nor_fails_a_good_resourc
     ]
     clean += users("pw") + providers_for(dev_recorded())
     broken = broker_policy(".*", {"message-ttl": 1})
+    resource_rules = [policy for policy in POLICIES if isinstance(policy, ResourceValidationPolicy)]
     checked = 0
     for resource in [*clean, *broken]:
         for path in leaf_paths(engine_props(resource)):
             props = with_unknown(engine_props(resource), path)
-            messages = [m for policy in rules.RESOURCE_POLICIES for m in collect(policy, engine_args(resource, props))]
+            messages = [m for policy in resource_rules for m in collect(policy, engine_args(resource, props))]
             if resource in clean:
                 assert messages == [], (resource.name, path)
             checked += 1
@@ -627,7 +629,7 @@ def test_an_unknown_field_does_not_hide_a_known_violation() -> None:
     target = level_queue(5)
     props = with_unknown(engine_props(target), ("settings", "durable"))
     set_queue_argument("x-message-ttl", 1)(props)
-    messages = collect(rules.delay_level_queue_arguments, engine_args(target, props))
+    messages = collect(graph_rules.delay_level_queue_arguments, engine_args(target, props))
     assert len(messages) == 1 and "'x-message-ttl' is 1" in messages[0]
 
 
@@ -674,8 +676,8 @@ def test_a_bad_pack_config_names_the_key(raw: dict[str, Any], fragment: str) -> 
 
 def test_pack_config_defaults_come_from_the_schemas() -> None:
     config = PackConfig()
-    assert config.config(rules.sqs_delay_queue_retention) == {}
-    schema = rules.sqs_delay_queue_retention.config_schema
+    assert config.config(sqs_rules.sqs_delay_queue_retention) == {}
+    schema = sqs_rules.sqs_delay_queue_retention.config_schema
     assert schema is not None
     assert schema.properties["minRetentionSeconds"]["default"] == sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS
 
@@ -689,7 +691,7 @@ def test_main_only_constructs_the_pack(monkeypatch: pytest.MonkeyPatch) -> None:
 
     constructed: list[dict[str, Any]] = []
     monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: constructed.append(kwargs))
-    runpy.run_path(str(Path(rules.__file__).with_name("__main__.py")), run_name="__main__")
+    runpy.run_path(str(Path(graph_rules.__file__).with_name("__main__.py")), run_name="__main__")
     assert [c["name"] for c in constructed] == ["nsb-delays"]
     assert [p.name for p in constructed[0]["policies"]] == [p.name for p in POLICIES]
 

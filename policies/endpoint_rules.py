@@ -1,0 +1,318 @@
+"""The endpoints the delay graph delivers to: each delivery binding's key, a declared destination for every
+binding, endpoints retired in a safe order, and endpoint queues whose delivery limit only NServiceBus's own
+policy sets, judged by the NServiceBus.RabbitMQ release each endpoint runs (``transportVersion``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from pulumi_policy import PolicyConfigSchema, PolicyResource, ResourceValidationArgs, StackValidationArgs
+
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.resource_types import (
+    RABBITMQ_BINDING,
+    RABBITMQ_OPERATOR_POLICY,
+    RABBITMQ_POLICY,
+    RABBITMQ_QUEUE,
+)
+
+from .expected import DELIVERY_EXCHANGES
+from .props import UNKNOWN, Report, config_value, declared_arguments, resolved, value_at
+from .rule import ADVISORY, MANDATORY, names_option, resource_rule, stack_rule
+from .stack_view import broker_of, brokers, name_of, where
+
+# --- delivery bindings -------------------------------------------------------------------------------------
+
+
+@resource_rule(
+    name="endpoint-delivery-binding",
+    description=(
+        "The delivery exchange binds each endpoint with '#.<endpoint>', and the endpoint name fits a routing "
+        f"key (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace). Fix: declare it with "
+        "RabbitMqEndpoint."
+    ),
+    level=MANDATORY,
+    types=(RABBITMQ_BINDING,),
+)
+def endpoint_delivery_binding(args: ResourceValidationArgs, report: Report) -> None:
+    source = value_at(args.props, "source")
+    if source not in DELIVERY_EXCHANGES:
+        return
+    destination = value_at(args.props, "destination")
+    key = value_at(args.props, "routingKey")
+    if destination is UNKNOWN or not isinstance(destination, str):
+        return
+    for problem in rmq.rabbitmq_address_problems(destination):
+        report(
+            f"delivery binding {source!r} -> {destination!r}: the endpoint name {problem}. Rename the endpoint "
+            f"queue (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace).",
+        )
+    expected = rmq.endpoint_binding_key(destination)
+    if key is not UNKNOWN and key != expected:
+        report(
+            f"delivery binding {source!r} -> {destination!r}: routing key is {key!r}, expected {expected!r}; "
+            "delayed messages for this endpoint are unroutable and stall their level (at-least-once "
+            f"dead-lettering keeps them at the queue head). Set routingKey={expected!r}.",
+        )
+
+
+ENDPOINT_SCHEMA = PolicyConfigSchema(
+    properties={
+        "externalEndpoints": names_option(
+            "Delivery-binding destinations declared outside this stack (another stack, the endpoint's own installer)."
+        )
+    }
+)
+
+
+@stack_rule(
+    name="endpoint-destinations-exist",
+    description=(
+        "Every '#.<endpoint>' delivery binding leads to a queue or exchange declared in the stack, or listed "
+        "in the config's externalEndpoints. Fix: declare the endpoint or list it as external."
+    ),
+    level=MANDATORY,
+    config_schema=ENDPOINT_SCHEMA,
+)
+def endpoint_destinations_exist(args: StackValidationArgs, report: Report) -> None:
+    external = set(config_value(args.get_config(), ENDPOINT_SCHEMA, "externalEndpoints") or [])
+    for key, broker in sorted(brokers(args.resources).items()):
+        if broker.incomplete:
+            continue
+        for (source, destination_type, destination, _), binding in sorted(broker.bindings.items()):
+            if source not in DELIVERY_EXCHANGES or destination in external:
+                continue
+            declared = broker.queues if destination_type == "queue" else broker.exchanges
+            if destination not in declared:
+                report(
+                    f"delivery binding {source!r} -> {destination_type} {destination!r} in {where(key)}: no "
+                    f"{destination_type} {destination!r} is declared in this stack, so delayed messages for it "
+                    "are unroutable and stall their level. Declare the endpoint (RabbitMqEndpoint) or, if it "
+                    "lives elsewhere, list it in this policy's externalEndpoints.",
+                    binding.urn,
+                )
+
+
+# --- retiring an endpoint ------------------------------------------------------------------------------------
+
+RETIREMENT_SCHEMA = PolicyConfigSchema(
+    properties={
+        "previousEndpoints": names_option(
+            "Delivery-binding destinations of the deployed stack (e.g. from `pulumi stack output "
+            "rabbitmqEndpointQueues`); those no longer bound get the retirement advice."
+        )
+    }
+)
+
+
+def retirement_order(endpoint: str) -> str:
+    """The safe order to retire an endpoint that may still have delayed messages in flight."""
+    return (
+        f"Retire in this order: (1) stop every sender from scheduling messages to {endpoint!r}; (2) keep its queue "
+        f"and its {rmq.endpoint_binding_key(endpoint)!r} binding until the longest delay any sender used has "
+        "elapsed and no level queue holds a message for it; (3) then remove the binding, then the queue. A delayed "
+        "message whose destination is unbound cannot be dead-lettered at-least-once, so it stays at the head of "
+        "its level queue and stalls every delayed message behind it (NServiceBus.RabbitMQ issue 1407); with "
+        "nsb-delays:rabbitmq.parkUnroutable on (the default) it is parked instead: `nsb-delays delays parked`."
+    )
+
+
+def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource] | None:
+    """Destination -> its delivery binding; None while a binding is unknown during preview."""
+    bound: dict[str, PolicyResource] = {}
+    for broker in brokers(resources).values():
+        if broker.incomplete:
+            return None
+        for (source, _, destination, _), binding in broker.bindings.items():
+            if source in DELIVERY_EXCHANGES:
+                bound.setdefault(destination, binding)
+    return bound
+
+
+def previous_endpoint_names(resources: Iterable[PolicyResource]) -> list[str]:
+    """The delivery destinations of a (previous) set of resources: the value for ``previousEndpoints``."""
+    return sorted(_delivery_destinations(resources) or {})
+
+
+def _endpoint_type() -> str:
+    """The type token of a RabbitMqEndpoint component, whose children are an endpoint's queues."""
+    from nsb_delays.components.rabbitmq import TYPE_PREFIX, RabbitMqEndpoint
+
+    return f"{TYPE_PREFIX}{RabbitMqEndpoint.__name__}"
+
+
+def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResource]:
+    """Receiving queues of RabbitMqEndpoint components (legacy timeout queues have no delivery binding)."""
+    endpoint_type = _endpoint_type()
+    queues = {}
+    for resource in resources:
+        name = name_of(resource) if resource.resource_type == RABBITMQ_QUEUE else None
+        parent = resource.parent
+        legacy = bool(name and name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES))
+        if name and not legacy and parent is not None and parent.resource_type == endpoint_type:
+            queues[name] = resource
+    return queues
+
+
+@stack_rule(
+    name="endpoint-retirement-order",
+    description=(
+        "An endpoint that loses its delivery binding while others keep theirs strands its in-flight delayed "
+        "messages at the head of a level queue (NServiceBus.RabbitMQ#1407). Fix: stop senders, wait out the "
+        "longest delay, then remove binding and queue."
+    ),
+    level=ADVISORY,
+    config_schema=RETIREMENT_SCHEMA,
+)
+def endpoint_retirement_order(args: StackValidationArgs, report: Report) -> None:
+    bound = _delivery_destinations(args.resources)
+    if not bound:
+        return
+    previous = config_value(args.get_config(), RETIREMENT_SCHEMA, "previousEndpoints") or []
+    for name in sorted(set(previous) - set(bound)):
+        report(
+            f"endpoint {name!r} loses its delivery binding while {len(bound)} other endpoint(s) keep theirs: "
+            f"delayed messages already in flight to {name!r} will stall their level. {retirement_order(name)}",
+        )
+    for name, queue in sorted(_endpoint_queues(args.resources).items()):
+        if name not in bound and name not in previous:
+            report(
+                f"endpoint queue {name!r} is declared without its '#.{name}' delivery binding while other endpoints "
+                f"have theirs: delayed messages to {name!r} will stall their level. Keep the binding until the "
+                f"endpoint is fully retired. {retirement_order(name)}",
+                queue.urn,
+            )
+
+
+# --- delivery limits of endpoint queues (RabbitMQ 4.x) ------------------------------------------------------
+
+
+def _broker_policy(resource: PolicyResource) -> rmq.BrokerPolicy | None:
+    """A declared Policy/OperatorPolicy as the model's ``BrokerPolicy`` (None while a field is unknown)."""
+    name = value_at(resource.props, "name")
+    policy = value_at(resource.props, "policy")
+    if not isinstance(name, str) or not isinstance(policy, Mapping):
+        return None
+    pattern, apply_to = policy.get("pattern"), policy.get("applyTo") or "all"
+    priority, definition = policy.get("priority") or 0, policy.get("definition") or {}
+    if not isinstance(pattern, str) or not isinstance(apply_to, str) or not isinstance(definition, Mapping):
+        return None
+    operator = resource.resource_type == RABBITMQ_OPERATOR_POLICY
+    return rmq.BrokerPolicy(name, pattern, apply_to, int(priority), dict(definition), operator)
+
+
+@stack_rule(
+    name="endpoint-queue-delivery-limit",
+    description=(
+        "A quorum endpoint queue's delivery limit comes only from NServiceBus's own policy "
+        f"nsb.<queue>.delivery-limit ({rmq.UNLIMITED_DELIVERY_LIMIT}): no x-delivery-limit argument, no other "
+        "policy or operator policy with a delivery-limit over it, no other policy that outranks or ties it. "
+        "Fix: remove the limit or exclude the endpoint queues from the policy's pattern."
+    ),
+    level=MANDATORY,
+)
+def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> None:
+    policies: dict[tuple[str, str], list[tuple[rmq.BrokerPolicy, PolicyResource]]] = defaultdict(list)
+    for resource in args.resources:
+        if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
+            declared = _broker_policy(resource)
+            if declared is not None:
+                policies[broker_of(resource)].append((declared, resource))
+    for name, queue in sorted(_endpoint_queues(args.resources).items()):
+        arguments = declared_arguments(queue.props)
+        if arguments is UNKNOWN or arguments.values.get(rmq.QUEUE_TYPE_ARGUMENT) != rmq.QueueType.QUORUM:
+            continue  # NServiceBus checks quorum receive queues only
+        limit = arguments.values.get(rmq.DELIVERY_LIMIT_ARGUMENT)
+        if limit is not None:
+            report(
+                f"endpoint queue {name!r} declares {rmq.DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
+                f"refuses to start on a delivery limit from a queue argument. Remove the argument (the "
+                f"{rmq.delivery_limit_policy_name(name)!r} policy sets {rmq.UNLIMITED_DELIVERY_LIMIT}).",
+                queue.urn,
+            )
+        here = policies.get(broker_of(queue), [])
+        by_name = {policy.name: resource for policy, resource in here}
+        for conflict in rmq.delivery_limit_conflicts(name, [policy for policy, _ in here]):
+            consequence = (
+                f"NServiceBus.RabbitMQ 10+ refuses to start on {name!r} (RabbitMQ 4.x)"
+                if conflict.refused
+                else f"NServiceBus accepts exactly {rmq.UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
+                f"{conflict.policy!r}, not on {rmq.delivery_limit_policy_name(name)!r}"
+            )
+            report(
+                f"{conflict.kind} {conflict.policy!r} reaches endpoint queue {name!r}: {conflict.field} is "
+                f"{conflict.actual}, expected {conflict.expected}. {consequence}. Fix: {conflict.fix}.",
+                by_name[conflict.policy].urn,
+            )
+
+
+# --- the release each endpoint runs --------------------------------------------------------------------------
+# An endpoint of 10.0.0 to 10.1.4 refuses to start on the delivery limit 100000 that later releases want
+# (``components.model.rabbitmq.endpoint_start``).
+
+# The broker the judgement assumes: one that reports delivery_limit and takes NServiceBus's policies. On another,
+# the refusals this rule reports are the same (they come from a limit the stack declares, whatever reports it).
+_JUDGED_ON = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+_FIXED_FROM = rmq.dotted_version(rmq.TRANSPORT_POLICY_BY_PREFIX_FROM)
+
+
+def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], rmq.PolicyMatcher]:
+    """One matcher per broker and vhost, from the policies and operator policies the stack declares there."""
+    user: dict[tuple[str, str], list[rmq.BrokerPolicy]] = defaultdict(list)
+    operator: dict[tuple[str, str], list[rmq.BrokerPolicy]] = defaultdict(list)
+    for resource in resources:
+        if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
+            declared = _broker_policy(resource)
+            if declared is not None:
+                # the provider sends a definition's numbers as strings; the broker stores them as numbers
+                stored = {key: rmq.stored_definition_value(value) for key, value in declared.definition.items()}
+                declared = dataclasses.replace(declared, definition=stored)
+                (operator if declared.operator else user)[broker_of(resource)].append(declared)
+    return {key: rmq.PolicyMatcher(user[key], operator[key], _JUDGED_ON) for key in {*user, *operator}}
+
+
+@stack_rule(
+    name="transport-version-delivery-limit",
+    description=(
+        "No endpoint queue gets a delivery limit the NServiceBus.RabbitMQ release of its endpoint (transportVersion) "
+        f"refuses to start on: 10.0.0 to 10.1.4 refuse {rmq.UNLIMITED_DELIVERY_LIMIT}, which the stack's "
+        f"delivery-limit policies set. Fix: upgrade those endpoints to {_FIXED_FROM} or later, or turn the policies "
+        "off for them."
+    ),
+    level=MANDATORY,
+)
+def transport_version_delivery_limit(args: StackValidationArgs, report: Report) -> None:
+    matchers = _matchers(list(args.resources))
+    endpoint_type = _endpoint_type()
+    for endpoint in [resource for resource in args.resources if resource.resource_type == endpoint_type]:
+        text = value_at(endpoint.props, "transportVersion")
+        if not isinstance(text, str) or rmq.transport_version_problem(text):
+            continue  # unknown during preview, or refused by the component already
+        version = rmq.parse_transport_version(text)
+        if not rmq.runs_startup_checks(version):
+            continue
+        listed = resolved(value_at(endpoint.props, "receivingQueues"))
+        receiving = set(listed) if isinstance(listed, list) else set()
+        for queue in args.resources:
+            name = name_of(queue) if queue.resource_type == RABBITMQ_QUEUE and queue.parent is endpoint else None
+            arguments = declared_arguments(queue.props) if name in receiving else UNKNOWN
+            if arguments is UNKNOWN or arguments.values.get(rmq.QUEUE_TYPE_ARGUMENT) != rmq.QueueType.QUORUM:
+                continue
+            matcher = matchers.get(broker_of(queue)) or rmq.PolicyMatcher((), (), _JUDGED_ON)
+            applied = matcher.applied("queue", str(name), rmq.QueueType.QUORUM)
+            if not applied.determined:
+                continue  # ties and PCRE-only patterns: endpoint-queue-delivery-limit reports them
+            view = rmq.settled_view(str(name), rmq.QueueType.QUORUM, arguments.values, applied, _JUDGED_ON)
+            decision = rmq.delivery_limit_decision(version, view, _JUDGED_ON)
+            if decision.outcome == rmq.Outcome.REFUSES:
+                report(
+                    f"endpoint queue {name!r} runs NServiceBus.RabbitMQ {text} (transportVersion), which refuses to "
+                    f"start on what the stack declares: {decision.reason}. Fix: upgrade the endpoint to "
+                    f"{_FIXED_FROM} or later and set its transportVersion, or remove the delivery limit the stack "
+                    "gives its queue (deliveryLimitPolicies: false, and let the endpoint write its own policy with "
+                    "the policymaker tag).",
+                    queue.urn,
+                )
