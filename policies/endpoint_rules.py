@@ -305,7 +305,13 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             applied = matcher.applied("queue", str(name), rmq.QueueType.QUORUM)
             if not applied.determined:
                 continue  # ties and PCRE-only patterns: endpoint-queue-delivery-limit reports them
-            view = rmq.settled_view(str(name), rmq.QueueType.QUORUM, arguments.values, applied, _JUDGED_ON)
+            stored = {key: rmq.stored_definition_value(value) for key, value in arguments.values.items()}
+            try:
+                view = rmq.settled_view(str(name), rmq.QueueType.QUORUM, stored, applied, _JUDGED_ON)
+            except rmq.Unreadable as error:  # the transport's converters throw: GetQueue fails, the endpoint too
+                report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {error}, and does not "
+                       "start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
+                continue
             decision = rmq.delivery_limit_decision(version, view, _JUDGED_ON)
             if decision.outcome == rmq.Outcome.REFUSES:
                 report(

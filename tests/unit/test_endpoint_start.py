@@ -12,7 +12,7 @@ from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.recording import RecordedResource
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import ConfigError, load_stack, parse_stack_config, read_stack_yaml
-from tests.unit.test_policies import run
+from tests.unit.test_policies import broker_policy, run
 
 V10_0, V10_1_4, V10_1_5, V10_1_6, V11 = (10, 0, 0), (10, 1, 4), (10, 1, 5), (10, 1, 6), (11, 2, 1)
 RABBITMQ_3_10, RABBITMQ_4_3 = (3, 10, 8), (4, 3, 6)
@@ -208,3 +208,18 @@ def test_the_pack_accepts_the_releases_that_take_100000(version: str) -> None:
 
 def test_the_dev_stack_passes() -> None:
     assert transport_violations(record_stack(load_stack("dev"), stack="dev")) == []
+
+
+@pytest.mark.parametrize("limit", [5, 5.0, "5"], ids=["int", "float-as-the-engine-hands-it", "string"])
+def test_a_users_own_policy_with_a_number_is_judged_not_raised(limit: object) -> None:
+    """The policy engine hands every number over as a float (5.0): the rule reads it as the broker stores it."""
+    policy = broker_policy(".*", {"delivery-limit": limit}, apply_to="queues")
+    violations = transport_violations([*recorded_with(), *policy])
+    assert {v.message.split("'")[1] for v in violations} == {"Sales", "Shipping", "Billing", "Billing-blue"}
+    assert all("non-default value of '5'" in v.message for v in violations)
+
+
+def test_a_limit_the_transport_cannot_read_is_reported() -> None:
+    policy = broker_policy("^Sales$", {"delivery-limit": "100000x"}, apply_to="queues")
+    [violation] = transport_violations([*recorded_with(), *policy])
+    assert "cannot read its policy delivery-limit '100000x'" in violation.message

@@ -149,8 +149,13 @@ def _describe_policy(pattern: str, apply_to: str, priority: int, definition: Map
 
 
 def stored_definition_value(value: object) -> object:
-    """A definition value as the broker stores it: the provider's ``"100000"`` string is the integer."""
-    return int(value) if isinstance(value, str) and value.lstrip("+-").isdigit() else value
+    """A definition value as the broker stores it: the provider's ``"100000"`` string, and the policy engine's
+    ``100000.0`` (it hands every number over as a float), are the integer."""
+    if isinstance(value, str) and value.lstrip("+-").isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def delivery_limit_conflicts(
