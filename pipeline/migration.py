@@ -7,13 +7,16 @@ the batches while the driver shows the ledger's rows settled / total.
 
 An export has no database of its own: its rows are staged by Spark in a table of the ledger
 database (``--ledger-jdbc-url``) and hidden from there the same way; its abort writes the
-undispatched rows back out as an export.
+undispatched rows back out as an export (``export_runs``).
+
+A run goes through three steps, each its own function: ``_prepare_run`` (resume, or check the target
+and hide), ``_dispatch_pending`` (the Spark tasks, the progress bar) and ``_settle_run`` (complete
+the run, the quarantine file, the report).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -42,37 +45,46 @@ from nsb_delays.components.model import sqs
 
 from .delays import from_micros, now_micros
 from .dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
+from .export_runs import (
+    EXPORT_PATH_KEY,
+    EXPORT_TABLE_PREFIX,
+    JSON_TIMESTAMP_FORMAT,
+    ExportAbort,
+    abort_export,
+    default_abort_output,
+    earlier_export_run,
+    export_identity,
+    export_layout,
+    export_ledger_source,
+    export_location,
+    export_path_of,
+    same_run_parameters,
+    stage_export,
+)
 from .faults import Fault, FaultInjector
-from .layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, TimeoutLayout, qualified
-from .ledger import (
-    COMPLETED,
-    STORAGE_PREPARED,
-    Ledger,
-    LedgerError,
-    Progress,
-    Run,
-    conninfo_from_jdbc,
-    status_name,
-)
-from .sources import (
-    ExportSource,
-    JdbcSource,
-    SourceError,
-    canonical,
-    inspect_export,
-    read_export,
-    read_jdbc_query,
-    spark_path,
-    validated,
-)
+from .ledger import COMPLETED, Ledger, LedgerError, Progress, Run, conninfo_from_jdbc
+from .sources import ExportSource, JdbcSource, canonical, inspect_export, read_jdbc_query, validated
 from .spark import SessionSource, cancel_jobs, parallelism, resolve
+
+# An export's run (``export_runs``) was part of this module: its names are still found here.
+__all__ = [
+    "EXPORT_PATH_KEY",
+    "EXPORT_TABLE_PREFIX",
+    "JSON_TIMESTAMP_FORMAT",
+    "ExportAbort",
+    "abort_export",
+    "default_abort_output",
+    "export_layout",
+    "export_ledger_source",
+    "export_location",
+    "export_path_of",
+    "same_run_parameters",
+    "stage_export",
+]
 
 DEFAULT_CUTOFF = datetime(2012, 1, 1)  # TMT's default: everything
 PROGRESS_INTERVAL_SECONDS = 0.5
 INTERRUPT_GRACE_SECONDS = 10  # after Ctrl-C: how long in-flight batches may take to be confirmed and marked
-EXPORT_TABLE_PREFIX = "TimeoutData_export_"  # an export's rows staged in the ledger database
-EXPORT_PATH_KEY = "exportPath"  # in a run's parameters: where the export was (not part of its identity)
-JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ class RunOptions:
         an export is identified by its content, and its path is kept only to find a run again."""
         export = {}
         if self.export is not None:
-            export = {"export": _export_identity(self.export), EXPORT_PATH_KEY: export_location(self.export.path)}
+            export = {"export": export_identity(self.export), EXPORT_PATH_KEY: export_location(self.export.path)}
         return {
             **export,
             "source": self.source.layout.table,
@@ -163,81 +175,6 @@ class RunResult:
     phases: dict[str, float] = field(default_factory=dict)
     failovers: int = 0  # times a task's publisher carried on from another cluster node (this invocation)
     republished: int = 0  # messages those tasks published again after a lost connection (same message ids)
-
-
-def _export_identity(export: ExportSource) -> dict[str, Any]:
-    """The export's content (fingerprint of its files), format and endpoint: what a run of it is."""
-    return {"fingerprint": export.content_fingerprint, "format": export.format, "endpoint": export.endpoint}
-
-
-def same_run_parameters(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Equal but for where the export lies (a moved file is the same export)."""
-    return {k: v for k, v in a.items() if k != EXPORT_PATH_KEY} == {k: v for k, v in b.items() if k != EXPORT_PATH_KEY}
-
-
-def export_location(path: str) -> str:
-    """Where an export is, as recorded with its run: a local path resolved, a URI as given."""
-    return str(Path(path).resolve()) if "://" not in path else path
-
-
-def export_path_of(run: Run) -> str | None:
-    """The export path a run of an export recorded (older runs kept it in their identity)."""
-    path = run.parameters.get(EXPORT_PATH_KEY) or (run.parameters.get("export") or {}).get("path")
-    return str(path) if path else None
-
-
-def export_layout(export: ExportSource) -> TimeoutLayout:
-    """The staging table of ``export`` in the ledger database (one per export content, format and endpoint)."""
-    key = hashlib.sha256(json.dumps(_export_identity(export), sort_keys=True).encode()).hexdigest()[:16]
-    columns = {name: f'"{field}"' for name, field in EXPORT_COLUMNS.items()}
-    table = qualified("public", EXPORT_TABLE_PREFIX + key, "postgresql")
-    return TimeoutLayout("export", "postgresql", table, columns, "json", export.endpoint)
-
-
-def export_ledger_source(
-    export: ExportSource, ledger_url: str, user: str | None = None, password: str | None = None
-) -> JdbcSource:
-    """Where a run from ``export`` keeps its staged rows and its ledger (a PostgreSQL database)."""
-    if not ledger_url.startswith("jdbc:postgresql://"):
-        raise LedgerError(
-            f"the ledger of an export run is kept in PostgreSQL; {ledger_url!r} is not a jdbc:postgresql:// URL"
-        )
-    return JdbcSource(ledger_url, export_layout(export), user, password)
-
-
-def stage_export(spark: SparkSession, export: ExportSource, source: JdbcSource) -> None:
-    """Copy the export's rows (of its endpoint) into the staging table, replacing it; ``hide`` moves them on."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        frame = read_export(spark, export)
-    except AnalysisException as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SourceError(f"cannot read export {export.path!r} as {export.format}: {message}") from None
-    (
-        frame.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS))
-        .write.format("jdbc")
-        .options(**source.options())
-        .option("dbtable", source.layout.table)
-        .mode("overwrite")
-        .save()
-    )
-
-
-def _earlier_export_run(ledger: Ledger, export: ExportSource, parameters: dict[str, Any]) -> Run | None:
-    """The completed run of this export with these parameters (a rerun is a no-op); refuse after any other run."""
-    earlier = ledger.runs()
-    for run in earlier:
-        if run.status == COMPLETED and same_run_parameters(run.parameters, parameters):
-            return run
-    if earlier:
-        last = earlier[-1]
-        raise LedgerError(
-            f"export {export.path!r} was already migrated by run {last.run_id} ({status_name(last.status)}) with "
-            f"parameters {json.dumps(last.parameters, sort_keys=True)}; a new run would dispatch its timeouts "
-            "again: rerun with those parameters, or migrate the export `migrate abort` wrote"
-        )
-    return None
 
 
 def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
@@ -389,74 +326,148 @@ def _check_export(spark: SparkSession, options: RunOptions, latest_due: datetime
     return check_target(options, summary.destinations, now)
 
 
+@dataclass
+class _PhaseClock:
+    """When each phase of a run ended (``time.monotonic()``), for ``RunResult.seconds`` and ``phases``."""
+
+    started: float
+    checked: float = 0.0  # the target checked (and an export staged): hiding starts
+    prepared: float = 0.0  # the run hidden or resumed
+    waiting: float = 0.0  # the dispatch's settings read from the ledger: waiting for the Spark session
+    ready: float = 0.0  # the Spark session up
+    dispatched: float = 0.0  # the Spark tasks ended
+
+    def phases(self, finished: float) -> dict[str, float]:
+        return {
+            "checks": self.checked - self.started,
+            "hide": self.prepared - self.checked,
+            "spark wait": self.ready - self.waiting,
+            "dispatch": self.dispatched - self.prepared - (self.ready - self.waiting),
+            "finish": finished - self.dispatched,
+        }
+
+
+@dataclass(frozen=True)
+class _PreparedRun:
+    """The run to dispatch, and what was learnt preparing it."""
+
+    run: Run
+    resumed: bool
+    checked_target: TargetCheck | None  # None when resumed: its target was checked when it started
+    latest_due: datetime | None  # the latest due time a run takes (RabbitMQ), for the rows it leaves behind
+
+
 def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tracker: RunTracker) -> RunResult:
-    """``spark`` may still be starting (``BackgroundSession``): a table source needs it only to dispatch."""
-    started = time.monotonic()
-    source = options.source
+    """Prepare the run (resume it, or check the target and hide), dispatch its pending batches, then settle it.
+
+    ``spark`` may still be starting (``BackgroundSession``): a table source needs it only to dispatch."""
+    clock = _PhaseClock(time.monotonic())
     fault = FaultInjector(options.fault)
+    prepared = _prepare_run(spark, options, ledger, tracker, fault, clock)
+    before, results = _dispatch_pending(spark, options, ledger, tracker, prepared, clock)
+    return _settle_run(options, ledger, prepared, before, results, fault, clock)
+
+
+def _prepare_run(
+    spark: SessionSource,
+    options: RunOptions,
+    ledger: Ledger,
+    tracker: RunTracker,
+    fault: FaultInjector,
+    clock: _PhaseClock,
+) -> _PreparedRun:
+    """The run in progress (with the same parameters), an export's completed run (a rerun is a no-op), or a new
+    run: its target checked first, then its timeouts hidden."""
     parameters = options.parameters()
     now = from_micros(now_micros())
     run = ledger.active_run()
     latest_due = _latest_due(options.target, now)
     checked_target: TargetCheck | None = None
     if run is None and options.export is not None:
-        run = _earlier_export_run(ledger, options.export, parameters)
+        run = earlier_export_run(ledger, options.export, parameters)
         if run is None:
-            checked_target = _check_export(resolve(spark), options, latest_due, now)
-            try:
-                stage_export(resolve(spark), options.export, source)
-            except BaseException:  # interrupted or failed while staging: no half-written copy stays behind
-                with contextlib.suppress(Exception):
-                    ledger.drop_source_table()
-                raise
+            checked_target = _check_and_stage_export(spark, options, options.export, ledger, latest_due, now)
     resumed = run is not None
     if run is not None:
-        if not same_run_parameters(run.parameters, parameters):
-            raise LedgerError(
-                f"migration run {run.run_id} of {source.layout.table} is in progress with other parameters "
-                f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
-            )
-        checked = time.monotonic()
+        _refuse_other_parameters(run, parameters, options.source)
+        clock.checked = time.monotonic()
     else:
         if options.export is None:  # an export's destinations were checked before it was staged
             checked_target = check_target(options, ledger.destinations(options.cutoff, latest_due), now)
-        checked = time.monotonic()
-        try:
-            run = ledger.hide(
-                parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
-            )
-        except BaseException:
-            if options.export is not None:  # nothing was hidden: the staged copy goes too (unless a run has it)
-                with contextlib.suppress(Exception):
-                    if ledger.active_run() is None:
-                        ledger.drop_source_table()
-            raise
+        clock.checked = time.monotonic()
+        run = _hide_new_run(options, ledger, parameters, latest_due, fault)
         tracker.run = run
         fault("after-hide")
     tracker.run = run
-    prepared = time.monotonic()
-    pending_destinations = ledger.pending_destinations(run)
-    refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
-    size_limits = (
-        checked_target.size_limits if checked_target else resumed_size_limits(options.target, pending_destinations)
-    )
-    settings = DispatchSettings(
-        target=options.target.kind,
-        conninfo=ledger.conninfo,
-        layout=source.layout,
-        run=run,
-        amqp=options.target.amqp,
-        generation=options.target.generation,
-        sqs=options.target.sqs,
-        refused=refused,
-        sqs_size_limits=size_limits,
-        fault=options.fault,
-        batch_rows=ledger.pending_batch_rows(run),
-    )
+    clock.prepared = time.monotonic()
+    return _PreparedRun(run, resumed, checked_target, latest_due)
+
+
+def _check_and_stage_export(
+    spark: SessionSource,
+    options: RunOptions,
+    export: ExportSource,
+    ledger: Ledger,
+    latest_due: datetime | None,
+    now: datetime,
+) -> TargetCheck:
+    """Check the export and its target, then stage its rows; interrupted or failed while staging, no half-written
+    copy stays behind."""
+    checked_target = _check_export(resolve(spark), options, latest_due, now)
+    try:
+        stage_export(resolve(spark), export, options.source)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ledger.drop_source_table()
+        raise
+    return checked_target
+
+
+def _refuse_other_parameters(run: Run, parameters: dict[str, Any], source: JdbcSource) -> None:
+    """A run resumes only with the parameters it started with (TMT's rule): other ones would dispatch otherwise."""
+    if not same_run_parameters(run.parameters, parameters):
+        raise LedgerError(
+            f"migration run {run.run_id} of {source.layout.table} is in progress with other parameters "
+            f"{json.dumps(run.parameters, sort_keys=True)}; rerun with those, or `migrate abort` first"
+        )
+
+
+def _hide_new_run(
+    options: RunOptions,
+    ledger: Ledger,
+    parameters: dict[str, Any],
+    latest_due: datetime | None,
+    fault: FaultInjector,
+) -> Run:
+    """Hide the selected timeouts as a new run; when nothing was hidden, an export's staged copy goes too."""
+    try:
+        return ledger.hide(
+            parameters, cutoff=options.cutoff, latest_due=latest_due, batch_size=options.batch_size, fault=fault
+        )
+    except BaseException:
+        if options.export is not None:  # unless a run has it
+            with contextlib.suppress(Exception):
+                if ledger.active_run() is None:
+                    ledger.drop_source_table()
+        raise
+
+
+def _dispatch_pending(
+    spark: SessionSource,
+    options: RunOptions,
+    ledger: Ledger,
+    tracker: RunTracker,
+    prepared: _PreparedRun,
+    clock: _PhaseClock,
+) -> tuple[Progress, list[Any]]:
+    """Have Spark tasks send the pending batches while the driver shows the ledger's progress; returns the progress
+    before them and the tasks' result rows (none when no batch was pending)."""
+    run = prepared.run
+    settings = _dispatch_settings(options, ledger, prepared)
     before = ledger.progress(run)
-    waiting = time.monotonic()
+    clock.waiting = time.monotonic()
     session = tracker.spark = resolve(spark)
-    ready = time.monotonic()
+    clock.ready = time.monotonic()
     frame = _pending_frame(session, options, ledger, run)
     results: list[Any] = []
     if frame is not None:
@@ -467,15 +478,54 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
             options.show_progress,
             cancel=lambda: cancel_jobs(session),
         )
-    dispatched = time.monotonic()
+    clock.dispatched = time.monotonic()
+    return before, results
+
+
+def _dispatch_settings(options: RunOptions, ledger: Ledger, prepared: _PreparedRun) -> DispatchSettings:
+    """What every task needs: the target, the ledger, the destinations no message can be addressed to, the SQS
+    queues' size limits (as checked, or read again for a resumed run) and each pending batch's row count."""
+    run = prepared.run
+    pending_destinations = ledger.pending_destinations(run)
+    refused = {name: problem for name in pending_destinations if (problem := options.target.destination_problem(name))}
+    checked_target = prepared.checked_target
+    size_limits = (
+        checked_target.size_limits if checked_target else resumed_size_limits(options.target, pending_destinations)
+    )
+    return DispatchSettings(
+        target=options.target.kind,
+        conninfo=ledger.conninfo,
+        layout=options.source.layout,
+        run=run,
+        amqp=options.target.amqp,
+        generation=options.target.generation,
+        sqs=options.target.sqs,
+        refused=refused,
+        sqs_size_limits=size_limits,
+        fault=options.fault,
+        batch_rows=ledger.pending_batch_rows(run),
+    )
+
+
+def _settle_run(
+    options: RunOptions,
+    ledger: Ledger,
+    prepared: _PreparedRun,
+    before: Progress,
+    results: list[Any],
+    fault: FaultInjector,
+    clock: _PhaseClock,
+) -> RunResult:
+    """After the tasks: the run completed once every batch is done, the quarantine file, what stayed behind."""
+    run = prepared.run
     fault("after-last-batch")
     completed = run.status == COMPLETED or ledger.finish(run)
     after = ledger.progress(run)
     quarantine_file = _write_quarantine(ledger, run, options.quarantine_path)
-    beyond, undated = ledger.left_behind(latest_due)
+    beyond, undated = ledger.left_behind(prepared.latest_due)
     return RunResult(
         run_id=run.run_id,
-        resumed=resumed,
+        resumed=prepared.resumed,
         total=after.total,
         dispatched=after.dispatched,
         quarantined=after.quarantined,
@@ -484,14 +534,8 @@ def _run_migration(spark: SessionSource, options: RunOptions, ledger: Ledger, tr
         left_beyond_max=beyond,
         left_without_due_time=undated,
         quarantine_file=quarantine_file,
-        seconds=time.monotonic() - started,
-        phases={
-            "checks": checked - started,
-            "hide": prepared - checked,
-            "spark wait": ready - waiting,
-            "dispatch": dispatched - prepared - (ready - waiting),
-            "finish": time.monotonic() - dispatched,
-        },
+        seconds=time.monotonic() - clock.started,
+        phases=clock.phases(time.monotonic()),
         failovers=sum(row["failovers"] for row in results or ()),
         republished=sum(row["republished"] for row in results or ()),
     )
@@ -512,62 +556,3 @@ def abort_migration(source: JdbcSource, run_id: str | None = None) -> tuple[Run,
     """Restore every not-yet-dispatched timeout of the run in progress to the legacy table."""
     ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
     return ledger.abort(ledger.run(run_id) if run_id else None)
-
-
-@dataclass(frozen=True)
-class ExportAbort:
-    run: Run
-    written: int
-    output: str
-    format: str
-    staging_table: str = ""
-
-
-def default_abort_output(export: ExportSource, run_id: str) -> str:
-    """``exports/timeouts.parquet`` -> ``exports/timeouts-aborted-<run>.parquet`` (``.jsonl`` for JSON lines)."""
-    path = Path(export.path)
-    suffix = ".parquet" if export.format == "parquet" else ".jsonl"
-    return str(path.with_name(f"{path.stem}-aborted-{run_id}{suffix}"))
-
-
-def abort_export(
-    spark: SparkSession, source: JdbcSource, export: ExportSource, output: str | None = None, run_id: str | None = None
-) -> ExportAbort:
-    """Write every not-yet-dispatched row (pending and quarantined) of an export's run in progress out as an
-    export of the input's format, then mark the run aborted; there is no legacy table to restore into.
-    """
-    ledger = Ledger(conninfo_from_jdbc(source.url, source.user, source.password), source.layout)
-    run = ledger.run(run_id) if run_id else ledger.active_run()
-    if run is None:  # the file changed (or is gone) since its run hid the rows: find the run by its path
-        run = next((r for r in ledger.runs_in_progress() if export_path_of(r) == export_location(export.path)), None)
-    if run is None:
-        raise LedgerError(f"no migration of export {export.path!r} is in progress: nothing to abort")
-    staged = run.parameters.get("source")
-    if isinstance(staged, str) and staged != source.layout.table:  # the run's own staging table
-        layout = source.layout
-        ledger = Ledger(ledger.conninfo, TimeoutLayout(layout.kind, layout.dialect, staged, layout.columns,
-                                                       layout.headers_format, layout.endpoint_filter))  # fmt: skip
-        source = JdbcSource(source.url, ledger.layout, source.user, source.password)
-    if run.status != STORAGE_PREPARED:
-        raise LedgerError(f"migration run {run.run_id} is {status_name(run.status)}: only a run in progress aborts")
-    target = output or default_abort_output(export, run.run_id)
-    frame = read_jdbc_query(spark, source, ledger.undispatched_rows_query(run), "batch", None, None, 1)
-    rows = canonical(frame, {name: name for name in source.layout.columns})
-    rows = rows.select(*(F.col(name).alias(EXPORT_COLUMNS[name]) for name in CANONICAL_COLUMNS)).cache()
-    try:
-        written = rows.count()
-        writer = rows.coalesce(1).write.mode("overwrite")
-        if export.format == "parquet":
-            writer.parquet(spark_path(target))
-        else:  # Time to the microsecond (Spark's default JSON format stops at milliseconds)
-            writer.option("timestampFormat", JSON_TIMESTAMP_FORMAT).json(spark_path(target))
-    finally:
-        rows.unpersist()
-    aborted, moved = ledger.abort(run)
-    ledger.drop_source_table()  # the rows went back to the staging copy: the file is what remains
-    if moved != written:
-        raise LedgerError(
-            f"run {run.run_id} aborted, but {moved:,} rows were undispatched and {written:,} written to {target!r}: "
-            "a run was still dispatching; the migration table keeps the rows it dispatched"
-        )
-    return ExportAbort(aborted, written, target, export.format, source.layout.table)
