@@ -116,6 +116,7 @@ class Ledger:
         self.sql = ledger_sql(layout)
         self.schema = self.sql.schema
 
+    # -- the database and the ledger's tables ----------------------------------------------------------------
     def connect(self) -> Db:
         return connect(self.conninfo)
 
@@ -139,6 +140,7 @@ class Ledger:
     def _this_source(self, **more: Any) -> dict[str, Any]:
         return {"source": self.layout.table, "endpoint": self.layout.endpoint_filter, **more}
 
+    # -- the runs --------------------------------------------------------------------------------------------
     def has_state_table(self, connection: Db) -> bool:
         """Whether the run state table exists (reading the state never creates it: a refused run leaves nothing)."""
         return bool(connection.scalar(self.sql.state_table_exists(), self._table_names(STATE_TABLE)))
@@ -184,6 +186,7 @@ class Ledger:
         run_id, status, parameters, batches, total, table = row
         return Run(run_id, int(status), json.loads(parameters), int(batches), int(total), table, table + BATCHES_SUFFIX)
 
+    # -- hiding ----------------------------------------------------------------------------------------------
     def source_columns(self, connection: Db) -> list[str]:
         cursor = connection.execute(self.sql.source_columns())
         names = [column[0] for column in cursor.description or ()]
@@ -305,6 +308,7 @@ class Ledger:
                 raise
         return int(number), int(total)
 
+    # -- the batches, and the run's completion ---------------------------------------------------------------
     def pending_batch_rows(self, run: Run) -> dict[int, int]:
         """Rows per batch not yet done: a task knows a batch is complete when it has seen that many."""
         with self.connect() as connection:
@@ -324,9 +328,6 @@ class Ledger:
             row = connection.execute(self.sql.progress(run.batches_table), {"status": DISPATCHED}).fetchone()
         total, dispatched, quarantined, batches, done = (int(value) for value in row or (0, 0, 0, 0, 0))
         return Progress(total, dispatched, quarantined, batches, done)
-
-    def _pending(self, run: Run) -> str:
-        return self.sql.pending(run.batches_table)
 
     def pending_rows_query(self, run: Run) -> str:
         """The rows of batches not yet done, as canonical columns plus ``batch`` (a JDBC subquery)."""
@@ -389,6 +390,7 @@ class Ledger:
                 for key, destination, reason, batch in cursor.fetchall()
             ]
 
+    # -- before a run, and an export's staging copy ----------------------------------------------------------
     def destinations(self, cutoff: datetime, latest_due: datetime | None) -> dict[str, datetime]:
         """The destinations a run from ``cutoff`` (up to ``latest_due``) would take, with their latest due time."""
         values = self._this_source(cutoff=cutoff, latest=latest_due)
@@ -409,6 +411,7 @@ class Ledger:
         with self.connect() as connection:
             connection.execute(self.sql.drop_table(self.layout.table))
 
+    # -- the live run's lock ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def run_lock(self, run: Run | None = None, *, purpose: str = "abort") -> Iterator[None]:
         """Hold the lock that marks a live run of this source (and endpoint) for the block.
@@ -482,6 +485,7 @@ class Ledger:
         )
         return holder, end_it
 
+    # -- abort -----------------------------------------------------------------------------------------------
     def abort(self, run: Run | None = None, *, wait_seconds: int = ABORT_WAIT_SECONDS) -> tuple[Run, int]:
         """Move every row of the run that was not dispatched back to the legacy table; returns how many.
 
