@@ -24,7 +24,8 @@ from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
 from .confirms import ConfirmChannel, DispatchError, OutgoingMessage
-from .delay_mover import BrokerSide, Unsendable
+from .delay_mover import Unsendable
+from .delay_scan import BrokerSide
 from .destinations import unreachable_destinations
 from .messages import SqsMessage, sqs_message
 from .sqs_sender import SqsSender, SqsSettings

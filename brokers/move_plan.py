@@ -1,8 +1,8 @@
 """``delays migrate`` (v1 -> v2 on one broker) and ``delays transfer`` (to another broker's v2 graph, or to SQS).
 
-``plan_move`` reads every level first and changes nothing. It refuses (``MoveRefused``, every problem at
-once) when the source has no level queues of the generation, when the target graph is missing, when
-source and target are the same graph, or when a destination of a waiting message cannot receive on
+``plan_move`` reads every level first (``brokers.delay_scan``) and changes nothing. It refuses (``MoveRefused``,
+every problem at once) when the source has no level queues of the generation, when the target graph is missing,
+when source and target are the same graph, or when a destination of a waiting message cannot receive on
 the target. ``run_move`` then moves level by level (``brokers.delay_mover``). What the plan read
 it keeps unacknowledged (up to ``hold_bytes``) on the plan's source connection, for the move to take
 without reading it again; a refusal, an error or ``MovePlan.close`` (a dry run) hands it all back.
@@ -17,17 +17,8 @@ from typing import Any
 from nsb_delays.components.model import in_flight, sqs
 from nsb_delays.components.model import rabbitmq as rmq
 
-from .delay_mover import (
-    DEFAULT_WINDOW,
-    HOLD_BYTES,
-    BrokerSide,
-    DelayMover,
-    DelayScan,
-    MoveReport,
-    ProgressCallback,
-    SourceConnection,
-    scan_delays,
-)
+from .delay_mover import DEFAULT_WINDOW, DelayMover, MoveReport, ProgressCallback
+from .delay_scan import HOLD_BYTES, BrokerSide, DelayScan, SourceConnection, scan_delays
 from .delay_status import DeadLetterBacklog, dead_letter_backlog
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations

@@ -19,16 +19,8 @@ from typing import Any
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
 
-from .delay_mover import (
-    DEFAULT_WINDOW,
-    BrokerSide,
-    DelayMover,
-    DelayScan,
-    LevelScan,
-    MoveReport,
-    ProgressCallback,
-    scan_queues,
-)
+from .delay_mover import DEFAULT_WINDOW, DelayMover, MoveReport, ProgressCallback
+from .delay_scan import BrokerSide, DelayScan, LevelScan, scan_queues
 from .delay_targets import RabbitMqTarget
 from .destinations import unreachable_destinations
 

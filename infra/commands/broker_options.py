@@ -24,7 +24,7 @@ import click
 import urllib3
 
 from nsb_delays.brokers.amqp import AmqpNodes, TlsMaterial
-from nsb_delays.brokers.delay_mover import BrokerSide
+from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
 from nsb_delays.brokers.sqs_sender import SqsSettings

@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from nsb_delays.brokers import move_plan
-from nsb_delays.brokers.delay_mover import HELD_OVERHEAD_BYTES, BrokerSide
+from nsb_delays.brokers.delay_scan import HELD_OVERHEAD_BYTES, BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import MoveRefused, plan_move, run_move
 from nsb_delays.components.model import rabbitmq as rmq

@@ -14,7 +14,7 @@ import time
 
 import pika
 
-from nsb_delays.brokers.delay_mover import BrokerSide, scan_queues
+from nsb_delays.brokers.delay_scan import BrokerSide, scan_queues
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pika
 
-from nsb_delays.brokers.delay_mover import BrokerSide, LevelResult
+from nsb_delays.brokers.delay_mover import LevelResult
+from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import plan_move, run_move
 from nsb_delays.components.model import in_flight

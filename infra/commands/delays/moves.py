@@ -13,14 +13,8 @@ from rich.table import Table
 
 from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.confirms import DispatchError
-from nsb_delays.brokers.delay_mover import (
-    BrokerSide,
-    DelayScan,
-    LevelResult,
-    MoveInterrupted,
-    MoveReport,
-    MoveStopped,
-)
+from nsb_delays.brokers.delay_mover import LevelResult, MoveInterrupted, MoveReport, MoveStopped
+from nsb_delays.brokers.delay_scan import BrokerSide, DelayScan
 from nsb_delays.brokers.delay_status import DeadLetterBacklog
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.move_plan import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog

@@ -12,7 +12,8 @@ import pika.exceptions
 from rich.table import Table
 
 from nsb_delays.brokers.confirms import DispatchError
-from nsb_delays.brokers.delay_mover import BrokerSide, MoveInterrupted, MoveStopped
+from nsb_delays.brokers.delay_mover import MoveInterrupted, MoveStopped
+from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.parking import (
     ParkedDestination,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from nsb_delays.brokers.delay_mover import BrokerSide
+from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.broker_options import broker_options, resolve_broker, resolve_sqs, sqs_options
