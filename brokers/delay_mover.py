@@ -132,13 +132,16 @@ ProgressCallback = Callable[[LevelResult], None]
 
 @dataclass
 class LevelMove:
-    """What ``DelayMover`` knows about the level it is moving; a new one for each level."""
+    """The ledger of the level being moved: which deliveries are taken, in flight, settled, held and acked.
+
+    ``DelayMover`` does the I/O and makes a new one for each level; this keeps the counts that decide what may be
+    acked, so that no message is acked before its target took it and a kill duplicates at most the window.
+    """
 
     result: LevelResult | None
     channel: Any = None
     consumer_tag: str | None = None
     cancelled: bool = False
-    received: int = 0
     processed: int = 0
     expected: int = 0
     last_processed_tag: int = 0
@@ -153,6 +156,76 @@ class LevelMove:
     last_settled: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
 
+    @property
+    def taken_all(self) -> bool:
+        """The level's count is taken, or the level stopped: what arrives now goes back with the channel."""
+        return bool(self.stop_reason) or self.processed >= self.expected
+
+    @property
+    def unacked(self) -> int:
+        """Published and not yet acked: what the window bounds."""
+        return len(self.in_flight) + len(self.done)
+
+    def take(self, tag: int) -> bool:
+        """Count a delivery in; False for one beyond the level's count (it goes back when the channel closes)."""
+        self.last_delivery = time.monotonic()
+        if self.cancelled or self.taken_all:
+            return False
+        self.processed += 1
+        self.last_processed_tag = tag
+        return True
+
+    def hold(self, tag: int) -> None:
+        """Leave a message where it is (never acked this run): it goes back when the channel closes."""
+        self.held.add(tag)
+        assert self.result is not None
+        self.result.left += 1
+
+    def settle(self, tag: int, outcome: str, target: str) -> None:
+        """A published message's outcome: confirmed, it counts and may be acked; else it stays unacked (it goes back
+        with the channel) and the level stops, naming it."""
+        self.last_settled = time.monotonic()
+        kind = self.in_flight.pop(tag, None)
+        destination = self.destinations_in_flight.pop(tag, None)
+        if kind is None or self.result is None:
+            return
+        if outcome != "confirmed":
+            self.held.add(tag)
+            what = "the poison queue" if kind == "poison" else target
+            self.stop_reason = self.stop_reason or (
+                f"{what} {outcome} a message of {self.result.queue} (delivery {tag})"
+                + (f" for {destination!r}" if destination else "")
+            )
+            return
+        self.done.append(tag)
+        if kind == "poison":
+            self.result.poison += 1
+        else:
+            self.result.moved += 1
+            if destination is not None:
+                self.result.destinations[destination] += 1
+
+    def ack_settled(self) -> None:
+        """Ack every settled message; ``multiple`` up to the first one still in flight when nothing is held."""
+        if not self.done or self.channel is None:
+            return
+        if self.held:
+            for tag in self.done:
+                self.channel.basic_ack(tag)
+            self.done.clear()
+            return
+        upto = next(iter(self.in_flight)) - 1 if self.in_flight else self.last_processed_tag
+        if upto > self.acked_upto:
+            self.channel.basic_ack(upto, multiple=True)
+            self.acked_upto = upto
+            self.done = [tag for tag in self.done if tag > upto]
+
+    def cancel_consumer(self) -> None:
+        """Stop the level's consumer, once (a level the plan held has none)."""
+        if self.consumer_tag and not self.cancelled:
+            self.channel.basic_cancel(self.consumer_tag)
+            self.cancelled = True
+
 
 class DelayMover:
     """Moves the level queues of ``source_generation`` on ``source`` into ``target``, level 27 down to 0.
@@ -161,7 +234,7 @@ class DelayMover:
     connection (consumer and acks), the poison publisher on the source and, for a RabbitMQ target, the
     target's confirm channel. A level the plan holds is moved from its held deliveries, fed to the
     target no faster than the window allows (published and not yet acked: what a kill can duplicate);
-    the others are consumed with the window as prefetch.
+    the others are consumed with the window as prefetch. What may be acked, ``LevelMove`` counts.
     """
 
     def __init__(
@@ -250,21 +323,12 @@ class DelayMover:
         return self.reader(method.routing_key, properties.headers, now)
 
     def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes, earlier: object = None) -> None:
-        self.level.last_delivery = time.monotonic()
-        self.level.received += 1
-        if self.level.cancelled or self.level.stop_reason or self.level.processed >= self.level.expected:
-            return  # beyond the level's count: it goes back when the channel closes
         tag = method.delivery_tag
-        self.level.processed += 1
-        self.level.last_processed_tag = tag
+        if not self.level.take(tag):
+            return  # beyond the level's count: it goes back when the channel closes
         read = self._reread(method, properties, earlier)
         if isinstance(read, in_flight.Poison):
-            if self.poison_queue is None:
-                self._hold(tag, f"({read.reason})")
-                return
-            properties.headers = in_flight.poison_headers(properties.headers, read.reason)  # ours: changed in place
-            self.level.in_flight[tag] = "poison"
-            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
+            self._poison_or_hold(tag, properties, body, read.reason)
             return
         if not self.target.can_receive(read.destination, read.remaining_seconds):
             self._hold(tag, read.destination)
@@ -274,85 +338,50 @@ class DelayMover:
         try:
             self.target.send(method, properties, body, read, tag)
         except Unsendable as error:  # e.g. too large for SQS without an S3 bucket
-            if self.poison_queue is None:
-                self.level.destinations_in_flight.pop(tag, None)
-                self.level.in_flight.pop(tag, None)
-                self._hold(tag, f"({error})")
-                return
-            self.level.in_flight[tag] = "poison"
             self.level.destinations_in_flight.pop(tag, None)
-            properties.headers = in_flight.poison_headers(properties.headers, str(error))
-            self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
+            self._poison_or_hold(tag, properties, body, str(error))
+
+    def _poison_or_hold(self, tag: int, properties: Any, body: bytes, reason: str) -> None:
+        """A message no target takes: to the poison queue, or left where it is when the move has none."""
+        if self.poison_queue is None:
+            self.level.in_flight.pop(tag, None)
+            self._hold(tag, f"({reason})")
+            return
+        self.level.in_flight[tag] = "poison"  # an unsendable one keeps its place in tag order
+        properties.headers = in_flight.poison_headers(properties.headers, reason)  # ours: changed in place
+        self.poison_channel.send(OutgoingMessage("", self.poison_queue, body, properties), tag)
 
     def _hold(self, tag: int, why: str) -> None:
-        """Leave a message where it is (never acked this run): it goes back when the channel closes."""
-        self.level.held.add(tag)
-        assert self.level.result is not None
-        self.level.result.left += 1
+        self.level.hold(tag)
         self.report.left_destinations[why] += 1
 
     def _settled(self, tag: int, outcome: str) -> None:
-        self.level.last_settled = time.monotonic()
-        kind = self.level.in_flight.pop(tag, None)
-        destination = self.level.destinations_in_flight.pop(tag, None)
-        if kind is None or self.level.result is None:
-            return
-        if outcome != "confirmed":
-            self.level.held.add(tag)
-            what = "the poison queue" if kind == "poison" else self.target.description
-            self.level.stop_reason = self.level.stop_reason or (
-                f"{what} {outcome} a message of {self.level.result.queue} (delivery {tag})"
-                + (f" for {destination!r}" if destination else "")
-            )
-            return
-        self.level.done.append(tag)
-        if kind == "poison":
-            self.level.result.poison += 1
-        else:
-            self.level.result.moved += 1
-            if destination is not None:
-                self.level.result.destinations[destination] += 1
-
-    def _ack_settled(self) -> None:
-        """Ack every settled message; ``multiple`` up to the first one still in flight when nothing is held."""
-        if not self.level.done or self.level.channel is None:
-            return
-        if self.level.held:
-            for tag in self.level.done:
-                self.level.channel.basic_ack(tag)
-            self.level.done.clear()
-            return
-        upto = next(iter(self.level.in_flight)) - 1 if self.level.in_flight else self.level.last_processed_tag
-        if upto > self.level.acked_upto:
-            self.level.channel.basic_ack(upto, multiple=True)
-            self.level.acked_upto = upto
-            self.level.done = [tag for tag in self.level.done if tag > upto]
+        self.level.settle(tag, outcome, self.target.description)
 
     # --- one level -----------------------------------------------------------------------------------
 
     def _feed(self) -> None:
         """Hand held deliveries to ``_on_message`` while fewer than the window are published and not yet acked."""
-        while (
-            self.level.pending
-            and not self.level.stop_reason
-            and len(self.level.in_flight) + len(self.level.done) < self.window
-        ):
+        while self.level.pending and not self.level.stop_reason and self.level.unacked < self.window:
             (method, properties, body), read = self.level.pending.popleft()
             self._on_message(self.level.channel, method, properties, body, read)
+
+    def _watch(self, channel: Any, queue: str) -> None:
+        """The level's channel closed by the broker (not by ``_close_level``) fails the move."""
+
+        def closed(_channel: Any, reason: Any) -> None:
+            if channel is self.level.channel:
+                self._fail(f"channel of {queue} closed: {reason}")
+
+        channel.add_on_close_callback(closed)
 
     def _take_held(self, queue: str) -> bool:
         """The level's deliveries the plan holds, if any: the level's channel is theirs, no consumer."""
         held = self.source_reads.take_held(queue)
         if held is None:
             return False
-        channel = held.channel
-
-        def closed(_channel: Any, reason: Any) -> None:
-            if channel is self.level.channel:  # not closed by _close_level
-                self._fail(f"channel of {queue} closed: {reason}")
-
-        channel.add_on_close_callback(closed)
-        self.level.channel = channel
+        self._watch(held.channel, queue)
+        self.level.channel = held.channel
         self.level.pending = deque(zip(held.deliveries, held.reads, strict=True))
         self.level.expected = len(held.deliveries)  # no consumer (the plan's is cancelled): nothing more arrives
         return True
@@ -362,12 +391,7 @@ class DelayMover:
         self.source_connection.channel(on_open_callback=opened.append)
         self._spin(lambda: bool(opened), f"opening a channel for {queue}")
         channel = opened[0]
-
-        def closed(_channel: Any, reason: Any) -> None:
-            if channel is self.level.channel:  # not closed by _close_level
-                self._fail(f"channel of {queue} closed: {reason}")
-
-        channel.add_on_close_callback(closed)
+        self._watch(channel, queue)
         ready: list[Any] = []
         channel.basic_qos(prefetch_count=self.window, callback=ready.append)
         channel.queue_declare(queue, passive=True, callback=ready.append)
@@ -386,7 +410,7 @@ class DelayMover:
     def _level_done(self) -> bool:
         if self.level.in_flight or self.target.unsettled:
             return False
-        if self.level.stop_reason or self.level.processed >= self.level.expected:
+        if self.level.taken_all:
             return True
         if self.level.pending:  # held deliveries still to feed: no broker to wait for
             return False
@@ -411,61 +435,56 @@ class DelayMover:
         last_progress = 0.0
         try:
             while not self._level_done():
-                self._feed()
-                self.target.flush(force=time.monotonic() - self.level.last_delivery > BATCH_WAIT_SECONDS)
-                self._ack_settled()
-                self._flush()
-                self.ioloop.poll()
-                self.ioloop.process_timeouts()
-                error = self._errors()
-                if error:
-                    self.level.stop_reason = self.level.stop_reason or error
-                    raise DispatchError(error)
-                if (
-                    (self.level.processed >= self.level.expected or self.level.stop_reason)
-                    and self.level.consumer_tag
-                    and not self.level.cancelled
-                ):
-                    self.level.channel.basic_cancel(self.level.consumer_tag)
-                    self.level.cancelled = True
+                self._turn()
                 now = time.monotonic()
-                if self.level.in_flight and now - max(self.level.last_settled, self.level.last_delivery) > self.timeout:
-                    raise DispatchError(
-                        f"no confirm for {len(self.level.in_flight)} message(s) within {self.timeout:.0f} s"
-                    )
                 if now - last_progress > PROGRESS_EVERY_SECONDS:
                     self.on_progress(self.level.result)
                     last_progress = now
         except KeyboardInterrupt:
             self._drain()
             raise
-        self._ack_settled()
+        self.level.ack_settled()
         self._flush()
         self._close_level()
         self.on_progress(self.level.result)
         return self.level.result
 
+    def _turn(self) -> None:
+        """One turn of a level's loop: feed, send, ack, then the I/O; a broken part, or confirms that stopped
+        coming, raise ``DispatchError``."""
+        self._feed()
+        self.target.flush(force=time.monotonic() - self.level.last_delivery > BATCH_WAIT_SECONDS)
+        self.level.ack_settled()
+        self._flush()
+        self.ioloop.poll()
+        self.ioloop.process_timeouts()
+        error = self._errors()
+        if error:
+            self.level.stop_reason = self.level.stop_reason or error
+            raise DispatchError(error)
+        if self.level.taken_all:
+            self.level.cancel_consumer()
+        quiet = time.monotonic() - max(self.level.last_settled, self.level.last_delivery)
+        if self.level.in_flight and quiet > self.timeout:
+            raise DispatchError(f"no confirm for {len(self.level.in_flight)} message(s) within {self.timeout:.0f} s")
+
     def _drain(self) -> None:
         """Stop taking messages, let the ones in flight settle, ack them (best effort), close the level."""
         self.level.pending.clear()  # held ones not fed go back when the channel closes
         try:
-            if (
-                self.level.channel is not None
-                and self.level.channel.is_open
-                and self.level.consumer_tag
-                and not self.level.cancelled
-            ):
-                self.level.channel.basic_cancel(self.level.consumer_tag)
-                self.level.cancelled = True
+            if self.level.channel is not None and self.level.channel.is_open:
+                self.level.cancel_consumer()
             self.target.flush(force=True)
             self._spin(
                 lambda: not self.level.in_flight and not self.target.unsettled, "settling messages in flight", 30
             )
-            self._ack_settled()
+            self.level.ack_settled()
             self._flush()
             self._close_level()
         except (DispatchError, KeyboardInterrupt):
             pass
+
+    # --- every level, then the sweeps ----------------------------------------------------------------
 
     def run(self, scan: DelayScan, target_description: str) -> MoveReport:
         self.report = MoveReport(self.source.describe(), target_description)
