@@ -9,10 +9,8 @@ carries the declared values (whichever policy applies: combined policies count),
 as the broker does (``components.model.rabbitmq.policy_match``), never read from the queues' statistics, which lag.
 Quorum receiving queues: any delivery limit NServiceBus.RabbitMQ 10+ would refuse to start on, from wherever it
 comes. Each kind of object is listed once per vhost.
-Endpoint users (``user:`` of an endpoint): each exists with exactly the tags, permissions and topic permissions
-``components.model.permissions.endpoint_user_grants`` gives it, and no other topic permission in the vhost.
-SQS: each input and ``-delay.fifo`` queue's attributes against what the model (and NServiceBus) declares, its
-``MaximumMessageSize`` included (below the declared size, SQS refuses messages the transport sends inline).
+Endpoint users: ``verify_users``. SQS: ``verify_sqs``. What a drift is: ``drift``. This module's names include theirs,
+importable from here as before.
 
 ``check_before_provisioning`` is the check before a change: broker requirements and every existing policy
 that would make an endpoint refuse to start, read from the policy lists (the queues may not exist yet).
@@ -22,39 +20,26 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import shlex
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any
 
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.model import sqs
-from nsb_delays.components.model.permissions import UserGrants
-from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig, SqsConfig
+from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig
 
 from .background import in_background
+from .drift import ABSENT as ABSENT
+from .drift import Drift as Drift
+from .drift import DriftKind as DriftKind
+from .drift import field_drifts
+from .drift import shown as shown
 from .management import ManagementApi
-
-DriftKind = Literal["missing", "unexpected", "different"]
-ABSENT = "(absent)"
-
-
-@dataclass(frozen=True, order=True)
-class Drift:
-    kind: DriftKind
-    subject: str  # "queue nsb.v2.delay-level-03", "binding a -> b", "broker", "SQS queue x"
-    field: str
-    expected: str
-    actual: str
-    fix: str = dataclasses.field(default="", compare=False)  # what to do about it, when it is not obvious
-
-
-def shown(value: Any) -> str:
-    """JSON text, so a string ``"1000"`` and a number ``1000`` look different in the table."""
-    return ABSENT if value is None else json.dumps(value, ensure_ascii=False)
-
+from .verify_sqs import sqs_queue_drifts as sqs_queue_drifts
+from .verify_sqs import verify_sqs as verify_sqs
+from .verify_users import REFRESH_FIX as REFRESH_FIX
+from .verify_users import endpoint_user_drifts as endpoint_user_drifts
+from .verify_users import endpoint_users_drifts
+from .verify_users import user_drifts as user_drifts
+from .verify_users import user_tags as user_tags
 
 POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
@@ -311,25 +296,6 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
     return drifts
 
 
-def _compare(subject: str, expected: dict[str, Any], actual: dict[str, Any], fix: str = "") -> list[Drift]:
-    drifts = []
-    for field, value in expected.items():
-        got = actual.get(field)
-        if field == "arguments":
-            if value or got:
-                drifts += _compare_arguments(subject, value, got or {})
-        elif got != value or type(got) is not type(value):
-            drifts.append(Drift("different", subject, field, shown(value), shown(got), fix))
-    return drifts
-
-
-def _compare_arguments(subject: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[Drift]:
-    return [
-        Drift(d.kind, subject, f"arguments.{d.key}", shown(d.expected), shown(d.actual))
-        for d in rmq.argument_differences(expected, actual)
-    ]
-
-
 def _binding_subject(source: str, destination_type: str, destination: str, key: str) -> str:
     return f"binding {source} -> {destination_type} {destination} ({key!r})"
 
@@ -363,7 +329,7 @@ def topology_drifts(
             "auto_delete": exchange.auto_delete,
             "arguments": {},
         }
-        drifts += _compare(subject, wanted_exchange, live_exchanges[exchange.name])
+        drifts += field_drifts(subject, wanted_exchange, live_exchanges[exchange.name])
     live_queues = {q["name"]: q for q in queues}
     for queue in topology.queues:
         subject = declared_subject(queue)
@@ -375,7 +341,7 @@ def topology_drifts(
             "auto_delete": queue.auto_delete,
             "arguments": queue.arguments,
         }
-        drifts += _compare(subject, wanted_queue, live_queues[queue.name])
+        drifts += field_drifts(subject, wanted_queue, live_queues[queue.name])
     wanted = {(b.source, b.destination_type, b.destination, b.routing_key) for b in topology.bindings}
     live = {(b["source"], b["destination_type"], b["destination"], b["routing_key"]) for b in bindings if b["source"]}
     for binding in sorted(wanted - live):
@@ -416,100 +382,6 @@ def alternate_exchange_drifts(
                 if not found:
                     sound.add(id(applied))
     return drifts
-
-
-def user_tags(tags: Any) -> list[str]:
-    """A user's ``tags`` from ``GET /api/users/<name>``, sorted (RabbitMQ keeps no order). RabbitMQ 3.10.8 and
-    4.0.5 answer a JSON list (``rabbit_mgmt_format:internal_user/1`` -> ``tags_as_binaries/1``, read from the
-    installed plugins' debug info); the HTTP API reference (``priv/www/api/index.html``, ``/api/users/name``) calls
-    ``tags`` "a comma-separated list of tags", which older brokers answered as one string: both are read."""
-    if isinstance(tags, str):
-        return sorted(tag.strip() for tag in tags.split(",") if tag.strip())
-    return sorted(str(tag) for tag in tags or [])
-
-
-def _rabbitmqctl(*words: str) -> str:
-    return " ".join(["rabbitmqctl", *(shlex.quote(word) for word in words)])
-
-
-# The provider reads a user's live tags, permissions and every topic permission of the user in the vhost back on
-# refresh, and an update of topic permissions clears them all before it sets the declared ones
-# (cyrilgdn/terraform-provider-rabbitmq rabbitmq/resource_topic_permissions.go ``ReadTopicPermissions``,
-# ``UpdateTopicPermissions``): a refreshing update restores exactly the grants, extra entries removed.
-REFRESH_FIX = "pulumi up --refresh (the refresh reads the live user back, the update restores the stack's grants)"
-
-
-def user_drifts(
-    grants: UserGrants, user: dict[str, Any] | None, permissions: dict[str, Any] | None, topic: Iterable[dict[str, Any]]
-) -> list[Drift]:
-    """One endpoint user as the management API shows it (``user``/``permissions`` None when absent) vs ``grants``:
-    tags, the three permission regexes, each topic permission's write/read, and no topic permission beyond them.
-    Each fix is ``pulumi up --refresh`` or the ``rabbitmqctl`` command that sets exactly the expected value."""
-    name, vhost = grants.user, grants.vhost
-    if user is None:
-        return [Drift("missing", f"user {name}", "", "exists", ABSENT, REFRESH_FIX)]
-    drifts = []
-    tags = user_tags(user.get("tags"))
-    if tags != sorted(grants.tags):
-        fix = f"{REFRESH_FIX}, or {_rabbitmqctl('set_user_tags', name, *grants.tags)}"
-        drifts.append(Drift("different", f"user {name}", "tags", shown(sorted(grants.tags)), shown(tags), fix))
-    wanted = {"configure": grants.configure, "write": grants.write, "read": grants.read}
-    subject = f"permissions of {name}"
-    fix = f"{REFRESH_FIX}, or {_rabbitmqctl('set_permissions', '-p', vhost, name, *wanted.values())}"
-    if permissions is None:
-        drifts.append(Drift("missing", subject, "", shown(wanted), ABSENT, fix))
-    else:
-        drifts += _compare(subject, wanted, permissions, fix)
-    live = {str(entry.get("exchange")): entry for entry in topic}
-    for grant in grants.topic:
-        subject = f"topic permission of {name} on {grant.exchange}"
-        entry = live.get(grant.exchange)
-        command = _rabbitmqctl("set_topic_permissions", "-p", vhost, name, grant.exchange, grant.write, grant.read)
-        fix = f"{REFRESH_FIX}, or {command}"
-        expected = {"write": grant.write, "read": grant.read}
-        if entry is None:
-            drifts.append(Drift("missing", subject, "", shown(expected), ABSENT, fix))
-        else:
-            drifts += _compare(subject, expected, entry, fix)
-    for exchange in sorted(set(live) - {grant.exchange for grant in grants.topic}):
-        entry = live[exchange]
-        fix = f"{REFRESH_FIX}, or {_rabbitmqctl('clear_topic_permissions', '-p', vhost, name, exchange)}"
-        actual = {"write": entry.get("write"), "read": entry.get("read")}
-        drifts.append(Drift("unexpected", f"topic permission of {name} on {exchange}", "", ABSENT, shown(actual), fix))
-    return drifts
-
-
-def endpoint_user_drifts(api: ManagementApi, grants: UserGrants) -> list[Drift]:
-    """``user_drifts`` of one planned user, read from the broker (its permissions only when the user exists)."""
-    user = api.user(grants.user)
-    if user is None:
-        return user_drifts(grants, None, None, [])
-    permissions = api.permissions(grants.vhost, grants.user)
-    return user_drifts(grants, user, permissions, api.topic_permissions(grants.vhost, grants.user))
-
-
-def endpoint_users_drifts(api: ManagementApi, planned: Sequence[UserGrants]) -> list[Drift]:
-    """``user_drifts`` of every planned user, from one listing of the users and, per vhost, one of the permissions
-    and one of the topic permissions (never one call per user)."""
-    if not planned:
-        return []
-    users = {str(user["name"]): user for user in api.users()}
-    permissions: dict[tuple[str, str], dict[str, Any]] = {}
-    topic: defaultdict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for vhost in sorted({grants.vhost for grants in planned}):
-        permissions |= {(vhost, str(entry["user"])): entry for entry in api.vhost_permissions(vhost)}
-        for entry in api.vhost_topic_permissions(vhost):
-            topic[vhost, str(entry["user"])].append(entry)
-    return [
-        drift
-        for grants in planned
-        for drift in user_drifts(
-            grants,
-            users.get(grants.user),
-            permissions.get((grants.vhost, grants.user)),
-            topic.get((grants.vhost, grants.user), []),
-        )
-    ]
 
 
 RETAINED_QUEUE_FIX = (
@@ -566,73 +438,3 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     drifts += alternate_exchange_drifts(topology, exchanges, matcher, missing)
     drifts += delivery_limit_drifts(topology, broker_version, matcher, queues, missing)
     return drifts + endpoint_users_drifts(api, config.grants)
-
-
-def _set_queue_attribute_fix(queue: str, url: str | None, name: str, value: str) -> str:
-    """``pulumi up``, or the AWS CLI command that sets exactly ``name`` to ``value`` on the queue."""
-    lookup = f"aws sqs get-queue-url --queue-name {shlex.quote(queue)} --query QueueUrl --output text"
-    where = shlex.quote(url) if url else f'"$({lookup})"'
-    return f"pulumi up, or aws sqs set-queue-attributes --queue-url {where} --attributes {name}={value}"
-
-
-def _max_message_size_drift(spec: sqs.SqsQueueSpec, actual: str | None, url: str | None) -> Drift | None:
-    """``MaximumMessageSize`` other than declared. Below it, SQS refuses the messages in between that the transport
-    sends inline (up to ``sqs.MAX_MESSAGE_SIZE``, through S3 only above): the drift says so, with the fix."""
-    subject, name, declared = f"SQS queue {spec.name}", sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE, spec.max_message_size
-    if actual is None:
-        return Drift("missing", subject, name, str(declared), ABSENT)
-    if actual == str(declared):
-        return None
-    if not actual.isdigit() or int(actual) >= declared:
-        return Drift("different", subject, name, str(declared), actual)
-    fix = (
-        f"SQS refuses every message of {int(actual) + 1:,} to {declared:,} bytes sent to it, and NServiceBus.AmazonSQS "
-        f"sends bodies up to {sqs.MAX_MESSAGE_SIZE:,} bytes inline (through S3 only above that): "
-        f"{_set_queue_attribute_fix(spec.name, url, name, str(declared))}"
-    )
-    return Drift("different", subject, name, str(declared), actual, fix)
-
-
-def sqs_queue_drifts(spec: sqs.SqsQueueSpec, attributes: dict[str, str], url: str | None = None) -> list[Drift]:
-    """One queue's attributes vs the model. On the delay queue ``DelayedMessagesPump`` checks DelaySeconds,
-    retention and no RedrivePolicy; ContentBasedDeduplication is drift from what NServiceBus creates, not a
-    reason it refuses to start (``sqs.CONTENT_DEDUPLICATION_NOTE``); a MaximumMessageSize below the declared one
-    is drift with its consequence and fix (``url``, the queue's, goes into the fix's command)."""
-    subject = f"SQS queue {spec.name}"
-    drifts = []
-    for name, value in spec.attributes().items():
-        actual = attributes.get(name)
-        if name == sqs.MAXIMUM_MESSAGE_SIZE_ATTRIBUTE:
-            drift = _max_message_size_drift(spec, actual, url)
-            drifts += [drift] if drift else []
-        elif name == "MessageRetentionPeriod" and spec.role == "delay":
-            if actual is None or int(actual) < sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS:
-                minimum = f">= {sqs.DELAY_QUEUE_MIN_RETENTION_SECONDS}"
-                drifts.append(Drift("different", subject, name, minimum, actual or ABSENT))
-        elif actual != value:
-            drifts.append(Drift("missing" if actual is None else "different", subject, name, value, actual or ABSENT))
-    if not spec.fifo_queue and attributes.get("FifoQueue", "false") != "false":
-        drifts.append(Drift("unexpected", subject, "FifoQueue", ABSENT, attributes["FifoQueue"]))
-    if spec.role == "delay":
-        if "RedrivePolicy" in attributes:
-            drifts.append(Drift("unexpected", subject, "RedrivePolicy", ABSENT, attributes["RedrivePolicy"]))
-        if attributes.get("ContentBasedDeduplication", "false") != "false":
-            value = attributes["ContentBasedDeduplication"]
-            drifts.append(
-                Drift("unexpected", subject, "ContentBasedDeduplication", ABSENT, value, sqs.CONTENT_DEDUPLICATION_NOTE)
-            )
-    return drifts
-
-
-def verify_sqs(client: Any, config: SqsConfig) -> list[Drift]:
-    """Every drift of the SQS queues (boto3 ``client``) from the stack's SQS section."""
-    drifts = []
-    for _endpoint, spec in config.queue_specs():
-        try:
-            url = client.get_queue_url(QueueName=spec.name)["QueueUrl"]
-        except client.exceptions.QueueDoesNotExist:
-            drifts.append(Drift("missing", f"SQS queue {spec.name}", "", shown(spec.attributes()), ABSENT))
-            continue
-        attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-        drifts += sqs_queue_drifts(spec, attributes, url)
-    return drifts
