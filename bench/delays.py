@@ -39,7 +39,7 @@ from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.commands.demo import import_definitions
+from nsb_delays.infra.commands.demo.provisioning import import_definitions
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq, broker_of
 

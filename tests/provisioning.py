@@ -13,7 +13,7 @@ from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.infra.commands.demo import import_definitions, provision_sqs
+from nsb_delays.infra.commands.demo.provisioning import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.stack.config import BROKER_VERSION_KEY, NAMESPACE, UNNAMED_STACK, StackConfig
 from servers.rabbitmq import LocalMoto
