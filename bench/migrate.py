@@ -42,11 +42,11 @@ import psycopg
 import requests
 from pika.adapters.select_connection import SelectConnection
 
-from nsb_delays.brokers.demo_servers import ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo.provisioning import import_definitions
+from nsb_delays.infra.commands.demo.servers import ServiceUnavailable
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
 from nsb_delays.pipeline.layouts import CANONICAL_COLUMNS, EXPORT_COLUMNS, sql_persistence_layout
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR

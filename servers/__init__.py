@@ -3,7 +3,7 @@
 cluster, PostgreSQL, MariaDB and a standalone Spark cluster with Spark Connect; ``debian_mirror.py`` names the
 Debian mirror the chroots are built from.
 
-They build on the demo's own servers (``nsb_delays.brokers.demo_servers``: a private broker, moto, free ports,
+They build on the demo's own servers (``nsb_delays.infra.commands.demo.servers``: a private broker, moto, free ports,
 processes stopped by PID), the one part of them the installed package needs. Nothing here imports ``tests``
 (import-linter, ``make lint``), and nothing installed imports this.
 """

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from nsb_delays.brokers.demo_servers import free_port, stop_process_group, wait_until
 from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.commands.demo.servers import free_port, stop_process_group, wait_until
 
 from .rabbitmq import BrokerCommandFailed, LocalRabbitMq
 

@@ -1,7 +1,7 @@
 """Private, loopback-only databases for the tests and the benchmarks: PostgreSQL 15 and MariaDB (Debian's packages).
 
-Like the demo's broker (``nsb_delays.brokers.demo_servers``): own state folder, free port, started and stopped by
-us, listening on 127.0.0.1 only.
+Like the demo's broker (``nsb_delays.infra.commands.demo.servers``): own state folder, free port, started and
+stopped by us, listening on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsb_delays.brokers.demo_servers import (
+from nsb_delays.infra.commands.demo.servers import (
     HOST,
     INSTALL_HINT,
     ServiceUnavailable,

@@ -1,7 +1,7 @@
-"""RabbitMQ and moto as the tests and benchmarks drive them: the demo's servers (``nsb_delays.brokers.demo_servers``)
-plus what only a test or a benchmark does to them — restart or crash a broker, run ``rabbitmqctl``, read its version
-and its Erlang VM's PID, set ``rabbit`` application settings, reset moto — and Debian 13's RabbitMQ 4.0 and Debian
-forky's 4.3, each in a chroot.
+"""RabbitMQ and moto as the tests and benchmarks drive them: the demo's servers
+(``nsb_delays.infra.commands.demo.servers``) plus what only a test or a benchmark does to them — restart or crash a
+broker, run ``rabbitmqctl``, read its version and its Erlang VM's PID, set ``rabbit`` application settings, reset
+moto — and Debian 13's RabbitMQ 4.0 and Debian forky's 4.3, each in a chroot.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from nsb_delays.brokers.demo_servers import (
+from nsb_delays.infra.commands.demo.servers import (
     RABBITMQ_4_0,
     RABBITMQ_4_3,
     DemoChrootRabbitMq,

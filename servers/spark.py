@@ -1,8 +1,8 @@
 """A private standalone Spark cluster (pyspark's own distribution) and a Spark Connect server on it, for the tests
 and the benchmarks.
 
-Like the demo's broker (``nsb_delays.brokers.demo_servers``): own state folder, free ports, started and stopped by
-us (each process group by PID), listening on 127.0.0.1 only. The JDBC driver jars are the pipeline's
+Like the demo's broker (``nsb_delays.infra.commands.demo.servers``): own state folder, free ports, started and
+stopped by us (each process group by PID), listening on 127.0.0.1 only. The JDBC driver jars are the pipeline's
 (``nsb_delays.pipeline.spark``).
 """
 
@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsb_delays.brokers.demo_servers import (
+from nsb_delays.infra.commands.demo.servers import (
     HOST,
     INSTALL_HINT,
     ServiceUnavailable,

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
+from nsb_delays.infra.commands.demo.servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from servers.rabbitmq import BROKERS_BY_VERSION, LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary
 from tests.services import LocalMariaDb, LocalPostgres

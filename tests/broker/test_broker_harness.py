@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import RABBITMQ_4_3
+from nsb_delays.infra.commands.demo.servers import RABBITMQ_4_3
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import require_installed
 from tests.services import ChrootRabbitMq, broker_processes, chroot_broker, host_mounts_under, wait_gone

@@ -36,10 +36,10 @@ import pika
 import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector
-from nsb_delays.brokers.demo_servers import ServiceUnavailable
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.commands.demo.servers import ServiceUnavailable
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import (
     ENDPOINTS,

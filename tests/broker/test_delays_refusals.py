@@ -12,9 +12,9 @@ import subprocess
 import pika
 import pytest
 
-from nsb_delays.brokers.demo_servers import free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
+from nsb_delays.infra.commands.demo.servers import free_port
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.in_flight_messages import (
     declare_graphs,

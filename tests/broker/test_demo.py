@@ -20,10 +20,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.brokers.demo_servers import RABBITMQ_4_3
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
+from nsb_delays.infra.commands.demo.servers import RABBITMQ_4_3
 from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
 from nsb_delays.stack.config import load_stack, read_stack_yaml
 from servers.rabbitmq import LocalMoto, LocalRabbitMq

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from nsb_delays.brokers.amqp import AmqpNodes
-from nsb_delays.brokers.demo_servers import HOST
 from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.infra.commands.demo.servers import HOST
 from nsb_delays.pipeline.environment_checks import rabbitmq_problems
 from servers.rabbitmq import LocalRabbitMq
 from tests.spark.conftest import provision_vhost

@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nsb_delays.brokers.demo_servers import HOST, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.cli import cli
+from nsb_delays.infra.commands.demo.servers import HOST, free_port
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.provisioning import provision_rabbitmq

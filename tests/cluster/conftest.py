@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import ServiceUnavailable
+from nsb_delays.infra.commands.demo.servers import ServiceUnavailable
 from servers.cluster import RabbitMqCluster
 from tests.conftest import BROKERS, broker_id, unavailable, vhost_factory
 from tests.services import broker_processes, host_mounts_under, wait_gone

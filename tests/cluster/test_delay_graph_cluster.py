@@ -42,11 +42,11 @@ from click.testing import CliRunner
 
 from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
 from nsb_delays.brokers.delivery import Arrival, ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
-from nsb_delays.brokers.demo_servers import wait_until
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import outgoing, rabbitmq_message
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.cli import cli
+from nsb_delays.infra.commands.demo.servers import wait_until
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
 from servers.cluster import RabbitMqCluster
 from servers.rabbitmq import LocalRabbitMq

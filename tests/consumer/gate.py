@@ -12,7 +12,7 @@ import contextlib
 import socket
 import threading
 
-from nsb_delays.brokers.demo_servers import HOST
+from nsb_delays.infra.commands.demo.servers import HOST
 
 ANSWERED_A_DECLARATION = (b"HTTP/1.1 201", b"HTTP/1.1 204")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import HOST, free_port, wait_until
+from nsb_delays.infra.commands.demo.servers import HOST, free_port, wait_until
 from tests.conftest import unavailable
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from nsb_delays.brokers.demo_servers import HOST
+from nsb_delays.infra.commands.demo.servers import HOST
 from tests.services import ctrl_c_as_from_a_terminal
 
 PROJECT = Path(__file__).resolve().parents[2]

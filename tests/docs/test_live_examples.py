@@ -26,10 +26,10 @@ import pika
 import psycopg
 import pytest
 
-from nsb_delays.brokers.demo_servers import HOST, wait_until
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo.provisioning import import_definitions, provision_sqs
+from nsb_delays.infra.commands.demo.servers import HOST, wait_until
 from nsb_delays.infra.pulumi_engine import offline_environment
 from nsb_delays.infra.render import render
 from nsb_delays.pipeline.layouts import sql_persistence_layout

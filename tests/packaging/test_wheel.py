@@ -89,7 +89,7 @@ def test_no_test_rig_is_in_the_wheel(built: Built) -> None:
     assert rigs_among(files) == []
     gone = {"nsb_delays/infra/simulator.py", "nsb_delays/brokers/cluster.py", "nsb_delays/brokers/local.py"}
     assert gone.isdisjoint(files)
-    assert "nsb_delays/brokers/demo_servers.py" in files
+    assert "nsb_delays/infra/commands/demo/servers.py" in files
 
 
 def test_metadata_as_pypi_expects_it(built: Built) -> None:

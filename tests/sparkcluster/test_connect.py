@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import free_port
+from nsb_delays.infra.commands.demo.servers import free_port
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now

@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import HOST, free_port
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.infra.commands.demo.servers import HOST, free_port
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
 from servers.rabbitmq import LocalRabbitMq

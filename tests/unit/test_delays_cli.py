@@ -13,9 +13,9 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.delay_status import DeadLetterBacklog
-from nsb_delays.brokers.demo_servers import free_port
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands.delays.moves import say_if_unread
+from nsb_delays.infra.commands.demo.servers import free_port
 from nsb_delays.stack.config import stack_file
 
 BROKER = ["--management-url", "http://127.0.0.1:15672", "--username", "guest", "--password", "guest"]

@@ -259,7 +259,7 @@ def test_spark_reads_mariadb_urls_with_its_mysql_dialect_and_the_mariadb_driver(
 
 @pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
 def test_an_unreachable_database_is_named_with_its_address_and_user(dialect) -> None:
-    from nsb_delays.brokers.demo_servers import free_port
+    from nsb_delays.infra.commands.demo.servers import free_port
     from nsb_delays.pipeline.databases import DatabaseUnreachable
 
     port = free_port()  # nothing listens there

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.brokers.demo_servers import DEFAULT_PORT_RANGE, HOST, free_port, port_is_free
+from nsb_delays.infra.commands.demo.servers import DEFAULT_PORT_RANGE, HOST, free_port, port_is_free
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import worker_port_range
 

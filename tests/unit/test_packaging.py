@@ -102,7 +102,7 @@ def test_no_test_rig_is_in_an_installed_folder() -> None:
 
 def test_the_rig_check_knows_the_rigs_the_package_once_held() -> None:
     once = ["infra/simulator.py", "brokers/cluster.py", "brokers/local.py", "nsb_delays/servers/rabbitmq.py"]
-    assert rigs_among([*once, "brokers/demo_servers.py", "pipeline/databases.py"]) == sorted(once)
+    assert rigs_among([*once, "infra/commands/demo/servers.py", "pipeline/databases.py"]) == sorted(once)
 
 
 def test_the_policy_pack_version_is_the_package_version() -> None:

@@ -10,8 +10,9 @@ to every endpoint through both transports and prints requested vs measured delay
 started is stopped on the way out, also on errors, Ctrl-C and SIGTERM; a given broker is left running.
 
 One module a job: ``command`` (the options and the run), ``startup`` (a given broker, or the private servers
-started), ``provisioning`` (checked, provisioned, verified) and ``measurement`` (the delayed messages and their
-table). The names of the former module ``demo.py`` import from here as before.
+started), ``provisioning`` (checked, provisioned, verified), ``measurement`` (the delayed messages and their
+table) and ``servers`` (the private RabbitMQ and moto launchers, on which the tests' servers build). The names of
+the former module ``demo.py`` import from here as before.
 """
 
 from __future__ import annotations

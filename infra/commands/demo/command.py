@@ -11,7 +11,6 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nsb_delays.brokers.demo_servers import ServiceUnavailable
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.infra.commands.broker_options import deprecated_options, take_deprecated
 from nsb_delays.infra.commands.errors import EXIT_INTERRUPTED, CommandError, sigterm_as_interrupt
@@ -19,6 +18,7 @@ from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
 from .measurement import Measured, results_table, send_rabbitmq, send_sqs
 from .provisioning import check_existing, for_broker, management_api, provision
+from .servers import ServiceUnavailable
 from .startup import (
     NEWEST_PRIVATE_BROKER,
     PRIVATE_BROKERS,

@@ -16,7 +16,6 @@ from rich.console import Console
 
 from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import connection_parameters
-from nsb_delays.brokers.demo_servers import DemoMoto
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, check_before_provisioning, verify_rabbitmq, verify_sqs
 from nsb_delays.components.model import rabbitmq as rmq
@@ -38,6 +37,7 @@ from nsb_delays.stack.config import (
     StackConfig,
 )
 
+from .servers import DemoMoto
 from .startup import DemoRefused, ExistingRabbitMq, RabbitMqBroker
 
 CLOUDFORMATION_STACK = "nsb-delays-demo"

@@ -11,14 +11,15 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from nsb_delays.brokers.demo_servers import (
+from nsb_delays.infra.commands.errors import CommandError
+
+from .servers import (
     RABBITMQ_4_3,
     DemoChrootRabbitMq,
     DemoMoto,
     DemoRabbitMq,
     ServiceUnavailable,
 )
-from nsb_delays.infra.commands.errors import CommandError
 
 # The private broker: the newest RabbitMQ the tests prove by default (Debian forky's 4.3 from its chroot root, which
 # needs root), Debian 12's rabbitmq-server package on request.
