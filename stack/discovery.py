@@ -228,16 +228,58 @@ def discover(
 
     Raises ``NothingToDiscover`` when no delay graph is there, ``CannotDiscover`` when the objects cannot be one
     stack (both routing topologies, queue types one stack cannot give, users that exist already)."""
+    objects = _vhost_objects(definitions, vhost)
+    notes: list[str] = []  # what a person reviews, in the order the steps find it
+    problems: list[str] = []  # why the objects cannot be one stack, all of them at once
+    present, generation = _delay_graphs(objects, vhost, notes)
+    bound, routing_topology = _routing_topology(objects, present, generation, notes, problems)
+    endpoints = _endpoints_and_instances(bound)
+    endpoint_types, section_type = _queue_types(objects, endpoints, notes, problems)
+    entries, odd = _endpoint_entries(objects, endpoints, endpoint_types, section_type, notes)
+    receiving = {q: e for e, ds in endpoints.items() for q in (e, *(rmq.instance_queue_name(e, d) for d in ds))}
+    section: dict[str, Any] = {
+        "vhost": vhost,
+        "brokerVersion": broker_version,
+        "generation": generation.value,
+        "routingTopology": routing_topology.value,
+        "queueType": section_type.value,
+    }
+    if any(rmq.delivery_limit_policy_name(queue) in objects.policies for queue in receiving):
+        section["policyScope"] = rmq.PolicyScope.ENDPOINT.value
+        notes.append("the endpoints created their own nsb.<queue>.delivery-limit policies: policyScope endpoint "
+                     "imports them")  # fmt: skip
+    section["endpoints"] = entries
+    if problems:
+        raise CannotDiscover(problems)
+    _claim_section(objects, section, present, bound)
+    subscriptions, direct_subscribers, unexplained = _subscriptions(objects, receiving, notes)
+    password_keys = _endpoint_users(entries, existing_users, subscriptions, direct_subscribers) if users else []
+    return Discovery(
+        section,
+        tuple(password_keys),
+        {e: tuple(sorted(s - {BASE_EVENT_EXCHANGE})) for e, s in sorted(subscriptions.items())},
+        tuple(unexplained),
+        tuple(_unclassified(objects, endpoints, odd)),
+        tuple(notes),
+    )
+
+
+def _vhost_objects(definitions: Mapping[str, Any], vhost: str) -> _Objects:
+    """The objects of ``vhost`` among the definitions (an export of one vhost names none; of all, every one)."""
 
     def of_vhost(kind: str) -> list[Mapping[str, Any]]:
         return [item for item in definitions.get(kind) or [] if item.get("vhost", vhost) == vhost]
 
-    objects = _Objects(
+    return _Objects(
         {str(e["name"]): e for e in of_vhost("exchanges")},
         {str(q["name"]): q for q in of_vhost("queues")},
         of_vhost("bindings"),
         {str(p["name"]): p for p in of_vhost("policies")},
     )
+
+
+def _delay_graphs(objects: _Objects, vhost: str, notes: list[str]) -> tuple[list[rmq.Generation], rmq.Generation]:
+    """The delay graphs on the broker, claimed, and the one the stack declares: v2 where both are."""
     present = _graphs_present(objects)
     if not present:
         names = ", ".join(rmq.delivery_exchange_name(g) for g in reversed(rmq.Generation))
@@ -246,8 +288,6 @@ def discover(
             "check --vhost, or run the endpoints once with installers on"
         )
     generation = rmq.Generation.V2 if rmq.Generation.V2 in present else rmq.Generation.V1
-    notes: list[str] = []
-    problems: list[str] = []
     for graph in present:  # what the stack's graph lacks, the command names (the up after the import creates it)
         objects.claim_topology(rmq.delay_levels(graph))
     if len(present) == 2:
@@ -255,7 +295,18 @@ def discover(
             "both delay graphs are here: the stack declares v2, the graph of NServiceBus.RabbitMQ 7+; the v1 graph "
             "(nsb.delay-*) stays outside it: move its delays with `nsb-delays delays migrate`, then delete it"
         )
+    return present, generation
 
+
+def _routing_topology(
+    objects: _Objects,
+    present: list[rmq.Generation],
+    generation: rmq.Generation,
+    notes: list[str],
+    problems: list[str],
+) -> tuple[dict[str, rmq.RoutingTopology], rmq.RoutingTopology]:
+    """The receiving queues (bound to a delay graph's delivery exchange, the stack's graph first) with the routing
+    topology each binding shows, and the stack's: theirs, else what ``error`` or the event exchanges show."""
     bound = _delivery_bound(objects, generation)
     for other in present:
         if other != generation:
@@ -270,17 +321,21 @@ def discover(
         shown = ", ".join(f"{a} ({t})" for a, t in sorted(bound.items()))
         problems.append(f"the receiving queues use both routing topologies, and a stack has one: {shown}")
     if topologies:
-        routing_topology = next(iter(topologies))
-    elif BASE_EVENT_EXCHANGE in objects.exchanges or _is_fanout_to_own_queue(objects, rmq.DEFAULT_ERROR_QUEUE):
-        routing_topology = rmq.RoutingTopology.CONVENTIONAL
-    elif rmq.DEFAULT_ERROR_QUEUE in objects.queues:
-        routing_topology = rmq.RoutingTopology.DIRECT
-    else:
-        routing_topology = rmq.DEFAULT_ROUTING_TOPOLOGY
-        notes.append(f"no receiving queue shows the routing topology: {routing_topology.value} (the default); review")
+        return bound, next(iter(topologies))
+    if BASE_EVENT_EXCHANGE in objects.exchanges or _is_fanout_to_own_queue(objects, rmq.DEFAULT_ERROR_QUEUE):
+        return bound, rmq.RoutingTopology.CONVENTIONAL
+    if rmq.DEFAULT_ERROR_QUEUE in objects.queues:
+        return bound, rmq.RoutingTopology.DIRECT
+    notes.append(f"no receiving queue shows the routing topology: {rmq.DEFAULT_ROUTING_TOPOLOGY.value} (the default); "
+                 "review")  # fmt: skip
+    return bound, rmq.DEFAULT_ROUTING_TOPOLOGY
 
-    endpoints = _endpoints_and_instances(bound)
-    # error and audit: their type is the section's queueType (the endpoints' differ per endpoint)
+
+def _queue_types(
+    objects: _Objects, endpoints: Mapping[str, list[str]], notes: list[str], problems: list[str]
+) -> tuple[dict[str, set[rmq.QueueType]], rmq.QueueType]:
+    """Each endpoint's queue types (one, or a problem) and the section's ``queueType``: error and audit's (theirs is
+    the section's), else the most endpoints' type, so that the fewest endpoints need their own."""
     shared = [name for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE) if name in objects.queues]
     shared_types = {_queue_type(objects.queues[name]) for name in shared}
     endpoint_types = {
@@ -299,12 +354,22 @@ def discover(
     section_type = next(iter(shared_types)) if len(shared_types) == 1 else None
     if section_type is None and all_types:
         section_type = max(sorted(set(all_types)), key=all_types.count)  # the most endpoints' type: fewest overrides
-    section_type = section_type or rmq.DEFAULT_ENDPOINT_QUEUE_TYPE
     for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
         if name not in objects.queues:
             notes.append(f"no queue {name!r}: the stack declares it (pulumi up creates it); set {name}Queue if yours "
                          "has another name")  # fmt: skip
+    return endpoint_types, section_type or rmq.DEFAULT_ENDPOINT_QUEUE_TYPE
 
+
+def _endpoint_entries(
+    objects: _Objects,
+    endpoints: Mapping[str, list[str]],
+    endpoint_types: Mapping[str, set[rmq.QueueType]],
+    section_type: rmq.QueueType,
+    notes: list[str],
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The section's ``endpoints``: instances, a queue type other than the section's, the legacy timeout queues;
+    and the endpoints whose legacy timeout queues are of another type than their own (left outside the stack)."""
     entries: list[dict[str, Any]] = []
     odd: dict[str, str] = {}  # endpoint -> the type of its legacy timeout queues, when not its own
     for endpoint, discriminators in sorted(endpoints.items()):
@@ -326,24 +391,14 @@ def discover(
             else:
                 odd[endpoint] = ", ".join(sorted(legacy_types))
         entries.append(entry)
+    return entries, odd
 
-    section: dict[str, Any] = {
-        "vhost": vhost,
-        "brokerVersion": broker_version,
-        "generation": generation.value,
-        "routingTopology": routing_topology.value,
-        "queueType": section_type.value,
-    }
-    receiving = {q: e for e, ds in endpoints.items() for q in (e, *(rmq.instance_queue_name(e, d) for d in ds))}
-    if any(rmq.delivery_limit_policy_name(queue) in objects.policies for queue in receiving):
-        section["policyScope"] = rmq.PolicyScope.ENDPOINT.value
-        notes.append("the endpoints created their own nsb.<queue>.delivery-limit policies: policyScope endpoint "
-                     "imports them")  # fmt: skip
-    section["endpoints"] = entries
-    if problems:
-        raise CannotDiscover(problems)
 
-    # what the section declares, claimed: every object of it the broker holds
+def _claim_section(
+    objects: _Objects, section: dict[str, Any], present: list[rmq.Generation], bound: Mapping[str, object]
+) -> None:
+    """Every object the section declares that the broker holds, claimed; and the receiving queues' bindings to the
+    other graph's delivery exchange (NServiceBus's too, outside the stack)."""
     config = parse_stack_config({"rabbitmq": section})
     assert config.rabbitmq is not None
     objects.claim_topology(config.rabbitmq.topology)
@@ -358,7 +413,13 @@ def discover(
         if policy.name in objects.policies:
             objects.claimed_policies.add(policy.name)
 
-    # subscriptions and the event exchanges (conventional: SetupTypeSubscriptions, SetupSubscription)
+
+def _subscriptions(
+    objects: _Objects, receiving: Mapping[str, str], notes: list[str]
+) -> tuple[dict[str, set[str]], dict[str, set[str]], list[str]]:
+    """The event exchanges each endpoint subscribes to (conventional: ``SetupTypeSubscriptions``,
+    ``SetupSubscription``), the routing keys of the direct topology's subscribers, and the event exchanges no
+    subscription explains (someone publishes them); their exchanges and bindings claimed."""
     events = _event_exchanges(objects)
     subscriptions: dict[str, set[str]] = defaultdict(set)
     explained: set[str] = set()
@@ -383,39 +444,38 @@ def discover(
     for endpoint, keys in sorted(direct_subscribers.items()):
         notes.append(f"{endpoint} subscribes through {TOPIC_EXCHANGE} (keys {', '.join(sorted(keys))}): the direct "
                      "topology's subscriptions are NServiceBus's, outside the stack")  # fmt: skip
-    unexplained = sorted(events - explained - {BASE_EVENT_EXCHANGE})
+    return subscriptions, direct_subscribers, sorted(events - explained - {BASE_EVENT_EXCHANGE})
 
+
+def _endpoint_users(
+    entries: list[dict[str, Any]],
+    existing_users: Iterable[str],
+    subscriptions: Mapping[str, set[str]],
+    direct_subscribers: Mapping[str, set[str]],
+) -> list[str]:
+    """A ``user`` for each entry (its password key, the event exchanges it subscribes to) and the password keys;
+    refused when a user of an endpoint's name exists already (the stack would take it over)."""
+    existing = set(existing_users)
+    clashes = sorted(entry["name"] for entry in entries if entry["name"] in existing)
+    if clashes:
+        raise CannotDiscover([
+            f"user {name!r} exists on the broker already: an endpoint user of that name would take it over "
+            "(password, tags, permissions); pass --no-users, or give the user another name after discovery"
+            for name in clashes
+        ])  # fmt: skip
+    taken: set[str] = set()
     password_keys: list[str] = []
-    if users:
-        taken: set[str] = set()
-        existing = set(existing_users)
-        clashes = sorted(e for e in endpoints if e in existing)
-        if clashes:
-            raise CannotDiscover([
-                f"user {name!r} exists on the broker already: an endpoint user of that name would take it over "
-                "(password, tags, permissions); pass --no-users, or give the user another name after discovery"
-                for name in clashes
-            ])  # fmt: skip
-        for entry in entries:
-            key = password_key(entry["name"], taken)
-            user: dict[str, Any] = {"passwordKey": key}
-            subscribed = sorted(subscriptions.get(entry["name"], set()) - {BASE_EVENT_EXCHANGE})
-            if subscribed:
-                user["subscribesTo"] = subscribed
-            if entry["name"] in direct_subscribers:
-                user["subscribesTo"] = [TOPIC_EXCHANGE]
-            entry["user"] = user
-            password_keys.append(key)
-
-    unclassified = _unclassified(objects, endpoints, odd)
-    return Discovery(
-        section,
-        tuple(password_keys),
-        {e: tuple(sorted(s - {BASE_EVENT_EXCHANGE})) for e, s in sorted(subscriptions.items())},
-        tuple(unexplained),
-        tuple(unclassified),
-        tuple(notes),
-    )
+    for entry in entries:
+        key = password_key(entry["name"], taken)
+        user: dict[str, Any] = {"passwordKey": key}
+        subscribed = sorted(subscriptions.get(entry["name"], set()) - {BASE_EVENT_EXCHANGE})
+        if subscribed:
+            user["subscribesTo"] = subscribed
+        if entry["name"] in direct_subscribers:
+            user["subscribesTo"] = [TOPIC_EXCHANGE]
+        entry["user"] = user
+        password_keys.append(key)
+    return password_keys
 
 
 def _unclassified(objects: _Objects, endpoints: Iterable[str], odd: Mapping[str, str]) -> list[Unclassified]:
