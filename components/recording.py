@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format
 
 from .model.settings import PACKAGE
 from .rabbitmq import PolicyChain
@@ -40,6 +41,7 @@ class RecordedResource:
     dependencies: tuple[str, ...] = ()  # URNs this resource waits for
     property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input -> URNs it came from
     outputs: dict[str, Any] = field(default_factory=dict)  # a component's registered outputs (``register_outputs``)
+    options: dict[str, Any] = field(default_factory=dict)  # every other option it was registered with (``OPTIONS``)
 
     @property
     def physical_name(self) -> str | None:
@@ -90,6 +92,21 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}
 
 
+# The fields of a registration kept apart above; what the SDK adds about the program's own source (its file and line,
+# its stack) is left out: the same resource registered from another line is the same resource.
+_KEPT_APART = frozenset(
+    {"type", "name", "parent", "custom", "object", "protect", "dependencies", "provider", "propertyDependencies",
+     "importId", "retainOnDelete", "sourcePosition", "stackTrace", "parentStackTraceHandle"}
+)  # fmt: skip
+
+
+def registration_options(request: Any) -> dict[str, Any]:
+    """The options of a ``RegisterResourceRequest`` that are set (``ignoreChanges``, ``deleteBeforeReplace``,
+    ``aliasSpecs``, ``additionalSecretOutputs``, …), camelCase as the engine reads them."""
+    given = json_format.MessageToDict(request)
+    return {key: value for key, value in given.items() if key not in _KEPT_APART}
+
+
 class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
     """The SDK's mock monitor, also keeping each registration with its options (parent, protect, …)."""
 
@@ -117,6 +134,7 @@ class _CapturingMonitor(pulumi.runtime.mocks.MockMonitor):
                     property_dependencies={
                         key: tuple(value.urns) for key, value in request.propertyDependencies.items() if value.urns
                     },
+                    options=registration_options(request),
                 )
             )
         return response
