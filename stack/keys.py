@@ -17,14 +17,20 @@ from nsb_delays.components.model import msmq
 from nsb_delays.components.model import settings as model_settings
 from nsb_delays.components.model.settings import (
     ALL_SETTINGS,
+    PACKAGE,
     RABBITMQ,
     RABBITMQ_ENDPOINT,
     RABBITMQ_USER,
     SQS,
     SQS_ENDPOINT,
+    camel_case,
 )
 
+NAMESPACE = PACKAGE  # the stack config's: nsb-delays:rabbitmq
 MSMQ = "msmq"
+SECTIONS = (RABBITMQ, SQS, MSMQ)
+DELIVERY_LIMIT_POLICIES_KEY = camel_case("delivery_limit_policies")
+BROKER_VERSION_KEY = camel_case("broker_version")
 SECTION_PLACES = (RABBITMQ, RABBITMQ_ENDPOINT, RABBITMQ_USER, SQS, SQS_ENDPOINT, MSMQ)
 
 

@@ -1,0 +1,402 @@
+"""The stack config's parser: a section as a stack file gives it (``nsb-delays:rabbitmq`` …) -> the stack's plan
+(``plan.py``), every value checked where it enters.
+
+The whole config is checked before any resource is declared; every problem is collected and reported at once, each
+naming the key and the rule it broke. The keys come from the settings' declarations (``keys.py``). The Pulumi program
+(through ``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``: ``stack_file.py``) parse config here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nsb_delays.components.model import msmq, permissions, sqs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.settings import (
+    RABBITMQ,
+    RABBITMQ_ENDPOINT,
+    RABBITMQ_USER,
+    SQS,
+    SQS_ENDPOINT,
+    DelayInfrastructureSettings,
+    EndpointPoliciesSettings,
+    EndpointSettings,
+    EndpointUserSettings,
+    GraphPlacementSettings,
+    SharedQueuesSettings,
+    SqsEndpointSettings,
+    camel_case,
+    declared_default,
+    settings_from,
+)
+
+from .keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, MSMQ, NAMESPACE, SECTIONS, ConfigKey, config_keys
+from .plan import UNNAMED_STACK, MsmqConfig, RabbitMqConfig, SqsConfig, StackConfig
+
+
+class ConfigError(ValueError):
+    """The stack config cannot work; ``problems`` lists every reason, each with its key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            f"invalid {NAMESPACE} stack config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def _fields(
+    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str], extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Type-check a mapping against ``keys``; unknown keys and wrong types become problems. Values by field name."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: expected a mapping, got {type(raw).__name__}")
+        return {}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in extra:
+            continue
+        if key not in keys:
+            problems.append(f"{path}.{key}: unknown key (known: {', '.join(sorted([*keys, *extra]))})")
+            continue
+        try:
+            values[keys[key].attr] = keys[key].check(value)
+        except ValueError as error:
+            problems.append(f"{path}.{key}: {error}")
+    return values
+
+
+def _endpoint_fields(
+    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each endpoint entry (a name, or a mapping with ``name``) type-checked; bad entries become problems."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(f"{path}: expected a list of endpoint names or mappings, got {type(raw).__name__}")
+        return []
+    entries = []
+    for i, entry in enumerate(raw):
+        entry_path = f"{path}[{i}]"
+        fields = _fields({"name": entry} if isinstance(entry, str) else entry, entry_path, keys, problems)
+        if keys["name"].attr in fields:
+            entries.append((entry_path, fields))
+        elif isinstance(entry, Mapping) and "name" not in entry:
+            problems.append(f"{entry_path}: missing required key 'name'")
+    return entries
+
+
+def _section_endpoints(raw: Any) -> Any:
+    return raw.get("endpoints") if isinstance(raw, Mapping) else None
+
+
+def _strings(values: Any, where: str, problems: list[str], what: str = "entry") -> tuple[str, ...]:
+    """The non-empty strings of a list; any other entry is a problem naming them."""
+    bad = [value for value in values if not isinstance(value, str) or not value]
+    if bad:
+        problems.append(f"{where}: every {what} must be a non-empty string, got {bad!r}")
+    return tuple(value for value in values if value not in bad)
+
+
+def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig:
+    path = f"{NAMESPACE}:rabbitmq"
+    keys = config_keys()
+    section = _fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
+    broker_version = _broker_version(raw, path, problems)
+    if broker_version is not None:
+        section["broker_version"] = broker_version
+    endpoints: list[EndpointSettings] = []
+    users: list[tuple[str, EndpointUserSettings, str]] = []
+    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[RABBITMQ_ENDPOINT], problems)
+    for entry_path, fields in entries:
+        where = f"{entry_path}.instanceDiscriminators"
+        discriminators = fields.get("instance_discriminators", ())
+        fields["instance_discriminators"] = _strings(discriminators, where, problems, "discriminator")
+        user = fields.pop("user", None)
+        endpoint = settings_from(EndpointSettings, section | fields)
+        endpoints.append(endpoint)
+        if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems)):
+            users.append((entry_path, *parsed))
+    config = RabbitMqConfig(
+        settings_from(DelayInfrastructureSettings, section),
+        settings_from(SharedQueuesSettings, section),
+        tuple(endpoints),
+        tuple(user for _, user, _ in users),
+        tuple(key for _, _, key in users),
+        settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
+        stack,
+        settings_from(GraphPlacementSettings, section),
+    )
+    if config.placement.graph_stack is not None and config.placement.declares_graph:
+        problems.append(
+            f"{path}.graphStack: {config.placement.graph_stack!r} names the stack that declares the delay graph, but "
+            "this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove graphStack"
+        )
+    _check_rabbitmq_names(config, path, problems)
+    _check_transport_versions(raw, config, path, problems)
+    _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
+    _check_broker_version_rules(config, path, problems)
+    return config
+
+
+def _endpoint_user(
+    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str]
+) -> tuple[EndpointUserSettings, str] | None:
+    """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
+    the user's name defaults to the endpoint's."""
+    where = f"{path}.user"
+    before = len(problems)
+    fields = _fields(raw, where, config_keys()[RABBITMQ_USER], problems)
+    fields.setdefault("user", endpoint.endpoint)
+    password_key = fields.pop("password_key", None)
+    if password_key is None and "passwordKey" not in raw:
+        problems.append(
+            f"{where}: missing required key 'passwordKey' (the stack config key of its password, set with "
+            f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
+        )
+    for key, attr in (("sendsTo", "sends_to"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
+        fields[attr] = _strings(fields.get(attr, ()), f"{where}.{key}", problems)
+    for key, names in (("name", [fields["user"]]), ("publishes", fields["publishes"]),
+                       ("subscribesTo", fields["subscribes_to"])):  # fmt: skip
+        for name in names:
+            for problem in permissions.name_problems(name):
+                problems.append(f"{where}.{key}: {name!r} {problem}")
+    if len(problems) > before or password_key is None:
+        return None
+    values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
+    settings = settings_from(EndpointUserSettings, values)
+    return settings, password_key
+
+
+def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
+    """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the path of the
+    endpoint entry ``config.users[j]`` belongs to (``nsb-delays:rabbitmq.endpoints[2]``)."""
+    known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
+    for entry, user in zip(entries, config.users, strict=True):
+        unknown = [d for d in user.sends_to if d not in known]
+        if unknown:
+            problems.append(
+                f"{entry}.user.sendsTo: {', '.join(map(repr, unknown))} "
+                f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
+                f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
+            )
+    for name, count in Counter(user.user for user in config.users).items():
+        if count > 1:
+            problems.append(f"{path}.endpoints: user {name!r} is given to {count} endpoints (one user per endpoint)")
+
+
+def password_keys(rabbitmq: Any) -> tuple[str, ...]:
+    """The stack config keys (``nsb-delays:<key>``) that the ``rabbitmq`` section's endpoint users name for their
+    passwords, read from the YAML as given (a user refused for another reason still names its key)."""
+    endpoints = _section_endpoints(rabbitmq)
+    users = [e.get("user") for e in endpoints if isinstance(e, Mapping)] if isinstance(endpoints, list) else []
+    keys = [user.get("passwordKey") for user in users if isinstance(user, Mapping)]
+    return tuple(key for key in keys if isinstance(key, str) and key)
+
+
+def _check_passwords(raw: Mapping[str, Any], keys: tuple[str, ...], problems: list[str]) -> None:
+    """Each password key present and a Pulumi secret (``{secure: …}``): never a password in plain text."""
+    for key in keys:
+        value = raw.get(key)
+        fix = f"pulumi config set --secret {NAMESPACE}:{key} <password>"
+        if value is None:
+            problems.append(f"{NAMESPACE}:{key}: missing (an endpoint user's passwordKey names it): {fix}")
+        elif not (isinstance(value, Mapping) and "secure" in value):
+            problems.append(f"{NAMESPACE}:{key}: a password in plain text; make it a Pulumi secret: {fix}")
+
+
+def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
+    """``brokerVersion`` as given when it parses (``rmq.parse_broker_version``); else a problem and None."""
+    value = raw.get(BROKER_VERSION_KEY) if isinstance(raw, Mapping) else None
+    if value is None:
+        return None
+    where = f"{path}.{BROKER_VERSION_KEY}"
+    if not isinstance(value, str):
+        hint = f" (quote it: YAML reads {value!r} as a number, 3.10 as 3.1)" if isinstance(value, float) else ""
+        problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
+        return None
+    try:
+        rmq.parse_broker_version(value)
+    except ValueError as error:
+        problems.append(f"{where}: {error}")
+        return None
+    return value
+
+
+def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
+    version = rmq.parse_broker_version(config.broker_version)
+    quorum = rmq.QueueType.QUORUM
+    limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
+    if limited and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
+        accepted = rmq.shown_version(rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
+        problems.append(
+            f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true with {BROKER_VERSION_KEY} "
+            f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
+            f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
+            f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
+        )
+
+
+def _name_problems(name: str, *, destination: bool) -> list[str]:
+    """A queue's problems: as an object name (reserved, provider ids, length), and as a delayed-message
+    destination when it receives delayed messages (wildcards, whitespace, 199 bytes); each reason once."""
+    problems = rmq.rabbitmq_address_problems(name) if destination else []
+    if not destination and any(ch.isspace() for ch in name):
+        problems.append("contains whitespace")
+    return problems + [p for p in rmq.object_name_problems(name) if p not in problems]
+
+
+def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """``transportVersion`` and ``disabledBrokerRequirementChecks`` hold what they may, where they are given: the
+    section's once, each endpoint's own."""
+    key = camel_case("transport_version")
+    given = raw.get(key) if isinstance(raw, Mapping) else None
+    section_problem = rmq.transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
+    if section_problem:
+        problems.append(f"{path}.{key}: {section_problem}")
+    for i, endpoint in enumerate(config.endpoints):
+        problem = rmq.transport_version_problem(endpoint.transport_version)
+        if problem and (endpoint.transport_version != given or not section_problem):
+            problems.append(f"{path}.endpoints[{i}].{key}: {problem}")
+    checks_key = camel_case("disabled_broker_requirement_checks")
+    section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
+    section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so
+    section_checks_problem = (
+        rmq.unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
+    )
+    if section_checks_problem:
+        problems.append(f"{path}.{checks_key}: {section_checks_problem}")
+    for i, endpoint in enumerate(config.endpoints):
+        problem = rmq.unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
+        inherited = list(endpoint.disabled_broker_requirement_checks) == list(section_checks or [])
+        if problem and not (inherited and section_checks_problem):
+            problems.append(f"{path}.endpoints[{i}].{checks_key}: {problem}")
+
+
+def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    for problem in rmq.vhost_problems(config.vhost):
+        problems.append(f"{path}.vhost: {config.vhost!r} {problem}")
+    queues: list[str] = []
+    for i, endpoint in enumerate(config.endpoints):
+        for queue in endpoint.receiving_queues:
+            for problem in _name_problems(queue, destination=True):
+                problems.append(f"{path}.endpoints[{i}]: queue {queue!r} {problem}")
+        queues += endpoint.receiving_queues
+        if endpoint.legacy_timeout_manager:
+            legacy = rmq.legacy_timeout_queue_names(endpoint.endpoint)
+            for queue in legacy if endpoint.endpoint else ():
+                for problem in rmq.object_name_problems(queue):
+                    if problem not in rmq.object_name_problems(endpoint.endpoint):  # said once, for the endpoint
+                        problems.append(f"{path}.endpoints[{i}]: legacy queue {queue!r} {problem}")
+            queues += legacy
+    for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
+        for problem in _name_problems(name, destination=False):
+            problems.append(f"{path}.{key}: {name!r} {problem}")
+    queues += [config.error_queue, config.audit_queue]
+    for name, count in Counter(queues).items():
+        if count > 1:
+            problems.append(f"{path}.endpoints: queue {name!r} is declared {count} times (duplicate endpoint or queue)")
+    group = config.policy_group
+    if not group.strip() or "@" in group or any(ch.isspace() for ch in group):
+        problems.append(
+            f"{path}.policyGroup: {group!r} must be a non-empty name without '@' or whitespace: it names the stack's "
+            "combined policies, and the provider's policy id is 'name@vhost'"
+        )
+    for a, b in rmq.shadowing_addresses(list(config.receiving_queues())):
+        problems.append(
+            f"{path}.endpoints: {a!r} would also receive delayed messages addressed to {b!r} "
+            f"(its binding {rmq.endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"
+        )
+
+
+# The SQS section's settings its endpoints inherit whose values the model bounds, with the model's check of each.
+SQS_SECTION_CHECKS: tuple[tuple[str, Callable[[int], int]], ...] = (
+    ("message_retention_seconds", sqs.check_retention),
+    ("max_message_size", sqs.check_max_message_size),
+)
+
+
+def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
+    path = f"{NAMESPACE}:sqs"
+    keys = config_keys()
+    section = _fields(raw, path, keys[SQS], problems, extra=("endpoints",))
+    refused_in_section = []
+    for name, check in SQS_SECTION_CHECKS:
+        try:  # with or without endpoints: the section's own setting
+            check(section.get(name, declared_default(SqsEndpointSettings, name)))
+        except ValueError as error:
+            problems.append(f"{path}.{camel_case(name)}: {error}")
+            refused_in_section.append(name)
+    endpoints = []
+    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[SQS_ENDPOINT], problems)
+    for entry_path, fields in entries:
+        values = section | fields
+        for name in refused_in_section:  # said once, for the section
+            if name not in fields:
+                values[name] = declared_default(SqsEndpointSettings, name)
+        endpoints.append((entry_path, settings_from(SqsEndpointSettings, values)))
+    _check_sqs_names(endpoints, path, problems)
+    return SqsConfig(tuple(endpoint for _, endpoint in endpoints), section)
+
+
+def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str, problems: list[str]) -> None:
+    physical: list[str] = []
+    for entry_path, endpoint in endpoints:
+        try:
+            specs = endpoint.queues()
+        except ValueError as error:
+            problems.append(f"{entry_path} ({endpoint.endpoint!r}): {error}")
+            continue
+        physical += [spec.name for spec in specs]
+    for name, count in Counter(physical).items():
+        if count > 1:
+            problems.append(
+                f"{path}.endpoints: SQS queue {name!r} is declared {count} times "
+                "(duplicate after prefix and sanitising)"
+            )
+
+
+def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
+    path = f"{NAMESPACE}:msmq"
+    values = _fields(raw, path, config_keys()[MSMQ], problems)
+    endpoints = values.pop("endpoints", [])
+    for i, name in enumerate(endpoints):
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"{path}.endpoints[{i}]: expected a non-empty endpoint name, got {name!r}")
+    for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
+        if count > 1:
+            problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
+    schema = values.get("schema", msmq.DEFAULT_SCHEMA)
+    try:  # with or without endpoints: the section's own setting
+        msmq.check_schema(schema)
+    except ValueError as error:
+        problems.append(f"{path}.schema: {error}")
+        schema = msmq.DEFAULT_SCHEMA  # said once, for the section; the endpoints' tables are still checked
+    for i, name in enumerate(endpoints):
+        if isinstance(name, str) and name.strip():
+            try:
+                msmq.delayed_store_table(name, schema)
+            except ValueError as error:
+                problems.append(f"{path}.endpoints[{i}]: {error}")
+    return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
+
+
+def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> StackConfig:
+    """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values; ``stack`` is the name of
+    the stack they configure."""
+    problems: list[str] = []
+    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems, stack) if raw.get("rabbitmq") is not None else None
+    passwords = password_keys(raw.get("rabbitmq"))
+    unknown = sorted(set(raw) - set(SECTIONS) - set(passwords))
+    for key in unknown:
+        known = ", ".join(f"{NAMESPACE}:{section}" for section in SECTIONS)
+        problems.insert(0, f"{NAMESPACE}:{key}: unknown key (known: {known}, and endpoint users' passwordKeys)")
+    _check_passwords(raw, passwords, problems)
+    sqs_config = _parse_sqs(raw["sqs"], problems) if raw.get("sqs") is not None else None
+    msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
+    if problems:
+        raise ConfigError(problems)
+    return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack)

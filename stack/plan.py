@@ -1,0 +1,163 @@
+"""The stack's plan: each section of the stack config (``nsb-delays:rabbitmq``, ``nsb-delays:sqs``,
+``nsb-delays:msmq``) as the settings of every component it declares (``components/model/settings.py``), in the order
+they are declared. The parser (``parsing.py``) makes it from a stack file or a component's inputs, checked; the
+transports (``components/transports.py``) declare it, and every command reads it as model objects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nsb_delays.components.model import msmq, permissions, sqs
+from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.settings import (
+    DelayInfrastructureSettings,
+    EndpointPoliciesSettings,
+    EndpointSettings,
+    EndpointUserSettings,
+    GraphPlacementSettings,
+    SharedQueuesSettings,
+    SqsEndpointSettings,
+    declared_default,
+)
+
+UNNAMED_STACK = "stack"
+"""The stack name of a config parsed without one (tests, benchmarks): it names the combined policies."""
+
+
+@dataclass(frozen=True)
+class RabbitMqConfig:
+    """The ``nsb-delays:rabbitmq`` section as the settings of each component it declares: the delay graph, the
+    shared queues, each endpoint and each endpoint's user (whose password is the secret ``password_keys[i]``).
+
+    The stack-wide values below are read from the component that always has them; they are not settings of their
+    own (each is declared once, in ``components/model/settings.py``)."""
+
+    infrastructure: DelayInfrastructureSettings
+    shared_queues: SharedQueuesSettings
+    endpoints: tuple[EndpointSettings, ...] = ()
+    users: tuple[EndpointUserSettings, ...] = ()
+    password_keys: tuple[str, ...] = ()
+    policies: EndpointPoliciesSettings = field(default_factory=EndpointPoliciesSettings)
+    stack: str = UNNAMED_STACK  # names the combined policies unless ``policyGroup`` does
+    placement: GraphPlacementSettings = field(default_factory=GraphPlacementSettings)
+
+    @property
+    def policy_group(self) -> str:
+        return self.policies.policy_group or self.stack
+
+    @property
+    def vhost(self) -> str:
+        return self.infrastructure.vhost
+
+    @property
+    def generation(self) -> rmq.Generation:
+        return self.infrastructure.generation
+
+    @property
+    def broker_version(self) -> str:
+        return self.infrastructure.broker_version
+
+    @property
+    def adopt_existing(self) -> bool:
+        return self.infrastructure.adopt_existing
+
+    @property
+    def routing_topology(self) -> rmq.RoutingTopology:
+        return self.shared_queues.routing_topology
+
+    @property
+    def error_queue(self) -> str:
+        return self.shared_queues.error_queue
+
+    @property
+    def audit_queue(self) -> str:
+        return self.shared_queues.audit_queue
+
+    def receiving_queues(self) -> tuple[str, ...]:
+        """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
+        return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
+
+    @functools.cached_property
+    def _components(self) -> tuple[tuple[bool, rmq.Topology], ...]:
+        """Each component's objects, in the order the program declares them, with whether it retains its queues on
+        delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
+        graph = (
+            (
+                (False, self.infrastructure.topology()),
+                (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
+            )
+            if self.placement.declares_graph
+            else ()
+        )
+        return (
+            *graph,
+            *((endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints),
+            (False, self.policies.topology(self.stack)),
+        )
+
+    def queues_kept_on_delete(self) -> tuple[str, ...]:
+        """The queues Pulumi leaves on the broker when it deletes them (``retainOnDelete``): the queues holding
+        an endpoint's messages, of the components whose ``retain_on_delete`` is on (as the components declare it)."""
+        return tuple(
+            q.name for keep, topology in self._components if keep for q in topology.queues if q.receives_messages
+        )
+
+    @functools.cached_property
+    def topology(self) -> rmq.Topology:
+        """Every object, in the order the program declares them: exchanges and queues before the policies that
+        name them."""
+        return rmq.Topology.join(topology for _, topology in self._components)
+
+    @property
+    def grants(self) -> tuple[permissions.UserGrants, ...]:
+        """Every endpoint user's tags, permissions and topic permissions in the stack's vhost."""
+        return tuple(user.grants() for user in self.users)
+
+
+@dataclass(frozen=True)
+class SqsConfig:
+    """The ``nsb-delays:sqs`` section: each endpoint's settings, and the section's own values as given
+    (``queue_name_prefix`` is read without endpoints too)."""
+
+    endpoints: tuple[SqsEndpointSettings, ...] = ()
+    section: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def queue_name_prefix(self) -> str:
+        return str(self.section.get("queue_name_prefix", declared_default(SqsEndpointSettings, "queue_name_prefix")))
+
+    def queue_specs(self) -> tuple[tuple[str, sqs.SqsQueueSpec], ...]:
+        """``(endpoint, spec)`` for every input and ``-delay.fifo`` queue."""
+        return tuple((endpoint.endpoint, spec) for endpoint in self.endpoints for spec in endpoint.queues())
+
+
+@dataclass(frozen=True)
+class MsmqConfig:
+    """Endpoints whose MSMQ transport (2.x) keeps delayed messages in a SQL Server table
+    (Particular/NServiceBus.Transport.Msmq ``src/NServiceBus.Transport.Msmq/DelayedDelivery/Sql/
+    SqlServerDelayedMessageStore.cs``)."""
+
+    schema: str = msmq.DEFAULT_SCHEMA
+    endpoints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    rabbitmq: RabbitMqConfig | None = None
+    sqs: SqsConfig | None = None
+    msmq: MsmqConfig | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    stack: str = UNNAMED_STACK
+
+    def with_values(self, section: str, **values: Any) -> StackConfig:
+        """The same stack with ``values`` (stack config keys, ``deliveryLimitPolicies=False``) set in ``section``:
+        parsed again, so an override is checked like the stack file."""
+        raw = dict(self.raw)
+        raw[section] = {**(raw.get(section) or {}), **values}
+        from .parsing import parse_stack_config  # the parser makes plans: imported when a plan is made again
+
+        return parse_stack_config(raw, self.stack)
