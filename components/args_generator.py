@@ -1,5 +1,7 @@
 """Writes ``components/args.py``: each component's ``<Component>Args`` TypedDict, from the settings declared in
-``components/model/settings.py`` plus the few inputs only a Pulumi program has (resources' outputs, secrets).
+``components/model/settings.py`` plus the few inputs only a Pulumi program has (resources' outputs, secrets); and
+each transport's, one whole section of the stack config, from that section's keys (``stack/keys.py``, themselves from
+the declarations): the same keys in snake_case, an endpoint entry and its user as types of their own.
 
 Pulumi infers the multi-language schema from a component's ``args`` TypedDict and reads each input's description
 from the docstring under it in the source (``pulumi.provider.experimental.analyzer`` ``Analyzer.get_docstring``), so
@@ -16,6 +18,9 @@ import typing
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from nsb_delays.stack.keys import ConfigKey, config_keys
+from nsb_delays.stack.parsing import PASSWORD_KEY
 
 from .model import settings as model_settings
 
@@ -83,6 +88,82 @@ COMPONENTS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class SectionArgs:
+    """The inputs of a transport, or of a part of its section (an endpoint entry, its user): the keys a stack file
+    sets at ``place``, in snake_case; ``nested`` gives the keys that hold a part their type, ``replaced`` gives the
+    keys whose value a program gives in another form (a password itself, not the config key that holds it)."""
+
+    name: str  # the TypedDict's
+    place: str
+    doc: str
+    nested: tuple[tuple[str, str], ...] = ()  # (key, annotation)
+    replaced: tuple[tuple[str, PulumiInput], ...] = ()
+
+
+_PASSWORD = PulumiInput(
+    "password",
+    "pulumi.Input[str]",
+    "Its password: pass a secret (it is stored as one anyway). A stack file names the config key that holds it "
+    "(`passwordKey`); a program gives the secret itself.",
+)
+# Each part before the part that holds it: the generated file is read top to bottom (no postponed annotations).
+SECTIONS = (
+    SectionArgs(
+        "RabbitMqTransportUserArgs",
+        model_settings.RABBITMQ_USER,
+        "An endpoint's least-privilege RabbitMQ user (`user` of an entry of `RabbitMqTransport`'s `endpoints`).",
+        replaced=((PASSWORD_KEY, _PASSWORD),),
+    ),
+    SectionArgs(
+        "RabbitMqTransportEndpointArgs",
+        model_settings.RABBITMQ_ENDPOINT,
+        "An endpoint of `RabbitMqTransport` (an entry of its `endpoints`); in Python also its name alone.",
+        nested=(("user", "NotRequired[RabbitMqTransportUserArgs]"),),
+    ),
+    SectionArgs(
+        "RabbitMqTransportArgs",
+        model_settings.RABBITMQ,
+        "The inputs of ``RabbitMqTransport``: the `nsb-delays:rabbitmq` section of a stack file, in snake_case.",
+        nested=(("endpoints", "NotRequired[list[RabbitMqTransportEndpointArgs]]"),),
+    ),
+    SectionArgs(
+        "SqsTransportEndpointArgs",
+        model_settings.SQS_ENDPOINT,
+        "An endpoint of `SqsTransport` (an entry of its `endpoints`); in Python also its name alone.",
+    ),
+    SectionArgs(
+        "SqsTransportArgs",
+        model_settings.SQS,
+        "The inputs of ``SqsTransport``: the `nsb-delays:sqs` section of a stack file, in snake_case.",
+        nested=(("endpoints", "NotRequired[list[SqsTransportEndpointArgs]]"),),
+    ),
+)
+NO_DEFAULT = ("required", "none")  # what the configuration reference shows for a key without a default
+
+
+def key_line(key: ConfigKey, nested: dict[str, str]) -> list[str]:
+    """One key of a section as an input: its name in snake_case, its type, its description and default."""
+    name = model_settings.snake_case(key.key)
+    if model_settings.camel_case(name) != key.key:
+        raise ValueError(f"{key.key!r} is not the camelCase of a Python name: the Args could not be read back")
+    required = key.default == "required"
+    hint = nested.get(key.key) or (annotation(key.hint) if required else f"NotRequired[{annotation(key.hint)}]")
+    default = "" if key.default in NO_DEFAULT else f" Default: {key.default}."
+    return [f"    {name}: {hint}", *docstring(key.doc + default)]
+
+
+def section_lines(spec: SectionArgs) -> list[str]:
+    """The keys of the place, required ones first, in the order the configuration reference lists them."""
+    nested, replaced = dict(spec.nested), dict(spec.replaced)
+    keys = sorted(config_keys()[spec.place].values(), key=lambda key: key.default != "required")
+    lines = ["", "", f"class {spec.name}(TypedDict):", f'    """{spec.doc}"""', ""]
+    for key in keys:
+        extra = replaced.get(key.key)
+        lines += [f"    {extra.name}: {extra.annotation}", *docstring(extra.doc)] if extra else key_line(key, nested)
+    return lines
+
+
 HEADER = '''"""Each component's inputs, ``<Component>Args``: generated from the settings declared in
 ``components/model/settings.py`` by ``python -m nsb_delays.components.args_generator``; do not edit.
 
@@ -118,14 +199,10 @@ def settings_lines(spec: ComponentArgs) -> list[str]:
 
 
 def source() -> str:
-    enums = sorted(
-        {
-            hint.__name__
-            for spec in COMPONENTS
-            for item in dataclasses.fields(spec.settings)
-            if isinstance(hint := model_settings.value_type(spec.settings, item.name), type) and issubclass(hint, Enum)
-        }
-    )
+    hints = [model_settings.value_type(spec.settings, item.name) for spec in COMPONENTS
+             for item in dataclasses.fields(spec.settings)]  # fmt: skip
+    hints += [key.hint for spec in SECTIONS for key in config_keys()[spec.place].values()]
+    enums = sorted({hint.__name__ for hint in hints if isinstance(hint, type) and issubclass(hint, Enum)})
     parts = [
         HEADER,
         "",
@@ -142,6 +219,8 @@ def source() -> str:
         parts += settings_lines(spec)
         for extra in spec.pulumi_inputs:
             parts += [f"    {extra.name}: {extra.annotation}", *docstring(extra.doc)]
+    for section in SECTIONS:
+        parts += section_lines(section)
     return "\n".join(parts) + "\n"
 
 

@@ -67,9 +67,8 @@ def wire_values(settings_type: type[Any], args: Mapping[str, Any]) -> dict[str, 
         if key not in fields or isinstance(value, bool) or not isinstance(value, int | float):
             continue
         hint = model_settings.value_type(settings_type, key)
-        if hint is int and isinstance(value, float) and value.is_integer():
-            values[key] = int(value)
-        elif model_settings.type_name(hint) == "str":
+        values[key] = model_settings.from_wire(hint, value)
+        if model_settings.type_name(hint) == "str":
             raise model_settings.SettingsRefused(
                 [(key, "a number where a string belongs. Pulumi YAML turns a config value that looks like a number "
                        'into one: write the value in the program ("3.10"), or in a form that is not a number (a broker '

@@ -8,8 +8,10 @@ naming the key and the rule it broke. The keys come from the settings' declarati
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nsb_delays.components.model import msmq, permissions, sqs
@@ -29,7 +31,9 @@ from nsb_delays.components.model.settings import (
     SqsEndpointSettings,
     camel_case,
     declared_default,
+    from_wire,
     settings_from,
+    snake_case,
 )
 
 from .keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, MSMQ, NAMESPACE, SECTIONS, ConfigKey, config_keys
@@ -47,24 +51,29 @@ class ConfigError(ValueError):
         )
 
 
+def _at(path: str, key: str) -> str:
+    """``key`` of what ``path`` names: ``nsb-delays:rabbitmq.vhost``, or ``vhost`` of a component's inputs (no path)."""
+    return f"{path}.{key}" if path else key
+
+
 def _fields(
     raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str], extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """Type-check a mapping against ``keys``; unknown keys and wrong types become problems. Values by field name."""
     if not isinstance(raw, Mapping):
-        problems.append(f"{path}: expected a mapping, got {type(raw).__name__}")
+        problems.append(f"{path or 'the inputs'}: expected a mapping, got {type(raw).__name__}")
         return {}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in extra:
             continue
         if key not in keys:
-            problems.append(f"{path}.{key}: unknown key (known: {', '.join(sorted([*keys, *extra]))})")
+            problems.append(f"{_at(path, key)}: unknown key (known: {', '.join(sorted({*keys, *extra}))})")
             continue
         try:
             values[keys[key].attr] = keys[key].check(value)
         except ValueError as error:
-            problems.append(f"{path}.{key}: {error}")
+            problems.append(f"{_at(path, key)}: {error}")
     return values
 
 
@@ -100,8 +109,52 @@ def _strings(values: Any, where: str, problems: list[str], what: str = "entry") 
     return tuple(value for value in values if value not in bad)
 
 
-def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig:
-    path = f"{NAMESPACE}:rabbitmq"
+PASSWORD_KEY = "passwordKey"  # a stack file's endpoint user: the config key that holds the password, a secret
+PASSWORD_INPUT = "password"  # a RabbitMqTransport's endpoint user: the password itself (a Pulumi secret)
+
+
+@dataclass
+class Passwords:
+    """How a section's endpoint users give their passwords. A stack file names, in ``passwordKey``, the config key
+    that holds the secret (``{secure: …}``, checked with the whole config: ``_check_passwords``); a component's inputs
+    give the secret itself, in ``password``, kept in ``given`` under the path of that input, which is then the user's
+    password key (``RabbitMqConfig.password_keys``)."""
+
+    given: dict[str, Any] | None = None
+
+    def user_keys(self) -> tuple[dict[str, ConfigKey], tuple[str, ...]]:
+        """The keys of an endpoint's ``user``, and the one the parser takes as it is (the secret)."""
+        keys = config_keys()[RABBITMQ_USER]
+        if self.given is None:
+            return keys, ()
+        return {key: value for key, value in keys.items() if key != PASSWORD_KEY}, (PASSWORD_INPUT,)
+
+    def take(self, raw: Mapping[str, Any], fields: dict[str, Any], where: str, problems: list[str]) -> str | None:
+        """The user's password key; a problem when it gives none."""
+        if self.given is None:
+            key = fields.pop("password_key", None)
+            if key is None and PASSWORD_KEY not in raw:
+                problems.append(
+                    f"{where}: missing required key '{PASSWORD_KEY}' (the stack config key of its password, set with "
+                    f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
+                )
+            return key if isinstance(key, str) else None
+        if raw.get(PASSWORD_INPUT) is None:
+            problems.append(f"{where}: missing required key '{PASSWORD_INPUT}' (its password: a Pulumi secret)")
+            return None
+        self.given[_at(where, PASSWORD_INPUT)] = raw[PASSWORD_INPUT]
+        return _at(where, PASSWORD_INPUT)
+
+
+RABBITMQ_PATH = f"{NAMESPACE}:{RABBITMQ}"
+SQS_PATH = f"{NAMESPACE}:{SQS}"
+
+
+def _parse_rabbitmq(
+    raw: Any, problems: list[str], stack: str, path: str = RABBITMQ_PATH, passwords: Passwords | None = None
+) -> RabbitMqConfig:
+    """The section ``raw`` (a stack file's, or a component's inputs with ``path`` "" and the passwords given)."""
+    passwords = passwords or Passwords()
     keys = config_keys()
     section = _fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
     broker_version = _broker_version(raw, path, problems)
@@ -109,7 +162,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
         section["broker_version"] = broker_version
     endpoints: list[EndpointSettings] = []
     users: list[tuple[str, EndpointUserSettings, str]] = []
-    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[RABBITMQ_ENDPOINT], problems)
+    entries = _endpoint_fields(_section_endpoints(raw), _at(path, "endpoints"), keys[RABBITMQ_ENDPOINT], problems)
     for entry_path, fields in entries:
         where = f"{entry_path}.instanceDiscriminators"
         discriminators = fields.get("instance_discriminators", ())
@@ -117,7 +170,7 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
         user = fields.pop("user", None)
         endpoint = settings_from(EndpointSettings, section | fields)
         endpoints.append(endpoint)
-        if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems)):
+        if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems, passwords)):
             users.append((entry_path, *parsed))
     config = RabbitMqConfig(
         settings_from(DelayInfrastructureSettings, section),
@@ -131,8 +184,9 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
     )
     if config.placement.graph_stack is not None and config.placement.declares_graph:
         problems.append(
-            f"{path}.graphStack: {config.placement.graph_stack!r} names the stack that declares the delay graph, but "
-            "this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove graphStack"
+            f"{_at(path, 'graphStack')}: {config.placement.graph_stack!r} names the stack that declares the delay "
+            "graph, but this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove "
+            "graphStack"
         )
     _check_rabbitmq_names(config, path, problems)
     _check_transport_versions(raw, config, path, problems)
@@ -142,27 +196,23 @@ def _parse_rabbitmq(raw: Any, problems: list[str], stack: str) -> RabbitMqConfig
 
 
 def _endpoint_user(
-    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str]
+    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str], passwords: Passwords
 ) -> tuple[EndpointUserSettings, str] | None:
     """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
     the user's name defaults to the endpoint's."""
-    where = f"{path}.user"
+    where = _at(path, "user")
     before = len(problems)
-    fields = _fields(raw, where, config_keys()[RABBITMQ_USER], problems)
+    keys, taken = passwords.user_keys()
+    fields = _fields(raw, where, keys, problems, extra=taken)
     fields.setdefault("user", endpoint.endpoint)
-    password_key = fields.pop("password_key", None)
-    if password_key is None and "passwordKey" not in raw:
-        problems.append(
-            f"{where}: missing required key 'passwordKey' (the stack config key of its password, set with "
-            f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
-        )
+    password_key = passwords.take(raw, fields, where, problems)
     for key, attr in (("sendsTo", "sends_to"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
-        fields[attr] = _strings(fields.get(attr, ()), f"{where}.{key}", problems)
+        fields[attr] = _strings(fields.get(attr, ()), _at(where, key), problems)
     for key, names in (("name", [fields["user"]]), ("publishes", fields["publishes"]),
                        ("subscribesTo", fields["subscribes_to"])):  # fmt: skip
         for name in names:
             for problem in permissions.name_problems(name):
-                problems.append(f"{where}.{key}: {name!r} {problem}")
+                problems.append(f"{_at(where, key)}: {name!r} {problem}")
     if len(problems) > before or password_key is None:
         return None
     values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
@@ -184,7 +234,9 @@ def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str,
             )
     for name, count in Counter(user.user for user in config.users).items():
         if count > 1:
-            problems.append(f"{path}.endpoints: user {name!r} is given to {count} endpoints (one user per endpoint)")
+            problems.append(
+                f"{_at(path, 'endpoints')}: user {name!r} is given to {count} endpoints (one user per endpoint)"
+            )
 
 
 def password_keys(rabbitmq: Any) -> tuple[str, ...]:
@@ -212,7 +264,7 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
     value = raw.get(BROKER_VERSION_KEY) if isinstance(raw, Mapping) else None
     if value is None:
         return None
-    where = f"{path}.{BROKER_VERSION_KEY}"
+    where = _at(path, BROKER_VERSION_KEY)
     if not isinstance(value, str):
         hint = f" (quote it: YAML reads {value!r} as a number, 3.10 as 3.1)" if isinstance(value, float) else ""
         problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
@@ -233,7 +285,7 @@ def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: lis
     if limited and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
         accepted = rmq.shown_version(rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
         problems.append(
-            f"{path}.{DELIVERY_LIMIT_POLICIES_KEY} is true with {BROKER_VERSION_KEY} "
+            f"{_at(path, DELIVERY_LIMIT_POLICIES_KEY)} is true with {BROKER_VERSION_KEY} "
             f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
             f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
             f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
@@ -256,11 +308,11 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
     given = raw.get(key) if isinstance(raw, Mapping) else None
     section_problem = rmq.transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
     if section_problem:
-        problems.append(f"{path}.{key}: {section_problem}")
+        problems.append(f"{_at(path, key)}: {section_problem}")
     for i, endpoint in enumerate(config.endpoints):
         problem = rmq.transport_version_problem(endpoint.transport_version)
         if problem and (endpoint.transport_version != given or not section_problem):
-            problems.append(f"{path}.endpoints[{i}].{key}: {problem}")
+            problems.append(f"{_at(path, 'endpoints')}[{i}].{key}: {problem}")
     checks_key = camel_case("disabled_broker_requirement_checks")
     section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
     section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so
@@ -268,46 +320,48 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
         rmq.unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
     )
     if section_checks_problem:
-        problems.append(f"{path}.{checks_key}: {section_checks_problem}")
+        problems.append(f"{_at(path, checks_key)}: {section_checks_problem}")
     for i, endpoint in enumerate(config.endpoints):
         problem = rmq.unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
         inherited = list(endpoint.disabled_broker_requirement_checks) == list(section_checks or [])
         if problem and not (inherited and section_checks_problem):
-            problems.append(f"{path}.endpoints[{i}].{checks_key}: {problem}")
+            problems.append(f"{_at(path, 'endpoints')}[{i}].{checks_key}: {problem}")
 
 
 def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     for problem in rmq.vhost_problems(config.vhost):
-        problems.append(f"{path}.vhost: {config.vhost!r} {problem}")
+        problems.append(f"{_at(path, 'vhost')}: {config.vhost!r} {problem}")
     queues: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
         for queue in endpoint.receiving_queues:
             for problem in _name_problems(queue, destination=True):
-                problems.append(f"{path}.endpoints[{i}]: queue {queue!r} {problem}")
+                problems.append(f"{_at(path, 'endpoints')}[{i}]: queue {queue!r} {problem}")
         queues += endpoint.receiving_queues
         if endpoint.legacy_timeout_manager:
             legacy = rmq.legacy_timeout_queue_names(endpoint.endpoint)
             for queue in legacy if endpoint.endpoint else ():
                 for problem in rmq.object_name_problems(queue):
                     if problem not in rmq.object_name_problems(endpoint.endpoint):  # said once, for the endpoint
-                        problems.append(f"{path}.endpoints[{i}]: legacy queue {queue!r} {problem}")
+                        problems.append(f"{_at(path, 'endpoints')}[{i}]: legacy queue {queue!r} {problem}")
             queues += legacy
     for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
         for problem in _name_problems(name, destination=False):
-            problems.append(f"{path}.{key}: {name!r} {problem}")
+            problems.append(f"{_at(path, key)}: {name!r} {problem}")
     queues += [config.error_queue, config.audit_queue]
     for name, count in Counter(queues).items():
         if count > 1:
-            problems.append(f"{path}.endpoints: queue {name!r} is declared {count} times (duplicate endpoint or queue)")
+            problems.append(
+                f"{_at(path, 'endpoints')}: queue {name!r} is declared {count} times (duplicate endpoint or queue)"
+            )
     group = config.policy_group
     if not group.strip() or "@" in group or any(ch.isspace() for ch in group):
         problems.append(
-            f"{path}.policyGroup: {group!r} must be a non-empty name without '@' or whitespace: it names the stack's "
-            "combined policies, and the provider's policy id is 'name@vhost'"
+            f"{_at(path, 'policyGroup')}: {group!r} must be a non-empty name without '@' or whitespace: it names the "
+            "stack's combined policies, and the provider's policy id is 'name@vhost'"
         )
     for a, b in rmq.shadowing_addresses(list(config.receiving_queues())):
         problems.append(
-            f"{path}.endpoints: {a!r} would also receive delayed messages addressed to {b!r} "
+            f"{_at(path, 'endpoints')}: {a!r} would also receive delayed messages addressed to {b!r} "
             f"(its binding {rmq.endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"
         )
 
@@ -319,8 +373,7 @@ SQS_SECTION_CHECKS: tuple[tuple[str, Callable[[int], int]], ...] = (
 )
 
 
-def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
-    path = f"{NAMESPACE}:sqs"
+def _parse_sqs(raw: Any, problems: list[str], path: str = SQS_PATH) -> SqsConfig:
     keys = config_keys()
     section = _fields(raw, path, keys[SQS], problems, extra=("endpoints",))
     refused_in_section = []
@@ -328,10 +381,10 @@ def _parse_sqs(raw: Any, problems: list[str]) -> SqsConfig:
         try:  # with or without endpoints: the section's own setting
             check(section.get(name, declared_default(SqsEndpointSettings, name)))
         except ValueError as error:
-            problems.append(f"{path}.{camel_case(name)}: {error}")
+            problems.append(f"{_at(path, camel_case(name))}: {error}")
             refused_in_section.append(name)
     endpoints = []
-    entries = _endpoint_fields(_section_endpoints(raw), f"{path}.endpoints", keys[SQS_ENDPOINT], problems)
+    entries = _endpoint_fields(_section_endpoints(raw), _at(path, "endpoints"), keys[SQS_ENDPOINT], problems)
     for entry_path, fields in entries:
         values = section | fields
         for name in refused_in_section:  # said once, for the section
@@ -354,7 +407,7 @@ def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str
     for name, count in Counter(physical).items():
         if count > 1:
             problems.append(
-                f"{path}.endpoints: SQS queue {name!r} is declared {count} times "
+                f"{_at(path, 'endpoints')}: SQS queue {name!r} is declared {count} times "
                 "(duplicate after prefix and sanitising)"
             )
 
@@ -365,22 +418,22 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     endpoints = values.pop("endpoints", [])
     for i, name in enumerate(endpoints):
         if not isinstance(name, str) or not name.strip():
-            problems.append(f"{path}.endpoints[{i}]: expected a non-empty endpoint name, got {name!r}")
+            problems.append(f"{_at(path, 'endpoints')}[{i}]: expected a non-empty endpoint name, got {name!r}")
     for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
         if count > 1:
-            problems.append(f"{path}.endpoints: {name!r} is listed {count} times")
+            problems.append(f"{_at(path, 'endpoints')}: {name!r} is listed {count} times")
     schema = values.get("schema", msmq.DEFAULT_SCHEMA)
     try:  # with or without endpoints: the section's own setting
         msmq.check_schema(schema)
     except ValueError as error:
-        problems.append(f"{path}.schema: {error}")
+        problems.append(f"{_at(path, 'schema')}: {error}")
         schema = msmq.DEFAULT_SCHEMA  # said once, for the section; the endpoints' tables are still checked
     for i, name in enumerate(endpoints):
         if isinstance(name, str) and name.strip():
             try:
                 msmq.delayed_store_table(name, schema)
             except ValueError as error:
-                problems.append(f"{path}.endpoints[{i}]: {error}")
+                problems.append(f"{_at(path, 'endpoints')}[{i}]: {error}")
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
@@ -400,3 +453,61 @@ def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> St
     if problems:
         raise ConfigError(problems)
     return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack)
+
+
+# --- a section given as a transport component's inputs --------------------------------------------------------------
+
+_ENTRIES = {RABBITMQ: RABBITMQ_ENDPOINT, SQS: SQS_ENDPOINT}  # each section's place of its endpoints
+
+
+def section_of_inputs(inputs: Any, place: str) -> Any:
+    """A section as a component's inputs give it (its keys in snake_case, ``broker_version``; each endpoint's and its
+    user's too) keyed as a stack file keys it (``brokerVersion``), each value as it was sent (a whole number that
+    another language sent as a float, an integer again: ``from_wire``). What is not a mapping is left to the parser
+    to refuse."""
+    if not isinstance(inputs, Mapping):
+        return inputs
+    keys = config_keys()[place]
+    section: dict[str, Any] = {}
+    for name, value in inputs.items():
+        key = camel_case(str(name))
+        if key == "endpoints" and place in _ENTRIES and isinstance(value, list):
+            value = [section_of_inputs(entry, _ENTRIES[place]) for entry in value]
+        elif key == "user" and place == RABBITMQ_ENDPOINT:
+            value = section_of_inputs(value, RABBITMQ_USER)
+        elif key in keys:
+            value = from_wire(keys[key].hint, value)
+        section[key] = value
+    return section
+
+
+def parse_rabbitmq_inputs(inputs: Mapping[str, Any], stack: str) -> tuple[RabbitMqConfig, dict[str, Any]]:
+    """A ``RabbitMqTransport``'s inputs, the ``nsb-delays:rabbitmq`` section in snake_case whose endpoint users give
+    their ``password`` itself, checked by the rules of a stack file: its plan, and each user's password by its key
+    (``password_keys``). ConfigError lists every problem, each named by its input (``endpoints[1].user.sends_to``)."""
+    problems: list[str] = []
+    passwords = Passwords(given={})
+    config = _parse_rabbitmq(section_of_inputs(inputs, RABBITMQ), problems, stack, "", passwords)
+    if problems:
+        raise ConfigError([_named_as_input(problem) for problem in problems])
+    return config, dict(passwords.given or {})
+
+
+def parse_sqs_inputs(inputs: Mapping[str, Any]) -> SqsConfig:
+    """An ``SqsTransport``'s inputs, the ``nsb-delays:sqs`` section in snake_case, checked by the rules of a stack
+    file: its plan. ConfigError lists every problem, each named by its input (``endpoints[0].max_message_size``)."""
+    problems: list[str] = []
+    config = _parse_sqs(section_of_inputs(inputs, SQS), problems, "")
+    if problems:
+        raise ConfigError([_named_as_input(problem) for problem in problems])
+    return config
+
+
+_INPUT_PATH = re.compile(r"[A-Za-z0-9_.\[\]]+")
+
+
+def _named_as_input(problem: str) -> str:
+    """A problem of a component's inputs, its leading key path as a Python program names the input
+    (``endpoints[1].user.sendsTo`` -> ``endpoints[1].user.sends_to``)."""
+    path = _INPUT_PATH.match(problem)
+    return snake_case(path.group()) + problem[path.end() :] if path else problem

@@ -56,6 +56,11 @@ def camel_case(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def snake_case(key: str) -> str:
+    """A stack config key as Python names it, ``camel_case`` undone: ``brokerVersion`` -> ``broker_version``."""
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
+
+
 def declaration(item: dataclasses.Field[Any]) -> Setting:
     return typing.cast(Setting, item.metadata["setting"])
 
@@ -501,6 +506,14 @@ def checked_value(hint: Any, value: Any) -> Any:
         return hint(value)
     if not isinstance(value, hint):
         raise ValueError(f"expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def from_wire(hint: Any, value: Any) -> Any:
+    """``value`` as another language sent it, as the ``hint`` it was: a whole number arrives as a float (inputs travel
+    as a protobuf ``Struct``, whose numbers are all doubles); anything else as it came."""
+    if hint is int and isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
