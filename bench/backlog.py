@@ -84,7 +84,7 @@ def nservicebus_message(index: int, destination: str, delay: int) -> RabbitMqMes
         "NServiceBus.TimeSent": "2026-01-01 00:00:00:000000 Z",
         "NServiceBus.Version": "9.2.3",
     }
-    return rabbitmq_message(str(index), destination, BODY, headers, delay)
+    return rabbitmq_message(str(index), destination, BODY, headers, delay, rmq.Generation.V2)
 
 
 def park_share(amqp_url: str, endpoints: list[str], first: int, stop: int) -> None:
@@ -322,7 +322,7 @@ def main() -> None:
             api = ManagementApi(node.management_url, node.username, node.password)
             api.create_vhost(VHOST)
             api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
-        levels = [queue.name for queue in rmq.delay_levels("v2").queues]
+        levels = [queue.name for queue in rmq.delay_levels(rmq.Generation.V2).queues]
         print(
             f"RabbitMQ {broker.version()}, v2 graph + {len(endpoints)} endpoints (quorum), backlog {BACKLOG:,}, "
             f"burst {BURST:,}, stream {RATE_PER_SECOND:g}/s x {STEADY_SECONDS:g} s (delays "

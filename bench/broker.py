@@ -73,7 +73,7 @@ def stream_lateness(
     schedule = random.Random(7)
     with ArrivalCollector(amqp_url, vhost, endpoints) as collector:
         sends: list[DelayedSend] = []
-        with DelayedPublisher(amqp_url, vhost) as publisher:
+        with DelayedPublisher(amqp_url, vhost, rmq.Generation.V2) as publisher:
             start = time.monotonic()
             for i in range(int(rate * seconds)):
                 pause = start + i / rate - time.monotonic()
@@ -95,7 +95,7 @@ def lateness(broker: LocalRabbitMq, endpoints: list[str]) -> None:
 def burst_rate(broker: LocalRabbitMq, endpoint: str, delay: int | None, count: int = BURST) -> float:
     """Messages per second from first send to last arrival, minus the requested delay."""
     with ArrivalCollector(broker.amqp_url, VHOST, [endpoint]) as collector:
-        with DelayedPublisher(broker.amqp_url, VHOST) as publisher:
+        with DelayedPublisher(broker.amqp_url, VHOST, rmq.Generation.V2) as publisher:
             if delay is None:
                 sends = [publisher.publish_plain(endpoint) for _ in range(count)]
             else:
@@ -107,7 +107,7 @@ def burst_rate(broker: LocalRabbitMq, endpoint: str, delay: int | None, count: i
 
 
 def throughput(broker: LocalRabbitMq, endpoint: str) -> None:
-    path = rmq.delay_path(TWO_HOP_DELAY, endpoint)
+    path = rmq.delay_path(TWO_HOP_DELAY, endpoint, rmq.Generation.V2)
     hops = sum(1 for hop in path.hops if hop.seconds_in_queue)
     burst_rate(broker, endpoint, None, WARM_UP)  # first quorum writes and connections warm up here, unmeasured
     plain = burst_rate(broker, endpoint, None)

@@ -80,7 +80,10 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
         body = f'{{"orderId": {index}, "note": "deadline"}}'.encode()
         messages.append(
             OutgoingMessage(
-                rmq.first_exchange(delay, "v1"), rmq.routing_key(delay, ENDPOINTS[index % 10]), body, properties
+                rmq.first_exchange(delay, rmq.Generation.V1),
+                rmq.routing_key(delay, ENDPOINTS[index % 10]),
+                body,
+                properties,
             )
         )
     with ConfirmPublisher(parameters) as publisher:
@@ -101,7 +104,7 @@ def client_cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def waiting(parameters: pika.URLParameters, generation: str) -> int:
+def waiting(parameters: pika.URLParameters, generation: rmq.Generation) -> int:
     connection = pika.BlockingConnection(parameters)
     try:
         channel = connection.channel()
@@ -122,7 +125,7 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
     moved = 0
     began = time.perf_counter()
     for level in range(rmq.MAX_LEVEL, -1, -1):
-        queue = rmq.delay_level_name(level, "v1")
+        queue = rmq.delay_level_name(level, rmq.Generation.V1)
         count = channel.queue_declare(queue, passive=True).method.message_count
         for _ in range(count):
             method, properties, body = channel.basic_get(queue, auto_ack=False)
@@ -136,12 +139,14 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
                 continue
             if read.destination not in bound:  # routingTopology.BindToDelayInfrastructure, once per destination
                 channel.exchange_bind(
-                    read.destination, rmq.delivery_exchange_name(), rmq.endpoint_binding_key(read.destination)
+                    read.destination,
+                    rmq.delivery_exchange_name(rmq.Generation.V2),
+                    rmq.endpoint_binding_key(read.destination),
                 )
                 bound.add(read.destination)
             moved_properties = copy.copy(properties)
             moved_properties.headers = in_flight.republished_headers(properties.headers)
-            channel.basic_publish(read.exchange(), read.routing_key(), body, moved_properties)
+            channel.basic_publish(read.exchange(rmq.Generation.V2), read.routing_key(), body, moved_properties)
             channel.basic_ack(method.delivery_tag)
             moved += 1
     seconds = time.perf_counter() - began
@@ -156,13 +161,13 @@ def take_all(parameters: pika.URLParameters) -> list[OutgoingMessage]:
     channel.basic_qos(prefetch_count=2000)
     taken: list[OutgoingMessage] = []
     for level in range(rmq.MAX_LEVEL, -1, -1):
-        queue = rmq.delay_level_name(level, "v1")
+        queue = rmq.delay_level_name(level, rmq.Generation.V1)
         count = channel.queue_declare(queue, passive=True).method.message_count
         for got, (method, properties, body) in enumerate(channel.consume(queue), start=1) if count else ():
             read = in_flight.read_delayed_message(method.routing_key, properties.headers, time.time_ns() // 1000)
             assert isinstance(read, in_flight.DueMessage)
             properties.headers = in_flight.republished_headers(properties.headers)
-            taken.append(OutgoingMessage(read.exchange(), read.routing_key(), body, properties))
+            taken.append(OutgoingMessage(read.exchange(rmq.Generation.V2), read.routing_key(), body, properties))
             if got % 500 == 0 or got == count:
                 channel.basic_ack(method.delivery_tag, multiple=True)
             if got == count:
@@ -182,7 +187,7 @@ def broker_share(broker: LocalRabbitMq, parameters: pika.URLParameters) -> tuple
         for start in range(0, len(taken), 5000):
             publisher.publish(taken[start : start + 5000])
     published = broker_cpu_seconds(broker) - before
-    assert waiting(parameters, "v1") == 0 and waiting(parameters, "v2") == len(taken)
+    assert waiting(parameters, rmq.Generation.V1) == 0 and waiting(parameters, rmq.Generation.V2) == len(taken)
     return consumed, published
 
 
@@ -224,7 +229,11 @@ def main() -> None:
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         moved, baseline_seconds = nservicebus_loop(baseline_vhost)
         baseline_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
-        assert moved == count and waiting(baseline_vhost, "v1") == 0 and waiting(baseline_vhost, "v2") == count
+        assert (
+            moved == count
+            and waiting(baseline_vhost, rmq.Generation.V1) == 0
+            and waiting(baseline_vhost, rmq.Generation.V2) == count
+        )
         # the preflight alone (start-up, every level read once and handed back, destinations checked): --dry-run
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         preflight_seconds, _dry_run_line = delays_migrate(broker, "ours", "--dry-run")
@@ -232,7 +241,7 @@ def main() -> None:
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         ours_seconds, moved_line = delays_migrate(broker, "ours")
         ours_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
-        assert waiting(ours_vhost, "v1") == 0 and waiting(ours_vhost, "v2") == count
+        assert waiting(ours_vhost, rmq.Generation.V1) == 0 and waiting(ours_vhost, rmq.Generation.V2) == count
 
         baseline_rate, ours_rate = count / baseline_seconds, count / ours_seconds
         print(

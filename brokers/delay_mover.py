@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from pika.adapters.select_connection import IOLoop
 
 from nsb_delays.components.model import in_flight
+from nsb_delays.components.model import rabbitmq as rmq
 
 from .confirms import CONFIRM_TIMEOUT_SECONDS, ConfirmChannel, DispatchError, OutgoingMessage
 from .confirms import spin as spin_loop
@@ -240,7 +241,7 @@ class DelayMover:
     def __init__(
         self,
         source: BrokerSide,
-        source_generation: str,
+        source_generation: rmq.Generation,
         target_factory: Callable[[IOLoop, Callable[[int, str], None]], MoveTarget],
         poison_queue: str | None,
         *,

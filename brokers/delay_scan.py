@@ -70,7 +70,7 @@ class LevelScan:
 
 @dataclass
 class DelayScan:
-    generation: str
+    generation: rmq.Generation
     levels: list[LevelScan]  # existing level queues, 27 down to 0
     missing_queues: list[str]
     held: int = 0  # messages read and kept unacknowledged for the move (SourceConnection)
@@ -328,7 +328,7 @@ def scan_queues(
 
 
 def scan_delays(
-    connection: SourceConnection, generation: str, now_micros: Callable[[], int] | None = None
+    connection: SourceConnection, generation: rmq.Generation, now_micros: Callable[[], int] | None = None
 ) -> DelayScan:
     """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing: what
     fits stays held on ``connection`` for the move, the rest is handed back."""

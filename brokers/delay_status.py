@@ -37,7 +37,7 @@ STATISTICS_RECHECK_SECONDS = 6.0
 class QueueStatus:
     queue: str
     role: str  # "delay-level", "parking", "poison"
-    generation: str | None
+    generation: rmq.Generation | None
     level: int | None
     messages: int
     bytes: int
@@ -97,11 +97,11 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-def _role(name: str) -> tuple[str, str | None, int | None] | None:
+def _role(name: str) -> tuple[str, rmq.Generation | None, int | None] | None:
     parsed = rmq.parse_delay_level_name(name)
     if parsed is not None:
         return "delay-level", parsed[0], parsed[1]
-    for generation in rmq.GENERATIONS:
+    for generation in rmq.Generation:
         if name == rmq.parking_name(generation):
             return "parking", generation, None
     if name in in_flight.POISON_QUEUES.values():
@@ -194,7 +194,7 @@ def rabbitmq_status(api: ManagementApi, vhost: str, recheck_seconds: float = 0) 
 
 
 def dead_letter_backlog(
-    api: ManagementApi, vhost: str, generation: str, recheck_seconds: float = STATISTICS_RECHECK_SECONDS
+    api: ManagementApi, vhost: str, generation: rmq.Generation, recheck_seconds: float = STATISTICS_RECHECK_SECONDS
 ) -> DeadLetterBacklog:
     """What a ``delays`` move cannot take from ``generation``'s levels: their at-least-once dead-letter backlog
     (in both samples), with ``status``'s warning for each level (why, and the fix)."""

@@ -42,7 +42,7 @@ class RabbitMqTarget:
         reachable: set[str],
         ioloop: IOLoop,
         settled: Callable[[int, str], None],
-        generation: str = rmq.DEFAULT_GENERATION,
+        generation: rmq.Generation,
     ) -> None:
         self.side = side
         self.generation = generation

@@ -140,7 +140,7 @@ class DelayedPublisher:
     the next node and publishes the unconfirmed message again (see the module docstring).
     """
 
-    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: str = model.DEFAULT_GENERATION) -> None:
+    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: model.Generation = model.DEFAULT_GENERATION) -> None:
         self.generation = generation
         self._nodes = NodeConnector(url_list(amqp_url), vhost)
         self.failovers = 0

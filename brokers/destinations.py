@@ -29,7 +29,7 @@ class UnreachableDestination:
     reason: str
 
 
-def missing_delay_levels(api: ManagementApi, vhost: str, generation: str) -> list[str]:
+def missing_delay_levels(api: ManagementApi, vhost: str, generation: rmq.Generation) -> list[str]:
     """Level exchanges and the delivery exchange of ``generation`` that the vhost lacks."""
     existing = {exchange["name"] for exchange in api.exchanges(vhost)}
     required = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
@@ -41,7 +41,7 @@ def unreachable_destinations(
     destinations: Iterable[str],
     bindings: Iterable[Mapping[str, Any]],
     queues: Iterable[str],
-    generation: str = rmq.DEFAULT_GENERATION,
+    generation: rmq.Generation,
 ) -> list[UnreachableDestination]:
     """Each destination without a ``#.<destination>`` delivery binding, or whose binding leads to no queue.
 
@@ -95,7 +95,7 @@ def check_destinations(
     destinations: Iterable[str],
     *,
     vhost: str = "/",
-    generation: str = rmq.DEFAULT_GENERATION,
+    generation: rmq.Generation,
     counts: Mapping[str, int] | None = None,
     nothing_done: str = "nothing was migrated",
 ) -> None:

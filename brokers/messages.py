@@ -68,7 +68,7 @@ def rabbitmq_message(
     state: bytes | None,
     headers: Mapping[str, str],
     delay_seconds: int,
-    generation: str = rmq.DEFAULT_GENERATION,
+    generation: rmq.Generation,
 ) -> RabbitMqMessage:
     """Raises ``rmq.DelayError`` for a delay beyond the 28 levels: such a timeout is reported, never clamped."""
     delay = rmq.normalize_delay(delay_seconds)

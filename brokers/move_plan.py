@@ -89,7 +89,7 @@ class MoveRefused(RuntimeError):
 class MovePlan:
     operation: in_flight.Operation
     source: BrokerSide
-    source_generation: str
+    source_generation: rmq.Generation
     destination: BrokerSide | SqsSettings
     target_description: str
     scan: DelayScan
@@ -114,10 +114,12 @@ def _rabbitmq_problems(destination: BrokerSide, scan: DelayScan) -> tuple[list[s
         ], set()
     api, vhost = destination.management, destination.vhost
     counts = scan.destinations
-    unreachable = unreachable_destinations(counts, api.bindings(vhost), [q["name"] for q in api.queues(vhost)])
+    unreachable = unreachable_destinations(
+        counts, api.bindings(vhost), [q["name"] for q in api.queues(vhost)], rmq.Generation.V2
+    )
     problems = []
     if unreachable:
-        delivery = rmq.delivery_exchange_name()
+        delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
         problems.append(
             f"{len(unreachable)} destination(s) cannot receive on {destination.describe()} (no queue bound to "
             f"{delivery!r} with '#.<destination>'): {describe(unreachable, counts)} (create the endpoints first)"
@@ -165,7 +167,7 @@ def _sqs_problems(settings: SqsSettings, scan: DelayScan) -> tuple[list[str], se
 def plan_move(
     operation: in_flight.Operation,
     source: BrokerSide,
-    source_generation: str,
+    source_generation: rmq.Generation,
     destination: BrokerSide | SqsSettings,
     *,
     now_micros: Callable[[], int] | None = None,
@@ -224,7 +226,7 @@ def run_move(
 
     def target(ioloop: Any, settled: Callable[[int, str], None]) -> Any:
         if isinstance(destination, BrokerSide):
-            return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled)
+            return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled, rmq.Generation.V2)
         return SqsTarget(destination, settled, batch=min(100, window))
 
     try:

@@ -38,7 +38,7 @@ class ParkedMessage:
 @dataclass
 class ParkedDestination:
     destination: str
-    generation: str
+    generation: rmq.Generation
     messages: int = 0
     earliest_due: int | None = None
     latest_due: int | None = None
@@ -54,7 +54,7 @@ def _death_time(headers: dict[str, Any] | None) -> float | None:
     return max(moments) if moments else None
 
 
-def read_parked(side: BrokerSide, generation: str) -> tuple[list[ParkedMessage], bool]:
+def read_parked(side: BrokerSide, generation: rmq.Generation) -> tuple[list[ParkedMessage], bool]:
     """Every message of the generation's parking queue (handed back), and whether the queue exists."""
     parked: list[ParkedMessage] = []
     now = time.time_ns() // 1000
@@ -75,7 +75,9 @@ def read_parked(side: BrokerSide, generation: str) -> tuple[list[ParkedMessage],
     return parked, not missing
 
 
-def by_destination(side: BrokerSide, generation: str, parked: list[ParkedMessage]) -> list[ParkedDestination]:
+def by_destination(
+    side: BrokerSide, generation: rmq.Generation, parked: list[ParkedMessage]
+) -> list[ParkedDestination]:
     """Parked messages grouped by destination, with whether each destination can receive now."""
     groups: dict[str, ParkedDestination] = {}
     for message in parked:
@@ -100,7 +102,7 @@ def by_destination(side: BrokerSide, generation: str, parked: list[ParkedMessage
 
 def redeliver_parked(
     side: BrokerSide,
-    generation: str,
+    generation: rmq.Generation,
     *,
     window: int = DEFAULT_WINDOW,
     on_progress: ProgressCallback | None = None,

@@ -45,7 +45,7 @@ POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
 
 def requirement_drifts(
-    version: str, feature_flags: dict[str, str], generation: str, delivery_limit_policies: bool = False
+    version: str, feature_flags: dict[str, str], generation: rmq.Generation, delivery_limit_policies: bool = False
 ) -> list[Drift]:
     """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering),
     as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
@@ -310,7 +310,7 @@ def declared_subject(spec: rmq.ExchangeSpec | rmq.QueueSpec | rmq.BindingSpec | 
 
 def topology_drifts(
     topology: rmq.Topology,
-    generation: str,
+    generation: rmq.Generation,
     exchanges: Iterable[dict[str, Any]],
     queues: Iterable[dict[str, Any]],
     bindings: Iterable[dict[str, Any]],

@@ -37,7 +37,7 @@ class DispatchSettings:
     layout: TimeoutLayout
     run: Run
     amqp: AmqpNodes | None = None  # several nodes (a cluster): a FailoverConfirmPublisher over all of them
-    generation: str = rmq.DEFAULT_GENERATION
+    generation: rmq.Generation = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
     sqs_size_limits: Mapping[str, int] = field(default_factory=dict)  # SQS queue -> the largest message it takes

@@ -44,7 +44,7 @@ def first_level(delay: Column) -> Column:
     return F.when(within_rabbitmq_range(delay), F.length(F.bin(delay)) - 1)
 
 
-def first_exchange(delay: Column, generation: str = rmq.DEFAULT_GENERATION) -> Column:
+def first_exchange(delay: Column, generation: rmq.Generation) -> Column:
     """The model's level names, looked up by level (no name format restated here)."""
     names = F.array(*(F.lit(rmq.delay_level_name(level, generation)) for level in range(rmq.LEVEL_COUNT)))
     # The guard stays outside element_at: Spark 4 returned the last element for a null index here.

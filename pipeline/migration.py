@@ -92,13 +92,12 @@ class TargetSettings:
     kind: str = "rabbitmq"
     amqp: AmqpNodes | None = None  # every node of the cluster, vhost, login and TLS: the dispatch fails over
     management: ManagementApi | None = None  # checks that the delay graph and each destination exist
-    generation: str = rmq.DEFAULT_GENERATION
+    generation: rmq.Generation = rmq.DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
 
     def __post_init__(self) -> None:
         if self.kind not in TARGETS:
             raise ValueError(f"unknown target {self.kind!r}: expected one of {', '.join(TARGETS)}")
-        rmq.generation_spec(self.generation)
 
     @property
     def vhost(self) -> str:

@@ -51,7 +51,7 @@ class PreviewReport:
 
     source: str
     target: str
-    generation: str
+    generation: rmq.Generation
     now: datetime
     cutoff: datetime | None
     total: int = 0

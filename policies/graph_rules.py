@@ -314,7 +314,7 @@ def delay_level_chain_complete(args: StackValidationArgs, report: Report) -> Non
             _check_chain(key, broker, generation, report)
 
 
-def _check_chain(key: tuple[str, str], broker: Broker, generation: str, report: Report) -> None:
+def _check_chain(key: tuple[str, str], broker: Broker, generation: rmq.Generation, report: Report) -> None:
     topology = rmq.delay_levels(generation)
     here = where(key)
     fix = (
@@ -432,7 +432,7 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
     for key, broker in brokers(args.resources).items():
         if broker.incomplete:
             continue
-        for generation in rmq.GENERATIONS:
+        for generation in rmq.Generation:
             delivery = rmq.delivery_exchange_name(generation)
             # a stack of endpoints whose graph another stack declares binds from a delivery exchange it does not
             # declare: its endpoint exchanges need the graph's parking exchange all the same

@@ -72,10 +72,10 @@ def where(key: tuple[str, str]) -> str:
     return f"vhost {vhost!r}" + (f" of provider {provider.rsplit('::', 1)[-1]!r}" if provider else "")
 
 
-def generations_present(broker: Broker) -> list[str]:
+def generations_present(broker: Broker) -> list[rmq.Generation]:
     """A generation is present when any of its level exchanges/queues or its delivery exchange is declared."""
-    present: list[str] = []
-    for generation in rmq.GENERATIONS:
+    present: list[rmq.Generation] = []
+    for generation in rmq.Generation:
         names = {spec.name for spec in rmq.delay_levels(generation).exchanges}
         if names & (set(broker.exchanges) | set(broker.queues)):
             present.append(generation)

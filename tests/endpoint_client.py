@@ -163,7 +163,7 @@ class EndpointClient:
         self.bind_to_delay_infrastructure(destination)
         headers = {DELAY_HEADER: delay_seconds, **({"CC": list(cc)} if cc else {})}
         key = rmq.routing_key(delay_seconds, destination)
-        self.publish(rmq.first_exchange(delay_seconds), key, message_id, headers=headers)
+        self.publish(rmq.first_exchange(delay_seconds, rmq.Generation.V2), key, message_id, headers=headers)
 
     # --- events: Routing/ConventionalRoutingTopology.cs, Routing/DirectRoutingTopology.cs ----------------------------
 

@@ -154,7 +154,7 @@ class DueMessage:
         """The same message read again at ``now_micros``: only the remaining delay changes."""
         return DueMessage(self.destination, self.due_micros, remaining_delay(self.due_micros, now_micros))
 
-    def exchange(self, generation: str = rmq.DEFAULT_GENERATION) -> str:
+    def exchange(self, generation: rmq.Generation) -> str:
         return rmq.first_exchange(self.remaining_seconds, generation)
 
 

@@ -183,8 +183,8 @@ class EndpointAccesses:
 def endpoint_accesses(
     user: EndpointUser,
     *,
-    routing_topology: str = rmq.DEFAULT_ROUTING_TOPOLOGY,
-    generation: str = rmq.DEFAULT_GENERATION,
+    routing_topology: rmq.RoutingTopology,
+    generation: rmq.Generation,
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
 ) -> EndpointAccesses:
@@ -195,8 +195,6 @@ def endpoint_accesses(
     levels = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
     delivery = rmq.delivery_exchange_name(generation)
     conventional = routing_topology == rmq.RoutingTopology.CONVENTIONAL
-    if not conventional and routing_topology != rmq.RoutingTopology.DIRECT:
-        raise ValueError(f"unknown routing topology {routing_topology!r}: expected one of {rmq.ROUTING_TOPOLOGIES}")
     resources = [Access("read", queue, CONSUME_CALL) for queue in user.receiving_queues]
     if conventional:
         send = "ConventionalRoutingTopology.Send"
@@ -230,8 +228,8 @@ def endpoint_user_grants(
     user: EndpointUser,
     vhost: str = "/",
     *,
-    routing_topology: str = rmq.DEFAULT_ROUTING_TOPOLOGY,
-    generation: str = rmq.DEFAULT_GENERATION,
+    routing_topology: rmq.RoutingTopology,
+    generation: rmq.Generation,
     error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
     audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
 ) -> UserGrants:

@@ -69,7 +69,7 @@ def explain(delay: str, destination: str, generation: str, as_json: bool) -> Non
     problems = model.rabbitmq_address_problems(destination)
     if problems:
         raise click.BadParameter(f"{destination!r} {'; '.join(problems)}", param_hint="DESTINATION")
-    path = model.delay_path(_delay(delay), destination, generation)
+    path = model.delay_path(_delay(delay), destination, model.Generation(generation))
     if as_json:
         click.echo(json.dumps(path_as_dict(path), indent=2))
         return

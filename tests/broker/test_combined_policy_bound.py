@@ -35,7 +35,9 @@ def test_a_thousand_endpoints_policies_are_accepted_and_each_applies_to_every_ob
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost: Callable[[str], str]
 ) -> None:
     vhost = new_vhost("combined-bound")
-    combined = rmq.combined_policies([rmq.alternate_exchange_policy(name) for name in NAMES], "bound")
+    combined = rmq.combined_policies(
+        [rmq.alternate_exchange_policy(name, rmq.Generation.V2) for name in NAMES], "bound"
+    )
     assert len(combined) > 1 and max(rmq.pattern_bytes(p.pattern) for p in combined) > 0.75 * 1024
     for policy in combined:
         put_policy(management, vhost, policy.name, policy.pattern)

@@ -41,7 +41,7 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
     parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
     publish(parameters, [delayed_message("Sales", 86_400, 3_600, "v2", 0)[1]])  # sent to level 16 a day ago
     number = rmq.first_level(86_400)
-    level = rmq.delay_level_name(number)
+    level = rmq.delay_level_name(number, rmq.Generation.V2)
     side = BrokerSide(management, parameters, source)
     for handed_back in range(RETURNS):
         scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)

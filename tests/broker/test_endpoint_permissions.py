@@ -38,8 +38,8 @@ ORDER_PLACED = EventType("MyCo.Events:OrderPlaced", bases=("System:Object",), in
 EVENT_EXCHANGES = (ORDER_PLACED.name, *ORDER_PLACED.bases, *ORDER_PLACED.interfaces)
 ORDER_PLACED_TOPIC_KEY = "MyCo-Events-OrderPlaced"  # DefaultRoutingKeyConvention: FullName with '.' -> '-'
 EVENTS = ["MyCo.Events:OrderPlaced", "NServiceBus:IEvent"]  # as a user writes them in the stack
-DELAY_LEVEL = rmq.delay_level_name(1)
-DELIVERY = rmq.delivery_exchange_name()
+DELAY_LEVEL = rmq.delay_level_name(1, rmq.Generation.V2)
+DELIVERY = rmq.delivery_exchange_name(rmq.Generation.V2)
 ARRIVAL_TIMEOUT = 10.0  # seconds beyond a message's delay
 CLOCK_SLACK = 0.05  # the broker's TTL clock against ours
 

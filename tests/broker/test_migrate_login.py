@@ -13,6 +13,7 @@ import pytest
 from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi, path_segment
+from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.infra.commands.demo.servers import HOST
 from nsb_delays.pipeline.environment_checks import rabbitmq_problems
 from servers.rabbitmq import LocalRabbitMq
@@ -45,7 +46,9 @@ def test_a_management_user_with_permissions_on_the_vhost_passes(
     management.request("PUT", f"permissions/{path_segment(vhost)}/{operator[0]}", grant)
     assert problems_for(rabbitmq, operator, vhost) == []
     # then the run checks its destinations with the same login (exchanges, bindings, queues): found, no refusal
-    check_destinations(ManagementApi(rabbitmq.management_url, *operator), [ENDPOINT], vhost=vhost)
+    check_destinations(
+        ManagementApi(rabbitmq.management_url, *operator), [ENDPOINT], vhost=vhost, generation=rmq.Generation.V2
+    )
 
 
 def test_a_vhost_the_user_has_no_permissions_on_is_named_with_the_user(

@@ -228,7 +228,7 @@ def test_a_deleted_delivery_binding_is_named(
     rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path]
 ) -> None:
     vhost, stack = deployed
-    delivery = rmq.delivery_exchange_name()
+    delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
     [binding] = [b for b in management.bindings(vhost) if b["source"] == delivery and b["destination"] == "Sales"]
     management.delete_binding(vhost, binding)
     code, document = run_preflight(rabbitmq, management, stack)

@@ -176,9 +176,9 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     for source, _, target in edges:
         assert {source, target} <= set(exchanges.values()) | set(queues.values())
     for level in range(rmq.LEVEL_COUNT):
-        name = rmq.delay_level_name(level)
+        name = rmq.delay_level_name(level, rmq.Generation.V2)
         assert f"TTL {rmq.level_ttl_ms(level) // 1000} s" in queue_labels[queues[name]]
-        assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level)]) in edges
+        assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level, rmq.Generation.V2)]) in edges
         assert (exchanges[name], f"bit {level} = 1", queues[name]) in edges
     delivery = exchanges[rmq.delivery_exchange_name("v2")]
     for queue in stack.rabbitmq.receiving_queues():
@@ -199,7 +199,7 @@ def test_mermaid_groups_the_levels_and_what_no_delayed_message_reaches(topology:
         group: re.findall(r'^\s+\w+[\(\[]+"([^"<]+?)(?: \(\w+\))?(?:<br/>[^"]*)?"[\)\]]+$', body, re.M)
         for group, body in groups.items()
     }
-    levels = {rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT)}
+    levels = {rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)}
     assert sorted(names["levels"]) == sorted([*levels, *levels]), "each level's exchange and queue"
     legacy = {"Billing.Timeouts", "Billing.TimeoutsDispatcher"}
     if topology == "conventional":  # fanout exchange -> queue; nothing routes delayed messages there

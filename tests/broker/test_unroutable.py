@@ -85,7 +85,7 @@ def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool, until: Callable[[d
 
 
 def stalled_level(report: dict) -> dict:
-    return next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(STALLED_LEVEL))
+    return next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2))
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def cases(
     prepared = {}
     for (topology, parking), (vhost, _resources) in stacks.items():
         collector = ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]).start()
-        with DelayedPublisher(rabbitmq.amqp_url, vhost) as publisher:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, rmq.Generation.V2) as publisher:
             stranded = [publisher.send("Gone", DELAY) for _ in range(STRANDED)]
             live = [publisher.send("Live", DELAY) for _ in range(LIVE)]
         management.delete_queue(vhost, "Gone")
@@ -138,7 +138,10 @@ def test_without_parking_a_removed_endpoint_stalls_its_level(cases, rabbitmq: Lo
     level = stalled_level(report)
     assert level["dead_letter_messages"] == held  # all held in level 1's dead-letter queue
     assert level["dead_letter_bytes"] > 0
-    assert any("#1407" in warning and rmq.delay_level_name(STALLED_LEVEL) in warning for warning in report["warnings"])
+    assert any(
+        "#1407" in warning and rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2) in warning
+        for warning in report["warnings"]
+    )
 
 
 @pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
@@ -153,7 +156,7 @@ def test_with_parking_the_live_endpoint_gets_its_messages_on_time(cases, topolog
         got = arrivals.get(send.message_id)
         assert got and len(got) == 1, f"{send.message_id} did not arrive once"
         assert got[0].arrived_at >= send.due_at - CLOCK_GRANULARITY_SECONDS, f"{send.message_id} arrived early"
-        assert set(got[0].expired_in) == {rmq.delay_level_name(STALLED_LEVEL)}, got[0].expired_in
+        assert set(got[0].expired_in) == {rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)}, got[0].expired_in
     assert cases[(topology, False)].collector.arrivals == [], "the unprotected vhost's live messages got through"
 
 
@@ -169,7 +172,7 @@ def test_with_parking_stranded_messages_are_parked_listed_and_redelivered(
     assert sorted(group["message_ids"]) == sorted(send.message_id for send in case.stranded)
     report = status(rabbitmq, case.vhost, wanted=True)
     assert not any(q["dead_letter_messages"] for q in report["queues"] if q["role"] == "delay-level")
-    assert any(rmq.parking_name() in warning for warning in report["warnings"])
+    assert any(rmq.parking_name(rmq.Generation.V2) in warning for warning in report["warnings"])
 
     refused = cli(rabbitmq, case.vhost, "delays", "parked", "--redeliver", "--no-progress")
     assert refused.returncode == 1 and "stay parked" in refused.stderr  # Gone still cannot receive
@@ -202,7 +205,7 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     assert dry.returncode == 0, dry.stdout + dry.stderr
     said = " ".join(dry.stdout.split())  # rich wraps at the terminal's width
     assert (
-        f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(STALLED_LEVEL)} would stay behind"
+        f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)} would stay behind"
         in said
     )
 
@@ -210,7 +213,10 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     assert moved.returncode == 1, moved.stdout + moved.stderr
     assert "moved 0 message(s)" in " ".join(moved.stdout.split())
     assert f"{held} message(s) stayed behind in the source's dead-letter backlog" in moved.stderr
-    assert f"{rmq.delay_level_name(STALLED_LEVEL)} holds {held} dead-lettered message(s)" in moved.stderr
+    assert (
+        f"{rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)} holds {held} dead-lettered message(s)"
+        in moved.stderr
+    )
     assert "#1407" in moved.stderr and "rerun the same command" in moved.stderr
     assert stalled_level(status(rabbitmq, stalled, wanted=True))["dead_letter_messages"] == held  # still there
 

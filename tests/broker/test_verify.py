@@ -95,22 +95,26 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-", delivery_limit_policies)
     stack = load_stack(str(path))
     # 1. level 3 queue re-declared with a wrong TTL (9 s instead of 8 s)
-    level3 = rmq.delay_level_name(3)
+    level3 = rmq.delay_level_name(3, rmq.Generation.V2)
     management.delete_queue(vhost, level3)
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
     channel = connection.channel()
     wrong_ttl = rmq.level_ttl_ms(3) + 1000
-    arguments = rmq.delay_queue_arguments(3) | {"x-message-ttl": wrong_ttl}
+    arguments = rmq.delay_queue_arguments(3, rmq.Generation.V2) | {"x-message-ttl": wrong_ttl}
     channel.queue_declare(level3, durable=True, arguments=arguments)
     channel.queue_bind(level3, level3, rmq.queue_binding_key(3))
     connection.close()
     # 2. the level 5 -> level 4 exchange binding removed; 3. Shipping's delivery binding removed
     live = management.bindings(vhost)
     (level_binding,) = [
-        b for b in live if b["source"] == rmq.delay_level_name(5) and b["destination_type"] == "exchange"
+        b
+        for b in live
+        if b["source"] == rmq.delay_level_name(5, rmq.Generation.V2) and b["destination_type"] == "exchange"
     ]
     (endpoint_binding,) = [
-        b for b in live if b["source"] == rmq.delivery_exchange_name() and b["destination"] == "Shipping"
+        b
+        for b in live
+        if b["source"] == rmq.delivery_exchange_name(rmq.Generation.V2) and b["destination"] == "Shipping"
     ]
     management.delete_binding(vhost, level_binding)
     management.delete_binding(vhost, endpoint_binding)
@@ -127,8 +131,8 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     result = run_verify(path, rabbitmq, moto_server, "--json")
     assert result.exit_code == 1, result.output
     drifts = [Drift(**d) for d in json.loads(result.output)["drifts"]]
-    level5, level4 = rmq.delay_level_name(5), rmq.delay_level_name(4)
-    delivery = rmq.delivery_exchange_name()
+    level5, level4 = rmq.delay_level_name(5, rmq.Generation.V2), rmq.delay_level_name(4, rmq.Generation.V2)
+    delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
     assert sorted(drifts) == sorted(
         [
             Drift("different", f"queue {level3}", "arguments.x-message-ttl", str(rmq.level_ttl_ms(3)), str(wrong_ttl)),
@@ -301,16 +305,21 @@ def listings(topology: rmq.Topology) -> tuple[list[dict], list[dict], list[dict]
 
 
 def test_argument_types_and_stray_bindings_are_drift_but_other_endpoints_are_not() -> None:
-    topology = rmq.delay_levels("v2") + rmq.endpoint_topology("Sales")
+    topology = rmq.delay_levels("v2") + rmq.endpoint_topology(
+        "Sales",
+        generation=rmq.Generation.V2,
+        routing_topology=rmq.RoutingTopology.CONVENTIONAL,
+        queue_type=rmq.QueueType.QUORUM,
+    )
     exchanges, queues, bindings = listings(topology)
     assert topology_drifts(topology, "v2", exchanges, queues, bindings) == []
-    level0 = rmq.delay_level_name(0)
+    level0 = rmq.delay_level_name(0, rmq.Generation.V2)
     for queue in queues:
         if queue["name"] == level0:
             queue["arguments"]["x-message-ttl"] = str(rmq.level_ttl_ms(0))  # what the provider's `arguments` sends
     stray = {"source": level0, "destination": "Sales", "destination_type": "queue", "routing_key": "#"}
     other_endpoint = {
-        "source": rmq.delivery_exchange_name(), "destination": "Other", "destination_type": "exchange",
+        "source": rmq.delivery_exchange_name(rmq.Generation.V2), "destination": "Other", "destination_type": "exchange",
         "routing_key": rmq.endpoint_binding_key("Other"),
     }  # fmt: skip
     drifts = topology_drifts(topology, "v2", exchanges, queues, [*bindings, stray, other_endpoint])

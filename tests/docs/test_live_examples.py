@@ -351,7 +351,7 @@ def stall_a_level(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
         for index in range(STUCK_MESSAGES)
     ]
     publish(pika.URLParameters(rabbitmq.vhost_amqp_url(PROD_VHOST)), messages)
-    level = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.delay_level_name(STUCK_LEVEL))}"
+    level = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.delay_level_name(STUCK_LEVEL, rmq.Generation.V2))}"
     wait_until(lambda: api.request("GET", level).get("messages_dlx") == STUCK_MESSAGES, "the dead-letter backlog", 180)
 
 

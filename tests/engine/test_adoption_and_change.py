@@ -177,7 +177,7 @@ def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_lev
         for i in range(WAITING_IN_GONE):
             channel.basic_publish("", "Gone", f"waiting {i}".encode(), pika.BasicProperties(delivery_mode=2))
     with ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]) as collector:
-        with DelayedPublisher(rabbitmq.amqp_url, vhost) as publisher:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, rmq.Generation.V2) as publisher:
             gone = [publisher.send("Gone", DELAY_SECONDS) for _ in range(GONE_MESSAGES)]
             live = [publisher.send("Live", DELAY_SECONDS) for _ in range(LIVE_MESSAGES)]
         configure(stack, rabbitmq, after)
@@ -202,7 +202,7 @@ def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_lev
     report = json.loads(status.output)
     assert [(q["queue"], q["messages"]) for q in report["retained"]] == [("Gone", WAITING_IN_GONE)]
     assert any("retained queue Gone" in warning for warning in report["warnings"])
-    parking = rmq.parking_name()
+    parking = rmq.parking_name(rmq.Generation.V2)
     depths: dict[str, int] = {}
     for _ in range(60):
         depths = queue_depths(rabbitmq.amqp_url, vhost, [parking])
@@ -224,7 +224,7 @@ def test_destroy_refuses_to_delete_the_protected_delay_queues(
     # the engine's deleteProtectedError (pulumi/pulumi pkg/resource/deploy/step.go), as the README shows it
     assert re.search(r"cannot be deleted\s+because it is protected", result.output), result.explain()
     assert "pulumi state unprotect" in result.output, result.explain()
-    levels = {q.name for q in rmq.delay_levels().queues}
+    levels = {q.name for q in rmq.delay_levels(rmq.Generation.V2).queues}
     assert levels <= {q["name"] for q in management.queues(vhost)}
 
 

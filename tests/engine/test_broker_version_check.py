@@ -107,7 +107,7 @@ def test_the_readme_example_for_the_brokers_release_creates_everything_with_erro
     stack.up()
     queues = {q["name"] for q in management.queues(vhost)}
     assert {"error", "audit", "Sales", "Sales-blue"} <= queues
-    assert {rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT)} <= queues
+    assert {rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)} <= queues
     policies = management.policies(vhost)
     limits = [p["name"] for p in policies if rmq.DELIVERY_LIMIT_POLICY_KEY in p["definition"]]
     # the delivery-limit policy from 4.0 only (RabbitMQ 3.10 refuses it; below 4.0 there is no default limit)

@@ -135,7 +135,9 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     assert "replaced" not in counts and "updated" not in counts
     # parking never lapsed: every message the exchange took went to the parking queue
     assert parking.published > 0 and parking.returned == 0
-    assert queue_depths(rabbitmq.amqp_url, vhost, [rmq.parking_name()]) == {rmq.parking_name(): parking.published}
+    assert queue_depths(rabbitmq.amqp_url, vhost, [rmq.parking_name(rmq.Generation.V2)]) == {
+        rmq.parking_name(rmq.Generation.V2): parking.published
+    }
     if limits:  # ... and neither did the delivery limit: the message is still there, delivered past 20 again
         with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
             method, properties, _ = connection.channel().basic_get(REJECTED, auto_ack=True)
@@ -144,7 +146,7 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     names = {p["name"] for p in management.policies(vhost)}
     group = stack.name
     assert names == {
-        rmq.alternate_exchange_policy_name(rmq.delivery_exchange_name()),
+        rmq.alternate_exchange_policy_name(rmq.delivery_exchange_name(rmq.Generation.V2)),
         rmq.combined_policy_name(group, "unroutable", rmq.ROOT_BUCKET),
         *([rmq.combined_policy_name(group, "delivery-limit", rmq.ROOT_BUCKET)] if limits else []),
     }

@@ -62,7 +62,7 @@ def test_a_changed_policy_is_updated_in_place(
 def redeclare_level_queue(broker: LocalRabbitMq, vhost: str, generation: str) -> str:
     """Someone deletes a level queue and declares it again with another TTL (its binding goes with it)."""
     level = rmq.delay_level_name(CHANGED_LEVEL, generation)
-    arguments = dict(rmq.delay_queue_arguments(CHANGED_LEVEL)) | {"x-message-ttl": CHANGED_TTL_MS}
+    arguments = dict(rmq.delay_queue_arguments(CHANGED_LEVEL, rmq.Generation.V2)) | {"x-message-ttl": CHANGED_TTL_MS}
     connection = pika.BlockingConnection(connection_parameters(broker.amqp_url, vhost))
     try:
         channel = connection.channel()

@@ -75,7 +75,9 @@ def test_user_program_under_pulumi_mocks_resolves_each_import_to_its_owner(spark
     assert ("nsb-delays:index:RabbitMqEndpoint", "sales") in registered
     assert ("nsb-delays:index:SqsEndpoint", "sales-sqs") in registered
     level_queues = [r for r in report["registered"] if r["type"] == "rabbitmq:index/queue:Queue"]
-    assert {r["inputs"]["name"] for r in level_queues} >= {rmq.delay_level_name(level) for level in range(28)}
+    assert {r["inputs"]["name"] for r in level_queues} >= {
+        rmq.delay_level_name(level, rmq.Generation.V2) for level in range(28)
+    }
     assert report["violations"] == ["sqs-queue-encrypted"], "the pack's rules ran, and caught the unencrypted queue"
 
 

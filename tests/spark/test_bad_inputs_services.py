@@ -225,7 +225,7 @@ def migration_tables(dsn: str) -> list[str]:
 
 def broker_depths(broker: BrokerVhost) -> dict[str, int]:
     """Messages in the endpoint queue and every v2 level queue (passive declares: exact, no stats delay)."""
-    queues = [BOUND, *(rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT))]
+    queues = [BOUND, *(rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT))]
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker.amqp_url))) as connection:
         channel = connection.channel()
         return {name: channel.queue_declare(name, passive=True).method.message_count for name in queues}

@@ -68,7 +68,7 @@ def test_run_delivers_every_timeout_with_body_headers_and_id(spark, postgres, ti
         delay = in_flight.delay_in_routing_key(deaths[0]["routing-keys"][0]) if deaths else 0
         assert max(0.0, due - finished) <= delay <= max(0.0, due - started + 1), (row.message_id, delay, due - started)
     # the day-long delays wait in the level of their highest bit (2^16 s), none has reached Billing
-    waiting = broker.depth(rmq.delay_level_name(rmq.first_level(LONG_DELAY)))
+    waiting = broker.depth(rmq.delay_level_name(rmq.first_level(LONG_DELAY), rmq.Generation.V2))
     assert waiting == LONG
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(0,)]
     state = ledger_rows(

@@ -23,7 +23,7 @@ def adopted(**rabbitmq: object) -> list:
 def test_every_rabbitmq_object_is_imported_with_the_provider_id() -> None:
     resources = adopted()
     rabbit = [r for r in resources if r.type in (EXCHANGE, QUEUE, BINDING)]
-    parking = rmq.parking_name()
+    parking = rmq.parking_name(rmq.Generation.V2)
     ours = [r for r in rabbit if parking in (r.inputs.get("name"), r.inputs.get("source"))]
     assert len(ours) == 3 and not any(r.import_id for r in ours)  # only we declare parking: created, not imported
     assert all(r.import_id for r in rabbit if r not in ours)
@@ -54,7 +54,7 @@ def test_properties_key_encoding_as_rabbitmq_reports_it() -> None:
     assert binding_properties_key("1.#") == "1.%23"
     assert binding_properties_key("*.*.0.#") == "%2A.%2A.0.%23"
     assert binding_properties_key("a b/c%d~e_f-g") == "a+b%2Fc%25d%7Ee_f-g"
-    spec = rmq.delivery_binding("Sales", "direct")
+    spec = rmq.delivery_binding("Sales", "direct", rmq.Generation.V2)
     assert binding_import_id(spec, "/") == "%2F/nsb.v2.delay-delivery/Sales/queue/%23.Sales"
 
 
@@ -62,7 +62,7 @@ def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
     """ReadQueue (terraform-provider-rabbitmq) fills ``arguments_json`` only for a non-string value; on
     import the state is empty, so an all-string endpoint queue comes back in the string map."""
     assert queue_arguments_field({"x-queue-type": "quorum"}) == "arguments"
-    assert queue_arguments_field(rmq.delay_queue_arguments(3)) == "arguments_json"
+    assert queue_arguments_field(rmq.delay_queue_arguments(3, rmq.Generation.V2)) == "arguments_json"
     assert queue_arguments_field({}) == "none"
     declared = {r.inputs["name"]: r.settings() for r in adopted() if r.type == QUEUE}
     assert declared["Sales"] == {"durable": True, "autoDelete": False, "arguments": {"x-queue-type": "quorum"}}
@@ -166,7 +166,13 @@ def test_an_endpoint_delivery_binding_deleted_by_hand_is_left_out_of_the_import_
     config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales", "Billing"]}}, "prod")
     assert config.rabbitmq is not None
     whole = topology_definitions(config.rabbitmq.topology, "/")
-    estate = without(whole, "bindings", source=rmq.delivery_exchange_name(), destination="Sales", routing_key="#.Sales")
+    estate = without(
+        whole,
+        "bindings",
+        source=rmq.delivery_exchange_name(rmq.Generation.V2),
+        destination="Sales",
+        routing_key="#.Sales",
+    )
     entries, adopted = import_entries(config, estate)
     everything, complete = import_entries(config, whole)
     assert imported_ids(everything) - imported_ids(entries) == {

@@ -15,7 +15,9 @@ TRICKY = ["Sales", "team.orders", "a+b", "x(y)", "Billing-blue", "Sales.Timeouts
 
 
 def per_object(names: list[str]) -> list[rmq.PolicySpec]:
-    return [rmq.delivery_limit_policy(n) for n in names] + [rmq.alternate_exchange_policy(n) for n in names]
+    return [rmq.delivery_limit_policy(n) for n in names] + [
+        rmq.alternate_exchange_policy(n, rmq.Generation.V2) for n in names
+    ]
 
 
 def endpoints(count: int) -> list[str]:
@@ -45,7 +47,10 @@ def test_each_object_gets_the_definition_its_own_policy_gave_from_exactly_one_co
 def test_a_kind_given_by_one_objects_policy_and_all_targets_combines_as_every_objects_policy_does(count: int) -> None:
     """The stack's path (``EndpointPoliciesSettings.topology``): no per-object policy is made only to be combined."""
     names = TRICKY + endpoints(count)
-    kinds = [(rmq.delivery_limit_policy(names[-1]), names), (rmq.alternate_exchange_policy(names[0]), names[::-1])]
+    kinds = [
+        (rmq.delivery_limit_policy(names[-1]), names),
+        (rmq.alternate_exchange_policy(names[0], rmq.Generation.V2), names[::-1]),
+    ]
     assert rmq.combined_targets(kinds, "team") == rmq.combined_policies(per_object(names), "team")
 
 

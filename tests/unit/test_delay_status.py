@@ -41,7 +41,7 @@ def test_only_the_delay_graphs_queues_in_level_order() -> None:
 
 
 def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agree() -> None:
-    level = rmq.delay_level_name(8)
+    level = rmq.delay_level_name(8, rmq.Generation.V2)
     first = queue_statuses(listing(**{level: {"messages": 45, "messages_dlx": 45, "message_bytes_dlx": 90}}))
     stuck = stuck_levels(first, None)
     assert [q.queue for q in stuck] == [level]
@@ -53,7 +53,7 @@ def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agre
 
 
 def test_on_a_cluster_the_warning_names_the_leader_whose_dead_letter_worker_may_have_stopped() -> None:
-    level = rmq.delay_level_name(1)
+    level = rmq.delay_level_name(1, rmq.Generation.V2)
     statuses = queue_statuses(listing(**{level: {"messages": 472, "messages_dlx": 472, "leader": "rabbit-2@host"}}))
     (warning,) = warnings_for(statuses, stuck_levels(statuses, None))
     assert "#1407" in warning  # a removed destination is still the first cause to rule out
@@ -87,7 +87,7 @@ class Samples:
 def test_what_a_move_leaves_behind_is_the_backlog_of_its_own_generation_in_both_samples() -> None:
     """``delays migrate|transfer`` read this after the move: a clean first sample costs no second one (and no
     wait), a backlog only in the first sample was a message on its way, another generation's is not the move's."""
-    level = rmq.delay_level_name(1)
+    level = rmq.delay_level_name(1, rmq.Generation.V2)
     clean = Samples(listing())
     assert dead_letter_backlog(clean, "/", "v2", recheck_seconds=0.01).levels == []  # type: ignore[arg-type]
     assert clean.listings == []  # one sample taken

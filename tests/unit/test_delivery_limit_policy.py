@@ -61,16 +61,20 @@ def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
 
 def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not() -> None:
     def limits(**options: object) -> list[str]:
-        topology = rmq.endpoint_topology("Billing", **options)  # type: ignore[arg-type]
+        chosen = {"generation": rmq.Generation.V2, "routing_topology": rmq.RoutingTopology.CONVENTIONAL}
+        topology = rmq.endpoint_topology("Billing", **{"queue_type": rmq.QueueType.QUORUM, **chosen, **options})  # type: ignore[arg-type]
         return [p.name for p in topology.policies if p.apply_to == "quorum_queues"]
 
     assert limits(instance_discriminators=["blue"], legacy_timeout_manager=True) == [
         "nsb.Billing.delivery-limit",
         "nsb.Billing-blue.delivery-limit",
     ]
-    assert limits(queue_type="classic") == []
+    assert limits(queue_type=rmq.QueueType.CLASSIC) == []
     assert limits(delivery_limit_policies=False) == []
-    assert rmq.shared_queues().policies == ()  # error and audit are not an endpoint's receive queues
+    assert (
+        rmq.shared_queues(routing_topology=rmq.RoutingTopology.CONVENTIONAL, queue_type=rmq.QueueType.QUORUM).policies
+        == ()
+    )  # error and audit are not an endpoint's receive queues
 
 
 def test_the_component_declares_the_policy_with_string_definition_values() -> None:

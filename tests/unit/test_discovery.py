@@ -104,7 +104,7 @@ def test_what_no_rule_explains_is_listed_not_guessed() -> None:
     found["queues"] += [{"name": "Sales.Timeouts", "vhost": VHOST, "arguments": {}},
                         {"name": "metrics", "vhost": VHOST, "arguments": {}}]  # fmt: skip
     found["exchanges"].append({"name": "metrics", "vhost": VHOST, "type": "fanout"})
-    found["bindings"].append({"source": rmq.delivery_exchange_name(), "vhost": VHOST, "destination": "metrics",
+    found["bindings"].append({"source": rmq.delivery_exchange_name(rmq.Generation.V2), "vhost": VHOST, "destination": "metrics",
                               "destination_type": "queue", "routing_key": "#"})  # fmt: skip
     found["policies"].append({"name": "ha-all", "vhost": VHOST, "pattern": ".*", "apply-to": "all"})
     result = discover(found, vhost=VHOST, broker_version="4.0", users=False)
@@ -113,7 +113,7 @@ def test_what_no_rule_explains_is_listed_not_guessed() -> None:
         ("queue", "Sales.Timeouts"),
         ("queue", "metrics"),
         ("exchange", "metrics"),
-        ("binding", f"{rmq.delivery_exchange_name()} -> metrics (#)"),
+        ("binding", f"{rmq.delivery_exchange_name(rmq.Generation.V2)} -> metrics (#)"),
         ("policy", "ha-all"),
     ]
     assert "legacyTimeoutManager needs Sales.Timeouts and Sales.TimeoutsDispatcher" in result.unclassified[0].reason
@@ -209,9 +209,12 @@ def test_an_endpoint_bound_to_the_v1_graph_only_gets_its_v2_delivery_binding_fro
         both[kind] += [item for item in v1[kind] if item not in both[kind]]
     found = discover(both, vhost=VHOST, broker_version="4.0", users=False)
     entries, adopted = import_entries(found.stack_config("prod"), both)
-    missing = f"binding {rmq.delivery_exchange_name()} -> exchange Legacy (#.Legacy)"
+    missing = f"binding {rmq.delivery_exchange_name(rmq.Generation.V2)} -> exchange Legacy (#.Legacy)"
     assert adopted.missing == (missing,)
-    assert (BINDING, f"{VHOST}/{rmq.delivery_exchange_name()}/Legacy/exchange/%23.Legacy") not in imported_ids(entries)
+    assert (
+        BINDING,
+        f"{VHOST}/{rmq.delivery_exchange_name(rmq.Generation.V2)}/Legacy/exchange/%23.Legacy",
+    ) not in imported_ids(entries)
     assert any(note.startswith("Legacy is bound to the v1 graph only") for note in found.notes)
 
 
@@ -219,7 +222,7 @@ def test_an_endpoint_whose_only_delivery_binding_was_deleted_is_no_endpoint_of_t
     """The delivery binding is what makes a queue an endpoint's (``BindToDelayInfrastructure`` binds receiving queues
     only): without it Sales is listed for review, never guessed to be one, and nothing of it is imported."""
     estate = without(definitions(section(endpoints=["Sales", "Billing"])), "bindings", destination="Sales",
-                     source=rmq.delivery_exchange_name())  # fmt: skip
+                     source=rmq.delivery_exchange_name(rmq.Generation.V2))  # fmt: skip
     found = discover(estate, vhost=VHOST, broker_version="4.0", users=False)
     assert found.section["endpoints"] == [{"name": "Billing"}]
     assert ("queue", "Sales") in [(u.kind, u.name) for u in found.unclassified]

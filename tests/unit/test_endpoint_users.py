@@ -20,7 +20,7 @@ from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import parse_stack_config
 
 SALES = P.EndpointUser("sales", ("Sales",), sends_to=("Billing",), publishes=("MyCo.Events:OrderPlaced",))
-LEVELS = [rmq.delay_level_name(level) for level in range(rmq.LEVEL_COUNT)]
+LEVELS = [rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)]
 
 
 def allows(pattern: str, name: str) -> bool:
@@ -29,7 +29,9 @@ def allows(pattern: str, name: str) -> bool:
 
 
 def test_sales_may_touch_its_queue_its_destinations_the_delay_graph_and_its_events_only() -> None:
-    grants = P.endpoint_user_grants(SALES, "shop")
+    grants = P.endpoint_user_grants(
+        SALES, "shop", routing_topology=rmq.RoutingTopology.CONVENTIONAL, generation=rmq.Generation.V2
+    )
     assert grants.tags == ("management",)
     assert grants.configure == r"^(?:MyCo\.Events:OrderPlaced|System:Object)$"
     assert grants.read == r"^(?:MyCo\.Events:OrderPlaced|Sales|System:Object|nsb\.v2\.delay-delivery)$"
@@ -43,7 +45,9 @@ def test_sales_may_touch_its_queue_its_destinations_the_delay_graph_and_its_even
 def test_topic_permissions_name_the_delivery_exchange_and_each_level_exactly() -> None:
     """A topic permission names one exchange, not a pattern, and an exchange without one allows every key
     (``rabbit_auth_backend_internal:check_topic_access``): so 1 + 28 entries."""
-    grants = P.endpoint_user_grants(SALES)
+    grants = P.endpoint_user_grants(
+        SALES, routing_topology=rmq.RoutingTopology.CONVENTIONAL, generation=rmq.Generation.V2
+    )
     delivery, *levels = grants.topic
     assert delivery == P.TopicGrant("nsb.v2.delay-delivery", write="^$", read=r"^(?:#\.Billing|#\.Sales)$")
     assert [grant.exchange for grant in levels] == LEVELS
@@ -54,14 +58,23 @@ def test_topic_permissions_name_the_delivery_exchange_and_each_level_exactly() -
 
 
 def test_the_direct_topology_needs_the_default_exchange_and_no_configure() -> None:
-    grants = P.endpoint_user_grants(P.EndpointUser("sales", ("Sales",), ("Billing",)), routing_topology="direct")
+    grants = P.endpoint_user_grants(
+        P.EndpointUser("sales", ("Sales",), ("Billing",)), routing_topology="direct", generation=rmq.Generation.V2
+    )
     assert grants.configure == "^$"
     assert allows(grants.write, "amq.default") and not allows(grants.write, "error")  # error/audit: via amq.default
     assert not allows(grants.write, "amq.topic") and not allows(grants.read, "amq.topic")
 
 
 def test_an_endpoint_without_the_management_api_gets_no_tag() -> None:
-    assert P.endpoint_user_grants(P.EndpointUser("sales", ("Sales",), management_api=False)).tags == ()
+    assert (
+        P.endpoint_user_grants(
+            P.EndpointUser("sales", ("Sales",), management_api=False),
+            routing_topology=rmq.RoutingTopology.CONVENTIONAL,
+            generation=rmq.Generation.V2,
+        ).tags
+        == ()
+    )
 
 
 def test_names_are_escaped_exactly() -> None:
@@ -96,7 +109,12 @@ def test_the_plan_gives_each_endpoint_user_its_grants_in_the_stack_vhost() -> No
     assert plan.password_keys == ("salesPassword",)
     (grants,) = plan.grants
     assert (grants.user, grants.vhost) == ("Sales", "shop")
-    assert grants == P.endpoint_user_grants(P.EndpointUser("Sales", ("Sales",), ("Billing",)), "shop")
+    assert grants == P.endpoint_user_grants(
+        P.EndpointUser("Sales", ("Sales",), ("Billing",)),
+        "shop",
+        routing_topology=rmq.RoutingTopology.CONVENTIONAL,
+        generation=rmq.Generation.V2,
+    )
 
 
 def test_the_program_declares_the_user_its_permissions_and_topic_permissions_with_a_secret_password() -> None:

@@ -39,7 +39,7 @@ def test_nservicebus_migrate_examples(delay, sent, key, now, destination, new_ke
     assert read.destination == destination
     assert read.routing_key() == new_key
     assert rmq.first_level(read.remaining_seconds) == level
-    assert read.exchange() == rmq.delay_level_name(level)
+    assert read.exchange(rmq.Generation.V2) == rmq.delay_level_name(level, rmq.Generation.V2)
 
 
 def test_the_remaining_delay_is_rounded_up_so_a_moved_message_is_never_early() -> None:

@@ -46,7 +46,7 @@ def test_parking_names_per_generation(generation: str, name: str) -> None:
 
 
 def test_the_parking_binding_takes_delayed_keys_only() -> None:
-    (binding,) = rmq.parking_topology().bindings
+    (binding,) = rmq.parking_topology(rmq.Generation.V2).bindings
     assert binding.routing_key == "*." * 28 + "#"
     assert topic_matches(binding.routing_key, rmq.routing_key(10, "Sales"))
     assert topic_matches(binding.routing_key, rmq.routing_key(0, "team.orders"))
@@ -55,20 +55,43 @@ def test_the_parking_binding_takes_delayed_keys_only() -> None:
 
 
 def test_endpoint_exchanges_get_the_policy_in_the_conventional_topology_only() -> None:
-    conventional = rmq.endpoint_topology("Billing", instance_discriminators=["blue"], delivery_limit_policies=False)
+    conventional = rmq.endpoint_topology(
+        "Billing",
+        instance_discriminators=["blue"],
+        delivery_limit_policies=False,
+        generation=rmq.Generation.V2,
+        routing_topology=rmq.RoutingTopology.CONVENTIONAL,
+        queue_type=rmq.QueueType.QUORUM,
+    )
     assert [(p.targets, p.definition) for p in conventional.policies] == [
         (("Billing",), {"alternate-exchange": "nsb.v2.delay-unroutable"}),
         (("Billing-blue",), {"alternate-exchange": "nsb.v2.delay-unroutable"}),
     ]
-    direct = rmq.endpoint_topology("Billing", routing_topology="direct", delivery_limit_policies=False)
+    direct = rmq.endpoint_topology(
+        "Billing",
+        routing_topology="direct",
+        delivery_limit_policies=False,
+        generation=rmq.Generation.V2,
+        queue_type=rmq.QueueType.QUORUM,
+    )
     assert direct.policies == ()  # the delivery exchange's own alternate exchange catches a missing queue
-    assert rmq.endpoint_topology("Billing", park_unroutable=False, delivery_limit_policies=False).policies == ()
+    assert (
+        rmq.endpoint_topology(
+            "Billing",
+            park_unroutable=False,
+            delivery_limit_policies=False,
+            generation=rmq.Generation.V2,
+            routing_topology=rmq.RoutingTopology.CONVENTIONAL,
+            queue_type=rmq.QueueType.QUORUM,
+        ).policies
+        == ()
+    )
 
 
 def test_the_stack_switch_turns_parking_off() -> None:
     on = (parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}).rabbitmq).topology
     off = (parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "parkUnroutable": False}}).rabbitmq).topology
-    parking = rmq.parking_name()
+    parking = rmq.parking_name(rmq.Generation.V2)
     assert parking in {q.name for q in on.queues} and parking not in {q.name for q in off.queues}
     assert {t for p in on.policies if p.apply_to == "exchanges" for t in p.targets} == {
         "nsb.v2.delay-delivery",
@@ -92,7 +115,7 @@ def test_the_components_declare_parking_by_policy_never_by_argument() -> None:
         )
 
     resources = declared(build)
-    parking = rmq.parking_name()
+    parking = rmq.parking_name(rmq.Generation.V2)
     assert exchanges(resources)[parking]["type"] == "topic"
     assert all("arguments" not in settings for settings in exchanges(resources).values())
     assert raw_arguments(queues(resources)[parking]) == rmq.parking_queue_arguments()

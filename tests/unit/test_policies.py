@@ -267,13 +267,13 @@ def test_unprotected_delay_queue_is_reported() -> None:
 
 
 def test_a_fanout_level_exchange_is_reported() -> None:
-    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delay_level_name(7))
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delay_level_name(7, rmq.Generation.V2))
     violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(type="fanout")))
     assert reported(violations) == [("delay-exchange-settings", target.urn)]
 
 
 def test_a_non_durable_delivery_exchange_is_reported() -> None:
-    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name())
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))
     violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(durable=False)))
     assert reported(violations) == [("delay-exchange-settings", target.urn)]
 
@@ -289,7 +289,7 @@ def binding(recorded: Iterable[RecordedResource], source: str, destination: str)
 
 
 def test_a_wrong_level_binding_key_is_reported_once() -> None:
-    name = rmq.delay_level_name(4)
+    name = rmq.delay_level_name(4, rmq.Generation.V2)
     target = binding(dev_recorded(), name, name)
     violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey=rmq.queue_binding_key(5))))
     assert reported(violations) == [("delay-level-binding-keys", target.urn)]
@@ -300,7 +300,7 @@ def test_an_extra_binding_from_a_level_exchange_is_reported() -> None:
     extra = record(
         lambda: rabbitmq.Binding(
             "shortcut",
-            source=rmq.delay_level_name(6),
+            source=rmq.delay_level_name(6, rmq.Generation.V2),
             destination="Sales",
             destination_type="queue",
             routing_key="#",
@@ -313,7 +313,7 @@ def test_an_extra_binding_from_a_level_exchange_is_reported() -> None:
 
 
 def test_a_wrong_endpoint_delivery_key_is_reported() -> None:
-    target = binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales")
+    target = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
     violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey="#.Sale")))
     assert reported(violations) == [("endpoint-delivery-binding", target.urn)]
     assert "expected '#.Sales'" in violations[0].message
@@ -321,7 +321,7 @@ def test_a_wrong_endpoint_delivery_key_is_reported() -> None:
 
 @pytest.mark.parametrize("endpoint", ["Sales.*", "Sales Team", "x" * (rmq.MAX_DESTINATION_BYTES + 1)])
 def test_delivery_binding_destinations_that_cannot_be_routed_are_reported(endpoint: str) -> None:
-    target = binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales")
+    target = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
     key = rmq.endpoint_binding_key(endpoint)
     violations = run(changed(dev_recorded(), target, lambda i: i.update(destination=endpoint, routingKey=key)))
     rule = [v for v in violations if v.policy == "endpoint-delivery-binding"]
@@ -606,10 +606,10 @@ def with_unknown(inputs: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any
 def test_an_unknown_value_never_crashes_a_resource_rule_nor_fails_a_good_resource() -> None:
     """Every leaf of each sample made unknown in turn: clean resources stay clean (no false violation in preview)."""
     clean = [level_queue(0), level_queue(27), delay_fifo("Sales"), find(dev_recorded(), SQS_QUEUE, "dev-Sales")]
-    clean += [find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name())]
+    clean += [find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))]
     clean += [
-        binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales"),
-        binding(dev_recorded(), *[rmq.delay_level_name(3)] * 2),
+        binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales"),
+        binding(dev_recorded(), *[rmq.delay_level_name(3, rmq.Generation.V2)] * 2),
     ]
     clean += users("pw") + providers_for(dev_recorded())
     broken = broker_policy(".*", {"message-ttl": 1})

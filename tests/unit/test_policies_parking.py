@@ -37,7 +37,7 @@ def test_without_parking_every_exchange_a_delayed_message_can_stall_at_is_named(
 
 
 def test_an_alternate_exchange_that_leads_nowhere_is_named() -> None:
-    parking = rmq.parking_name()
+    parking = rmq.parking_name(rmq.Generation.V2)
     recorded = [r for r in dev_recorded() if not (r.type == RABBITMQ_QUEUE and r.physical_name == parking)]
     recorded = [r for r in recorded if not (r.type == RABBITMQ_BINDING and r.inputs["source"] == parking)]
     violations = [v for v in run(recorded) if v.policy == "delay-graph-parking"]
@@ -47,10 +47,10 @@ def test_an_alternate_exchange_that_leads_nowhere_is_named() -> None:
 
 
 def test_an_alternate_exchange_argument_on_the_delivery_exchange_is_mandatory_to_fix() -> None:
-    delivery = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name())
+    delivery = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))
 
     def argument(inputs: dict) -> None:
-        inputs["settings"]["arguments"] = {"alternate-exchange": rmq.parking_name()}
+        inputs["settings"]["arguments"] = {"alternate-exchange": rmq.parking_name(rmq.Generation.V2)}
 
     violations = [
         v for v in run(changed(dev_recorded(), delivery, argument)) if v.policy == "exchange-alternate-by-policy"

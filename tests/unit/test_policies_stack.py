@@ -34,7 +34,7 @@ def touches(resource: RecordedResource, name: str) -> bool:
 
 def test_a_missing_level_is_reported_once_per_missing_object() -> None:
     """Level 05 gone (exchange, queue and all four of its bindings): two violations, not six."""
-    missing = rmq.delay_level_name(5)
+    missing = rmq.delay_level_name(5, rmq.Generation.V2)
     recorded = [r for r in dev_recorded() if not touches(r, missing)]
     violations = run(recorded)
     assert [v.policy for v in violations] == ["delay-level-chain-complete"] * 2
@@ -45,8 +45,8 @@ def test_a_missing_level_is_reported_once_per_missing_object() -> None:
 
 
 def test_level_00_not_reaching_delivery_is_reported() -> None:
-    level_00 = rmq.delay_level_name(0)
-    gone = binding(dev_recorded(), level_00, rmq.delivery_exchange_name())
+    level_00 = rmq.delay_level_name(0, rmq.Generation.V2)
+    gone = binding(dev_recorded(), level_00, rmq.delivery_exchange_name(rmq.Generation.V2))
     violations = run(r for r in dev_recorded() if r is not gone)
     source = find(dev_recorded(), RABBITMQ_EXCHANGE, level_00)
     assert reported(violations) == [("delay-level-chain-complete", source.urn)]
@@ -54,7 +54,7 @@ def test_level_00_not_reaching_delivery_is_reported() -> None:
 
 
 def test_a_missing_level_queue_binding_is_reported() -> None:
-    name = rmq.delay_level_name(11)
+    name = rmq.delay_level_name(11, rmq.Generation.V2)
     gone = binding(dev_recorded(), name, name)
     violations = run(r for r in dev_recorded() if r is not gone)
     assert reported(violations) == [("delay-level-chain-complete", find(dev_recorded(), RABBITMQ_EXCHANGE, name).urn)]
@@ -83,7 +83,7 @@ def test_a_stack_with_only_endpoint_bindings_does_not_need_the_chain() -> None:
 def test_a_delivery_binding_to_an_undeclared_endpoint_is_reported_unless_external() -> None:
     exchange = find(dev_recorded(), RABBITMQ_EXCHANGE, "Sales")
     recorded = [r for r in dev_recorded() if r is not exchange]
-    delivery = binding(dev_recorded(), rmq.delivery_exchange_name(), "Sales")
+    delivery = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
     violations = run(recorded)
     assert reported(violations) == [("endpoint-destinations-exist", delivery.urn)]
     assert "externalEndpoints" in violations[0].message
@@ -142,7 +142,7 @@ def test_an_endpoint_that_lost_its_binding_gets_the_retirement_advice() -> None:
 
 
 def test_an_endpoint_queue_kept_without_its_binding_gets_the_advice() -> None:
-    gone = binding(dev_recorded(), rmq.delivery_exchange_name(), "Shipping")
+    gone = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Shipping")
     violations = run(r for r in dev_recorded() if r is not gone)
     assert reported(violations) == [("endpoint-retirement-order", find(dev_recorded(), RABBITMQ_QUEUE, "Shipping").urn)]
     assert not violations[0].mandatory

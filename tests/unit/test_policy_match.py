@@ -85,7 +85,7 @@ def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives
         "a|b",
         *(f"Team{i}.E{i:03d}" for i in range(300)),
     ]
-    specs = rmq.combined_policies([rmq.alternate_exchange_policy(n) for n in names], "g")
+    specs = rmq.combined_policies([rmq.alternate_exchange_policy(n, rmq.Generation.V2) for n in names], "g")
     policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies.append(policy("catch", "^Team1", "exchanges", priority=-1, alternate_exchange="other"))
     assert all(rmq.literal_names(p.pattern) is not None for p in policies[:-1]) and len(policies) > 3
@@ -101,7 +101,9 @@ def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -
     matcher of its own gives, its matches what a regex run of every policy gives."""
     names = ["Sales", "Billing", "team.orders", *(f"E{i:03d}" for i in range(200))]
     specs = rmq.combined_policies(
-        [rmq.delivery_limit_policy(n) for n in names] + [rmq.alternate_exchange_policy(n) for n in names], "g"
+        [rmq.delivery_limit_policy(n) for n in names]
+        + [rmq.alternate_exchange_policy(n, rmq.Generation.V2) for n in names],
+        "g",
     )
     policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies += [

@@ -28,7 +28,7 @@ def test_the_graph_stack_declares_the_graph_parking_and_shared_queues_and_export
     config = parse_stack_config({"rabbitmq": GRAPH}, "graph").rabbitmq
     assert config is not None
     queues = {q.name for q in config.topology.queues}
-    assert {rmq.delay_level_name(0), rmq.parking_name(), "error", "audit"} <= queues
+    assert {rmq.delay_level_name(0, rmq.Generation.V2), rmq.parking_name(rmq.Generation.V2), "error", "audit"} <= queues
     assert graph_outputs(config) == dict(
         zip(GRAPH_OUTPUTS, ("nsb.v2.delay-delivery", "nsb.v2.delay-unroutable"), strict=True)
     )
@@ -48,10 +48,14 @@ def test_a_team_stack_declares_its_endpoints_and_their_policies_only(reference: 
     recorded = record_stack(parse_stack_config({"rabbitmq": raw}, "team-a"), stack="team-a")
     counts = Counter(r.type for r in recorded)
     assert counts[RABBITMQ_QUEUE] == 2 and counts[RABBITMQ_POLICY] == 2
-    delivery = [r for r in of_type(recorded, RABBITMQ_BINDING) if r.inputs["source"] == rmq.delivery_exchange_name()]
+    delivery = [
+        r
+        for r in of_type(recorded, RABBITMQ_BINDING)
+        if r.inputs["source"] == rmq.delivery_exchange_name(rmq.Generation.V2)
+    ]
     assert sorted(r.inputs["destination"] for r in delivery) == ["Billing", "Sales"]
     parking = [r for r in of_type(recorded, RABBITMQ_POLICY) if "unroutable" in r.inputs["name"]]
-    assert parking[0].inputs["policy"]["definition"] == {"alternate-exchange": rmq.parking_name()}
+    assert parking[0].inputs["policy"]["definition"] == {"alternate-exchange": rmq.parking_name(rmq.Generation.V2)}
     assert violations(raw, "team-a") == []  # no level chain to check here; the parking policy names the graph's
 
 

@@ -14,15 +14,11 @@ from .arguments import QUEUE_TYPE_ARGUMENT
 from .delivery_limits import DELIVERY_LIMIT_ARGUMENT, UNLIMITED_DELIVERY_LIMIT, delivery_limit_policy
 from .names import (
     DEFAULT_AUDIT_QUEUE,
-    DEFAULT_ENDPOINT_QUEUE_TYPE,
     DEFAULT_ERROR_QUEUE,
-    DEFAULT_GENERATION,
-    DEFAULT_ROUTING_TOPOLOGY,
     MAX_LEVEL,
     OWN_POLICY_PREFIX,
     PARKING_BINDING_KEY,
-    QUEUE_TYPES,
-    ROUTING_TOPOLOGIES,
+    Generation,
     QueueType,
     RoutingTopology,
     check_level,
@@ -66,14 +62,14 @@ def level_ttl_ms(level: int) -> int:
     return (1 << check_level(level)) * 1000
 
 
-def dead_letter_exchange(level: int, generation: str = DEFAULT_GENERATION) -> str:
+def dead_letter_exchange(level: int, generation: Generation) -> str:
     """Where an expired message of this level goes: the next lower level, or delivery after level 0."""
     if check_level(level) == 0:
         return delivery_exchange_name(generation)
     return delay_level_name(level - 1, generation)
 
 
-def delay_queue_arguments(level: int, generation: str = DEFAULT_GENERATION) -> dict[str, ArgumentValue]:
+def delay_queue_arguments(level: int, generation: Generation) -> dict[str, ArgumentValue]:
     """The exact declare arguments NServiceBus uses; the TTL is an int (a string TTL is refused)."""
     arguments: dict[str, ArgumentValue] = dict(generation_spec(generation).queue_arguments)
     arguments["x-message-ttl"] = level_ttl_ms(level)
@@ -81,7 +77,7 @@ def delay_queue_arguments(level: int, generation: str = DEFAULT_GENERATION) -> d
     return arguments
 
 
-def delay_levels(generation: str = DEFAULT_GENERATION) -> Topology:
+def delay_levels(generation: Generation) -> Topology:
     """The 28 levels (27 down to 0), the delivery exchange and all their bindings, as NServiceBus declares them."""
     exchanges: list[ExchangeSpec] = []
     queues: list[QueueSpec] = []
@@ -139,7 +135,7 @@ def alternate_exchange_policy_name(exchange: str) -> str:
     return f"{ALTERNATE_EXCHANGE_POLICY_PREFIX}{exchange}{ALTERNATE_EXCHANGE_POLICY_SUFFIX}"
 
 
-def alternate_exchange_policy(exchange: str, generation: str = DEFAULT_GENERATION) -> PolicySpec:
+def alternate_exchange_policy(exchange: str, generation: Generation) -> PolicySpec:
     """``exchange``'s alternate exchange is the graph's parking exchange: ``^<escaped name>$``, apply-to exchanges."""
     return PolicySpec(
         name=alternate_exchange_policy_name(exchange),
@@ -151,7 +147,7 @@ def alternate_exchange_policy(exchange: str, generation: str = DEFAULT_GENERATIO
     )
 
 
-def parking_topology(generation: str = DEFAULT_GENERATION) -> Topology:
+def parking_topology(generation: Generation) -> Topology:
     """The parking exchange (topic) and its durable quorum queue, bound with ``PARKING_BINDING_KEY``, and
     the policy that makes it the delivery exchange's alternate exchange."""
     name = parking_name(generation)
@@ -166,20 +162,16 @@ def parking_topology(generation: str = DEFAULT_GENERATION) -> Topology:
 # --- an endpoint's queues ----------------------------------------------------------------------------------
 
 
-def endpoint_queue_arguments(queue_type: str) -> dict[str, ArgumentValue]:
+def endpoint_queue_arguments(queue_type: QueueType) -> dict[str, ArgumentValue]:
     """Receiving and sending queues of an endpoint: ``x-queue-type=quorum`` or no arguments (classic)."""
-    if queue_type not in QUEUE_TYPES:
-        raise ValueError(f"unknown queue type {queue_type!r}: expected one of {', '.join(QUEUE_TYPES)}")
     return {QUEUE_TYPE_ARGUMENT: QueueType.QUORUM.value} if queue_type == QueueType.QUORUM else {}
 
 
-def _owned_queues(queues: Sequence[tuple[str, Role]], routing_topology: str, queue_type: str) -> Topology:
+def _owned_queues(
+    queues: Sequence[tuple[str, Role]], routing_topology: RoutingTopology, queue_type: QueueType
+) -> Topology:
     """Queues as the routing topology's ``Initialize`` declares them (plus each one's fanout exchange if
     conventional), in order."""
-    if routing_topology not in ROUTING_TOPOLOGIES:
-        raise ValueError(
-            f"unknown routing topology {routing_topology!r}: expected one of {', '.join(ROUTING_TOPOLOGIES)}"
-        )
     arguments = endpoint_queue_arguments(queue_type)
     specs = tuple([QueueSpec(name, role, dict(arguments)) for name, role in queues])
     if routing_topology == RoutingTopology.DIRECT:
@@ -191,7 +183,7 @@ def _owned_queues(queues: Sequence[tuple[str, Role]], routing_topology: str, que
     )
 
 
-def delivery_binding(address: str, routing_topology: str, generation: str = DEFAULT_GENERATION) -> BindingSpec:
+def delivery_binding(address: str, routing_topology: RoutingTopology, generation: Generation) -> BindingSpec:
     """``BindToDelayInfrastructure``: exchange->exchange (conventional) or exchange->queue (direct)."""
     return BindingSpec(
         delivery_exchange_name(generation),
@@ -205,9 +197,9 @@ def delivery_binding(address: str, routing_topology: str, generation: str = DEFA
 def endpoint_topology(
     endpoint: str,
     *,
-    generation: str = DEFAULT_GENERATION,
-    routing_topology: str = DEFAULT_ROUTING_TOPOLOGY,
-    queue_type: str = DEFAULT_ENDPOINT_QUEUE_TYPE,
+    generation: Generation,
+    routing_topology: RoutingTopology,
+    queue_type: QueueType,
     instance_discriminators: Sequence[str] = (),
     legacy_timeout_manager: bool = False,
     delivery_limit_policies: bool = True,
@@ -245,9 +237,9 @@ def endpoint_topology(
 def receiving_queue_policies(
     receiving_queues: Sequence[str],
     *,
-    generation: str = DEFAULT_GENERATION,
-    routing_topology: str = DEFAULT_ROUTING_TOPOLOGY,
-    queue_type: str = DEFAULT_ENDPOINT_QUEUE_TYPE,
+    generation: Generation,
+    routing_topology: RoutingTopology,
+    queue_type: QueueType,
     delivery_limit_policies: bool = True,
     park_unroutable: bool = True,
 ) -> tuple[PolicySpec, ...]:
@@ -265,8 +257,8 @@ def receiving_queue_policies(
 
 def shared_queues(
     *,
-    routing_topology: str = DEFAULT_ROUTING_TOPOLOGY,
-    queue_type: str = DEFAULT_ENDPOINT_QUEUE_TYPE,
+    routing_topology: RoutingTopology,
+    queue_type: QueueType,
     error_queue: str = DEFAULT_ERROR_QUEUE,
     audit_queue: str = DEFAULT_AUDIT_QUEUE,
 ) -> Topology:

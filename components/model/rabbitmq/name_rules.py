@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from .names import GENERATIONS, LEVEL_COUNT, delay_level_name, delivery_exchange_name, parking_name
+from .names import LEVEL_COUNT, Generation, delay_level_name, delivery_exchange_name, parking_name
 from .routing import MAX_DESTINATION_BYTES, MAX_ROUTING_KEY_BYTES, ROUTING_KEY_PREFIX_LENGTH
 
 __all__ = [
@@ -34,7 +34,7 @@ def delay_infrastructure_names() -> frozenset[str]:
     """Every exchange and queue name of the delay infrastructure, both generations (they may live side by side)."""
     return frozenset(
         name
-        for generation in GENERATIONS
+        for generation in Generation
         for name in (
             delivery_exchange_name(generation),
             *(delay_level_name(level, generation) for level in range(LEVEL_COUNT)),
@@ -45,7 +45,7 @@ def delay_infrastructure_names() -> frozenset[str]:
 @functools.cache
 def parking_names() -> frozenset[str]:
     """The parking exchange/queue name of both generations (``parking_name``): reserved like the delay names."""
-    return frozenset(parking_name(generation) for generation in GENERATIONS)
+    return frozenset(parking_name(generation) for generation in Generation)
 
 
 def object_name_problems(name: str) -> list[str]:
@@ -88,7 +88,7 @@ def object_name_problems(name: str) -> list[str]:
     if name in parking_names():
         problems.append(
             "is the name of the parking exchange and queue of the delay infrastructure ("
-            + " / ".join(f"{g}: {parking_name(g)}" for g in reversed(GENERATIONS))
+            + " / ".join(f"{g}: {parking_name(g)}" for g in reversed(Generation))
             + "; declared by nsb-delays:rabbitmq.parkUnroutable, reserved in either generation); rename it"
         )
     if PROVIDER_ID_SEPARATOR in name:

@@ -126,11 +126,8 @@ GENERATION_SPECS: Mapping[Generation, GenerationSpec] = {
 }
 
 
-def generation_spec(generation: str) -> GenerationSpec:
-    try:
-        return GENERATION_SPECS[Generation(generation)]
-    except ValueError:
-        raise ValueError(f"unknown generation {generation!r}: expected one of {', '.join(GENERATIONS)}") from None
+def generation_spec(generation: Generation) -> GenerationSpec:
+    return GENERATION_SPECS[generation]
 
 
 def check_level(level: int) -> int:
@@ -139,16 +136,16 @@ def check_level(level: int) -> int:
     return level
 
 
-def delay_level_name(level: int, generation: str = DEFAULT_GENERATION) -> str:
+def delay_level_name(level: int, generation: Generation) -> str:
     """Exchange and queue of a level share this name: ``nsb.v2.delay-level-05``."""
     return f"{generation_spec(generation).level_prefix}{check_level(level):02d}"
 
 
-def delivery_exchange_name(generation: str = DEFAULT_GENERATION) -> str:
+def delivery_exchange_name(generation: Generation) -> str:
     return generation_spec(generation).delivery_exchange
 
 
-def parking_name(generation: str = DEFAULT_GENERATION) -> str:
+def parking_name(generation: Generation) -> str:
     """The parking exchange and queue of a graph (``nsb.v2.delay-unroutable``): see ``graph.parking_topology``."""
     return generation_spec(generation).unroutable
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import dead_letter_exchange, level_ttl_ms
-from .names import DEFAULT_GENERATION, LEVEL_COUNT, MAX_LEVEL, Generation, delay_level_name, generation_spec
+from .names import LEVEL_COUNT, MAX_LEVEL, Generation, delay_level_name, generation_spec
 
 __all__ = [
     "DELAY_HEADER",
@@ -75,7 +75,7 @@ def first_level(delay_seconds: int) -> int:
     return max(normalize_delay(delay_seconds).bit_length() - 1, 0)
 
 
-def first_exchange(delay_seconds: int, generation: str = DEFAULT_GENERATION) -> str:
+def first_exchange(delay_seconds: int, generation: Generation) -> str:
     return delay_level_name(first_level(delay_seconds), generation)
 
 
@@ -105,7 +105,7 @@ class DelayPath:
         return sum(hop.seconds_in_queue for hop in self.hops)
 
 
-def delay_path(delay_seconds: int, destination: str, generation: str = DEFAULT_GENERATION) -> DelayPath:
+def delay_path(delay_seconds: int, destination: str, generation: Generation) -> DelayPath:
     """The hops from the first exchange down to delivery: each level whose bit is 1 holds the message for 2^level s
     (its queue's TTL), each level whose bit is 0 routes it straight to the level below."""
     spec = generation_spec(generation)

@@ -29,7 +29,9 @@ from nsb_delays.infra.commands.errors import CommandError, Interrupted, RunStopp
 from .moves import LevelBars, console, progress_bars, unreachable
 from .options import progress_option, window_option
 
-ParkedGroups = dict[str, list[ParkedDestination]]  # generation -> its parking queue's messages by destination
+ParkedGroups = dict[
+    rmq.Generation, list[ParkedDestination]
+]  # generation -> its parking queue's messages by destination
 
 
 @click.command(name="parked")
@@ -52,7 +54,7 @@ def parked(generation: str | None, redeliver: bool, window: int, as_json: bool, 
     """List the parked messages (nsb.v2.delay-unroutable, v1: nsb.delay-unroutable) by destination and due
     time; with --redeliver, send back the ones whose destination exists again."""
     side = resolve_broker(values, connection_name="nsb-delays delays parked")
-    generations: list[str] = [generation] if generation else list(rmq.GENERATIONS)
+    generations = [rmq.Generation(generation)] if generation else list(rmq.Generation)
     present, groups = read_parking_queues(side, generations)
     if as_json and not redeliver:
         click.echo(json.dumps({name: [asdict(group) for group in rows] for name, rows in groups.items()}, indent=2))
@@ -69,8 +71,8 @@ def parked(generation: str | None, redeliver: bool, window: int, as_json: bool, 
 
 
 def read_parking_queues(
-    side: BrokerSide, generations: list[str]
-) -> tuple[dict[str, list[ParkedMessage]], ParkedGroups]:
+    side: BrokerSide, generations: list[rmq.Generation]
+) -> tuple[dict[rmq.Generation, list[ParkedMessage]], ParkedGroups]:
     """Each existing parking queue's messages (generation -> what ``read_parked`` read), and them by destination;
     refused (exit 2) when none of the ``generations`` has a parking queue."""
     try:
@@ -91,7 +93,7 @@ def read_parking_queues(
     return present, groups
 
 
-def redeliver_queue(side: BrokerSide, generation: str, window: int, show_progress: bool) -> int:
+def redeliver_queue(side: BrokerSide, generation: rmq.Generation, window: int, show_progress: bool) -> int:
     """Send one parking queue's messages back where their destination can receive; how many stay parked."""
     bars = progress_bars(enabled=show_progress, elapsed=False)
     try:

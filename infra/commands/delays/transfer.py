@@ -36,7 +36,7 @@ def transfer(source_generation: str, to_sqs: bool, window: int, dry_run: bool, p
     upgrade), or into SQS with --to-sqs; poison ones to delays-transfer-poison-messages on the source."""
     source = resolve_broker(values, connection_name="nsb-delays delays transfer (source)")
     destination = sqs_destination(values) if to_sqs else broker_destination(values)
-    plan = plan_for("transfer", source, source_generation, destination)
+    plan = plan_for("transfer", source, rmq.Generation(source_generation), destination)
     run_plan(plan, window, progress, dry_run)
 
 
