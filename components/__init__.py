@@ -1,6 +1,8 @@
 """Reusable Pulumi components for NServiceBus native delayed delivery, and the pure model they read.
 
-Each component takes ``(name, args: <Component>Args, opts)``, Pulumi's convention; the choices a setting takes from a
+``RabbitMqTransport`` and ``SqsTransport`` each declare a whole stack section (``transports.py``); the five RabbitMQ
+components and ``SqsEndpoint`` they compose stay public for special cases. Each component takes
+``(name, args: <Component>Args, opts)``, Pulumi's convention; the choices a setting takes from a
 fixed set are the enums ``Generation``, ``RoutingTopology``, ``QueueType`` and ``PolicyScope``.
 
 ``components.model`` has no Pulumi import; the components below are imported on first use so that
@@ -13,6 +15,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "RabbitMqTransport": ".transports",
+    "SqsTransport": ".transports",
+    "RabbitMqTransportArgs": ".args",
+    "SqsTransportArgs": ".args",
     "RabbitMqDelayInfrastructure": ".rabbitmq",
     "RabbitMqEndpoint": ".rabbitmq",
     "RabbitMqEndpointPolicies": ".rabbitmq",

@@ -24,8 +24,11 @@ from .rabbitmq import (
     RabbitMqSharedQueues,
 )
 from .sqs import SqsEndpoint
+from .transports import RabbitMqTransport, SqsTransport
 
 COMPONENTS: list[type[pulumi.ComponentResource]] = [
+    RabbitMqTransport,
+    SqsTransport,
     RabbitMqDelayInfrastructure,
     RabbitMqSharedQueues,
     RabbitMqEndpoint,

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from .model.settings import PACKAGE
 from .rabbitmq import PolicyChain
 from .resource_types import SQS_QUEUE, STACK_REFERENCE
+from .transports import OnePerStack
 
 PROJECT = PACKAGE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
@@ -164,7 +165,9 @@ def record(
     Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
     raises; pass ``sink`` to see what was registered before the error (a config error: nothing).
     """
-    PolicyChain.last.clear()  # runs under mocks in one process share their stack resource: one chain per recording
+    # runs under mocks in one process share their stack resource: one chain, one transport of each kind per recording
+    PolicyChain.last.clear()
+    OnePerStack.seen.clear()
     monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 

@@ -26,6 +26,8 @@ def schema(provider: ComponentProvider) -> dict:
 def test_schema_names_every_component_under_the_package(schema: dict) -> None:
     assert schema["name"] == "nsb-delays"
     assert set(schema["resources"]) == {
+        "nsb-delays:index:RabbitMqTransport",
+        "nsb-delays:index:SqsTransport",
         "nsb-delays:index:RabbitMqDelayInfrastructure",
         "nsb-delays:index:RabbitMqSharedQueues",
         "nsb-delays:index:RabbitMqEndpoint",
