@@ -15,6 +15,7 @@ change of what the program registers.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -187,8 +188,32 @@ def summary(resources: list[dict[str, Any]]) -> list[list[str]]:
     return sorted([r["type"], r["name"], digest(r)] for r in resources)
 
 
-def record_program(stack: StackText) -> dict[str, Any]:
-    """The program's registrations for the stack file (or its refusal), as kept in the file."""
+TRANSPORTS = ("nsb-delays:index:RabbitMqTransport", "nsb-delays:index:SqsTransport")
+FORMER_PARENT = [{"spec": {"noParent": True}}]  # Alias(parent=ROOT_STACK_RESOURCE), as the engine is sent it
+
+
+def as_before_the_transports(resources: list[RecordedResource]) -> list[RecordedResource]:
+    """What the program registers, as the program before the transports registered it: the transports themselves
+    left out, and each component they compose a child of the stack, as it was. Each such component must say so to the
+    engine (its alias to its former parent, the stack), which is checked and then left out: that alias is what makes
+    the engine take it, and every resource under it, for the one a stack deployed before holds."""
+    transports = {r.urn: r.parent for r in resources if r.type in TRANSPORTS}
+    before = []
+    for resource in resources:
+        if resource.type in TRANSPORTS:
+            continue
+        if resource.parent in transports:
+            options = dict(resource.options)
+            if options.pop("aliases", None) != FORMER_PARENT:
+                raise AssertionError(f"{resource.type} {resource.name!r}: no alias to its former parent, the stack")
+            resource = dataclasses.replace(resource, parent=transports[resource.parent], options=options)
+        before.append(resource)
+    return before
+
+
+def record_program(stack: StackText, before_the_transports: bool = False) -> dict[str, Any]:
+    """The program's registrations for the stack file (or its refusal), as kept in the file: as the program registers
+    them, or (``before_the_transports``) as the program before the transports did (``as_before_the_transports``)."""
     from nsb_delays.infra.program import record_stack
 
     kept: dict[str, Any] = {"label": stack.label, "stack": stack.stack, "text": stack.text}
@@ -196,7 +221,9 @@ def record_program(stack: StackText) -> dict[str, Any]:
         config = parsed(stack)
     except ConfigError as error:
         return kept | {"refused": error.problems}
-    return kept | {"resources": summary(comparable(record_stack(config, stack=stack.stack)))}
+    resources = record_stack(config, stack=stack.stack)
+    return kept | {"resources": summary(comparable(as_before_the_transports(resources) if before_the_transports
+                                                   else resources))}  # fmt: skip
 
 
 def kept_recordings() -> list[dict[str, Any]]:

@@ -1,13 +1,22 @@
 """The program registers, for every stack file of the repository and the docs, exactly what the program before issue 39
-registered (``program_recordings.json``): the same resources, names, inputs, options, parents and dependencies."""
+registered (``program_recordings.json``): the same resources, names, inputs, options, parents and dependencies. The
+transports themselves are new: each component they compose is compared as the child of the stack it was, and must carry
+the alias that tells the engine so (``as_before_the_transports``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pulumi
 import pytest
 
-from tests.unit.program_recordings import StackText, kept_recordings, record_program
+from nsb_delays.components.inputs import InputsRefused
+from nsb_delays.components.model.settings import PACKAGE
+from nsb_delays.components.provider import COMPONENTS, NsbDelaysProvider
+from nsb_delays.components.recording import RecordedResource, record
+from nsb_delays.components.transports import RabbitMqTransport, SqsTransport
+from nsb_delays.infra.program import SECRET_PLACEHOLDER, record_stack
+from tests.unit.program_recordings import StackText, comparable, kept_recordings, parsed, record_program, summary
 
 KEPT = kept_recordings()
 
@@ -20,8 +29,84 @@ def differences(kept: list[list[str]], now: list[list[str]]) -> str:
 
 @pytest.mark.parametrize("kept", KEPT, ids=[kept["label"] for kept in KEPT])
 def test_the_program_registers_what_it_registered_before_the_transports(kept: dict[str, Any]) -> None:
-    recorded = record_program(StackText(kept["label"], kept["stack"], kept["text"]))
+    recorded = record_program(StackText(kept["label"], kept["stack"], kept["text"]), before_the_transports=True)
     if "refused" in kept:
         assert recorded.get("refused") == kept["refused"]
         return
     assert recorded["resources"] == kept["resources"], differences(kept["resources"], recorded["resources"])
+
+
+# --- the transports as a user's program declares them --------------------------------------------------------------
+
+SECTION = """
+config:
+  nsb-delays:rabbitmq:
+    brokerVersion: "4.3"
+    endpoints:
+      - Sales
+      - name: Billing
+        instanceDiscriminators: [blue]
+        user: {passwordKey: billingPassword, sendsTo: [Sales]}
+  nsb-delays:billingPassword: {secure: v1:YmlsbGluZw==}
+  nsb-delays:sqs:
+    queueNamePrefix: prod-
+    endpoints: [Sales, {name: Billing, delayedDelivery: false, maxMessageSize: 262144}]
+"""
+
+
+def registered(resources: list[RecordedResource]) -> list[list[str]]:
+    return summary(comparable(resources))
+
+
+def test_a_yaml_or_typescript_program_declares_what_the_program_declares_for_the_same_section() -> None:
+    """The provider maps camelCase inputs (whole numbers sent as floats) to the transports' Args: the same
+    registrations as the program's for the stack file with the same sections."""
+    provider = NsbDelaysProvider(COMPONENTS, PACKAGE, None, "0.1.0")
+    rabbitmq = {
+        "brokerVersion": "4.3",
+        "endpoints": [
+            {"name": "Sales"},
+            {"name": "Billing", "instanceDiscriminators": ["blue"],
+             "user": {"password": pulumi.Output.secret(SECRET_PLACEHOLDER), "sendsTo": ["Sales"]}},
+        ],
+    }  # fmt: skip
+    sqs = {"queueNamePrefix": "prod-", "endpoints": [{"name": "Sales"},
+           {"name": "Billing", "delayedDelivery": False, "maxMessageSize": 262144.0}]}  # fmt: skip
+
+    def program() -> None:
+        for component, name, inputs in (("RabbitMqTransport", "rabbitmq", rabbitmq), ("SqsTransport", "sqs", sqs)):
+            args = provider.map_inputs(inputs, provider._component_defs[component])
+            provider._components[component](name, args)
+
+    from_the_provider = record(program, stack="team")
+    from_the_program = record_stack(parsed(StackText("section", "team", SECTION)), stack="team")
+    assert registered(from_the_provider) == registered(from_the_program)
+
+
+def test_a_bad_section_is_refused_with_every_input_named_before_anything_is_declared() -> None:
+    sink: list[RecordedResource] = []
+    args: Any = {
+        "broker_version": 4.3,
+        "endpoints": ["Sales", {"name": "Billing", "user": {"sends_to": ["Nowhere"]}}, {"name": "Sales"}],
+    }
+    with pytest.raises(InputsRefused) as refused:
+        record(lambda: RabbitMqTransport("rabbitmq", args), sink=sink)
+    assert str(refused.value).splitlines()[1:] == [
+        "  - broker_version: expected a string such as '3.10' or '4.0', got float (quote it: YAML reads 4.3 as a "
+        "number, 3.10 as 3.1)",
+        "  - endpoints[1].user: missing required key 'password' (its password: a Pulumi secret)",
+        "  - endpoints: queue 'Sales' is declared 2 times (duplicate endpoint or queue)",
+    ]
+    assert str(refused.value).startswith("RabbitMqTransport 'rabbitmq': 3 problems with its inputs:")
+    assert sink == []
+    with pytest.raises(InputsRefused, match=r"endpoints\[0\] \('A'\): maximum message size 5 bytes"):
+        record(lambda: SqsTransport("sqs", {"endpoints": [{"name": "A", "max_message_size": 5}]}))
+
+
+def test_a_stack_declares_one_transport_of_each_kind() -> None:
+    def program() -> None:
+        RabbitMqTransport("a", {"endpoints": ["Sales"]})
+        RabbitMqTransport("b", {"vhost": "other", "endpoints": ["Billing"]})
+
+    with pytest.raises(InputsRefused, match="a stack declares one RabbitMqTransport"):
+        record(program)
