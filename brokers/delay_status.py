@@ -116,8 +116,7 @@ def queue_statuses(listing: Iterable[dict[str, Any]]) -> list[QueueStatus]:
         role = _role(queue["name"])
         if role is None:
             continue
-        declared_type = (queue.get("arguments") or {}).get(rmq.QUEUE_TYPE_ARGUMENT)
-        quorum = rmq.QueueType.QUORUM in (declared_type, queue.get("type"))
+        quorum = rmq.listed_queue_type(queue) == rmq.QueueType.QUORUM
         found.append(
             QueueStatus(
                 queue["name"],

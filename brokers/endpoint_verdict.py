@@ -129,12 +129,6 @@ class BrokerRecords:
     graph_drifts: tuple[str, ...] = field(default=())  # the delay graph of each generation: what differs
 
 
-def queue_type_of(record: Mapping[str, Any]) -> str:
-    """A recorded queue's type: its ``type``, else its ``x-queue-type`` argument, else classic."""
-    arguments = record.get("arguments") or {}
-    return str(record.get("type") or arguments.get(rmq.QUEUE_TYPE_ARGUMENT) or rmq.QueueType.CLASSIC)
-
-
 def judge(
     endpoint: EndpointSettings,
     user: EndpointUserSettings | None,
@@ -387,7 +381,7 @@ def _queues(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]
             findings.append(Finding(check, False, f"queue {queue!r} does not exist: the endpoint cannot consume it "
                                     "(NOT_FOUND)", "pulumi up (the stack declares it)"))  # fmt: skip
             continue
-        kind = queue_type_of(record)
+        kind = rmq.listed_queue_type(record)
         ok = kind == endpoint.queue_type
         detail = f"{kind} queue" if ok else f"a {kind} queue where the stack declares {endpoint.queue_type.value}"
         fix = "" if ok else "move its messages, delete it, and pulumi up (a queue's type cannot change)"

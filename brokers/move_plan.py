@@ -23,7 +23,7 @@ from .delay_status import DeadLetterBacklog, dead_letter_backlog
 from .delay_targets import RabbitMqTarget, SqsTarget
 from .destinations import describe, missing_delay_levels, unreachable_destinations
 from .sqs_sender import SqsSettings, check_bucket
-from .verify import broker_policies, queue_type
+from .verify import broker_policies
 
 NOTHING_MOVED = "nothing was moved"
 # RabbitMQ 4.0 gives quorum queues a delivery limit of 20 (3.x: none): a message handed back more often than
@@ -46,7 +46,7 @@ def level_delivery_limits(source: BrokerSide, levels: list[str], version: tuple[
         queue = queues.get(name)
         if queue is None:
             continue
-        kind = queue_type(queue)
+        kind = rmq.listed_queue_type(queue)
         applied = matcher.applied("queue", name, kind)
         if kind != rmq.QueueType.QUORUM:
             limits[name] = None  # only quorum queues have a delivery limit

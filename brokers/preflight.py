@@ -42,7 +42,6 @@ from .endpoint_verdict import (
     disabled_checks,
     judge,
     makes_http_calls,
-    queue_type_of,
     shown_policy,
 )
 from .management import ManagementApi, ManagementError, path_segment
@@ -201,7 +200,7 @@ def _expected(records: BrokerRecords, matcher: rmq.PolicyMatcher, queue: str) ->
     record = records.queues.get(queue)
     if record is None:
         return None
-    kind = queue_type_of(record)
+    kind = rmq.listed_queue_type(record)
     applied = matcher.applied("queue", queue, kind)
     if not applied.determined:
         return None

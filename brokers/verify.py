@@ -78,7 +78,7 @@ def _receiving_quorum_queues(topology: rmq.Topology) -> list[rmq.QueueSpec]:
     return [
         queue
         for queue in topology.queues
-        if queue.role in rmq.RECEIVING_ROLES and queue.arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.QueueType.QUORUM
+        if queue.role in rmq.RECEIVING_ROLES and queue.queue_type == rmq.QueueType.QUORUM
     ]
 
 
@@ -142,12 +142,6 @@ def declared_policy_drifts(topology: rmq.Topology, policies: Iterable[dict[str, 
             if not _same(value, live.get(field)):
                 drifts.append(Drift("different", subject, field, shown(value), shown(live.get(field))))
     return drifts
-
-
-def queue_type(queue: dict[str, Any]) -> str:
-    """A listed queue's type (its record's, not a statistic): ``classic``, ``quorum`` or ``stream``."""
-    arguments = queue.get("arguments") or {}
-    return str(queue.get("type") or arguments.get(rmq.QUEUE_TYPE_ARGUMENT) or rmq.QueueType.CLASSIC)
 
 
 def undetermined_policy_drift(subject: str, applied: rmq.AppliedPolicies) -> Drift:
@@ -217,7 +211,7 @@ def delivery_limit_drifts(
         live = live_queues.get(queue.name)
         if live is None:
             continue  # missing queues are topology drift
-        kind = queue_type(live)
+        kind = rmq.listed_queue_type(live)
         applied = matcher.applied("queue", queue.name, kind)
         arguments = live.get("arguments") or {}
         spec = own.get(queue.name)

@@ -209,7 +209,7 @@ def delay_queue_broker_policy(args: ResourceValidationArgs, report: Report) -> N
         report(f"policy {quoted(name)}: pattern {pattern!r} is not a valid regular expression ({error}).")
         return
     matched = [
-        queue.name for queue in MODEL_QUEUES.values() if matcher.search(queue.name) and _queue_type(queue) in applies_to
+        queue.name for queue in MODEL_QUEUES.values() if matcher.search(queue.name) and queue.queue_type in applies_to
     ]
     if matched:
         effects = "; ".join(f"{key}: {DELAY_BREAKING_POLICY_KEYS[key]}" for key in breaking)
@@ -218,11 +218,6 @@ def delay_queue_broker_policy(args: ResourceValidationArgs, report: Report) -> N
             f"{len(matched)} delay-level queues (e.g. {matched[0]!r}) and sets {', '.join(breaking)}. {effects}. "
             "Exclude the delay queues from the pattern, e.g. prefix it with '^(?!nsb\\.(v2\\.)?delay-level-)'.",
         )
-
-
-def _queue_type(queue: rmq.QueueSpec) -> str:
-    quorum = queue.arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.QueueType.QUORUM
-    return rmq.QueueType.QUORUM if quorum else rmq.QueueType.CLASSIC
 
 
 # --- lifecycle ---------------------------------------------------------------------------------------------

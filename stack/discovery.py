@@ -110,9 +110,8 @@ class _Objects:
 
 
 def _queue_type(queue: Mapping[str, Any]) -> rmq.QueueType:
-    """A defined queue's type: its ``x-queue-type`` argument (``type`` on brokers that list it), else classic."""
-    arguments = queue.get("arguments") or {}
-    value = arguments.get(rmq.QUEUE_TYPE_ARGUMENT) or queue.get("type") or rmq.QueueType.CLASSIC.value
+    """A defined queue's type (``rmq.listed_queue_type``); a type no endpoint declares (stream) counts as classic."""
+    value = rmq.listed_queue_type(queue)
     return rmq.QueueType(value) if value in rmq.QUEUE_TYPES else rmq.QueueType.CLASSIC
 
 

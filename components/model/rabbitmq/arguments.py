@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from .names import QUEUE_TYPE_ARGUMENT
 from .objects import Arguments, ArgumentValue
 from .versions import parse_broker_version
 
@@ -14,11 +15,11 @@ __all__ = [
     "BOOLEAN_QUEUE_ARGUMENTS",
     "IMPLICIT_QUEUE_TYPE",
     "INTEGER_QUEUE_ARGUMENTS",
-    "QUEUE_TYPE_ARGUMENT",
     "QUEUE_TYPE_STORED_FROM",
     "ArgumentDifference",
     "argument_differences",
     "broker_stores_queue_type",
+    "listed_queue_type",
     "queue_arguments_as_stored",
     "same_argument",
 ]
@@ -37,13 +38,29 @@ INTEGER_QUEUE_ARGUMENTS = (
     "x-stream-max-segment-size-bytes",
 )
 BOOLEAN_QUEUE_ARGUMENTS = ("x-single-active-consumer",)
-QUEUE_TYPE_ARGUMENT = "x-queue-type"
 IMPLICIT_QUEUE_TYPE = "classic"  # what a queue declared without x-queue-type becomes (the node-wide default)
 # rabbitmq/rabbitmq-server deps/rabbit/src/rabbit_amqqueue.erl, augment_declare_args: from v4.0.0 (commit
 # f90a4e16d3, "DQT: fall back to node-wide default", PR #12109) a queue declared without x-queue-type gets the
 # default type written into its arguments; up to v3.13.7 (the last open-source 3.13 tag) only when the vhost's
 # metadata names a default_queue_type, which vhosts made without one (3.10's, the tests') lack.
 QUEUE_TYPE_STORED_FROM = (4, 0, 0)
+
+
+def listed_queue_type(queue: Mapping[str, object]) -> str:
+    """A queue's type from its record in the management API's listing (``/api/queues``): ``classic``, ``quorum``,
+    ``stream`` or another type's word.
+
+    rabbitmq/rabbitmq-server deps/rabbitmq_management_agent/src/rabbit_mgmt_format.erl ``queue/2`` lists a queue's
+    ``arguments`` as declared, then what its type's ``format/2`` adds (``rabbit_queue_type:format/2``): ``type``,
+    the type's short alias (``rabbit_classic_queue:format/2``: ``rabbit_queue_type:short_alias_of``). On 3.10
+    (``rabbit_amqqueue:format/1``) ``type`` comes with the queue's statistics (``i(type, _)`` of
+    ``rabbit_amqqueue_process``, ``rabbit_quorum_queue``, ``rabbit_stream_queue``), absent while none were
+    emitted. So: ``type`` when listed, else the declared ``x-queue-type``, else the implicit classic (3.x stores
+    no type for a queue declared without one: ``QUEUE_TYPE_STORED_FROM``)."""
+    listed = queue.get("type")
+    arguments = queue.get("arguments")
+    declared = arguments.get(QUEUE_TYPE_ARGUMENT) if isinstance(arguments, Mapping) else None
+    return str(listed or declared or IMPLICIT_QUEUE_TYPE)
 
 
 def broker_stores_queue_type(broker_version: str) -> bool:

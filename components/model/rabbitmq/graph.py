@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .arguments import QUEUE_TYPE_ARGUMENT
 from .delivery_limits import DELIVERY_LIMIT_ARGUMENT, UNLIMITED_DELIVERY_LIMIT, delivery_limit_policy
 from .names import (
     DEFAULT_AUDIT_QUEUE,
@@ -18,6 +17,7 @@ from .names import (
     MAX_LEVEL,
     OWN_POLICY_PREFIX,
     PARKING_BINDING_KEY,
+    QUEUE_TYPE_ARGUMENT,
     Generation,
     QueueType,
     RoutingTopology,

@@ -26,6 +26,7 @@ __all__ = [
     "OWN_POLICY_PREFIX",
     "PARKING_BINDING_KEY",
     "QUEUE_TYPES",
+    "QUEUE_TYPE_ARGUMENT",
     "ROUTING_TOPOLOGIES",
     "Generation",
     "GenerationSpec",
@@ -81,6 +82,7 @@ QUEUE_TYPES: tuple[str, ...] = tuple(member.value for member in QueueType)
 DEFAULT_GENERATION = Generation.V2
 DEFAULT_ROUTING_TOPOLOGY = RoutingTopology.CONVENTIONAL
 DEFAULT_ENDPOINT_QUEUE_TYPE = QueueType.QUORUM
+QUEUE_TYPE_ARGUMENT = "x-queue-type"  # a queue's type as declared; none is classic (arguments.IMPLICIT_QUEUE_TYPE)
 DEFAULT_ERROR_QUEUE = "error"
 DEFAULT_AUDIT_QUEUE = "audit"
 LEGACY_TIMEOUT_QUEUE_SUFFIXES = (".Timeouts", ".TimeoutsDispatcher")

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .names import QUEUE_TYPE_ARGUMENT, QueueType
+
 __all__ = [
     "EXCHANGES_TARGET",
     "QUORUM_QUEUES_TARGET",
@@ -63,6 +65,11 @@ class QueueSpec:
     durable: bool = True
     auto_delete: bool = False
     level: int | None = None
+
+    @property
+    def queue_type(self) -> QueueType:
+        """Quorum when declared with ``x-queue-type: quorum``, else classic (the model declares no other type)."""
+        return QueueType.QUORUM if self.arguments.get(QUEUE_TYPE_ARGUMENT) == QueueType.QUORUM else QueueType.CLASSIC
 
     @property
     def holds_delayed_messages(self) -> bool:
