@@ -498,6 +498,8 @@ def checked_value(hint: Any, value: Any) -> Any:
             raise ValueError(f"expected list, got {type(value).__name__}")
         return tuple(value)
     if isinstance(hint, type) and issubclass(hint, Enum):
+        if isinstance(value, hint):
+            return value  # checked where it entered (a config key's or an Args' string became this member there)
         allowed = tuple(member.value for member in hint)
         if not isinstance(value, str):
             raise ValueError(f"expected str, got {type(value).__name__}")
