@@ -49,7 +49,9 @@ from nsb_delays.brokers.confirms import ConfirmPublisher
 from nsb_delays.brokers.delivery import ArrivalCollector, queue_depths
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.messages import RabbitMqMessage, outgoing, rabbitmq_message
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS, first_level
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalRabbitMq, broker_of
@@ -64,7 +66,7 @@ BROKER = os.environ.get("NSB_BENCH_RABBITMQ", "3.10")
 DLX_PREFETCH_SETTING = "dead_letter_worker_consumer_prefetch"
 DLX_PREFETCH_DEFAULT = 32  # rabbit's default in 3.10.8 and 4.0.5 (deps/rabbit/Makefile, BUILD.bazel)
 SHORTEST_PARKED = 3600  # one hour
-LONGEST_PARKED = rmq.MAX_DELAY_SECONDS
+LONGEST_PARKED = MAX_DELAY_SECONDS
 BATCH = 5000  # messages per confirmed batch of the publisher
 BURST_BATCH = 1000  # smaller for the burst: a batch is published well within a second, so all are due together
 BURST_PATIENCE = float(os.environ.get("NSB_BENCH_BURST_PATIENCE", "300"))
@@ -84,7 +86,7 @@ def nservicebus_message(index: int, destination: str, delay: int) -> RabbitMqMes
         "NServiceBus.TimeSent": "2026-01-01 00:00:00:000000 Z",
         "NServiceBus.Version": "9.2.3",
     }
-    return rabbitmq_message(str(index), destination, BODY, headers, delay, rmq.Generation.V2)
+    return rabbitmq_message(str(index), destination, BODY, headers, delay, Generation.V2)
 
 
 def park_share(amqp_url: str, endpoints: list[str], first: int, stop: int) -> None:
@@ -237,7 +239,7 @@ def burst(broker: LocalRabbitMq, endpoints: list[str], count: int, lead_seconds:
                 publisher.publish([outgoing(message) for message in batch])
                 ids.update(message.message_id for message in batch)
                 due_from, due_to = min(due_from, sent + delay), max(due_to, time.monotonic() + delay)
-                levels[rmq.first_level(delay)] += len(batch)
+                levels[first_level(delay)] += len(batch)
         complete = collector.wait_for(ids, timeout=max(0.0, due_to - time.monotonic()) + BURST_PATIENCE)
         stuck = {} if complete else held_in_levels(broker)
         arrived = ours(collector, ids)
@@ -322,7 +324,7 @@ def main() -> None:
             api = ManagementApi(node.management_url, node.username, node.password)
             api.create_vhost(VHOST)
             api.import_definitions(json.loads(render(stack, "rabbitmq-definitions", "dev")))
-        levels = [queue.name for queue in rmq.delay_levels(rmq.Generation.V2).queues]
+        levels = [queue.name for queue in delay_levels(Generation.V2).queues]
         print(
             f"RabbitMQ {broker.version()}, v2 graph + {len(endpoints)} endpoints (quorum), backlog {BACKLOG:,}, "
             f"burst {BURST:,}, stream {RATE_PER_SECOND:g}/s x {STEADY_SECONDS:g} s (delays "

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.routing import delay_path
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalRabbitMq
@@ -73,7 +74,7 @@ def stream_lateness(
     schedule = random.Random(7)
     with ArrivalCollector(amqp_url, vhost, endpoints) as collector:
         sends: list[DelayedSend] = []
-        with DelayedPublisher(amqp_url, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(amqp_url, vhost, Generation.V2) as publisher:
             start = time.monotonic()
             for i in range(int(rate * seconds)):
                 pause = start + i / rate - time.monotonic()
@@ -95,7 +96,7 @@ def lateness(broker: LocalRabbitMq, endpoints: list[str]) -> None:
 def burst_rate(broker: LocalRabbitMq, endpoint: str, delay: int | None, count: int = BURST) -> float:
     """Messages per second from first send to last arrival, minus the requested delay."""
     with ArrivalCollector(broker.amqp_url, VHOST, [endpoint]) as collector:
-        with DelayedPublisher(broker.amqp_url, VHOST, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(broker.amqp_url, VHOST, Generation.V2) as publisher:
             if delay is None:
                 sends = [publisher.publish_plain(endpoint) for _ in range(count)]
             else:
@@ -107,7 +108,7 @@ def burst_rate(broker: LocalRabbitMq, endpoint: str, delay: int | None, count: i
 
 
 def throughput(broker: LocalRabbitMq, endpoint: str) -> None:
-    path = rmq.delay_path(TWO_HOP_DELAY, endpoint, rmq.Generation.V2)
+    path = delay_path(TWO_HOP_DELAY, endpoint, Generation.V2)
     hops = sum(1 for hop in path.hops if hop.seconds_in_queue)
     burst_rate(broker, endpoint, None, WARM_UP)  # first quorum writes and connections warm up here, unmeasured
     plain = burst_rate(broker, endpoint, None)

@@ -38,7 +38,15 @@ import pika
 from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import (
+    LEVEL_COUNT,
+    MAX_LEVEL,
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER, first_exchange, routing_key
 from nsb_delays.infra.commands.demo.provisioning import import_definitions
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq, broker_of
@@ -72,7 +80,7 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
             "NServiceBus.ContentType": "application/json",
             "NServiceBus.ConversationId": str(uuid.uuid4()),
             in_flight.TIME_SENT_HEADER: in_flight.format_time_sent(sent),
-            rmq.DELAY_HEADER: delay,
+            DELAY_HEADER: delay,
         }
         properties = pika.BasicProperties(
             message_id=message_id, delivery_mode=2, headers=headers, content_type="application/json"
@@ -80,8 +88,8 @@ def prepare(broker: LocalRabbitMq, vhost: str, count: int) -> pika.URLParameters
         body = f'{{"orderId": {index}, "note": "deadline"}}'.encode()
         messages.append(
             OutgoingMessage(
-                rmq.first_exchange(delay, rmq.Generation.V1),
-                rmq.routing_key(delay, ENDPOINTS[index % 10]),
+                first_exchange(delay, Generation.V1),
+                routing_key(delay, ENDPOINTS[index % 10]),
                 body,
                 properties,
             )
@@ -104,13 +112,13 @@ def client_cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def waiting(parameters: pika.URLParameters, generation: rmq.Generation) -> int:
+def waiting(parameters: pika.URLParameters, generation: Generation) -> int:
     connection = pika.BlockingConnection(parameters)
     try:
         channel = connection.channel()
         return sum(
-            channel.queue_declare(rmq.delay_level_name(level, generation), passive=True).method.message_count
-            for level in range(rmq.LEVEL_COUNT)
+            channel.queue_declare(delay_level_name(level, generation), passive=True).method.message_count
+            for level in range(LEVEL_COUNT)
         )
     finally:
         connection.close()
@@ -124,8 +132,8 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
     bound: set[str] = set()
     moved = 0
     began = time.perf_counter()
-    for level in range(rmq.MAX_LEVEL, -1, -1):
-        queue = rmq.delay_level_name(level, rmq.Generation.V1)
+    for level in range(MAX_LEVEL, -1, -1):
+        queue = delay_level_name(level, Generation.V1)
         count = channel.queue_declare(queue, passive=True).method.message_count
         for _ in range(count):
             method, properties, body = channel.basic_get(queue, auto_ack=False)
@@ -140,13 +148,13 @@ def nservicebus_loop(parameters: pika.URLParameters) -> tuple[int, float]:
             if read.destination not in bound:  # routingTopology.BindToDelayInfrastructure, once per destination
                 channel.exchange_bind(
                     read.destination,
-                    rmq.delivery_exchange_name(rmq.Generation.V2),
-                    rmq.endpoint_binding_key(read.destination),
+                    delivery_exchange_name(Generation.V2),
+                    endpoint_binding_key(read.destination),
                 )
                 bound.add(read.destination)
             moved_properties = copy.copy(properties)
             moved_properties.headers = in_flight.republished_headers(properties.headers)
-            channel.basic_publish(read.exchange(rmq.Generation.V2), read.routing_key(), body, moved_properties)
+            channel.basic_publish(read.exchange(Generation.V2), read.routing_key(), body, moved_properties)
             channel.basic_ack(method.delivery_tag)
             moved += 1
     seconds = time.perf_counter() - began
@@ -160,14 +168,14 @@ def take_all(parameters: pika.URLParameters) -> list[OutgoingMessage]:
     channel = connection.channel()
     channel.basic_qos(prefetch_count=2000)
     taken: list[OutgoingMessage] = []
-    for level in range(rmq.MAX_LEVEL, -1, -1):
-        queue = rmq.delay_level_name(level, rmq.Generation.V1)
+    for level in range(MAX_LEVEL, -1, -1):
+        queue = delay_level_name(level, Generation.V1)
         count = channel.queue_declare(queue, passive=True).method.message_count
         for got, (method, properties, body) in enumerate(channel.consume(queue), start=1) if count else ():
             read = in_flight.read_delayed_message(method.routing_key, properties.headers, time.time_ns() // 1000)
             assert isinstance(read, in_flight.DueMessage)
             properties.headers = in_flight.republished_headers(properties.headers)
-            taken.append(OutgoingMessage(read.exchange(rmq.Generation.V2), read.routing_key(), body, properties))
+            taken.append(OutgoingMessage(read.exchange(Generation.V2), read.routing_key(), body, properties))
             if got % 500 == 0 or got == count:
                 channel.basic_ack(method.delivery_tag, multiple=True)
             if got == count:
@@ -187,7 +195,7 @@ def broker_share(broker: LocalRabbitMq, parameters: pika.URLParameters) -> tuple
         for start in range(0, len(taken), 5000):
             publisher.publish(taken[start : start + 5000])
     published = broker_cpu_seconds(broker) - before
-    assert waiting(parameters, rmq.Generation.V1) == 0 and waiting(parameters, rmq.Generation.V2) == len(taken)
+    assert waiting(parameters, Generation.V1) == 0 and waiting(parameters, Generation.V2) == len(taken)
     return consumed, published
 
 
@@ -231,8 +239,8 @@ def main() -> None:
         baseline_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
         assert (
             moved == count
-            and waiting(baseline_vhost, rmq.Generation.V1) == 0
-            and waiting(baseline_vhost, rmq.Generation.V2) == count
+            and waiting(baseline_vhost, Generation.V1) == 0
+            and waiting(baseline_vhost, Generation.V2) == count
         )
         # the preflight alone (start-up, every level read once and handed back, destinations checked): --dry-run
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
@@ -241,7 +249,7 @@ def main() -> None:
         broker_before, client_before = broker_cpu_seconds(broker), client_cpu_seconds()
         ours_seconds, moved_line = delays_migrate(broker, "ours")
         ours_cpu = (broker_cpu_seconds(broker) - broker_before, client_cpu_seconds() - client_before)
-        assert waiting(ours_vhost, rmq.Generation.V1) == 0 and waiting(ours_vhost, rmq.Generation.V2) == count
+        assert waiting(ours_vhost, Generation.V1) == 0 and waiting(ours_vhost, Generation.V2) == count
 
         baseline_rate, ours_rate = count / baseline_seconds, count / ours_seconds
         print(

@@ -44,7 +44,7 @@ from pika.adapters.select_connection import SelectConnection
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import basic_properties, rabbitmq_message
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, delay_level_name
 from nsb_delays.infra.commands.demo.provisioning import import_definitions
 from nsb_delays.infra.commands.demo.servers import ServiceUnavailable
 from nsb_delays.pipeline.delays import now_micros, remaining_delay, to_micros
@@ -145,7 +145,7 @@ def _bare_publisher(amqp_url: str, rows: list[tuple[Any, ...]], start: Any, done
     messages = []
     for ident, destination, state, due, headers in rows:
         message = rabbitmq_message(ident, destination, state, json.loads(headers),
-                                   remaining_delay(to_micros(due), now), rmq.Generation.V2)  # fmt: skip
+                                   remaining_delay(to_micros(due), now), Generation.V2)  # fmt: skip
         messages.append((message.exchange, message.routing_key, message.body, basic_properties(message)))
     state_: dict[str, Any] = {"next": 0, "tag": 0, "unconfirmed": set(), "returned": 0, "began": 0.0}
 
@@ -223,8 +223,8 @@ def bare_publish(broker: LocalRabbitMq, shares: list[list[tuple[Any, ...]]]) -> 
 
 
 def purge_delay_queues(broker: LocalRabbitMq) -> None:
-    for level in range(rmq.LEVEL_COUNT):
-        name = rmq.delay_level_name(level, rmq.Generation.V2)
+    for level in range(LEVEL_COUNT):
+        name = delay_level_name(level, Generation.V2)
         requests.delete(f"{broker.management_url}/api/queues/%2F/{name}/contents", auth=("guest", "guest"), timeout=120)
 
 
@@ -234,8 +234,8 @@ def delayed_count(broker: LocalRabbitMq) -> int:
     try:
         channel = connection.channel()
         return sum(
-            channel.queue_declare(rmq.delay_level_name(level, rmq.Generation.V2), passive=True).method.message_count
-            for level in range(rmq.LEVEL_COUNT)
+            channel.queue_declare(delay_level_name(level, Generation.V2), passive=True).method.message_count
+            for level in range(LEVEL_COUNT)
         )
     finally:
         connection.close()

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from servers.rabbitmq import LocalRabbitMq, broker_of
 
@@ -65,10 +65,10 @@ def user_name(index: int) -> str:
 
 def section(vhost: str, reported: str, users: bool) -> dict[str, Any]:
     """The stack's ``rabbitmq`` section: ``ENDPOINTS`` endpoints, each with its own user when ``users``."""
-    closed_flags = users and rmq.parse_reported_broker_version(reported) < FEATURE_FLAGS_OPEN_FROM
+    closed_flags = users and parse_reported_broker_version(reported) < FEATURE_FLAGS_OPEN_FROM
     return {
         "vhost": vhost,
-        "brokerVersion": rmq.broker_version_of(reported),
+        "brokerVersion": broker_version_of(reported),
         **({"disabledBrokerRequirementChecks": ["StreamsEnabled"]} if closed_flags else {}),
         "endpoints": [
             {"name": f"Endpoint{i:05d}", "user": {"name": user_name(i), "passwordKey": f"{user_name(i)}Password"}}

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import PolicyScope
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from nsb_delays.infra.pulumi_engine import (
     LocalStack,
@@ -69,12 +71,11 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def section(vhost: str, version: str, endpoints: int, scope: rmq.PolicyScope) -> dict[str, Any]:
+def section(vhost: str, version: str, endpoints: int, scope: PolicyScope) -> dict[str, Any]:
     return {
         "vhost": vhost,
         "brokerVersion": version,
-        "deliveryLimitPolicies": rmq.parse_reported_broker_version(version)
-        >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "deliveryLimitPolicies": parse_reported_broker_version(version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
         "policyScope": str(scope),
         "endpoints": [f"Endpoint{i:05d}" for i in range(endpoints)],
     }
@@ -99,7 +100,7 @@ class Run:
         return ManagementApi(self.broker.management_url, self.broker.username, self.broker.password, timeout=300)
 
     def up(
-        self, state: str, scope: rmq.PolicyScope, size: int, with_baseline: bool
+        self, state: str, scope: PolicyScope, size: int, with_baseline: bool
     ) -> tuple[LocalStack, RabbitMqConfig] | None:
         """One row: an ``up`` of ``size`` endpoints into a vhost of its own (and the bare client's into another);
         the stack and its parsed config, or None when the up failed."""
@@ -152,7 +153,7 @@ class Run:
     def measure(self) -> None:
         biggest: tuple[LocalStack, RabbitMqConfig] | None = None
         for size in SIZES:
-            made = self.up("skip-checkpoints", rmq.PolicyScope.STACK, size, with_baseline=True)
+            made = self.up("skip-checkpoints", PolicyScope.STACK, size, with_baseline=True)
             if made is not None and size == max(SIZES):
                 biggest = made
             elif made is not None:
@@ -167,13 +168,13 @@ class Run:
                       f"NSB_BENCH_PULUMI_PER_OBJECT_MAX={PER_OBJECT_MAX}): per-object policies, 1,000 endpoints "
                       "failed after 21 min (docs/measurements.md)", flush=True)  # fmt: skip
                 continue
-            made = self.up("skip-checkpoints", rmq.PolicyScope.ENDPOINT, size, with_baseline=False)
+            made = self.up("skip-checkpoints", PolicyScope.ENDPOINT, size, with_baseline=False)
             if made is not None:
                 self.api.delete_vhost(made[1].vhost)
         for size in SIZES:
             if size > CHECKPOINTED_MAX:
                 continue
-            made = self.up("checkpoints", rmq.PolicyScope.STACK, size, with_baseline=False)
+            made = self.up("checkpoints", PolicyScope.STACK, size, with_baseline=False)
             if made is not None:
                 self.api.delete_vhost(made[1].vhost)
         for name, points in self.curves.items():

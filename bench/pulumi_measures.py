@@ -19,7 +19,7 @@ from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import queue_arguments_as_stored
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
 
@@ -49,7 +49,7 @@ def baseline(api: ManagementApi, config: RabbitMqConfig, parallel: int) -> tuple
     def post(path_and_body: tuple[str, dict[str, Any]]) -> None:
         session().request("POST", *path_and_body)
 
-    arguments = {q.name: rmq.queue_arguments_as_stored(q.arguments, config.broker_version) for q in topology.queues}
+    arguments = {q.name: queue_arguments_as_stored(q.arguments, config.broker_version) for q in topology.queues}
     first = [
         *(
             (f"exchanges/{vhost}/{path_segment(e.name)}", {"type": e.type, "durable": e.durable})

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from pika.adapters.select_connection import IOLoop
 
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 
 from .confirms import CONFIRM_TIMEOUT_SECONDS, ConfirmChannel, DispatchError, OutgoingMessage
 from .confirms import spin as spin_loop
@@ -241,7 +241,7 @@ class DelayMover:
     def __init__(
         self,
         source: BrokerSide,
-        source_generation: rmq.Generation,
+        source_generation: Generation,
         target_factory: Callable[[IOLoop, Callable[[int, str], None]], MoveTarget],
         poison_queue: str | None,
         *,

@@ -21,7 +21,7 @@ import pika.exceptions
 from pika.adapters.select_connection import IOLoop
 
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import MAX_LEVEL, Generation, delay_level_name
 
 from .confirms import CONFIRM_TIMEOUT_SECONDS, DispatchError, GatheringConnection, close_gathering
 from .confirms import spin as spin_loop
@@ -70,7 +70,7 @@ class LevelScan:
 
 @dataclass
 class DelayScan:
-    generation: rmq.Generation
+    generation: Generation
     levels: list[LevelScan]  # existing level queues, 27 down to 0
     missing_queues: list[str]
     held: int = 0  # messages read and kept unacknowledged for the move (SourceConnection)
@@ -328,12 +328,12 @@ def scan_queues(
 
 
 def scan_delays(
-    connection: SourceConnection, generation: rmq.Generation, now_micros: Callable[[], int] | None = None
+    connection: SourceConnection, generation: Generation, now_micros: Callable[[], int] | None = None
 ) -> DelayScan:
     """Read every level queue of ``generation``, 27 down to 0 (destinations, poison), taking nothing: what
     fits stays held on ``connection`` for the move, the rest is handed back."""
     clock = now_micros or (lambda: time.time_ns() // 1000)
-    levels = [(level, rmq.delay_level_name(level, generation)) for level in range(rmq.MAX_LEVEL, -1, -1)]
+    levels = [(level, delay_level_name(level, generation)) for level in range(MAX_LEVEL, -1, -1)]
 
     def visit(scan: LevelScan, method: Any, properties: Any, _body: bytes) -> in_flight.DueMessage | in_flight.Poison:
         return _read(scan, method, properties, clock())

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nsb_delays.components.model import in_flight, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.names import Generation, QueueType, parking_name, parse_delay_level_name
 
 from .management import ManagementApi, ManagementError
 from .retained import RetainedQueue
@@ -37,7 +38,7 @@ STATISTICS_RECHECK_SECONDS = 6.0
 class QueueStatus:
     queue: str
     role: str  # "delay-level", "parking", "poison"
-    generation: rmq.Generation | None
+    generation: Generation | None
     level: int | None
     messages: int
     bytes: int
@@ -97,12 +98,12 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-def _role(name: str) -> tuple[str, rmq.Generation | None, int | None] | None:
-    parsed = rmq.parse_delay_level_name(name)
+def _role(name: str) -> tuple[str, Generation | None, int | None] | None:
+    parsed = parse_delay_level_name(name)
     if parsed is not None:
         return "delay-level", parsed[0], parsed[1]
-    for generation in rmq.Generation:
-        if name == rmq.parking_name(generation):
+    for generation in Generation:
+        if name == parking_name(generation):
             return "parking", generation, None
     if name in in_flight.POISON_QUEUES.values():
         return "poison", None, None
@@ -116,7 +117,7 @@ def queue_statuses(listing: Iterable[dict[str, Any]]) -> list[QueueStatus]:
         role = _role(queue["name"])
         if role is None:
             continue
-        quorum = rmq.listed_queue_type(queue) == rmq.QueueType.QUORUM
+        quorum = listed_queue_type(queue) == QueueType.QUORUM
         found.append(
             QueueStatus(
                 queue["name"],
@@ -193,7 +194,7 @@ def rabbitmq_status(api: ManagementApi, vhost: str, recheck_seconds: float = 0) 
 
 
 def dead_letter_backlog(
-    api: ManagementApi, vhost: str, generation: rmq.Generation, recheck_seconds: float = STATISTICS_RECHECK_SECONDS
+    api: ManagementApi, vhost: str, generation: Generation, recheck_seconds: float = STATISTICS_RECHECK_SECONDS
 ) -> DeadLetterBacklog:
     """What a ``delays`` move cannot take from ``generation``'s levels: their at-least-once dead-letter backlog
     (in both samples), with ``status``'s warning for each level (why, and the fix)."""

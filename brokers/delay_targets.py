@@ -21,7 +21,7 @@ from typing import Any
 from pika.adapters.select_connection import IOLoop
 
 from nsb_delays.components.model import in_flight, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 
 from .confirms import ConfirmChannel, DispatchError, OutgoingMessage
 from .delay_mover import Unsendable
@@ -42,7 +42,7 @@ class RabbitMqTarget:
         reachable: set[str],
         ioloop: IOLoop,
         settled: Callable[[int, str], None],
-        generation: rmq.Generation,
+        generation: Generation,
     ) -> None:
         self.side = side
         self.generation = generation

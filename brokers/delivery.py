@@ -30,7 +30,9 @@ import pika
 import pika.exceptions
 
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as model
+from nsb_delays.components.model.rabbitmq import routing
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, Generation
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER, first_exchange, normalize_delay
 
 PERSISTENT = pika.DeliveryMode.Persistent
 # How long a publisher or collector keeps trying the nodes in turn before it gives up.
@@ -140,7 +142,7 @@ class DelayedPublisher:
     the next node and publishes the unconfirmed message again (see the module docstring).
     """
 
-    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: model.Generation = model.DEFAULT_GENERATION) -> None:
+    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: Generation = DEFAULT_GENERATION) -> None:
         self.generation = generation
         self._nodes = NodeConnector(url_list(amqp_url), vhost)
         self.failovers = 0
@@ -182,13 +184,13 @@ class DelayedPublisher:
 
     def send(self, destination: str, delay_seconds: int, body: bytes = b"{}") -> DelayedSend:
         """Publish to the first exchange of the delay's path; raises ``UnroutableMessage`` if nothing bound."""
-        key = model.routing_key(delay_seconds, destination)
-        exchange = model.first_exchange(delay_seconds, self.generation)
+        key = routing.routing_key(delay_seconds, destination)
+        exchange = first_exchange(delay_seconds, self.generation)
         message_id = f"{self._run}-{next(self._ids)}"
         properties = pika.BasicProperties(
             message_id=message_id,
             delivery_mode=PERSISTENT,
-            headers={model.DELAY_HEADER: model.normalize_delay(delay_seconds)},
+            headers={DELAY_HEADER: normalize_delay(delay_seconds)},
         )
         try:
             sent_at, attempts = self._publish_confirmed(exchange, key, body, properties)

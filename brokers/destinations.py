@@ -12,7 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import (
+    LEVEL_COUNT,
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
 
 from .management import ManagementApi
 
@@ -29,11 +35,11 @@ class UnreachableDestination:
     reason: str
 
 
-def missing_delay_levels(api: ManagementApi, vhost: str, generation: rmq.Generation) -> list[str]:
+def missing_delay_levels(api: ManagementApi, vhost: str, generation: Generation) -> list[str]:
     """Level exchanges and the delivery exchange of ``generation`` that the vhost lacks."""
     existing = {exchange["name"] for exchange in api.exchanges(vhost)}
-    required = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
-    required.append(rmq.delivery_exchange_name(generation))
+    required = [delay_level_name(level, generation) for level in range(LEVEL_COUNT)]
+    required.append(delivery_exchange_name(generation))
     return [name for name in required if name not in existing]
 
 
@@ -41,19 +47,19 @@ def unreachable_destinations(
     destinations: Iterable[str],
     bindings: Iterable[Mapping[str, Any]],
     queues: Iterable[str],
-    generation: rmq.Generation,
+    generation: Generation,
 ) -> list[UnreachableDestination]:
     """Each destination without a ``#.<destination>`` delivery binding, or whose binding leads to no queue.
 
     ``bindings`` and ``queues`` are the management API's listings of the vhost. Conventional topology:
     the binding targets the endpoint's exchange, which must itself be bound to a queue of that name.
     """
-    delivery = rmq.delivery_exchange_name(generation)
+    delivery = delivery_exchange_name(generation)
     listed = list(bindings)
     delivery_targets = {
         (binding["destination"], binding["destination_type"])
         for binding in listed
-        if binding["source"] == delivery and binding["routing_key"] == rmq.endpoint_binding_key(binding["destination"])
+        if binding["source"] == delivery and binding["routing_key"] == endpoint_binding_key(binding["destination"])
     }
     exchange_to_queue = {
         binding["source"]
@@ -63,7 +69,7 @@ def unreachable_destinations(
     existing_queues = set(queues)
     problems = []
     for destination in sorted(set(destinations)):
-        key = rmq.endpoint_binding_key(destination)
+        key = endpoint_binding_key(destination)
         if (destination, "queue") in delivery_targets:
             if destination not in existing_queues:
                 problems.append(UnreachableDestination(destination, "its queue does not exist"))
@@ -95,7 +101,7 @@ def check_destinations(
     destinations: Iterable[str],
     *,
     vhost: str = "/",
-    generation: rmq.Generation,
+    generation: Generation,
     counts: Mapping[str, int] | None = None,
     nothing_done: str = "nothing was migrated",
 ) -> None:
@@ -113,7 +119,7 @@ def check_destinations(
         destinations, api.bindings(vhost), [queue["name"] for queue in api.queues(vhost)], generation
     )
     if problems:
-        delivery = rmq.delivery_exchange_name(generation)
+        delivery = delivery_exchange_name(generation)
         raise DestinationsRefused(
             f"{len(problems)} destination(s) do not exist or are not bound to {delivery!r} with "
             f"'#.<destination>' on vhost {vhost!r}: {describe(problems, counts)} "

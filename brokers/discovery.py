@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of
 
 from .management import ManagementApi, ManagementError
 
@@ -27,4 +27,4 @@ def read_broker(api: ManagementApi, vhost: str, *, users: bool = True) -> Broker
         raise ManagementError(f"vhost {vhost!r} does not exist on the broker at {api.address}: check --vhost")
     definitions = api.definitions(vhost)
     names = tuple(str(user["name"]) for user in api.users()) if users else ()
-    return BrokerRead(definitions, rmq.broker_version_of(reported), names)
+    return BrokerRead(definitions, broker_version_of(reported), names)

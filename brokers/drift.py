@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import argument_differences
 
 DriftKind = Literal["missing", "unexpected", "different"]
 ABSENT = "(absent)"
@@ -47,5 +47,5 @@ def field_drifts(subject: str, expected: dict[str, Any], actual: dict[str, Any],
 def _argument_drifts(subject: str, expected: dict[str, Any], actual: dict[str, Any]) -> list[Drift]:
     return [
         Drift(d.kind, subject, f"arguments.{d.key}", shown(d.expected), shown(d.actual))
-        for d in rmq.argument_differences(expected, actual)
+        for d in argument_differences(expected, actual)
     ]

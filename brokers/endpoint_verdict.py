@@ -16,7 +16,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.components.model import permissions
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    BROKER_REQUIREMENT_CHECKS,
+    DISABLED_CHECKS_FROM,
+    QUEUE_DETAILS_ATTEMPTS,
+    QUEUE_DETAILS_RETRY_SECONDS,
+    Outcome,
+    QueueDetails,
+    broker_version_refusal,
+    delivery_limit_decision,
+    generation_of_transport,
+    runs_startup_checks,
+)
+from nsb_delays.components.model.rabbitmq.names import (
+    LEVEL_COUNT,
+    RoutingTopology,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.versions import FEATURE_FLAG_FIX, MINIMUM_BROKER_VERSION, dotted_version
 from nsb_delays.components.model.settings import EndpointSettings, EndpointUserSettings
 
 # rabbitmq-server deps/rabbitmq_web_dispatch/src/rabbit_web_dispatch_access_control.erl: the tags that open the
@@ -106,10 +125,10 @@ class QueueObservation:
     and what the broker's records say the API shows once caught up (None: undetermined)."""
 
     queue: str
-    answer: rmq.QueueDetails | None
+    answer: QueueDetails | None
     refusal: str = ""
     status: int | None = None
-    expected: rmq.QueueDetails | None = None
+    expected: QueueDetails | None = None
     unreadable: str = ""
 
 
@@ -146,7 +165,7 @@ def judge(
     accesses = permissions.endpoint_accesses(
         _as_endpoint_user(endpoint, user, login.user),
         routing_topology=endpoint.routing_topology,
-        generation=rmq.generation_of_transport(version),
+        generation=generation_of_transport(version),
         error_queue=error_queue,
         audit_queue=audit_queue,
     )
@@ -169,14 +188,14 @@ def makes_http_calls(endpoint: EndpointSettings, user: EndpointUserSettings | No
     """Whether the endpoint calls the management API at start: from 10.0, unless its stack user has no management
     API (``managementApi: false``) or it turns every check off (``BrokerVerifier.Initialize`` returns at once when
     every ``BrokerRequirementChecks`` is disabled and ``ValidateDeliveryLimits`` is false)."""
-    if not rmq.runs_startup_checks(endpoint.transport) or (user is not None and not user.management_api):
+    if not runs_startup_checks(endpoint.transport) or (user is not None and not user.management_api):
         return False
-    return bool(set(rmq.BROKER_REQUIREMENT_CHECKS) - disabled_checks(endpoint)) or endpoint.validate_delivery_limits
+    return bool(set(BROKER_REQUIREMENT_CHECKS) - disabled_checks(endpoint)) or endpoint.validate_delivery_limits
 
 
 def disabled_checks(endpoint: EndpointSettings) -> set[str]:
     """The checks the endpoint turns off: none before 10.1.0, which has no ``DisabledBrokerRequirementChecks``."""
-    if endpoint.transport < rmq.DISABLED_CHECKS_FROM:
+    if endpoint.transport < DISABLED_CHECKS_FROM:
         return set()
     return set(endpoint.disabled_broker_requirement_checks)
 
@@ -189,7 +208,7 @@ def _startup(
     observations: Mapping[str, QueueObservation],
 ) -> list[Finding]:
     release = f"NServiceBus.RabbitMQ {endpoint.transport_version}"
-    if not rmq.runs_startup_checks(endpoint.transport):
+    if not runs_startup_checks(endpoint.transport):
         detail = (
             f"{release} checks nothing on the broker at start with installers off (its VerifyBrokerRequirements runs "
             "with installers only)"
@@ -237,13 +256,13 @@ def _requirements(
 ) -> list[Finding]:
     """``BrokerVerifier.VerifyRequirements``: RabbitMQ 3.10.0 or later, then ``GET /api/feature-flags`` as the
     login with ``stream_queue`` enabled; each unless the endpoint turns it off."""
-    shown = rmq.dotted_version(records.version)
-    refusal = rmq.broker_version_refusal(records.version)
-    version_check, streams_check = rmq.BROKER_REQUIREMENT_CHECKS
+    shown = dotted_version(records.version)
+    refusal = broker_version_refusal(records.version)
+    version_check, streams_check = BROKER_REQUIREMENT_CHECKS
     off = disabled_checks(endpoint)
     findings = []
     if version_check not in off:
-        fix = f"upgrade RabbitMQ to {rmq.dotted_version(rmq.MINIMUM_BROKER_VERSION)} or later" if refusal else ""
+        fix = f"upgrade RabbitMQ to {dotted_version(MINIMUM_BROKER_VERSION)} or later" if refusal else ""
         findings.append(Finding("broker version", refusal is None, refusal or f"RabbitMQ {shown}", fix))
     if streams_check in off:
         return findings
@@ -261,7 +280,7 @@ def _requirements(
         )  # fmt: skip
         return findings
     state = login.flags.get(STREAM_FLAG, "absent")
-    fix = rmq.FEATURE_FLAG_FIX.format(flag=STREAM_FLAG) if state != "enabled" else ""
+    fix = FEATURE_FLAG_FIX.format(flag=STREAM_FLAG) if state != "enabled" else ""
     findings.append(Finding(check, state == "enabled", f"{STREAM_FLAG} is {state}", fix))
     return findings
 
@@ -302,12 +321,12 @@ def _delivery_limit(
             else f"give {login.user!r} access to vhost {endpoint.vhost!r}"
         )
         return Finding(check, False, detail, fix)
-    decision = rmq.delivery_limit_decision(endpoint.transport, seen.answer, records.version)
+    decision = delivery_limit_decision(endpoint.transport, seen.answer, records.version)
     if seen.answer.retried:
         decision = dataclasses.replace(decision, reason=_unseen(seen, records) + decision.reason)
-    if decision.outcome == rmq.Outcome.STARTS:
+    if decision.outcome == Outcome.STARTS:
         return Finding(check, True, decision.reason)
-    if decision.outcome == rmq.Outcome.REFUSES:
+    if decision.outcome == Outcome.REFUSES:
         return Finding(check, False, decision.reason, decision.fix)
     tags = set(login.tags)
     may_write = "administrator" in tags or ("policymaker" in tags and login.user in records.permissions)
@@ -327,7 +346,7 @@ def _unseen(seen: QueueObservation, records: BrokerRecords) -> str:
     """An answer without ``effective_policy_definition``: ``GetQueueDetails`` asks 20 times, 3 s apart, then decides
     on the last answer, without the queue's policy."""
     why = "with statistics off" if not records.statistics else "not yet"
-    waits = rmq.QUEUE_DETAILS_ATTEMPTS * rmq.QUEUE_DETAILS_RETRY_SECONDS
+    waits = QUEUE_DETAILS_ATTEMPTS * QUEUE_DETAILS_RETRY_SECONDS
     applied = ""
     expected = seen.expected
     if expected is not None and (expected.applied_policy or expected.delivery_limit is not None):
@@ -337,7 +356,7 @@ def _unseen(seen: QueueObservation, records: BrokerRecords) -> str:
         )
     return (
         f"the API shows {seen.queue} no effective_policy_definition ({why}), so the endpoint asks "
-        f"{rmq.QUEUE_DETAILS_ATTEMPTS} times, {rmq.QUEUE_DETAILS_RETRY_SECONDS} s apart ({waits} s), then decides "
+        f"{QUEUE_DETAILS_ATTEMPTS} times, {QUEUE_DETAILS_RETRY_SECONDS} s apart ({waits} s), then decides "
         f"without the queue's policy{applied}: "
     )
 
@@ -358,7 +377,7 @@ def shown_policy(name: str | None) -> str:
     return f"policy {name!r}" if name else "no policy"
 
 
-def _same_view(answer: rmq.QueueDetails, expected: rmq.QueueDetails) -> bool:
+def _same_view(answer: QueueDetails, expected: QueueDetails) -> bool:
     """The fields the transport decides by agree (its policy, the limits, the type)."""
     return (
         answer.effective_policy_definition is not None
@@ -381,7 +400,7 @@ def _queues(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]
             findings.append(Finding(check, False, f"queue {queue!r} does not exist: the endpoint cannot consume it "
                                     "(NOT_FOUND)", "pulumi up (the stack declares it)"))  # fmt: skip
             continue
-        kind = rmq.listed_queue_type(record)
+        kind = listed_queue_type(record)
         ok = kind == endpoint.queue_type
         detail = f"{kind} queue" if ok else f"a {kind} queue where the stack declares {endpoint.queue_type.value}"
         fix = "" if ok else "move its messages, delete it, and pulumi up (a queue's type cannot change)"
@@ -391,12 +410,12 @@ def _queues(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]
 
 def _graph(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
     """The delay graph its release sends delayed messages and delayed retries through."""
-    generation = rmq.generation_of_transport(endpoint.transport)
+    generation = generation_of_transport(endpoint.transport)
     check = f"delay graph {generation}"
     if generation != endpoint.generation:
         detail = (
             f"NServiceBus.RabbitMQ {endpoint.transport_version} sends delayed messages through the {generation} graph "
-            f"({rmq.delivery_exchange_name(generation)}); the stack declares {endpoint.generation.value}"
+            f"({delivery_exchange_name(generation)}); the stack declares {endpoint.generation.value}"
         )
         fix = "set the stack's generation to the one its endpoints' release uses, or upgrade the endpoint"
         return [Finding(check, False, detail, fix, at_start=False)]
@@ -404,18 +423,18 @@ def _graph(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
     if drifts:
         detail = f"{len(drifts)} object(s) of the graph differ from NServiceBus's: {drifts[0].split(':', 1)[1]}"
         return [Finding(check, False, detail, "nsb-delays verify names each; pulumi up", at_start=False)]
-    return [Finding(check, True, f"the {rmq.LEVEL_COUNT} levels and {rmq.delivery_exchange_name(generation)} are there",
+    return [Finding(check, True, f"the {LEVEL_COUNT} levels and {delivery_exchange_name(generation)} are there",
                     at_start=False)]  # fmt: skip
 
 
 def _bindings(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
     """Each receiving queue's ``#.<queue>`` binding from the delivery exchange (conventional: to the queue's fanout
     exchange, itself bound to the queue), as ``BindToDelayInfrastructure`` makes it."""
-    delivery = rmq.delivery_exchange_name(rmq.generation_of_transport(endpoint.transport))
-    conventional = endpoint.routing_topology == rmq.RoutingTopology.CONVENTIONAL
+    delivery = delivery_exchange_name(generation_of_transport(endpoint.transport))
+    conventional = endpoint.routing_topology == RoutingTopology.CONVENTIONAL
     findings = []
     for queue in endpoint.receiving_queues:
-        key = rmq.endpoint_binding_key(queue)
+        key = endpoint_binding_key(queue)
         wanted = [(delivery, "exchange" if conventional else "queue", queue, key)]
         wanted += [(queue, "queue", queue, "")] if conventional else []
         missing = [binding for binding in wanted if binding not in records.bindings]

@@ -24,7 +24,6 @@ from typing import Any
 
 import pika
 
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
 from nsb_delays.components.model.in_flight import (
     CONTENT_TYPE_HEADER,
@@ -33,6 +32,9 @@ from nsb_delays.components.model.in_flight import (
     MESSAGE_ID_HEADER,
     REPLY_TO_ADDRESS_HEADER,
 )
+from nsb_delays.components.model.rabbitmq import routing
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER, first_exchange, normalize_delay
 
 from .confirms import OutgoingMessage
 
@@ -68,17 +70,17 @@ def rabbitmq_message(
     state: bytes | None,
     headers: Mapping[str, str],
     delay_seconds: int,
-    generation: rmq.Generation,
+    generation: Generation,
 ) -> RabbitMqMessage:
     """Raises ``rmq.DelayError`` for a delay beyond the 28 levels: such a timeout is reported, never clamped."""
-    delay = rmq.normalize_delay(delay_seconds)
+    delay = normalize_delay(delay_seconds)
     enclosed = headers.get(ENCLOSED_MESSAGE_TYPES_HEADER)
     return RabbitMqMessage(
-        exchange=rmq.first_exchange(delay, generation),
-        routing_key=rmq.routing_key(delay, destination),
+        exchange=first_exchange(delay, generation),
+        routing_key=routing.routing_key(delay, destination),
         body=bytes(state or b""),
         message_id=message_id(timeout_id, headers),
-        headers={**headers, rmq.DELAY_HEADER: delay},
+        headers={**headers, DELAY_HEADER: delay},
         correlation_id=headers.get(CORRELATION_ID_HEADER),
         type=enclosed.split(",", 1)[0] if enclosed else None,
         content_type=headers.get(CONTENT_TYPE_HEADER) or DEFAULT_CONTENT_TYPE,

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsb_delays.components.model import in_flight, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.names import (
+    DEFAULT_GENERATION,
+    MAX_LEVEL,
+    Generation,
+    QueueType,
+    delay_level_name,
+    delivery_exchange_name,
+)
+from nsb_delays.components.model.rabbitmq.policy_match import PolicyMatcher, quorum_queue_delivery_limit
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 
 from .delay_mover import DEFAULT_WINDOW, DelayMover, MoveReport, ProgressCallback
 from .delay_scan import HOLD_BYTES, BrokerSide, DelayScan, SourceConnection, scan_delays
@@ -37,7 +47,7 @@ def level_delivery_limits(source: BrokerSide, levels: list[str], version: tuple[
     arguments and the vhost's policy lists (``rmq.PolicyMatcher``), not from the queues' lagging statistics.
     A level whose applied policy cannot be worked out (a tie, a pattern Python cannot evaluate) is left out."""
     api, vhost = source.management, source.vhost
-    matcher = rmq.PolicyMatcher(
+    matcher = PolicyMatcher(
         broker_policies(api.policies(vhost)), broker_policies(api.operator_policies(vhost), True), version
     )
     queues = {queue["name"]: queue for queue in api.queues(vhost)}
@@ -46,21 +56,21 @@ def level_delivery_limits(source: BrokerSide, levels: list[str], version: tuple[
         queue = queues.get(name)
         if queue is None:
             continue
-        kind = rmq.listed_queue_type(queue)
+        kind = listed_queue_type(queue)
         applied = matcher.applied("queue", name, kind)
-        if kind != rmq.QueueType.QUORUM:
+        if kind != QueueType.QUORUM:
             limits[name] = None  # only quorum queues have a delivery limit
         elif applied.definition is not None:
             arguments = queue.get("arguments") or {}
-            limits[name] = rmq.quorum_queue_delivery_limit(arguments, applied.definition, version)
+            limits[name] = quorum_queue_delivery_limit(arguments, applied.definition, version)
     return limits
 
 
 def returned_too_often(source: BrokerSide, scan: DelayScan) -> list[str]:
     """v2 levels whose messages came back so often that one more return could dead-letter them early."""
-    if scan.generation != rmq.Generation.V2 or not any(level.most_returned for level in scan.levels):
+    if scan.generation != Generation.V2 or not any(level.most_returned for level in scan.levels):
         return []
-    version = rmq.parse_reported_broker_version(str(source.management.overview().get("rabbitmq_version", "0")))
+    version = parse_reported_broker_version(str(source.management.overview().get("rabbitmq_version", "0")))
     returned = [level.queue for level in scan.levels if level.most_returned]
     limits = level_delivery_limits(source, returned, version)
     problems = []
@@ -89,7 +99,7 @@ class MoveRefused(RuntimeError):
 class MovePlan:
     operation: in_flight.Operation
     source: BrokerSide
-    source_generation: rmq.Generation
+    source_generation: Generation
     destination: BrokerSide | SqsSettings
     target_description: str
     scan: DelayScan
@@ -106,7 +116,7 @@ class MovePlan:
 
 
 def _rabbitmq_problems(destination: BrokerSide, scan: DelayScan) -> tuple[list[str], set[str]]:
-    missing = missing_delay_levels(destination.management, destination.vhost, rmq.DEFAULT_GENERATION)
+    missing = missing_delay_levels(destination.management, destination.vhost, DEFAULT_GENERATION)
     if missing:
         return [
             f"the v2 delay infrastructure is missing on {destination.describe()}: {', '.join(missing)} "
@@ -115,11 +125,11 @@ def _rabbitmq_problems(destination: BrokerSide, scan: DelayScan) -> tuple[list[s
     api, vhost = destination.management, destination.vhost
     counts = scan.destinations
     unreachable = unreachable_destinations(
-        counts, api.bindings(vhost), [q["name"] for q in api.queues(vhost)], rmq.Generation.V2
+        counts, api.bindings(vhost), [q["name"] for q in api.queues(vhost)], Generation.V2
     )
     problems = []
     if unreachable:
-        delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
+        delivery = delivery_exchange_name(Generation.V2)
         problems.append(
             f"{len(unreachable)} destination(s) cannot receive on {destination.describe()} (no queue bound to "
             f"{delivery!r} with '#.<destination>'): {describe(unreachable, counts)} (create the endpoints first)"
@@ -167,7 +177,7 @@ def _sqs_problems(settings: SqsSettings, scan: DelayScan) -> tuple[list[str], se
 def plan_move(
     operation: in_flight.Operation,
     source: BrokerSide,
-    source_generation: rmq.Generation,
+    source_generation: Generation,
     destination: BrokerSide | SqsSettings,
     *,
     now_micros: Callable[[], int] | None = None,
@@ -178,7 +188,7 @@ def plan_move(
     The messages read stay held on the plan's connection (up to ``hold_bytes``, see ``SourceConnection``);
     on a refusal or any error the connection is closed first, which hands every one of them back.
     """
-    if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == rmq.Generation.V2:
+    if isinstance(destination, BrokerSide) and source.same_as(destination) and source_generation == Generation.V2:
         raise MoveRefused(
             [f"source and destination are the same v2 graph ({source.describe()}): messages would only go round"]
         )
@@ -195,7 +205,7 @@ def plan_move(
             raise MoveRefused(
                 [
                     f"no {source_generation} delay level queues on {source.describe()} "
-                    f"({rmq.delay_level_name(rmq.MAX_LEVEL, source_generation)} … -00 do not exist): nothing to move "
+                    f"({delay_level_name(MAX_LEVEL, source_generation)} … -00 do not exist): nothing to move "
                     "(wrong vhost or generation?)"
                 ]
             )
@@ -226,7 +236,7 @@ def run_move(
 
     def target(ioloop: Any, settled: Callable[[int, str], None]) -> Any:
         if isinstance(destination, BrokerSide):
-            return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled, rmq.Generation.V2)
+            return RabbitMqTarget(destination, set(plan.reachable), ioloop, settled, Generation.V2)
         return SqsTarget(destination, settled, batch=min(100, window))
 
     try:

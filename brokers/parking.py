@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation, parking_name
+from nsb_delays.components.model.rabbitmq.routing import destination_from_routing_key
 
 from .delay_mover import DEFAULT_WINDOW, DelayMover, MoveReport, ProgressCallback
 from .delay_scan import BrokerSide, DelayScan, LevelScan, scan_queues
@@ -38,7 +39,7 @@ class ParkedMessage:
 @dataclass
 class ParkedDestination:
     destination: str
-    generation: rmq.Generation
+    generation: Generation
     messages: int = 0
     earliest_due: int | None = None
     latest_due: int | None = None
@@ -54,7 +55,7 @@ def _death_time(headers: dict[str, Any] | None) -> float | None:
     return max(moments) if moments else None
 
 
-def read_parked(side: BrokerSide, generation: rmq.Generation) -> tuple[list[ParkedMessage], bool]:
+def read_parked(side: BrokerSide, generation: Generation) -> tuple[list[ParkedMessage], bool]:
     """Every message of the generation's parking queue (handed back), and whether the queue exists."""
     parked: list[ParkedMessage] = []
     now = time.time_ns() // 1000
@@ -65,19 +66,17 @@ def read_parked(side: BrokerSide, generation: rmq.Generation) -> tuple[list[Park
         parked.append(
             ParkedMessage(
                 str(properties.message_id or ""),
-                rmq.destination_from_routing_key(method.routing_key) if delayed else None,
+                destination_from_routing_key(method.routing_key) if delayed else None,
                 read.due_micros if isinstance(read, in_flight.DueMessage) else None,
                 _death_time(properties.headers),
             )
         )
 
-    _scans, missing = scan_queues(side, [(PARKING_LEVEL, rmq.parking_name(generation))], visit)
+    _scans, missing = scan_queues(side, [(PARKING_LEVEL, parking_name(generation))], visit)
     return parked, not missing
 
 
-def by_destination(
-    side: BrokerSide, generation: rmq.Generation, parked: list[ParkedMessage]
-) -> list[ParkedDestination]:
+def by_destination(side: BrokerSide, generation: Generation, parked: list[ParkedMessage]) -> list[ParkedDestination]:
     """Parked messages grouped by destination, with whether each destination can receive now."""
     groups: dict[str, ParkedDestination] = {}
     for message in parked:
@@ -102,14 +101,14 @@ def by_destination(
 
 def redeliver_parked(
     side: BrokerSide,
-    generation: rmq.Generation,
+    generation: Generation,
     *,
     window: int = DEFAULT_WINDOW,
     on_progress: ProgressCallback | None = None,
 ) -> MoveReport:
     """Send every parked message whose destination can receive back into the graph; the rest stay parked."""
     parked, exists = read_parked(side, generation)
-    queue = rmq.parking_name(generation)
+    queue = parking_name(generation)
     groups = by_destination(side, generation, parked) if exists else []
     reachable = {group.destination for group in groups if group.can_receive}
     scan = DelayScan(generation, [LevelScan(PARKING_LEVEL, queue, len(parked))] if exists else [], [])

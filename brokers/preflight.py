@@ -29,7 +29,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    BROKER_REQUIREMENT_CHECKS,
+    Outcome,
+    QueueDetails,
+    Unreadable,
+    delivery_limit_decision,
+    generation_of_transport,
+    queue_details_as_read,
+    settled_view,
+)
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.policy_match import PolicyMatcher
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from nsb_delays.stack.config import RabbitMqConfig
 
 from .background import in_background
@@ -89,7 +102,7 @@ class _Watched:
 
     queue: str
     login: Login
-    expected: rmq.QueueDetails | None
+    expected: QueueDetails | None
     transport: tuple[int, int, int]
     observation: QueueObservation | None = None
     first: QueueObservation | None = None  # the first answer, when the API had not caught up then
@@ -117,7 +130,7 @@ def preflight_rabbitmq(
     """Every endpoint of ``config`` judged (``logins``: endpoint -> the login it runs with)."""
     overview = api.overview()
     reported = str(overview.get("rabbitmq_version", "0"))
-    version = rmq.parse_reported_broker_version(reported)
+    version = parse_reported_broker_version(reported)
     statistics = not overview.get("disable_stats", False)
     records, matcher = read_records(api, config, version, statistics)
     users = {user.receiving_queues[0]: user for user in config.users}
@@ -128,7 +141,7 @@ def preflight_rabbitmq(
         if endpoint.validate_delivery_limits
         for queue in endpoint.receiving_queues
     ]
-    streams_check = rmq.BROKER_REQUIREMENT_CHECKS[1]
+    streams_check = BROKER_REQUIREMENT_CHECKS[1]
     reads_flags = {logins[e.endpoint] for e in checked if streams_check not in disabled_checks(e)}
     answers = first_calls(api, config.vhost, {logins[e.endpoint] for e in checked}, reads_flags, watched)
     wait = wait if statistics else 0.0  # without statistics the API answers from the queue, or never
@@ -152,7 +165,7 @@ def preflight_rabbitmq(
 
 def read_records(
     api: ManagementApi, config: RabbitMqConfig, version: tuple[int, int, int], statistics: bool
-) -> tuple[BrokerRecords, rmq.PolicyMatcher]:
+) -> tuple[BrokerRecords, PolicyMatcher]:
     """The vhost's objects, policies and permission records, each listed once with the given login."""
     vhost = config.vhost
     definitions = api.vhost_definitions(vhost) or {}
@@ -161,7 +174,7 @@ def read_records(
     )
     present = bool(definitions)
     operator = api.operator_policies(vhost) if present else []
-    matcher = rmq.PolicyMatcher(broker_policies(policies), broker_policies(operator, True), version)
+    matcher = PolicyMatcher(broker_policies(policies), broker_policies(operator, True), version)
     topic: dict[str, dict[str, Mapping[str, Any]]] = {}
     for entry in api.vhost_topic_permissions(vhost) if present else []:
         topic.setdefault(str(entry["user"]), {})[str(entry["exchange"])] = entry
@@ -186,27 +199,27 @@ def _graph_drifts(
     config: RabbitMqConfig, exchanges: list[Any], queues: list[Any], bindings: list[Any]
 ) -> tuple[str, ...]:
     """Each difference of the delay graphs the endpoints' releases use, ``<generation>:<subject> <field>``."""
-    generations = {rmq.generation_of_transport(endpoint.transport) for endpoint in config.endpoints}
+    generations = {generation_of_transport(endpoint.transport) for endpoint in config.endpoints}
     found = []
     for generation in sorted(generations):
-        for drift in topology_drifts(rmq.delay_levels(generation), generation, exchanges, queues, bindings):
+        for drift in topology_drifts(delay_levels(generation), generation, exchanges, queues, bindings):
             found.append(f"{generation}:{drift.subject} {drift.field}".rstrip() + f" ({drift.kind})")
     return tuple(found)
 
 
-def _expected(records: BrokerRecords, matcher: rmq.PolicyMatcher, queue: str) -> rmq.QueueDetails | None:
+def _expected(records: BrokerRecords, matcher: PolicyMatcher, queue: str) -> QueueDetails | None:
     """What the API will show for ``queue`` once caught up; None when that cannot be said (no such queue, a policy
     tie, a pattern Python cannot run, a value the transport cannot read)."""
     record = records.queues.get(queue)
     if record is None:
         return None
-    kind = rmq.listed_queue_type(record)
+    kind = listed_queue_type(record)
     applied = matcher.applied("queue", queue, kind)
     if not applied.determined:
         return None
     try:
-        return rmq.settled_view(queue, kind, record.get("arguments") or {}, applied, records.version)
-    except rmq.Unreadable:
+        return settled_view(queue, kind, record.get("arguments") or {}, applied, records.version)
+    except Unreadable:
         return None
 
 
@@ -350,8 +363,8 @@ def _observation(client: ManagementApi, vhost: str, item: _Watched) -> QueueObse
     except ManagementError as error:
         return QueueObservation(item.queue, None, _refusal(error), error.status, item.expected)
     try:
-        details = rmq.queue_details_as_read(answer if isinstance(answer, Mapping) else {})
-    except rmq.Unreadable as error:
+        details = queue_details_as_read(answer if isinstance(answer, Mapping) else {})
+    except Unreadable as error:
         return QueueObservation(item.queue, None, expected=item.expected, unreadable=str(error))
     return QueueObservation(item.queue, details, expected=item.expected)
 
@@ -372,11 +385,11 @@ def _first_answer(item: _Watched, version: tuple[int, int, int]) -> str:
     wanted = f" where the broker applies {shown_policy(expected.applied_policy)}" if expected is not None else ""
     if answer.retried:
         return f"it first showed {item.queue} with {shown}{wanted}"
-    decision = rmq.delivery_limit_decision(item.transport, answer, version)
+    decision = delivery_limit_decision(item.transport, answer, version)
     then = {
-        rmq.Outcome.STARTS: "would have started",
-        rmq.Outcome.WRITES_POLICY: "would have written its own policy (and, without the policymaker tag, not started)",
-        rmq.Outcome.REFUSES: "would not have started",
+        Outcome.STARTS: "would have started",
+        Outcome.WRITES_POLICY: "would have written its own policy (and, without the policymaker tag, not started)",
+        Outcome.REFUSES: "would not have started",
     }[decision.outcome]
     return f"it first showed {item.queue} with {shown}{wanted}: an endpoint started then {then}"
 

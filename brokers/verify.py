@@ -23,7 +23,42 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_ARGUMENT,
+    DELIVERY_LIMIT_POLICY_KEY,
+    DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+    UNLIMITED_DELIVERY_LIMIT,
+    BrokerPolicy,
+    delivery_limit_conflicts,
+)
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    effective_delivery_limit,
+    nservicebus_delivery_limit_refusal,
+)
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    QueueType,
+    delivery_exchange_name,
+    endpoint_binding_key,
+    parse_delay_level_name,
+)
+from nsb_delays.components.model.rabbitmq.objects import (
+    RECEIVING_ROLES,
+    BindingSpec,
+    ExchangeSpec,
+    PolicySpec,
+    QueueSpec,
+    Topology,
+)
+from nsb_delays.components.model.rabbitmq.policy_match import AppliedPolicies, PolicyMatcher, reported_delivery_limit
+from nsb_delays.components.model.rabbitmq.versions import (
+    FEATURE_FLAG_FIX,
+    MINIMUM_BROKER_VERSION,
+    REQUIRED_FEATURE_FLAGS,
+    dotted_version,
+    parse_reported_broker_version,
+)
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, RabbitMqConfig
 
 from .background import in_background
@@ -45,47 +80,45 @@ POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
 
 def requirement_drifts(
-    version: str, feature_flags: dict[str, str], generation: rmq.Generation, delivery_limit_policies: bool = False
+    version: str, feature_flags: dict[str, str], generation: Generation, delivery_limit_policies: bool = False
 ) -> list[Drift]:
     """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering),
     as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
     drifts = []
-    if generation == rmq.Generation.V2:
-        if rmq.parse_reported_broker_version(version) < rmq.MINIMUM_BROKER_VERSION:
-            oldest = rmq.dotted_version(rmq.MINIMUM_BROKER_VERSION)
+    if generation == Generation.V2:
+        if parse_reported_broker_version(version) < MINIMUM_BROKER_VERSION:
+            oldest = dotted_version(MINIMUM_BROKER_VERSION)
             fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"
             drifts.append(Drift("different", "broker", "version", f">= {oldest}", version, fix))
-        for flag in rmq.REQUIRED_FEATURE_FLAGS:
+        for flag in REQUIRED_FEATURE_FLAGS:
             state = feature_flags.get(flag)
-            fix = f"{rmq.FEATURE_FLAG_FIX.format(flag=flag)} (NServiceBus.RabbitMQ refuses to start without it)"
+            fix = f"{FEATURE_FLAG_FIX.format(flag=flag)} (NServiceBus.RabbitMQ refuses to start without it)"
             if state is None:
                 drifts.append(Drift("missing", "broker", f"feature flag {flag}", "enabled", ABSENT, fix))
             elif state != "enabled":
                 drifts.append(Drift("different", "broker", f"feature flag {flag}", "enabled", state, fix))
-    minimum = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    if delivery_limit_policies and rmq.parse_reported_broker_version(version) < minimum:
+    minimum = DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    if delivery_limit_policies and parse_reported_broker_version(version) < minimum:
         fix = (
-            f"set {POLICIES_SWITCH}: false for a broker older than {rmq.dotted_version(minimum)} (it has no default "
+            f"set {POLICIES_SWITCH}: false for a broker older than {dotted_version(minimum)} (it has no default "
             "delivery limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
         )
         field = f"version ({POLICIES_SWITCH})"
-        drifts.append(Drift("different", "broker", field, f">= {rmq.dotted_version(minimum)}", version, fix))
+        drifts.append(Drift("different", "broker", field, f">= {dotted_version(minimum)}", version, fix))
     return drifts
 
 
-def _receiving_quorum_queues(topology: rmq.Topology) -> list[rmq.QueueSpec]:
+def _receiving_quorum_queues(topology: Topology) -> list[QueueSpec]:
     """The queues NServiceBus's message pumps validate (BrokerVerifier.ValidateDeliveryLimit skips classic ones)."""
     return [
-        queue
-        for queue in topology.queues
-        if queue.role in rmq.RECEIVING_ROLES and queue.queue_type == rmq.QueueType.QUORUM
+        queue for queue in topology.queues if queue.role in RECEIVING_ROLES and queue.queue_type == QueueType.QUORUM
     ]
 
 
-def broker_policies(policies: Iterable[dict[str, Any]], operator: bool = False) -> list[rmq.BrokerPolicy]:
+def broker_policies(policies: Iterable[dict[str, Any]], operator: bool = False) -> list[BrokerPolicy]:
     """``GET /api/policies/<vhost>`` (or ``operator-policies``) entries as the model's ``BrokerPolicy``."""
     return [
-        rmq.BrokerPolicy(
+        BrokerPolicy(
             str(p["name"]),
             str(p.get("pattern", "")),
             str(p.get("apply-to", "all")),
@@ -97,7 +130,7 @@ def broker_policies(policies: Iterable[dict[str, Any]], operator: bool = False) 
     ]
 
 
-def _expected_policy_body(spec: rmq.PolicySpec) -> dict[str, Any]:
+def _expected_policy_body(spec: PolicySpec) -> dict[str, Any]:
     return {
         "pattern": spec.pattern,
         "apply-to": spec.apply_to,
@@ -112,21 +145,19 @@ def _same(want: Any, got: Any) -> bool:
     return want == got and type(want) is type(got)
 
 
-def _limit_source(arguments: dict[str, Any], applied: rmq.AppliedPolicies) -> str:
+def _limit_source(arguments: dict[str, Any], applied: AppliedPolicies) -> str:
     """Where a queue's delivery limit comes from: its argument and the policies that set it."""
     sources = []
-    argument = arguments.get(rmq.DELIVERY_LIMIT_ARGUMENT)
+    argument = arguments.get(DELIVERY_LIMIT_ARGUMENT)
     if argument is not None:
-        sources.append(f"argument {rmq.DELIVERY_LIMIT_ARGUMENT}={argument}")
-    from_policy = (applied.definition or {}).get(rmq.DELIVERY_LIMIT_POLICY_KEY)
+        sources.append(f"argument {DELIVERY_LIMIT_ARGUMENT}={argument}")
+    from_policy = (applied.definition or {}).get(DELIVERY_LIMIT_POLICY_KEY)
     if from_policy is not None:
-        sources.append(
-            f"{applied.source(rmq.DELIVERY_LIMIT_POLICY_KEY)}: {rmq.DELIVERY_LIMIT_POLICY_KEY}={from_policy}"
-        )
+        sources.append(f"{applied.source(DELIVERY_LIMIT_POLICY_KEY)}: {DELIVERY_LIMIT_POLICY_KEY}={from_policy}")
     return "; ".join(sources) or "broker default, no policy"
 
 
-def declared_policy_drifts(topology: rmq.Topology, policies: Iterable[dict[str, Any]]) -> list[Drift]:
+def declared_policy_drifts(topology: Topology, policies: Iterable[dict[str, Any]]) -> list[Drift]:
     """Each policy the stack declares exists exactly: pattern, apply-to, priority, definition."""
     drifts: list[Drift] = []
     live_policies = {p["name"]: p for p in policies}
@@ -144,7 +175,7 @@ def declared_policy_drifts(topology: rmq.Topology, policies: Iterable[dict[str, 
     return drifts
 
 
-def undetermined_policy_drift(subject: str, applied: rmq.AppliedPolicies) -> Drift:
+def undetermined_policy_drift(subject: str, applied: AppliedPolicies) -> Drift:
     """The applied policy cannot be worked out: a tie at the top priority, or a pattern Python cannot evaluate."""
     fixes = []
     for match in (applied.user, applied.operator):
@@ -162,7 +193,7 @@ def undetermined_policy_drift(subject: str, applied: rmq.AppliedPolicies) -> Dri
 
 
 def effective_definition_drifts(
-    subject: str, spec: rmq.PolicySpec, applied: rmq.AppliedPolicies, keys: Iterable[str] | None = None
+    subject: str, spec: PolicySpec, applied: AppliedPolicies, keys: Iterable[str] | None = None
 ) -> list[Drift]:
     """The object's effective definition carries each of ``keys`` (default: all) of ``spec``'s definition."""
     if applied.definition is None:
@@ -188,9 +219,9 @@ def effective_definition_drifts(
 
 
 def delivery_limit_drifts(
-    topology: rmq.Topology,
+    topology: Topology,
     broker_version: tuple[int, ...],
-    matcher: rmq.PolicyMatcher,
+    matcher: PolicyMatcher,
     queues: Iterable[dict[str, Any]],
     missing_policies: Iterable[str] = (),
 ) -> list[Drift]:
@@ -211,12 +242,12 @@ def delivery_limit_drifts(
         live = live_queues.get(queue.name)
         if live is None:
             continue  # missing queues are topology drift
-        kind = rmq.listed_queue_type(live)
+        kind = listed_queue_type(live)
         applied = matcher.applied("queue", queue.name, kind)
         arguments = live.get("arguments") or {}
         spec = own.get(queue.name)
-        expected = spec.definition.get(rmq.DELIVERY_LIMIT_POLICY_KEY) if spec and spec.name not in missing else None
-        alike = (id(applied), kind, repr(arguments.get(rmq.DELIVERY_LIMIT_ARGUMENT)), expected)
+        expected = spec.definition.get(DELIVERY_LIMIT_POLICY_KEY) if spec and spec.name not in missing else None
+        alike = (id(applied), kind, repr(arguments.get(DELIVERY_LIMIT_ARGUMENT)), expected)
         if alike in sound:
             continue
         found = _queue_delivery_limit_drifts(queue.name, kind, arguments, applied, spec, missing, broker_version)
@@ -231,16 +262,16 @@ def _queue_delivery_limit_drifts(
     name: str,
     kind: str,
     arguments: dict[str, Any],
-    applied: rmq.AppliedPolicies,
-    spec: rmq.PolicySpec | None,
+    applied: AppliedPolicies,
+    spec: PolicySpec | None,
     missing: set[str],
     broker_version: tuple[int, ...],
 ) -> list[Drift]:
     subject = f"queue {name}"
     if applied.definition is None:
         return [undetermined_policy_drift(subject, applied)]
-    reported = rmq.reported_delivery_limit(arguments, applied.definition, broker_version)
-    refusal = rmq.nservicebus_delivery_limit_refusal(
+    reported = reported_delivery_limit(arguments, applied.definition, broker_version)
+    refusal = nservicebus_delivery_limit_refusal(
         name,
         broker_version=broker_version,
         queue_type=kind,
@@ -251,14 +282,12 @@ def _queue_delivery_limit_drifts(
         delivery_limit=reported,
     )
     if refusal:
-        limit = rmq.effective_delivery_limit(arguments, applied.definition, reported)
-        expected = (
-            f"{rmq.UNLIMITED_DELIVERY_LIMIT} from {spec.name}" if spec else f"none, or {rmq.UNLIMITED_DELIVERY_LIMIT}"
-        )
+        limit = effective_delivery_limit(arguments, applied.definition, reported)
+        expected = f"{UNLIMITED_DELIVERY_LIMIT} from {spec.name}" if spec else f"none, or {UNLIMITED_DELIVERY_LIMIT}"
         actual = f"{limit} ({_limit_source(arguments, applied)})"
         return [Drift("different", subject, "delivery limit", expected, actual, refusal)]
     if spec is not None and spec.name not in missing:
-        return effective_definition_drifts(subject, spec, applied, [rmq.DELIVERY_LIMIT_POLICY_KEY])
+        return effective_definition_drifts(subject, spec, applied, [DELIVERY_LIMIT_POLICY_KEY])
     return []
 
 
@@ -270,22 +299,22 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return drifts
-    broker_version = rmq.parse_reported_broker_version(version)
+    broker_version = parse_reported_broker_version(version)
     policies = broker_policies(api.policies(config.vhost)) + broker_policies(api.operator_policies(config.vhost), True)
     live_queues = {q["name"]: q for q in api.queues(config.vhost)}
     for queue in _receiving_quorum_queues(topology):
-        for conflict in rmq.delivery_limit_conflicts(queue.name, policies, broker_version):
+        for conflict in delivery_limit_conflicts(queue.name, policies, broker_version):
             if conflict.refused:
                 subject = f"{conflict.kind} {conflict.policy} over queue {queue.name}"
                 fix = f"{conflict.fix}: NServiceBus.RabbitMQ 10+ refuses to start on {queue.name!r} otherwise"
                 drifts.append(Drift("different", subject, conflict.field, conflict.expected, conflict.actual, fix))
-        argument = (live_queues.get(queue.name, {}).get("arguments") or {}).get(rmq.DELIVERY_LIMIT_ARGUMENT)
-        if argument is not None and argument != rmq.UNLIMITED_DELIVERY_LIMIT:
+        argument = (live_queues.get(queue.name, {}).get("arguments") or {}).get(DELIVERY_LIMIT_ARGUMENT)
+        if argument is not None and argument != UNLIMITED_DELIVERY_LIMIT:
             fix = (
                 f"delete and re-create {queue.name!r} without it (arguments cannot change on a live queue); "
                 "NServiceBus.RabbitMQ 10+ refuses to start on a non-default delivery limit"
             )
-            field = f"arguments.{rmq.DELIVERY_LIMIT_ARGUMENT}"
+            field = f"arguments.{DELIVERY_LIMIT_ARGUMENT}"
             drifts.append(Drift("unexpected", f"queue {queue.name}", field, ABSENT, shown(argument), fix))
     return drifts
 
@@ -294,17 +323,17 @@ def _binding_subject(source: str, destination_type: str, destination: str, key: 
     return f"binding {source} -> {destination_type} {destination} ({key!r})"
 
 
-def declared_subject(spec: rmq.ExchangeSpec | rmq.QueueSpec | rmq.BindingSpec | rmq.PolicySpec) -> str:
+def declared_subject(spec: ExchangeSpec | QueueSpec | BindingSpec | PolicySpec) -> str:
     """The ``subject`` of each drift of this declared object (``topology_drifts``, ``declared_policy_drifts``)."""
-    if isinstance(spec, rmq.BindingSpec):
+    if isinstance(spec, BindingSpec):
         return _binding_subject(spec.source, spec.destination_type, spec.destination, spec.routing_key)
-    kind = {rmq.ExchangeSpec: "exchange", rmq.QueueSpec: "queue", rmq.PolicySpec: "policy"}[type(spec)]
+    kind = {ExchangeSpec: "exchange", QueueSpec: "queue", PolicySpec: "policy"}[type(spec)]
     return f"{kind} {spec.name}"
 
 
 def topology_drifts(
-    topology: rmq.Topology,
-    generation: rmq.Generation,
+    topology: Topology,
+    generation: Generation,
     exchanges: Iterable[dict[str, Any]],
     queues: Iterable[dict[str, Any]],
     bindings: Iterable[dict[str, Any]],
@@ -340,12 +369,12 @@ def topology_drifts(
     live = {(b["source"], b["destination_type"], b["destination"], b["routing_key"]) for b in bindings if b["source"]}
     for binding in sorted(wanted - live):
         drifts.append(Drift("missing", _binding_subject(*binding), "", "bound", ABSENT))
-    delivery = rmq.delivery_exchange_name(generation)
+    delivery = delivery_exchange_name(generation)
     declared = {exchange.name for exchange in topology.exchanges}  # a stack of endpoints declares no level
     for source, destination_type, destination, key in sorted(live - wanted):
-        parsed = rmq.parse_delay_level_name(source)
+        parsed = parse_delay_level_name(source)
         ours = parsed is not None and parsed[0] == generation and source in declared
-        miswired_delivery = source == delivery and key != rmq.endpoint_binding_key(destination)
+        miswired_delivery = source == delivery and key != endpoint_binding_key(destination)
         if ours or miswired_delivery:
             subject = _binding_subject(source, destination_type, destination, key)
             drifts.append(Drift("unexpected", subject, "", ABSENT, "bound"))
@@ -353,9 +382,9 @@ def topology_drifts(
 
 
 def alternate_exchange_drifts(
-    topology: rmq.Topology,
+    topology: Topology,
     exchanges: Iterable[dict[str, Any]],
-    matcher: rmq.PolicyMatcher,
+    matcher: PolicyMatcher,
     missing_policies: Iterable[str] = (),
 ) -> list[Drift]:
     """Each exchange the stack parks must have the parking policy's alternate exchange in its effective definition,
@@ -417,11 +446,11 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     drifts = requirement_drifts(version, feature_flags, config.generation, bool(topology.delivery_limit_policies))
     if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
-    broker_version = rmq.parse_reported_broker_version(version)
+    broker_version = parse_reported_broker_version(version)
     exchanges, queues, bindings, policies = (
         list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
     )
-    matcher = rmq.PolicyMatcher(broker_policies(policies), broker_policies(operator_policies, True), broker_version)
+    matcher = PolicyMatcher(broker_policies(policies), broker_policies(operator_policies, True), broker_version)
     drifts += retained_queue_fixes(
         topology_drifts(topology, config.generation, exchanges, queues, bindings),
         config.queues_kept_on_delete(),

@@ -10,7 +10,8 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from .model.rabbitmq import Generation, PolicyScope, QueueType, RoutingTopology
+from .model.rabbitmq.combined import PolicyScope
+from .model.rabbitmq.names import Generation, QueueType, RoutingTopology
 
 
 class RabbitMqDelayInfrastructureArgs(TypedDict):

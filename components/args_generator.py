@@ -202,7 +202,10 @@ def source() -> str:
     hints = [model_settings.value_type(spec.settings, item.name) for spec in COMPONENTS
              for item in dataclasses.fields(spec.settings)]  # fmt: skip
     hints += [key.hint for spec in SECTIONS for key in config_keys()[spec.place].values()]
-    enums = sorted({hint.__name__ for hint in hints if isinstance(hint, type) and issubclass(hint, Enum)})
+    enums: dict[str, set[str]] = {}  # each enum imported from the module that defines it
+    for hint in hints:
+        if isinstance(hint, type) and issubclass(hint, Enum):
+            enums.setdefault(hint.__module__.removeprefix("nsb_delays.components"), set()).add(hint.__name__)
     parts = [
         HEADER,
         "",
@@ -211,7 +214,7 @@ def source() -> str:
         "",
         "import pulumi",
         "",
-        f"from .model.rabbitmq import {', '.join(enums)}",
+        *(f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(enums.items())),
     ]
     for spec in COMPONENTS:
         parts += ["", "", f"class {spec.component}Args(TypedDict):", f'    """The inputs of ``{spec.component}``."""']

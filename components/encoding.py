@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import quote_plus
 
-from .model import rabbitmq as rmq
+from .model.rabbitmq.objects import Arguments, ArgumentValue, BindingSpec
 
 QueueArgumentsField = Literal["none", "arguments", "arguments_json"]
 
 
-def queue_arguments_field(arguments: rmq.Arguments) -> QueueArgumentsField:
+def queue_arguments_field(arguments: Arguments) -> QueueArgumentsField:
     """Which pulumi-rabbitmq ``QueueSettings`` field carries these arguments so that a read gives them back.
 
     terraform-provider-rabbitmq v1.10.1 (``rabbitmq/resource_queue.go``, ``ReadQueue`` and
@@ -36,7 +36,7 @@ def queue_arguments_field(arguments: rmq.Arguments) -> QueueArgumentsField:
     return "arguments_json"
 
 
-def arguments_json(arguments: Mapping[str, rmq.ArgumentValue]) -> str:
+def arguments_json(arguments: Mapping[str, ArgumentValue]) -> str:
     """Deterministic JSON (sorted keys, no spaces) so diffs and tests are stable; ints stay ints."""
     return json.dumps(dict(arguments), sort_keys=True, separators=(",", ":"))
 
@@ -66,7 +66,7 @@ def binding_properties_key(routing_key: str) -> str:
     return quote_plus(routing_key, safe="").replace("~", "%7E") if routing_key else "~"
 
 
-def binding_import_id(binding: rmq.BindingSpec, vhost: str) -> str:
+def binding_import_id(binding: BindingSpec, vhost: str) -> str:
     """``vhost/source/destination/destination_type/properties_key``, vhost with ``%`` and ``/`` escaped."""
     escaped_vhost = vhost.replace("%", "%25").replace("/", "%2F")
     key = binding_properties_key(binding.routing_key)

@@ -22,7 +22,10 @@ from .args import (
 )
 from .encoding import arguments_json, binding_import_id, import_id, policy_definition, queue_arguments_field
 from .inputs import refusals_as_input_errors, settings_of_args
-from .model import rabbitmq as model
+from .model.rabbitmq.arguments import queue_arguments_as_stored
+from .model.rabbitmq.graph import ALTERNATE_EXCHANGE_POLICY_KEY
+from .model.rabbitmq.names import delivery_exchange_name, endpoint_binding_key, parking_name
+from .model.rabbitmq.objects import BindingSpec, ExchangeSpec, PolicySpec, QueueSpec, Topology
 from .model.settings import (
     PACKAGE,
     DelayInfrastructureSettings,
@@ -33,14 +36,14 @@ from .model.settings import (
 )
 
 TYPE_PREFIX = f"{PACKAGE}:index:"
-Spec = model.ExchangeSpec | model.QueueSpec | model.BindingSpec | model.PolicySpec
+Spec = ExchangeSpec | QueueSpec | BindingSpec | PolicySpec
 # where, and on which broker
 Placement = DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings | EndpointPoliciesSettings
 
 
-def queue_settings(queue: model.QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
+def queue_settings(queue: QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
     """Durability plus the arguments as the broker stores them, in the field ``queue_arguments_field`` picks."""
-    arguments = model.queue_arguments_as_stored(queue.arguments, broker_version)
+    arguments = queue_arguments_as_stored(queue.arguments, broker_version)
     field = queue_arguments_field(arguments)
     if field == "arguments_json":
         return rabbitmq.QueueSettingsArgs(
@@ -120,7 +123,7 @@ class Declared:
         self.bindings: list[rabbitmq.Binding] = []
         self.policies: dict[str, rabbitmq.Policy] = {}
 
-    def declare(self, topology: model.Topology) -> Self:
+    def declare(self, topology: Topology) -> Self:
         for exchange in topology.exchanges:
             self.exchanges[exchange.name] = self.exchange(exchange)
             self.names[exchange.name] = self.exchanges[exchange.name].name
@@ -136,7 +139,7 @@ class Declared:
         adopted = physical_id if self.adopt_existing and spec.nservicebus_declares else None
         return pulumi.ResourceOptions(parent=self.component, import_=adopted, **options)
 
-    def exchange(self, exchange: model.ExchangeSpec) -> rabbitmq.Exchange:
+    def exchange(self, exchange: ExchangeSpec) -> rabbitmq.Exchange:
         return rabbitmq.Exchange(
             f"{self.name}-{exchange.name}",
             name=exchange.name,
@@ -147,7 +150,7 @@ class Declared:
             opts=self.options(exchange, import_id(exchange.name, self.vhost)),
         )
 
-    def queue(self, queue: model.QueueSpec) -> rabbitmq.Queue:
+    def queue(self, queue: QueueSpec) -> rabbitmq.Queue:
         """A named queue is replaced delete-first (the bridge's ``nameRequiresDeleteBeforeReplace``): its bindings
         go, a retained original stays, and the new declaration is refused (inequivalent arg). So a retained queue is
         never replaced: its settings are ignored once it exists, and ``verify`` reports a change as drift."""
@@ -167,7 +170,7 @@ class Declared:
             ),
         )
 
-    def binding(self, binding: model.BindingSpec) -> rabbitmq.Binding:
+    def binding(self, binding: BindingSpec) -> rabbitmq.Binding:
         destination = (
             self.queues[binding.destination].name
             if binding.destination_type == "queue" and binding.destination in self.queues
@@ -183,12 +186,12 @@ class Declared:
             opts=self.options(binding, binding_import_id(binding, self.vhost)),
         )
 
-    def policy(self, policy: model.PolicySpec) -> rabbitmq.Policy:
+    def policy(self, policy: PolicySpec) -> rabbitmq.Policy:
         local = [self.queues.get(name) or self.exchanges.get(name) for name in policy.targets]
         definition: dict[str, pulumi.Input[str]] = {**policy_definition(policy.definition)}
-        alternate = definition.get(model.ALTERNATE_EXCHANGE_POLICY_KEY)
+        alternate = definition.get(ALTERNATE_EXCHANGE_POLICY_KEY)
         if isinstance(alternate, str) and alternate in self.names:
-            definition[model.ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
+            definition[ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
         waits_for = [*(target for target in local if target is not None), *PolicyChain.after(self.vhost)]
         declared = rabbitmq.Policy(
             f"{self.name}-{policy.name}",
@@ -245,8 +248,8 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
             settings,
             protect_delay_queues=settings.protect_delay_queues,
         ).declare(topology)
-        parking = self.resources.exchanges.get(model.parking_name(settings.generation))
-        self.delivery_exchange = self.resources.exchanges[model.delivery_exchange_name(settings.generation)].name
+        parking = self.resources.exchanges.get(parking_name(settings.generation))
+        self.delivery_exchange = self.resources.exchanges[delivery_exchange_name(settings.generation)].name
         self.parking_exchange = parking.name if parking else None
         self.level_names = pulumi.Output.from_input([q.name for q in topology.queues if q.holds_delayed_messages])
         self.generation = pulumi.Output.from_input(settings.generation.value)
@@ -295,7 +298,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             expected: named(args[key], expected, key)  # type: ignore[literal-required]  # key is one of extras
             for key, expected in zip(
                 extras,
-                (model.delivery_exchange_name(settings.generation), model.parking_name(settings.generation)),
+                (delivery_exchange_name(settings.generation), parking_name(settings.generation)),
                 strict=True,
             )
             if args.get(key) is not None
@@ -309,7 +312,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         ).declare(topology)
         self.queue_name = self.resources.queues[settings.endpoint].name
         self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
-        self.delivery_binding_key = pulumi.Output.from_input(model.endpoint_binding_key(settings.endpoint))
+        self.delivery_binding_key = pulumi.Output.from_input(endpoint_binding_key(settings.endpoint))
         self.transport_version = pulumi.Output.from_input(settings.transport_version)
         self.register_outputs(
             {
@@ -339,7 +342,7 @@ class RabbitMqEndpointPolicies(pulumi.ComponentResource):
         component = type(self).__name__
         settings = settings_of_args(EndpointPoliciesSettings, component, name, args, ("parking_exchange",))
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
-        parking = model.parking_name(settings.generation)
+        parking = parking_name(settings.generation)
         given = args.get("parking_exchange")
         self.resources = Declared(
             self,

@@ -18,9 +18,10 @@ from typing import Any, ClassVar, Optional, TypeVar
 
 import pulumi
 
-# the model as the stack config's plan holds it (mypy reads nsb_delays.components and components as two packages)
-from nsb_delays.components.model import rabbitmq as model
 from nsb_delays.components.model import sqs as sqs_model
+
+# the model as the stack config's plan holds it (mypy reads nsb_delays.components and components as two packages)
+from nsb_delays.components.model.rabbitmq.names import delivery_exchange_name, parking_name
 from nsb_delays.stack.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
 from nsb_delays.stack.plan import RabbitMqConfig, SqsConfig
 
@@ -55,8 +56,8 @@ GRAPH_OUTPUTS = ("rabbitmqDeliveryExchange", "rabbitmqParkingExchange")
 
 def graph_outputs(plan: RabbitMqConfig) -> dict[str, str | None]:
     """The names a graph stack of ``plan``'s generation exports as ``GRAPH_OUTPUTS`` (parking: only with it)."""
-    parking = model.parking_name(plan.generation) if plan.infrastructure.park_unroutable else None
-    return dict(zip(GRAPH_OUTPUTS, (model.delivery_exchange_name(plan.generation), parking), strict=True))
+    parking = parking_name(plan.generation) if plan.infrastructure.park_unroutable else None
+    return dict(zip(GRAPH_OUTPUTS, (delivery_exchange_name(plan.generation), parking), strict=True))
 
 
 def args_of(args_type: type[A], settings: object, **given: Any) -> A:

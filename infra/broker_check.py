@@ -16,7 +16,7 @@ import os
 import pulumi
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.versions import broker_version_mismatch
 
 # How long the check waits for the broker: a preview with an unreachable endpoint only warns, and must not hang.
 CHECK_TIMEOUT_SECONDS = 10
@@ -67,7 +67,7 @@ def check_broker_version(broker_version: str, setting: str = "broker_version") -
         return
     try:
         reported = str(api.overview().get("rabbitmq_version", ""))
-        mismatch = rmq.broker_version_mismatch(broker_version, reported)
+        mismatch = broker_version_mismatch(broker_version, reported)
     except (ManagementError, ValueError) as error:
         pulumi.log.warn(f"{setting} {broker_version!r} is not checked against the broker: {error}")
         return

@@ -17,8 +17,9 @@ from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.confirms import DispatchError
 from nsb_delays.brokers.messages import outgoing, rabbitmq_message, sqs_message
 from nsb_delays.brokers.sqs_sender import SqsSettings
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, Generation
+from nsb_delays.components.model.rabbitmq.routing import DelayError
 
 from .delays import now_micros, remaining_delay
 from .faults import Fault, FaultInjector
@@ -37,7 +38,7 @@ class DispatchSettings:
     layout: TimeoutLayout
     run: Run
     amqp: AmqpNodes | None = None  # several nodes (a cluster): a FailoverConfirmPublisher over all of them
-    generation: rmq.Generation = rmq.DEFAULT_GENERATION
+    generation: Generation = DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
     refused: Mapping[str, str] = field(default_factory=dict)  # destination -> why its rows are quarantined
     sqs_size_limits: Mapping[str, int] = field(default_factory=dict)  # SQS queue -> the largest message it takes
@@ -109,7 +110,7 @@ def send_batch(sender: _Sender, batch: int, rows: list[Any]) -> BatchOutcome:
             try:
                 messages.append(sender.prepare(row, now))
                 continue
-            except (rmq.DelayError, sqs.QueueNameError, sqs.MessageTooLargeError) as error:
+            except (DelayError, sqs.QueueNameError, sqs.MessageTooLargeError) as error:
                 reason = str(error)
         quarantined[row["id"]] = reason
     if messages:

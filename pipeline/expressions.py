@@ -10,8 +10,9 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 
 from .delays import MICROS_PER_SECOND
 
@@ -26,12 +27,12 @@ def remaining_delay(due: Column, now_micros: int) -> Column:
 
 
 def within_rabbitmq_range(delay: Column) -> Column:
-    return delay <= F.lit(rmq.MAX_DELAY_SECONDS)
+    return delay <= F.lit(MAX_DELAY_SECONDS)
 
 
 def delay_bits(delay: Column) -> Column:
     """The 28 bits MSB first; null beyond the maximum (never clamped: ``lpad`` would cut high bits)."""
-    return F.when(within_rabbitmq_range(delay), F.lpad(F.bin(delay), rmq.LEVEL_COUNT, "0"))
+    return F.when(within_rabbitmq_range(delay), F.lpad(F.bin(delay), LEVEL_COUNT, "0"))
 
 
 def routing_key(delay: Column, destination: Column) -> Column:
@@ -44,9 +45,9 @@ def first_level(delay: Column) -> Column:
     return F.when(within_rabbitmq_range(delay), F.length(F.bin(delay)) - 1)
 
 
-def first_exchange(delay: Column, generation: rmq.Generation) -> Column:
+def first_exchange(delay: Column, generation: Generation) -> Column:
     """The model's level names, looked up by level (no name format restated here)."""
-    names = F.array(*(F.lit(rmq.delay_level_name(level, generation)) for level in range(rmq.LEVEL_COUNT)))
+    names = F.array(*(F.lit(delay_level_name(level, generation)) for level in range(LEVEL_COUNT)))
     # The guard stays outside element_at: Spark 4 returned the last element for a null index here.
     return F.when(within_rabbitmq_range(delay), F.element_at(names, F.length(F.bin(delay))))
 

@@ -40,8 +40,10 @@ from nsb_delays.brokers.sqs_sender import (
     existing_queue_urls,
     queue_size_limits,
 )
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, Generation
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 
 from .delays import from_micros, now_micros
 from .dispatch import RESULT_SCHEMA, TARGETS, DispatchSettings, dispatch_arrow
@@ -92,7 +94,7 @@ class TargetSettings:
     kind: str = "rabbitmq"
     amqp: AmqpNodes | None = None  # every node of the cluster, vhost, login and TLS: the dispatch fails over
     management: ManagementApi | None = None  # checks that the delay graph and each destination exist
-    generation: rmq.Generation = rmq.DEFAULT_GENERATION
+    generation: Generation = DEFAULT_GENERATION
     sqs: SqsSettings = field(default_factory=SqsSettings)
 
     def __post_init__(self) -> None:
@@ -106,7 +108,7 @@ class TargetSettings:
     def destination_problem(self, destination: str) -> str | None:
         """Why no message can be addressed to ``destination`` on this target (None when it can)."""
         if self.kind == "rabbitmq":
-            problems = rmq.rabbitmq_address_problems(destination)
+            problems = rabbitmq_address_problems(destination)
             return f"destination {destination!r} {'; '.join(problems)}" if problems else None
         try:
             sqs.sqs_queue_name(destination + sqs.DELAY_QUEUE_SUFFIX, self.sqs.queue_name_prefix)
@@ -178,7 +180,7 @@ class RunResult:
 
 def _latest_due(target: TargetSettings, now: datetime) -> datetime | None:
     """RabbitMQ cannot hold a timeout further away than the 28 levels: those stay with the legacy manager."""
-    return now + timedelta(seconds=rmq.MAX_DELAY_SECONDS) if target.kind == "rabbitmq" else None
+    return now + timedelta(seconds=MAX_DELAY_SECONDS) if target.kind == "rabbitmq" else None
 
 
 @dataclass(frozen=True)

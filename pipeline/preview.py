@@ -20,8 +20,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from nsb_delays.brokers.messages import sqs_message
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 
 from . import expressions as X
 from .delays import from_micros, now_micros
@@ -39,7 +40,7 @@ DELAY_BUCKETS: tuple[tuple[str, int], ...] = (
     ("≤ 1 week", 7 * DAY),
     ("≤ 30 days", 30 * DAY),
     ("≤ 1 year", 365 * DAY),
-    ("≤ maximum", rmq.MAX_DELAY_SECONDS),
+    ("≤ maximum", MAX_DELAY_SECONDS),
 )
 BEYOND_MAX_BUCKET = "beyond maximum"
 SAMPLE_IDS = 2
@@ -51,7 +52,7 @@ class PreviewReport:
 
     source: str
     target: str
-    generation: rmq.Generation
+    generation: Generation
     now: datetime
     cutoff: datetime | None
     total: int = 0
@@ -75,11 +76,11 @@ class PreviewReport:
         return sqs.cycles_cost_usd(self.sqs_fifo_cycles)
 
     def level_exchange(self, level: int) -> str:
-        return rmq.delay_level_name(level, self.generation)
+        return delay_level_name(level, self.generation)
 
 
 def _bucket(delay: Column) -> Column:
-    expression = F.when(delay > F.lit(rmq.MAX_DELAY_SECONDS), F.lit(BEYOND_MAX_BUCKET))
+    expression = F.when(delay > F.lit(MAX_DELAY_SECONDS), F.lit(BEYOND_MAX_BUCKET))
     for label, longest in reversed(DELAY_BUCKETS):
         expression = F.when(delay <= F.lit(longest), F.lit(label)).otherwise(expression)
     return expression

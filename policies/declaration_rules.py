@@ -10,7 +10,24 @@ from collections.abc import Mapping
 from pulumi_policy import PolicyConfigSchema, PolicyResource, ResourceValidationArgs, StackValidationArgs
 
 from nsb_delays.components.encoding import queue_arguments_field
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import (
+    BOOLEAN_QUEUE_ARGUMENTS,
+    IMPLICIT_QUEUE_TYPE,
+    INTEGER_QUEUE_ARGUMENTS,
+    broker_stores_queue_type,
+)
+from nsb_delays.components.model.rabbitmq.names import QUEUE_TYPE_ARGUMENT
+from nsb_delays.components.model.rabbitmq.versions import (
+    DEFAULT_BROKER_VERSION,
+    MAX_POLICY_PATTERN_BYTES,
+    POLICY_KEY_REFUSALS,
+    POLICY_PATTERN_BOUNDED_FROM,
+    QUEUE_ARGUMENT_REFUSALS,
+    VersionRefusal,
+    dotted_version,
+    policy_pattern_refusal,
+    refusals_of,
+)
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
@@ -44,8 +61,8 @@ def typed_queue_arguments(args: ResourceValidationArgs, report: Report) -> None:
         return
     name = value_at(args.props, "name")
     for key, value in sorted(arguments.items()):
-        numeric = key in rmq.INTEGER_QUEUE_ARGUMENTS or (isinstance(value, str) and value.strip().isdigit())
-        boolean = key in rmq.BOOLEAN_QUEUE_ARGUMENTS
+        numeric = key in INTEGER_QUEUE_ARGUMENTS or (isinstance(value, str) and value.strip().isdigit())
+        boolean = key in BOOLEAN_QUEUE_ARGUMENTS
         if numeric or boolean:
             kind = "a boolean" if boolean else "an integer"
             report(
@@ -60,7 +77,7 @@ QUEUE_ARGUMENTS_SCHEMA = PolicyConfigSchema(
     properties={
         "brokerVersion": {
             "type": "string",
-            "default": rmq.DEFAULT_BROKER_VERSION,
+            "default": DEFAULT_BROKER_VERSION,
             "description": "The stack's nsb-delays:rabbitmq.brokerVersion: below 4.0 the broker keeps a queue "
             "declared without x-queue-type as declared, so no explicit type is advised.",
         }
@@ -88,17 +105,17 @@ def queue_arguments_as_read(args: ResourceValidationArgs, report: Report) -> Non
     name = value_at(args.props, "name")
     version = config_value(args.get_config(), QUEUE_ARGUMENTS_SCHEMA, "brokerVersion")
     try:
-        stores_queue_type = rmq.broker_stores_queue_type(version)
+        stores_queue_type = broker_stores_queue_type(version)
     except ValueError as error:
         report(f"policy config queue-arguments-as-read.brokerVersion: {error}")
         return
-    if stores_queue_type and rmq.QUEUE_TYPE_ARGUMENT not in declared.values:
+    if stores_queue_type and QUEUE_TYPE_ARGUMENT not in declared.values:
         report(
-            f"queue {quoted(name)}: no {rmq.QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
-            f"backport) writes {rmq.QUEUE_TYPE_ARGUMENT}: {rmq.IMPLICIT_QUEUE_TYPE} into such a queue's arguments "
+            f"queue {quoted(name)}: no {QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
+            f"backport) writes {QUEUE_TYPE_ARGUMENT}: {IMPLICIT_QUEUE_TYPE} into such a queue's arguments "
             "and the provider reads it back, so every plan sees a difference and replaces the queue (deleting its "
             "messages). "
-            f"Declare {rmq.QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.queue_arguments_as_stored).",
+            f"Declare {QUEUE_TYPE_ARGUMENT} explicitly (components.model.rabbitmq.queue_arguments_as_stored).",
         )
     where = queue_arguments_field(declared.values)
     if declared.source == "settings.argumentsJson" and where == "arguments":
@@ -116,11 +133,11 @@ BROKER_VERSION_SCHEMA = PolicyConfigSchema(
     properties={
         "brokerVersion": {
             "type": "string",
-            "default": rmq.DEFAULT_BROKER_VERSION,
+            "default": DEFAULT_BROKER_VERSION,
             "description": "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.3 the broker refuses "
             "x-queue-version other than 2 and the deprecated (queue-)master-locator, from "
-            f"{rmq.dotted_version(rmq.POLICY_PATTERN_BOUNDED_FROM)} a policy pattern over "
-            f"{rmq.MAX_POLICY_PATTERN_BYTES} bytes.",
+            f"{dotted_version(POLICY_PATTERN_BOUNDED_FROM)} a policy pattern over "
+            f"{MAX_POLICY_PATTERN_BYTES} bytes.",
         }
     }
 )
@@ -131,7 +148,7 @@ BROKER_VERSION_SCHEMA = PolicyConfigSchema(
     description=(
         "No queue argument or policy key that the stack's RabbitMQ (brokerVersion) refuses: from 4.3, "
         "x-queue-version other than 2 and the deprecated x-queue-master-locator / queue-master-locator; from "
-        f"{rmq.dotted_version(rmq.POLICY_PATTERN_BOUNDED_FROM)}, a policy pattern over {rmq.MAX_POLICY_PATTERN_BYTES} "
+        f"{dotted_version(POLICY_PATTERN_BOUNDED_FROM)}, a policy pattern over {MAX_POLICY_PATTERN_BYTES} "
         "bytes (each refused half-way through an up). Fix: drop x-queue-version "
         "or set it to 2; use (x-)queue-leader-locator; split a long pattern."
     ),
@@ -140,31 +157,31 @@ BROKER_VERSION_SCHEMA = PolicyConfigSchema(
     config_schema=BROKER_VERSION_SCHEMA,
 )
 def refused_by_broker_version(args: ResourceValidationArgs, report: Report) -> None:
-    refusals: tuple[rmq.VersionRefusal, ...]
+    refusals: tuple[VersionRefusal, ...]
     if args.resource_type == RABBITMQ_QUEUE:
         declared = declared_arguments(args.props)
         if declared is UNKNOWN or declared.error:
             return
-        what, values, refusals, pattern = "queue", declared.values, rmq.QUEUE_ARGUMENT_REFUSALS, None
+        what, values, refusals, pattern = "queue", declared.values, QUEUE_ARGUMENT_REFUSALS, None
     else:
         policy = resolved(value_at(args.props, "policy"))
         definition = policy.get("definition") if isinstance(policy, Mapping) else None
         if not isinstance(definition, Mapping):
             return
-        what, values, refusals = args.resource_type.rsplit(":", 1)[-1], definition, rmq.POLICY_KEY_REFUSALS
+        what, values, refusals = args.resource_type.rsplit(":", 1)[-1], definition, POLICY_KEY_REFUSALS
         pattern = resolved(policy.get("pattern"))
     version = config_value(args.get_config(), BROKER_VERSION_SCHEMA, "brokerVersion")
     try:
-        refused = rmq.refusals_of(refusals, values, version)
+        refused = refusals_of(refusals, values, version)
     except ValueError as error:
         report(f"policy config refused-by-broker-version.brokerVersion: {error}")
         return
     name = value_at(args.props, "name")
-    too_long = rmq.policy_pattern_refusal(pattern, version) if isinstance(pattern, str) else None
+    too_long = policy_pattern_refusal(pattern, version) if isinstance(pattern, str) else None
     if too_long:
         report(
             f"{what} {quoted(name)} with brokerVersion {version!r}: {too_long}. Fix: split it into policies of at "
-            f"most {rmq.MAX_POLICY_PATTERN_BYTES} bytes each (RabbitMqEndpointPolicies does).",
+            f"most {MAX_POLICY_PATTERN_BYTES} bytes each (RabbitMqEndpointPolicies does).",
         )
     for refusal, value in refused:
         report(

@@ -11,7 +11,35 @@ from collections.abc import Iterable, Mapping
 
 from pulumi_policy import PolicyConfigSchema, PolicyResource, ResourceValidationArgs, StackValidationArgs
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_ARGUMENT,
+    DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+    UNLIMITED_DELIVERY_LIMIT,
+    BrokerPolicy,
+    delivery_limit_conflicts,
+    delivery_limit_policy_name,
+    stored_definition_value,
+)
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    TRANSPORT_POLICY_BY_PREFIX_FROM,
+    Outcome,
+    Unreadable,
+    delivery_limit_decision,
+    parse_transport_version,
+    runs_startup_checks,
+    settled_view,
+    transport_version_problem,
+)
+from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
+from nsb_delays.components.model.rabbitmq.names import (
+    LEGACY_TIMEOUT_QUEUE_SUFFIXES,
+    QUEUE_TYPE_ARGUMENT,
+    QueueType,
+    endpoint_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.policy_match import PolicyMatcher
+from nsb_delays.components.model.rabbitmq.routing import MAX_DESTINATION_BYTES
+from nsb_delays.components.model.rabbitmq.versions import dotted_version
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_OPERATOR_POLICY,
@@ -31,7 +59,7 @@ from .stack_view import broker_of, brokers, name_of, where
     name="endpoint-delivery-binding",
     description=(
         "The delivery exchange binds each endpoint with '#.<endpoint>', and the endpoint name fits a routing "
-        f"key (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace). Fix: declare it with "
+        f"key (at most {MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace). Fix: declare it with "
         "RabbitMqEndpoint."
     ),
     level=MANDATORY,
@@ -45,12 +73,12 @@ def endpoint_delivery_binding(args: ResourceValidationArgs, report: Report) -> N
     key = value_at(args.props, "routingKey")
     if destination is UNKNOWN or not isinstance(destination, str):
         return
-    for problem in rmq.rabbitmq_address_problems(destination):
+    for problem in rabbitmq_address_problems(destination):
         report(
             f"delivery binding {source!r} -> {destination!r}: the endpoint name {problem}. Rename the endpoint "
-            f"queue (at most {rmq.MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace).",
+            f"queue (at most {MAX_DESTINATION_BYTES} bytes, no '*', '#' or whitespace).",
         )
-    expected = rmq.endpoint_binding_key(destination)
+    expected = endpoint_binding_key(destination)
     if key is not UNKNOWN and key != expected:
         report(
             f"delivery binding {source!r} -> {destination!r}: routing key is {key!r}, expected {expected!r}; "
@@ -112,7 +140,7 @@ def retirement_order(endpoint: str) -> str:
     """The safe order to retire an endpoint that may still have delayed messages in flight."""
     return (
         f"Retire in this order: (1) stop every sender from scheduling messages to {endpoint!r}; (2) keep its queue "
-        f"and its {rmq.endpoint_binding_key(endpoint)!r} binding until the longest delay any sender used has "
+        f"and its {endpoint_binding_key(endpoint)!r} binding until the longest delay any sender used has "
         "elapsed and no level queue holds a message for it; (3) then remove the binding, then the queue. A delayed "
         "message whose destination is unbound cannot be dead-lettered at-least-once, so it stays at the head of "
         "its level queue and stalls every delayed message behind it (NServiceBus.RabbitMQ issue 1407); with "
@@ -151,7 +179,7 @@ def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResourc
     for resource in resources:
         name = name_of(resource) if resource.resource_type == RABBITMQ_QUEUE else None
         parent = resource.parent
-        legacy = bool(name and name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES))
+        legacy = bool(name and name.endswith(LEGACY_TIMEOUT_QUEUE_SUFFIXES))
         if name and not legacy and parent is not None and parent.resource_type == endpoint_type:
             queues[name] = resource
     return queues
@@ -190,7 +218,7 @@ def endpoint_retirement_order(args: StackValidationArgs, report: Report) -> None
 # --- delivery limits of endpoint queues (RabbitMQ 4.x) ------------------------------------------------------
 
 
-def _broker_policy(resource: PolicyResource) -> rmq.BrokerPolicy | None:
+def _broker_policy(resource: PolicyResource) -> BrokerPolicy | None:
     """A declared Policy/OperatorPolicy as the model's ``BrokerPolicy`` (None while a field is unknown)."""
     name = value_at(resource.props, "name")
     policy = value_at(resource.props, "policy")
@@ -201,21 +229,21 @@ def _broker_policy(resource: PolicyResource) -> rmq.BrokerPolicy | None:
     if not isinstance(pattern, str) or not isinstance(apply_to, str) or not isinstance(definition, Mapping):
         return None
     operator = resource.resource_type == RABBITMQ_OPERATOR_POLICY
-    return rmq.BrokerPolicy(name, pattern, apply_to, int(priority), dict(definition), operator)
+    return BrokerPolicy(name, pattern, apply_to, int(priority), dict(definition), operator)
 
 
 @stack_rule(
     name="endpoint-queue-delivery-limit",
     description=(
         "A quorum endpoint queue's delivery limit comes only from NServiceBus's own policy "
-        f"nsb.<queue>.delivery-limit ({rmq.UNLIMITED_DELIVERY_LIMIT}): no x-delivery-limit argument, no other "
+        f"nsb.<queue>.delivery-limit ({UNLIMITED_DELIVERY_LIMIT}): no x-delivery-limit argument, no other "
         "policy or operator policy with a delivery-limit over it, no other policy that outranks or ties it. "
         "Fix: remove the limit or exclude the endpoint queues from the policy's pattern."
     ),
     level=MANDATORY,
 )
 def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> None:
-    policies: dict[tuple[str, str], list[tuple[rmq.BrokerPolicy, PolicyResource]]] = defaultdict(list)
+    policies: dict[tuple[str, str], list[tuple[BrokerPolicy, PolicyResource]]] = defaultdict(list)
     for resource in args.resources:
         if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
             declared = _broker_policy(resource)
@@ -223,24 +251,24 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
                 policies[broker_of(resource)].append((declared, resource))
     for name, queue in sorted(_endpoint_queues(args.resources).items()):
         arguments = declared_arguments(queue.props)
-        if arguments is UNKNOWN or arguments.values.get(rmq.QUEUE_TYPE_ARGUMENT) != rmq.QueueType.QUORUM:
+        if arguments is UNKNOWN or arguments.values.get(QUEUE_TYPE_ARGUMENT) != QueueType.QUORUM:
             continue  # NServiceBus checks quorum receive queues only
-        limit = arguments.values.get(rmq.DELIVERY_LIMIT_ARGUMENT)
+        limit = arguments.values.get(DELIVERY_LIMIT_ARGUMENT)
         if limit is not None:
             report(
-                f"endpoint queue {name!r} declares {rmq.DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
+                f"endpoint queue {name!r} declares {DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
                 f"refuses to start on a delivery limit from a queue argument. Remove the argument (the "
-                f"{rmq.delivery_limit_policy_name(name)!r} policy sets {rmq.UNLIMITED_DELIVERY_LIMIT}).",
+                f"{delivery_limit_policy_name(name)!r} policy sets {UNLIMITED_DELIVERY_LIMIT}).",
                 queue.urn,
             )
         here = policies.get(broker_of(queue), [])
         by_name = {policy.name: resource for policy, resource in here}
-        for conflict in rmq.delivery_limit_conflicts(name, [policy for policy, _ in here]):
+        for conflict in delivery_limit_conflicts(name, [policy for policy, _ in here]):
             consequence = (
                 f"NServiceBus.RabbitMQ 10+ refuses to start on {name!r} (RabbitMQ 4.x)"
                 if conflict.refused
-                else f"NServiceBus accepts exactly {rmq.UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
-                f"{conflict.policy!r}, not on {rmq.delivery_limit_policy_name(name)!r}"
+                else f"NServiceBus accepts exactly {UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
+                f"{conflict.policy!r}, not on {delivery_limit_policy_name(name)!r}"
             )
             report(
                 f"{conflict.kind} {conflict.policy!r} reaches endpoint queue {name!r}: {conflict.field} is "
@@ -255,30 +283,30 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
 
 # The broker the judgement assumes: one that reports delivery_limit and takes NServiceBus's policies. On another,
 # the refusals this rule reports are the same (they come from a limit the stack declares, whatever reports it).
-_JUDGED_ON = rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-_FIXED_FROM = rmq.dotted_version(rmq.TRANSPORT_POLICY_BY_PREFIX_FROM)
+_JUDGED_ON = DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+_FIXED_FROM = dotted_version(TRANSPORT_POLICY_BY_PREFIX_FROM)
 
 
-def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], rmq.PolicyMatcher]:
+def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], PolicyMatcher]:
     """One matcher per broker and vhost, from the policies and operator policies the stack declares there."""
-    user: dict[tuple[str, str], list[rmq.BrokerPolicy]] = defaultdict(list)
-    operator: dict[tuple[str, str], list[rmq.BrokerPolicy]] = defaultdict(list)
+    user: dict[tuple[str, str], list[BrokerPolicy]] = defaultdict(list)
+    operator: dict[tuple[str, str], list[BrokerPolicy]] = defaultdict(list)
     for resource in resources:
         if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
             declared = _broker_policy(resource)
             if declared is not None:
                 # the provider sends a definition's numbers as strings; the broker stores them as numbers
-                stored = {key: rmq.stored_definition_value(value) for key, value in declared.definition.items()}
+                stored = {key: stored_definition_value(value) for key, value in declared.definition.items()}
                 declared = dataclasses.replace(declared, definition=stored)
                 (operator if declared.operator else user)[broker_of(resource)].append(declared)
-    return {key: rmq.PolicyMatcher(user[key], operator[key], _JUDGED_ON) for key in {*user, *operator}}
+    return {key: PolicyMatcher(user[key], operator[key], _JUDGED_ON) for key in {*user, *operator}}
 
 
 @stack_rule(
     name="transport-version-delivery-limit",
     description=(
         "No endpoint queue gets a delivery limit the NServiceBus.RabbitMQ release of its endpoint (transportVersion) "
-        f"refuses to start on: 10.0.0 to 10.1.4 refuse {rmq.UNLIMITED_DELIVERY_LIMIT}, which the stack's "
+        f"refuses to start on: 10.0.0 to 10.1.4 refuse {UNLIMITED_DELIVERY_LIMIT}, which the stack's "
         f"delivery-limit policies set. Fix: upgrade those endpoints to {_FIXED_FROM} or later, or turn the policies "
         "off for them."
     ),
@@ -289,31 +317,31 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
     endpoint_type = _endpoint_type()
     for endpoint in [resource for resource in args.resources if resource.resource_type == endpoint_type]:
         text = value_at(endpoint.props, "transportVersion")
-        if not isinstance(text, str) or rmq.transport_version_problem(text):
+        if not isinstance(text, str) or transport_version_problem(text):
             continue  # unknown during preview, or refused by the component already
-        version = rmq.parse_transport_version(text)
-        if not rmq.runs_startup_checks(version):
+        version = parse_transport_version(text)
+        if not runs_startup_checks(version):
             continue
         listed = resolved(value_at(endpoint.props, "receivingQueues"))
         receiving = set(listed) if isinstance(listed, list) else set()
         for queue in args.resources:
             name = name_of(queue) if queue.resource_type == RABBITMQ_QUEUE and queue.parent is endpoint else None
             arguments = declared_arguments(queue.props) if name in receiving else UNKNOWN
-            if arguments is UNKNOWN or arguments.values.get(rmq.QUEUE_TYPE_ARGUMENT) != rmq.QueueType.QUORUM:
+            if arguments is UNKNOWN or arguments.values.get(QUEUE_TYPE_ARGUMENT) != QueueType.QUORUM:
                 continue
-            matcher = matchers.get(broker_of(queue)) or rmq.PolicyMatcher((), (), _JUDGED_ON)
-            applied = matcher.applied("queue", str(name), rmq.QueueType.QUORUM)
+            matcher = matchers.get(broker_of(queue)) or PolicyMatcher((), (), _JUDGED_ON)
+            applied = matcher.applied("queue", str(name), QueueType.QUORUM)
             if not applied.determined:
                 continue  # ties and PCRE-only patterns: endpoint-queue-delivery-limit reports them
-            stored = {key: rmq.stored_definition_value(value) for key, value in arguments.values.items()}
+            stored = {key: stored_definition_value(value) for key, value in arguments.values.items()}
             try:
-                view = rmq.settled_view(str(name), rmq.QueueType.QUORUM, stored, applied, _JUDGED_ON)
-            except rmq.Unreadable as error:  # the transport's converters throw: GetQueue fails, the endpoint too
+                view = settled_view(str(name), QueueType.QUORUM, stored, applied, _JUDGED_ON)
+            except Unreadable as error:  # the transport's converters throw: GetQueue fails, the endpoint too
                 report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {error}, and does not "
                        "start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
                 continue
-            decision = rmq.delivery_limit_decision(version, view, _JUDGED_ON)
-            if decision.outcome == rmq.Outcome.REFUSES:
+            decision = delivery_limit_decision(version, view, _JUDGED_ON)
+            if decision.outcome == Outcome.REFUSES:
                 report(
                     f"endpoint queue {name!r} runs NServiceBus.RabbitMQ {text} (transportVersion), which refuses to "
                     f"start on what the stack declares: {decision.reason}. Fix: upgrade the endpoint to "

@@ -15,7 +15,25 @@ from typing import Any
 
 from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import argument_differences, queue_arguments_as_stored
+from nsb_delays.components.model.rabbitmq.graph import (
+    ALTERNATE_EXCHANGE_ARGUMENT,
+    ALTERNATE_EXCHANGE_POLICY_KEY,
+    alternate_exchange_policy_name,
+    dead_letter_exchange,
+    delay_levels,
+)
+from nsb_delays.components.model.rabbitmq.names import (
+    LEVEL_COUNT,
+    QUEUE_TYPES,
+    Generation,
+    QueueType,
+    delivery_exchange_name,
+    endpoint_binding_key,
+    parking_name,
+    parse_delay_level_name,
+)
+from nsb_delays.components.model.rabbitmq.versions import DEFAULT_BROKER_VERSION
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_EXCHANGE,
@@ -45,10 +63,10 @@ DELAY_BREAKING_POLICY_KEYS = {
     "overflow": "changes what happens when a limit is hit (drop-head silently deletes the oldest delayed messages)",
 }
 POLICY_APPLIES_TO_QUEUE_TYPE = {
-    "all": rmq.QUEUE_TYPES,
-    "queues": rmq.QUEUE_TYPES,
-    "quorum_queues": (rmq.QueueType.QUORUM.value,),
-    "classic_queues": (rmq.QueueType.CLASSIC.value,),
+    "all": QUEUE_TYPES,
+    "queues": QUEUE_TYPES,
+    "quorum_queues": (QueueType.QUORUM.value,),
+    "classic_queues": (QueueType.CLASSIC.value,),
 }
 
 
@@ -84,7 +102,7 @@ def delay_level_queue_arguments(args: ResourceValidationArgs, report: Report) ->
     if declared.error:
         report(f"queue {name!r}: {declared.source} {declared.error}. Declare the arguments as a JSON object.")
         return
-    wanted = rmq.queue_arguments_as_stored(spec.arguments, rmq.DEFAULT_BROKER_VERSION)
+    wanted = queue_arguments_as_stored(spec.arguments, DEFAULT_BROKER_VERSION)
     _compare_arguments(name, wanted, declared, report)
 
 
@@ -98,7 +116,7 @@ def _compare_arguments(name: str, expected: dict[str, Any], declared: DeclaredAr
         "settings.argumentsJson (RabbitMqDelayInfrastructure does); arguments cannot change on a live queue, "
         "so drain and re-create it."
     )
-    differences = rmq.argument_differences(expected, declared.values)
+    differences = argument_differences(expected, declared.values)
     for difference in differences:
         key, want, got = difference.key, difference.expected, difference.actual
         if difference.kind == "missing":
@@ -255,16 +273,16 @@ def delay_queue_protected(args: ResourceValidationArgs, report: Report) -> None:
 def exchange_alternate_by_policy(args: ResourceValidationArgs, report: Report) -> None:
     name = value_at(args.props, "name")
     arguments = resolved(value_at(args.props, "settings", "arguments"))
-    if not isinstance(arguments, Mapping) or rmq.ALTERNATE_EXCHANGE_ARGUMENT not in arguments:
+    if not isinstance(arguments, Mapping) or ALTERNATE_EXCHANGE_ARGUMENT not in arguments:
         return
-    target = arguments[rmq.ALTERNATE_EXCHANGE_ARGUMENT]
+    target = arguments[ALTERNATE_EXCHANGE_ARGUMENT]
     if name in MODEL_EXCHANGES or target in PARKING_NAMES:
         report(
-            f"exchange {quoted(name)} declares {rmq.ALTERNATE_EXCHANGE_ARGUMENT}={target!r} as an argument. "
+            f"exchange {quoted(name)} declares {ALTERNATE_EXCHANGE_ARGUMENT}={target!r} as an argument. "
             "NServiceBus declares this exchange without arguments and RabbitMQ refuses a declaration whose "
-            f"{rmq.ALTERNATE_EXCHANGE_ARGUMENT} differs (PRECONDITION_FAILED - inequivalent arg): endpoints stop "
+            f"{ALTERNATE_EXCHANGE_ARGUMENT} differs (PRECONDITION_FAILED - inequivalent arg): endpoints stop "
             "starting. Give the alternate exchange by policy (nsb-delays:rabbitmq.parkUnroutable, "
-            f"policy {rmq.alternate_exchange_policy_name(str(name))!r}) and drop the argument.",
+            f"policy {alternate_exchange_policy_name(str(name))!r}) and drop the argument.",
         )
 
 
@@ -295,7 +313,7 @@ _BINDING_CONSEQUENCE = {
 @stack_rule(
     name="delay-level-chain-complete",
     description=(
-        f"For each generation present, all {rmq.LEVEL_COUNT} level exchanges and queues, both bindings of every "
+        f"For each generation present, all {LEVEL_COUNT} level exchanges and queues, both bindings of every "
         "level, the delivery exchange and every dead-letter target exist in the same vhost. "
         "Fix: declare the chain with RabbitMqDelayInfrastructure."
     ),
@@ -309,11 +327,11 @@ def delay_level_chain_complete(args: StackValidationArgs, report: Report) -> Non
             _check_chain(key, broker, generation, report)
 
 
-def _check_chain(key: tuple[str, str], broker: Broker, generation: rmq.Generation, report: Report) -> None:
-    topology = rmq.delay_levels(generation)
+def _check_chain(key: tuple[str, str], broker: Broker, generation: Generation, report: Report) -> None:
+    topology = delay_levels(generation)
     here = where(key)
     fix = (
-        f"Declare the whole chain with RabbitMqDelayInfrastructure ({rmq.LEVEL_COUNT} levels, their bindings and "
+        f"Declare the whole chain with RabbitMqDelayInfrastructure ({LEVEL_COUNT} levels, their bindings and "
         "the delivery exchange)."
     )
     missing: set[str] = set()
@@ -358,13 +376,13 @@ def _check_chain(key: tuple[str, str], broker: Broker, generation: rmq.Generatio
             report(
                 f"{generation} chain in {here}: queue {name!r} dead-letters to {target!r}, which no resource in "
                 f"the stack declares; its expired messages are dropped. Dead-letter to "
-                f"{rmq.dead_letter_exchange(queue_level(name), generation)!r}.",
+                f"{dead_letter_exchange(queue_level(name), generation)!r}.",
                 resource.urn,
             )
 
 
 def queue_level(name: str) -> int:
-    parsed = rmq.parse_delay_level_name(name)
+    parsed = parse_delay_level_name(name)
     if parsed is None:
         raise ValueError(f"{name!r} is not a delay-level name")
     return parsed[1]
@@ -401,7 +419,7 @@ def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> 
     if not matching:
         return None
     _priority, definition = max(matching, key=lambda entry: entry[0])
-    alternate = definition.get(rmq.ALTERNATE_EXCHANGE_POLICY_KEY)
+    alternate = definition.get(ALTERNATE_EXCHANGE_POLICY_KEY)
     return alternate if isinstance(alternate, str) else None
 
 
@@ -427,8 +445,8 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
     for key, broker in brokers(args.resources).items():
         if broker.incomplete:
             continue
-        for generation in rmq.Generation:
-            delivery = rmq.delivery_exchange_name(generation)
+        for generation in Generation:
+            delivery = delivery_exchange_name(generation)
             # a stack of endpoints whose graph another stack declares binds from a delivery exchange it does not
             # declare: its endpoint exchanges need the graph's parking exchange all the same
             graph_here = delivery in broker.exchanges
@@ -437,7 +455,7 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
             # the delivery exchange, and the endpoint exchanges it routes to (conventional topology)
             guarded = {delivery: broker.exchanges[delivery]} if graph_here else {}
             for (source, kind, destination, routing_key), binding in broker.bindings.items():
-                if source == delivery and kind == "exchange" and routing_key == rmq.endpoint_binding_key(destination):
+                if source == delivery and kind == "exchange" and routing_key == endpoint_binding_key(destination):
                     guarded.setdefault(destination, broker.exchanges.get(destination, binding))
             for exchange, resource in guarded.items():
                 alternate = alternate_exchange_of(policies.get(key, []), exchange)
@@ -448,14 +466,14 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
                         f"exchange {exchange!r} ({where(key)}) has no alternate exchange: a delayed message for a "
                         "destination that no longer receives stays in its level queue and every delayed message "
                         "behind it waits (NServiceBus.RabbitMQ#1407). Turn on nsb-delays:rabbitmq.parkUnroutable "
-                        f"(the parking exchange {rmq.parking_name(generation)!r} by policy).",
+                        f"(the parking exchange {parking_name(generation)!r} by policy).",
                         resource.urn,
                     )
-                elif not _parks(broker, str(alternate)) and (graph_here or alternate != rmq.parking_name(generation)):
+                elif not _parks(broker, str(alternate)) and (graph_here or alternate != parking_name(generation)):
                     report(
                         f"exchange {exchange!r} ({where(key)}) has alternate exchange {alternate!r}, which is not "
                         "declared here or is bound to no queue (nor, in a stack whose graph another stack "
-                        f"declares, the graph's parking exchange {rmq.parking_name(generation)!r}): unroutable "
+                        f"declares, the graph's parking exchange {parking_name(generation)!r}): unroutable "
                         "delayed messages would still stall.",
                         resource.urn,
                     )

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from pulumi_policy import PolicyResource
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE
 
 from .props import UNKNOWN, value_at
@@ -72,11 +73,11 @@ def where(key: tuple[str, str]) -> str:
     return f"vhost {vhost!r}" + (f" of provider {provider.rsplit('::', 1)[-1]!r}" if provider else "")
 
 
-def generations_present(broker: Broker) -> list[rmq.Generation]:
+def generations_present(broker: Broker) -> list[Generation]:
     """A generation is present when any of its level exchanges/queues or its delivery exchange is declared."""
-    present: list[rmq.Generation] = []
-    for generation in rmq.Generation:
-        names = {spec.name for spec in rmq.delay_levels(generation).exchanges}
+    present: list[Generation] = []
+    for generation in Generation:
+        names = {spec.name for spec in delay_levels(generation).exchanges}
         if names & (set(broker.exchanges) | set(broker.queues)):
             present.append(generation)
     return present

@@ -17,8 +17,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.permissions import BASE_EVENT_EXCHANGE, TOPIC_EXCHANGE
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.combined import PolicyScope
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy_name
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import (
+    DEFAULT_AUDIT_QUEUE,
+    DEFAULT_ENDPOINT_QUEUE_TYPE,
+    DEFAULT_ERROR_QUEUE,
+    DEFAULT_ROUTING_TOPOLOGY,
+    QUEUE_TYPES,
+    Generation,
+    QueueType,
+    RoutingTopology,
+    delivery_exchange_name,
+    endpoint_binding_key,
+    instance_queue_name,
+    legacy_timeout_queue_names,
+)
+from nsb_delays.components.model.rabbitmq.objects import Topology
 
 from .config import NAMESPACE, StackConfig, parse_stack_config
 
@@ -101,7 +119,7 @@ class _Objects:
                 return True
         return False
 
-    def claim_topology(self, topology: rmq.Topology) -> None:
+    def claim_topology(self, topology: Topology) -> None:
         """Mark each object of ``topology`` the broker holds as explained."""
         self.claimed_exchanges |= {e.name for e in topology.exchanges if e.name in self.exchanges}
         self.claimed_queues |= {q.name for q in topology.queues if q.name in self.queues}
@@ -109,17 +127,17 @@ class _Objects:
             self.claim_binding(b.source, b.destination, b.destination_type, b.routing_key)
 
 
-def _queue_type(queue: Mapping[str, Any]) -> rmq.QueueType:
+def _queue_type(queue: Mapping[str, Any]) -> QueueType:
     """A defined queue's type (``rmq.listed_queue_type``); a type no endpoint declares (stream) counts as classic."""
-    value = rmq.listed_queue_type(queue)
-    return rmq.QueueType(value) if value in rmq.QUEUE_TYPES else rmq.QueueType.CLASSIC
+    value = listed_queue_type(queue)
+    return QueueType(value) if value in QUEUE_TYPES else QueueType.CLASSIC
 
 
-def _graphs_present(objects: _Objects) -> list[rmq.Generation]:
+def _graphs_present(objects: _Objects) -> list[Generation]:
     """The generations whose delivery exchange or any level object is on the broker."""
     present = []
-    for generation in rmq.Generation:
-        graph = rmq.delay_levels(generation)
+    for generation in Generation:
+        graph = delay_levels(generation)
         names = {e.name for e in graph.exchanges} | {q.name for q in graph.queues}
         if names & (set(objects.exchanges) | set(objects.queues)):
             present.append(generation)
@@ -140,18 +158,18 @@ def _is_fanout_to_own_queue(objects: _Objects, name: str) -> bool:
     )
 
 
-def _delivery_bound(objects: _Objects, generation: rmq.Generation) -> dict[str, rmq.RoutingTopology]:
+def _delivery_bound(objects: _Objects, generation: Generation) -> dict[str, RoutingTopology]:
     """Each address the generation's delivery exchange routes to with ``#.<address>``, and the topology its binding
     shows: exchange to exchange (conventional) or to the queue itself (direct)."""
-    found: dict[str, rmq.RoutingTopology] = {}
-    for _, binding in objects.bindings_from(rmq.delivery_exchange_name(generation)):
+    found: dict[str, RoutingTopology] = {}
+    for _, binding in objects.bindings_from(delivery_exchange_name(generation)):
         destination = str(binding.get("destination"))
-        if binding.get("routing_key") != rmq.endpoint_binding_key(destination) or destination not in objects.queues:
+        if binding.get("routing_key") != endpoint_binding_key(destination) or destination not in objects.queues:
             continue
         if binding.get("destination_type") == "queue":
-            found[destination] = rmq.RoutingTopology.DIRECT
+            found[destination] = RoutingTopology.DIRECT
         elif _is_fanout_to_own_queue(objects, destination):
-            found[destination] = rmq.RoutingTopology.CONVENTIONAL
+            found[destination] = RoutingTopology.CONVENTIONAL
     return found
 
 
@@ -235,7 +253,7 @@ def discover(
     endpoints = _endpoints_and_instances(bound)
     endpoint_types, section_type = _queue_types(objects, endpoints, notes, problems)
     entries, odd = _endpoint_entries(objects, endpoints, endpoint_types, section_type, notes)
-    receiving = {q: e for e, ds in endpoints.items() for q in (e, *(rmq.instance_queue_name(e, d) for d in ds))}
+    receiving = {q: e for e, ds in endpoints.items() for q in (e, *(instance_queue_name(e, d) for d in ds))}
     section: dict[str, Any] = {
         "vhost": vhost,
         "brokerVersion": broker_version,
@@ -243,8 +261,8 @@ def discover(
         "routingTopology": routing_topology.value,
         "queueType": section_type.value,
     }
-    if any(rmq.delivery_limit_policy_name(queue) in objects.policies for queue in receiving):
-        section["policyScope"] = rmq.PolicyScope.ENDPOINT.value
+    if any(delivery_limit_policy_name(queue) in objects.policies for queue in receiving):
+        section["policyScope"] = PolicyScope.ENDPOINT.value
         notes.append("the endpoints created their own nsb.<queue>.delivery-limit policies: policyScope endpoint "
                      "imports them")  # fmt: skip
     section["endpoints"] = entries
@@ -277,18 +295,18 @@ def _vhost_objects(definitions: Mapping[str, Any], vhost: str) -> _Objects:
     )
 
 
-def _delay_graphs(objects: _Objects, vhost: str, notes: list[str]) -> tuple[list[rmq.Generation], rmq.Generation]:
+def _delay_graphs(objects: _Objects, vhost: str, notes: list[str]) -> tuple[list[Generation], Generation]:
     """The delay graphs on the broker, claimed, and the one the stack declares: v2 where both are."""
     present = _graphs_present(objects)
     if not present:
-        names = ", ".join(rmq.delivery_exchange_name(g) for g in reversed(rmq.Generation))
+        names = ", ".join(delivery_exchange_name(g) for g in reversed(Generation))
         raise NothingToDiscover(
             f"vhost {vhost!r} holds no NServiceBus delay graph (no {names}, no delay level): nothing to adopt; "
             "check --vhost, or run the endpoints once with installers on"
         )
-    generation = rmq.Generation.V2 if rmq.Generation.V2 in present else rmq.Generation.V1
+    generation = Generation.V2 if Generation.V2 in present else Generation.V1
     for graph in present:  # what the stack's graph lacks, the command names (the up after the import creates it)
-        objects.claim_topology(rmq.delay_levels(graph))
+        objects.claim_topology(delay_levels(graph))
     if len(present) == 2:
         notes.append(
             "both delay graphs are here: the stack declares v2, the graph of NServiceBus.RabbitMQ 7+; the v1 graph "
@@ -299,11 +317,11 @@ def _delay_graphs(objects: _Objects, vhost: str, notes: list[str]) -> tuple[list
 
 def _routing_topology(
     objects: _Objects,
-    present: list[rmq.Generation],
-    generation: rmq.Generation,
+    present: list[Generation],
+    generation: Generation,
     notes: list[str],
     problems: list[str],
-) -> tuple[dict[str, rmq.RoutingTopology], rmq.RoutingTopology]:
+) -> tuple[dict[str, RoutingTopology], RoutingTopology]:
     """The receiving queues (bound to a delay graph's delivery exchange, the stack's graph first) with the routing
     topology each binding shows, and the stack's: theirs, else what ``error`` or the event exchanges show."""
     bound = _delivery_bound(objects, generation)
@@ -321,24 +339,24 @@ def _routing_topology(
         problems.append(f"the receiving queues use both routing topologies, and a stack has one: {shown}")
     if topologies:
         return bound, next(iter(topologies))
-    if BASE_EVENT_EXCHANGE in objects.exchanges or _is_fanout_to_own_queue(objects, rmq.DEFAULT_ERROR_QUEUE):
-        return bound, rmq.RoutingTopology.CONVENTIONAL
-    if rmq.DEFAULT_ERROR_QUEUE in objects.queues:
-        return bound, rmq.RoutingTopology.DIRECT
-    notes.append(f"no receiving queue shows the routing topology: {rmq.DEFAULT_ROUTING_TOPOLOGY.value} (the default); "
+    if BASE_EVENT_EXCHANGE in objects.exchanges or _is_fanout_to_own_queue(objects, DEFAULT_ERROR_QUEUE):
+        return bound, RoutingTopology.CONVENTIONAL
+    if DEFAULT_ERROR_QUEUE in objects.queues:
+        return bound, RoutingTopology.DIRECT
+    notes.append(f"no receiving queue shows the routing topology: {DEFAULT_ROUTING_TOPOLOGY.value} (the default); "
                  "review")  # fmt: skip
-    return bound, rmq.DEFAULT_ROUTING_TOPOLOGY
+    return bound, DEFAULT_ROUTING_TOPOLOGY
 
 
 def _queue_types(
     objects: _Objects, endpoints: Mapping[str, list[str]], notes: list[str], problems: list[str]
-) -> tuple[dict[str, set[rmq.QueueType]], rmq.QueueType]:
+) -> tuple[dict[str, set[QueueType]], QueueType]:
     """Each endpoint's queue types (one, or a problem) and the section's ``queueType``: error and audit's (theirs is
     the section's), else the most endpoints' type, so that the fewest endpoints need their own."""
-    shared = [name for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE) if name in objects.queues]
+    shared = [name for name in (DEFAULT_ERROR_QUEUE, DEFAULT_AUDIT_QUEUE) if name in objects.queues]
     shared_types = {_queue_type(objects.queues[name]) for name in shared}
     endpoint_types = {
-        e: {_queue_type(objects.queues[q]) for q in (e, *(rmq.instance_queue_name(e, d) for d in ds))}
+        e: {_queue_type(objects.queues[q]) for q in (e, *(instance_queue_name(e, d) for d in ds))}
         for e, ds in endpoints.items()
     }
     if len(shared_types) > 1:
@@ -353,18 +371,18 @@ def _queue_types(
     section_type = next(iter(shared_types)) if len(shared_types) == 1 else None
     if section_type is None and all_types:
         section_type = max(sorted(set(all_types)), key=all_types.count)  # the most endpoints' type: fewest overrides
-    for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
+    for name in (DEFAULT_ERROR_QUEUE, DEFAULT_AUDIT_QUEUE):
         if name not in objects.queues:
             notes.append(f"no queue {name!r}: the stack declares it (pulumi up creates it); set {name}Queue if yours "
                          "has another name")  # fmt: skip
-    return endpoint_types, section_type or rmq.DEFAULT_ENDPOINT_QUEUE_TYPE
+    return endpoint_types, section_type or DEFAULT_ENDPOINT_QUEUE_TYPE
 
 
 def _endpoint_entries(
     objects: _Objects,
     endpoints: Mapping[str, list[str]],
-    endpoint_types: Mapping[str, set[rmq.QueueType]],
-    section_type: rmq.QueueType,
+    endpoint_types: Mapping[str, set[QueueType]],
+    section_type: QueueType,
     notes: list[str],
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The section's ``endpoints``: instances, a queue type other than the section's, the legacy timeout queues;
@@ -382,7 +400,7 @@ def _endpoint_entries(
         types = endpoint_types[endpoint]
         if len(types) == 1 and next(iter(types)) != section_type:
             entry["queueType"] = next(iter(types)).value
-        legacy = rmq.legacy_timeout_queue_names(endpoint)
+        legacy = legacy_timeout_queue_names(endpoint)
         if all(name in objects.queues for name in legacy):
             legacy_types = {_queue_type(objects.queues[name]) for name in legacy}
             if legacy_types == types:  # a stack declares them of the endpoint's type
@@ -394,7 +412,7 @@ def _endpoint_entries(
 
 
 def _claim_section(
-    objects: _Objects, section: dict[str, Any], present: list[rmq.Generation], bound: Mapping[str, object]
+    objects: _Objects, section: dict[str, Any], present: list[Generation], bound: Mapping[str, object]
 ) -> None:
     """Every object the section declares that the broker holds, claimed; and the receiving queues' bindings to the
     other graph's delivery exchange (NServiceBus's too, outside the stack)."""
@@ -402,12 +420,12 @@ def _claim_section(
     assert config.rabbitmq is not None
     objects.claim_topology(config.rabbitmq.topology)
     for other in present:
-        for _, binding in objects.bindings_from(rmq.delivery_exchange_name(other)):
+        for _, binding in objects.bindings_from(delivery_exchange_name(other)):
             destination = str(binding.get("destination"))
-            if destination in bound and binding.get("routing_key") == rmq.endpoint_binding_key(destination):
+            if destination in bound and binding.get("routing_key") == endpoint_binding_key(destination):
                 kind = str(binding.get("destination_type"))
-                key = rmq.endpoint_binding_key(destination)
-                objects.claim_binding(rmq.delivery_exchange_name(other), destination, kind, key)
+                key = endpoint_binding_key(destination)
+                objects.claim_binding(delivery_exchange_name(other), destination, kind, key)
     for policy in config.rabbitmq.topology.policies:
         if policy.name in objects.policies:
             objects.claimed_policies.add(policy.name)
@@ -479,7 +497,7 @@ def _endpoint_users(
 
 def _unclassified(objects: _Objects, endpoints: Iterable[str], odd: Mapping[str, str]) -> list[Unclassified]:
     """What no rule claimed; ``odd``: endpoints whose legacy timeout queues are of another type than their own."""
-    legacy = {name: e for e in endpoints for name in rmq.legacy_timeout_queue_names(e)}
+    legacy = {name: e for e in endpoints for name in legacy_timeout_queue_names(e)}
 
     def queue_reason(name: str) -> str:
         if name in legacy and legacy[name] in odd:
@@ -488,7 +506,7 @@ def _unclassified(objects: _Objects, endpoints: Iterable[str], odd: Mapping[str,
                 "(a stack declares them of the endpoint's queue type): left outside the stack"
             )
         if name in legacy:
-            pair = " and ".join(rmq.legacy_timeout_queue_names(legacy[name]))
+            pair = " and ".join(legacy_timeout_queue_names(legacy[name]))
             return (
                 f"one of {legacy[name]}'s legacy timeout queues without the other (legacyTimeoutManager needs {pair})"
             )

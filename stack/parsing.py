@@ -15,7 +15,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsb_delays.components.model import msmq, permissions, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_POLICY_ACCEPTED_FROM,
+    DELIVERY_LIMIT_POLICY_APPLY_TO,
+)
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    transport_version_problem,
+    unknown_broker_requirement_checks,
+)
+from nsb_delays.components.model.rabbitmq.name_rules import (
+    object_name_problems,
+    rabbitmq_address_problems,
+    shadowing_addresses,
+    vhost_problems,
+)
+from nsb_delays.components.model.rabbitmq.names import QueueType, endpoint_binding_key, legacy_timeout_queue_names
+from nsb_delays.components.model.rabbitmq.versions import parse_broker_version, shown_version
 from nsb_delays.components.model.settings import (
     RABBITMQ,
     RABBITMQ_ENDPOINT,
@@ -270,7 +285,7 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
         problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
         return None
     try:
-        rmq.parse_broker_version(value)
+        parse_broker_version(value)
     except ValueError as error:
         problems.append(f"{where}: {error}")
         return None
@@ -279,15 +294,15 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
 
 def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
-    version = rmq.parse_broker_version(config.broker_version)
-    quorum = rmq.QueueType.QUORUM
+    version = parse_broker_version(config.broker_version)
+    quorum = QueueType.QUORUM
     limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
-    if limited and version < rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
-        accepted = rmq.shown_version(rmq.DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
+    if limited and version < DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
+        accepted = shown_version(DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
         problems.append(
             f"{_at(path, DELIVERY_LIMIT_POLICIES_KEY)} is true with {BROKER_VERSION_KEY} "
             f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
-            f"(apply-to '{rmq.DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
+            f"(apply-to '{DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
             f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
         )
 
@@ -295,10 +310,10 @@ def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: lis
 def _name_problems(name: str, *, destination: bool) -> list[str]:
     """A queue's problems: as an object name (reserved, provider ids, length), and as a delayed-message
     destination when it receives delayed messages (wildcards, whitespace, 199 bytes); each reason once."""
-    problems = rmq.rabbitmq_address_problems(name) if destination else []
+    problems = rabbitmq_address_problems(name) if destination else []
     if not destination and any(ch.isspace() for ch in name):
         problems.append("contains whitespace")
-    return problems + [p for p in rmq.object_name_problems(name) if p not in problems]
+    return problems + [p for p in object_name_problems(name) if p not in problems]
 
 
 def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
@@ -306,30 +321,28 @@ def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, probl
     section's once, each endpoint's own."""
     key = camel_case("transport_version")
     given = raw.get(key) if isinstance(raw, Mapping) else None
-    section_problem = rmq.transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
+    section_problem = transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
     if section_problem:
         problems.append(f"{_at(path, key)}: {section_problem}")
     for i, endpoint in enumerate(config.endpoints):
-        problem = rmq.transport_version_problem(endpoint.transport_version)
+        problem = transport_version_problem(endpoint.transport_version)
         if problem and (endpoint.transport_version != given or not section_problem):
             problems.append(f"{_at(path, 'endpoints')}[{i}].{key}: {problem}")
     checks_key = camel_case("disabled_broker_requirement_checks")
     section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
     section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so
-    section_checks_problem = (
-        rmq.unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
-    )
+    section_checks_problem = unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
     if section_checks_problem:
         problems.append(f"{_at(path, checks_key)}: {section_checks_problem}")
     for i, endpoint in enumerate(config.endpoints):
-        problem = rmq.unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
+        problem = unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
         inherited = list(endpoint.disabled_broker_requirement_checks) == list(section_checks or [])
         if problem and not (inherited and section_checks_problem):
             problems.append(f"{_at(path, 'endpoints')}[{i}].{checks_key}: {problem}")
 
 
 def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    for problem in rmq.vhost_problems(config.vhost):
+    for problem in vhost_problems(config.vhost):
         problems.append(f"{_at(path, 'vhost')}: {config.vhost!r} {problem}")
     queues: list[str] = []
     for i, endpoint in enumerate(config.endpoints):
@@ -338,10 +351,10 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
                 problems.append(f"{_at(path, 'endpoints')}[{i}]: queue {queue!r} {problem}")
         queues += endpoint.receiving_queues
         if endpoint.legacy_timeout_manager:
-            legacy = rmq.legacy_timeout_queue_names(endpoint.endpoint)
+            legacy = legacy_timeout_queue_names(endpoint.endpoint)
             for queue in legacy if endpoint.endpoint else ():
-                for problem in rmq.object_name_problems(queue):
-                    if problem not in rmq.object_name_problems(endpoint.endpoint):  # said once, for the endpoint
+                for problem in object_name_problems(queue):
+                    if problem not in object_name_problems(endpoint.endpoint):  # said once, for the endpoint
                         problems.append(f"{_at(path, 'endpoints')}[{i}]: legacy queue {queue!r} {problem}")
             queues += legacy
     for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
@@ -359,10 +372,10 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
             f"{_at(path, 'policyGroup')}: {group!r} must be a non-empty name without '@' or whitespace: it names the "
             "stack's combined policies, and the provider's policy id is 'name@vhost'"
         )
-    for a, b in rmq.shadowing_addresses(list(config.receiving_queues())):
+    for a, b in shadowing_addresses(list(config.receiving_queues())):
         problems.append(
             f"{_at(path, 'endpoints')}: {a!r} would also receive delayed messages addressed to {b!r} "
-            f"(its binding {rmq.endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"
+            f"(its binding {endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"
         )
 
 

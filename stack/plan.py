@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.components.model import msmq, permissions, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation, RoutingTopology
+from nsb_delays.components.model.rabbitmq.objects import Topology
 from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointPoliciesSettings,
@@ -54,7 +55,7 @@ class RabbitMqConfig:
         return self.infrastructure.vhost
 
     @property
-    def generation(self) -> rmq.Generation:
+    def generation(self) -> Generation:
         return self.infrastructure.generation
 
     @property
@@ -66,7 +67,7 @@ class RabbitMqConfig:
         return self.infrastructure.adopt_existing
 
     @property
-    def routing_topology(self) -> rmq.RoutingTopology:
+    def routing_topology(self) -> RoutingTopology:
         return self.shared_queues.routing_topology
 
     @property
@@ -82,7 +83,7 @@ class RabbitMqConfig:
         return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
 
     @functools.cached_property
-    def _components(self) -> tuple[tuple[bool, rmq.Topology], ...]:
+    def _components(self) -> tuple[tuple[bool, Topology], ...]:
         """Each component's objects, in the order the program declares them, with whether it retains its queues on
         delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
         graph = (
@@ -107,10 +108,10 @@ class RabbitMqConfig:
         )
 
     @functools.cached_property
-    def topology(self) -> rmq.Topology:
+    def topology(self) -> Topology:
         """Every object, in the order the program declares them: exchanges and queues before the policies that
         name them."""
-        return rmq.Topology.join(topology for _, topology in self._components)
+        return Topology.join(topology for _, topology in self._components)
 
     @property
     def grants(self) -> tuple[permissions.UserGrants, ...]:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from nsb_delays.infra.commands.demo.servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from servers.rabbitmq import BROKERS_BY_VERSION, LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary

@@ -21,7 +21,14 @@ from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq import routing
+from nsb_delays.components.model.rabbitmq.names import (
+    DEFAULT_GENERATION,
+    Generation,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.routing import first_exchange
 
 ALLOWED = "allowed"
 REFUSED = "refused 403"  # AMQP ACCESS_REFUSED (rabbit_channel closes the channel with reply code 403)
@@ -93,7 +100,7 @@ class EndpointClient:
         self.connection = pika.BlockingConnection(parameters)
         self.api = ManagementApi(management_url, user, password)
         self.vhost, self.routing_topology = vhost, routing_topology
-        self.delivery = rmq.delivery_exchange_name(rmq.DEFAULT_GENERATION)
+        self.delivery = delivery_exchange_name(DEFAULT_GENERATION)
         self._channel: BlockingChannel | None = None
 
     def close(self) -> None:
@@ -151,7 +158,7 @@ class EndpointClient:
         """``ConventionalRoutingTopology.BindToDelayInfrastructure`` (``exchange.bind``) or
         ``DirectRoutingTopology.BindToDelayInfrastructure`` (``queue.bind``) of the destination to the delivery
         exchange with ``DelayInfrastructure.BindingKey`` = ``#.<destination>``."""
-        key = rmq.endpoint_binding_key(destination) if binding_key is None else binding_key
+        key = endpoint_binding_key(destination) if binding_key is None else binding_key
         if self.routing_topology == "conventional":
             self.channel().exchange_bind(destination=destination, source=self.delivery, routing_key=key)
         else:
@@ -162,8 +169,8 @@ class EndpointClient:
         starting level with ``DelayInfrastructure.CalculateRoutingKey``'s 28-bit key, mandatory."""
         self.bind_to_delay_infrastructure(destination)
         headers = {DELAY_HEADER: delay_seconds, **({"CC": list(cc)} if cc else {})}
-        key = rmq.routing_key(delay_seconds, destination)
-        self.publish(rmq.first_exchange(delay_seconds, rmq.Generation.V2), key, message_id, headers=headers)
+        key = routing.routing_key(delay_seconds, destination)
+        self.publish(first_exchange(delay_seconds, Generation.V2), key, message_id, headers=headers)
 
     # --- events: Routing/ConventionalRoutingTopology.cs, Routing/DirectRoutingTopology.cs ----------------------------
 

@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from . import rabbitmq as rmq
+from .rabbitmq import routing
+from .rabbitmq.names import LEVEL_COUNT, Generation
+from .rabbitmq.routing import (
+    DELAY_HEADER,
+    MAX_DELAY_SECONDS,
+    ROUTING_KEY_PREFIX_LENGTH,
+    destination_from_routing_key,
+    first_exchange,
+)
 
 TIME_SENT_HEADER = "NServiceBus.TimeSent"
 TIME_SENT_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"  # .NET "yyyy-MM-dd HH:mm:ss:ffffff Z", always UTC
@@ -111,8 +119,8 @@ def header_text(value: Any) -> str | None:
     return None
 
 
-_DELAY_PREFIX_LENGTH = 2 * rmq.LEVEL_COUNT
-_DELAY_PREFIX_DOTS = "." * rmq.LEVEL_COUNT
+_DELAY_PREFIX_LENGTH = 2 * LEVEL_COUNT
+_DELAY_PREFIX_DOTS = "." * LEVEL_COUNT
 
 
 def is_delayed_routing_key(key: str) -> bool:
@@ -129,7 +137,7 @@ def is_delayed_routing_key(key: str) -> bool:
 
 def delay_in_routing_key(key: str) -> int:
     """The delay the 28 bits of a delayed routing key encode (what a message was last sent with)."""
-    return int(key[: rmq.ROUTING_KEY_PREFIX_LENGTH : 2], 2)
+    return int(key[:ROUTING_KEY_PREFIX_LENGTH:2], 2)
 
 
 @dataclass(frozen=True)
@@ -148,31 +156,31 @@ class DueMessage:
     remaining_seconds: int
 
     def routing_key(self) -> str:
-        return rmq.routing_key(self.remaining_seconds, self.destination)
+        return routing.routing_key(self.remaining_seconds, self.destination)
 
     def at(self, now_micros: int) -> DueMessage:
         """The same message read again at ``now_micros``: only the remaining delay changes."""
         return DueMessage(self.destination, self.due_micros, remaining_delay(self.due_micros, now_micros))
 
-    def exchange(self, generation: rmq.Generation) -> str:
-        return rmq.first_exchange(self.remaining_seconds, generation)
+    def exchange(self, generation: Generation) -> str:
+        return first_exchange(self.remaining_seconds, generation)
 
 
 def read_delayed_message(routing_key: str, headers: Mapping[str, Any] | None, now_micros: int) -> DueMessage | Poison:
     """Due time and destination of a delay-level queue's message, or why it is poison."""
     if not headers or (  # the broker's own annotations only (neither header below is one of them)
-        rmq.DELAY_HEADER not in headers
+        DELAY_HEADER not in headers
         and TIME_SENT_HEADER not in headers
         and all(name in STRIPPED_HEADERS for name in headers)
     ):
         return Poison("no headers")
-    if rmq.DELAY_HEADER not in headers:
-        return Poison(f"no {rmq.DELAY_HEADER} header")
+    if DELAY_HEADER not in headers:
+        return Poison(f"no {DELAY_HEADER} header")
     if TIME_SENT_HEADER not in headers:
         return Poison(f"no {TIME_SENT_HEADER} header")
-    delay = headers[rmq.DELAY_HEADER]
+    delay = headers[DELAY_HEADER]
     if isinstance(delay, bool) or not isinstance(delay, int):
-        return Poison(f"{rmq.DELAY_HEADER} {delay!r} is not an integer")
+        return Poison(f"{DELAY_HEADER} {delay!r} is not an integer")
     text = header_text(headers[TIME_SENT_HEADER])
     try:
         sent = time_sent_micros(text or "")
@@ -183,15 +191,15 @@ def read_delayed_message(routing_key: str, headers: Mapping[str, Any] | None, no
     if not is_delayed_routing_key(routing_key):
         return Poison(
             f"routing key {routing_key!r} is not a delayed-delivery key "
-            f"({rmq.LEVEL_COUNT} words of 0/1, then the destination)"
+            f"({LEVEL_COUNT} words of 0/1, then the destination)"
         )
-    destination = rmq.destination_from_routing_key(routing_key)
+    destination = destination_from_routing_key(routing_key)
     due = sent + delay * MICROS_PER_SECOND
     remaining = remaining_delay(due, now_micros)
-    if remaining > rmq.MAX_DELAY_SECONDS:
+    if remaining > MAX_DELAY_SECONDS:
         return Poison(
             f"due {remaining} s from now ({TIME_SENT_HEADER} {text} + {delay} s), beyond the "
-            f"{rmq.MAX_DELAY_SECONDS} s the {rmq.LEVEL_COUNT} delay levels can hold"
+            f"{MAX_DELAY_SECONDS} s the {LEVEL_COUNT} delay levels can hold"
         )
     return DueMessage(destination, due, remaining)
 
@@ -202,7 +210,7 @@ def read_parked_message(routing_key: str, headers: Mapping[str, Any] | None, now
     that is not a delayed-delivery key leaves no destination to send it back to."""
     read = read_delayed_message(routing_key, headers, now_micros)
     if isinstance(read, Poison) and is_delayed_routing_key(routing_key):
-        return DueMessage(rmq.destination_from_routing_key(routing_key), now_micros, 0)
+        return DueMessage(destination_from_routing_key(routing_key), now_micros, 0)
     return read
 
 
@@ -220,7 +228,7 @@ def poison_headers(headers: Mapping[str, Any] | None, reason: str) -> dict[str, 
 
 # MessageConverter.RetrieveHeaders removes these before handing headers to NServiceBus.
 RECEIVE_STRIPPED_HEADERS = (
-    rmq.DELAY_HEADER,
+    DELAY_HEADER,
     *DEATH_HEADERS,
     "NServiceBus.Transport.RabbitMQ.ConfirmationId",  # MessageConverter.LegacyConfirmationIdHeader
     "x-dotnet-pub-seq-no",  # RabbitMQ.Client Constants.PublishSequenceNumberHeader

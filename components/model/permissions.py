@@ -40,7 +40,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import rabbitmq as rmq
+from .rabbitmq.names import (
+    DEFAULT_AUDIT_QUEUE,
+    DEFAULT_ERROR_QUEUE,
+    LEVEL_COUNT,
+    Generation,
+    RoutingTopology,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
+from .rabbitmq.policy_match import erlang_regex
+from .rabbitmq.routing import routing_key
 
 MANAGEMENT_TAG = "management"
 """The least tag that opens the management API (``rabbit_mgmt_util:is_mgmt_user``)."""
@@ -134,12 +145,12 @@ def name_problems(name: str) -> list[str]:
 def delayed_routing_key_pattern(destinations: Iterable[str]) -> str:
     """The level exchanges' routing keys for ``destinations``: 28 ``0.``/``1.`` words, then the address
     (``DelayInfrastructure.CalculateRoutingKey``)."""
-    return f"^(?:[01]\\.){{{rmq.LEVEL_COUNT}}}{exactly(destinations)[1:]}"
+    return f"^(?:[01]\\.){{{LEVEL_COUNT}}}{exactly(destinations)[1:]}"
 
 
 def delivery_binding_key_pattern(destinations: Iterable[str]) -> str:
     """The delivery exchange's binding keys for ``destinations``: ``#.<address>`` (``rmq.endpoint_binding_key``)."""
-    return exactly(rmq.endpoint_binding_key(destination) for destination in destinations)
+    return exactly(endpoint_binding_key(destination) for destination in destinations)
 
 
 CONSUME_CALL = "MessagePump.ConnectToBroker (basic.consume)"
@@ -183,18 +194,18 @@ class EndpointAccesses:
 def endpoint_accesses(
     user: EndpointUser,
     *,
-    routing_topology: rmq.RoutingTopology,
-    generation: rmq.Generation,
-    error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
-    audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
+    routing_topology: RoutingTopology,
+    generation: Generation,
+    error_queue: str = DEFAULT_ERROR_QUEUE,
+    audit_queue: str = DEFAULT_AUDIT_QUEUE,
 ) -> EndpointAccesses:
     """The checks of each call the module's docstring lists: consume its queues, send to its destinations and to
     error and audit, send delayed to its destinations (its own queues included: delayed retries), and declare,
     bind and publish its events. A delayed send's topic checks are listed for one key per level (a delay of 2^L
     seconds starts at level L)."""
-    levels = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
-    delivery = rmq.delivery_exchange_name(generation)
-    conventional = routing_topology == rmq.RoutingTopology.CONVENTIONAL
+    levels = [delay_level_name(level, generation) for level in range(LEVEL_COUNT)]
+    delivery = delivery_exchange_name(generation)
+    conventional = routing_topology == RoutingTopology.CONVENTIONAL
     resources = [Access("read", queue, CONSUME_CALL) for queue in user.receiving_queues]
     if conventional:
         send = "ConventionalRoutingTopology.Send"
@@ -205,11 +216,11 @@ def endpoint_accesses(
     topics: list[TopicAccess] = []
     for destination in user.destinations:
         resources += [Access("write", destination, bind), Access("read", delivery, bind)]
-        topics.append(TopicAccess("read", delivery, rmq.endpoint_binding_key(destination), bind))
+        topics.append(TopicAccess("read", delivery, endpoint_binding_key(destination), bind))
         for level, exchange in enumerate(levels):
             publish = f"ConfirmsAwareChannel.SendMessage (a delay starting at level {level:02d})"
             resources.append(Access("write", exchange, publish))
-            topics.append(TopicAccess("write", exchange, rmq.routing_key(2**level, destination), publish))
+            topics.append(TopicAccess("write", exchange, routing_key(2**level, destination), publish))
     if conventional:
         events = "ConventionalRoutingTopology.SetupTypeSubscriptions"
         for event in user.event_exchanges:
@@ -228,10 +239,10 @@ def endpoint_user_grants(
     user: EndpointUser,
     vhost: str = "/",
     *,
-    routing_topology: rmq.RoutingTopology,
-    generation: rmq.Generation,
-    error_queue: str = rmq.DEFAULT_ERROR_QUEUE,
-    audit_queue: str = rmq.DEFAULT_AUDIT_QUEUE,
+    routing_topology: RoutingTopology,
+    generation: Generation,
+    error_queue: str = DEFAULT_ERROR_QUEUE,
+    audit_queue: str = DEFAULT_AUDIT_QUEUE,
 ) -> UserGrants:
     """The least grants for ``user``: exactly the names ``endpoint_accesses`` checks, per permission, and a topic
     permission per delay exchange allowing only its destinations' keys."""
@@ -239,8 +250,8 @@ def endpoint_user_grants(
         user, routing_topology=routing_topology, generation=generation, error_queue=error_queue,
         audit_queue=audit_queue,
     )  # fmt: skip
-    levels = [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)]
-    delivery = rmq.delivery_exchange_name(generation)
+    levels = [delay_level_name(level, generation) for level in range(LEVEL_COUNT)]
+    delivery = delivery_exchange_name(generation)
     destinations = user.destinations
     topic = (
         TopicGrant(delivery, write=NOTHING, read=delivery_binding_key_pattern(destinations)),
@@ -282,7 +293,7 @@ def permission_allows(pattern: str, name: str) -> bool | None:
     """``rabbit_auth_backend_internal:check_resource_access/4``: an empty permission reads as ``^$``; the regex runs
     unanchored on the name's bytes (``re:run`` without ``unicode``), and a regex error denies. None when Python cannot
     evaluate a pattern PCRE takes."""
-    regex = rmq.erlang_regex(pattern or NOTHING)
+    regex = erlang_regex(pattern or NOTHING)
     return None if regex is None else regex.search(name.encode()) is not None
 
 

@@ -21,7 +21,36 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from . import permissions, sqs
-from . import rabbitmq as rmq
+from .rabbitmq.combined import PolicyScope, combined_targets
+from .rabbitmq.delivery_limits import delivery_limit_policies_by_default, delivery_limit_policy
+from .rabbitmq.endpoint_start import (
+    NEWEST_TRANSPORT_VERSION,
+    parse_transport_version,
+    transport_version_problem,
+    unknown_broker_requirement_checks,
+)
+from .rabbitmq.graph import (
+    alternate_exchange_policy,
+    delay_levels,
+    endpoint_topology,
+    parking_topology,
+    receiving_queue_policies,
+    shared_queues,
+)
+from .rabbitmq.name_rules import rabbitmq_address_problems
+from .rabbitmq.names import (
+    DEFAULT_AUDIT_QUEUE,
+    DEFAULT_ENDPOINT_QUEUE_TYPE,
+    DEFAULT_ERROR_QUEUE,
+    DEFAULT_GENERATION,
+    DEFAULT_ROUTING_TOPOLOGY,
+    Generation,
+    QueueType,
+    RoutingTopology,
+    instance_queue_name,
+)
+from .rabbitmq.objects import EXCHANGES_TARGET, QUORUM_QUEUES_TARGET, PolicySpec, Topology
+from .rabbitmq.versions import DEFAULT_BROKER_VERSION, dotted_version
 
 PACKAGE = "nsb-delays"  # the stack config's namespace, the component provider's package and its type tokens' prefix
 
@@ -81,7 +110,7 @@ class InVhost:
 @dataclass(frozen=True, kw_only=True)
 class OnBroker:
     broker_version: str = setting(
-        rmq.DEFAULT_BROKER_VERSION,
+        DEFAULT_BROKER_VERSION,
         doc="The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): "
         "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program "
         "refuses a broker of another `MAJOR.MINOR` before it changes anything (`check_broker_version`).",
@@ -95,8 +124,8 @@ class OnBroker:
 
 @dataclass(frozen=True, kw_only=True)
 class OfGeneration:
-    generation: rmq.Generation = setting(
-        rmq.DEFAULT_GENERATION,
+    generation: Generation = setting(
+        DEFAULT_GENERATION,
         doc="The delay graph: `v2` (quorum level queues, `nsb.v2.delay-level-NN`) or `v1` (classic lazy level queues, "
         "`nsb.delay-level-NN`).",
         places=(RABBITMQ,),
@@ -105,8 +134,8 @@ class OfGeneration:
 
 @dataclass(frozen=True, kw_only=True)
 class Routed:
-    routing_topology: rmq.RoutingTopology = setting(
-        rmq.DEFAULT_ROUTING_TOPOLOGY,
+    routing_topology: RoutingTopology = setting(
+        DEFAULT_ROUTING_TOPOLOGY,
         doc="The endpoints' routing topology: `conventional` (a fanout exchange per endpoint, bound to the delivery "
         "exchange) or `direct` (the queue bound to the delivery exchange itself).",
         places=(RABBITMQ,),
@@ -117,8 +146,8 @@ class Routed:
 class OwnQueues:
     """Settings of the queues that hold an endpoint's messages (its own, error and audit)."""
 
-    queue_type: rmq.QueueType = setting(
-        rmq.DEFAULT_ENDPOINT_QUEUE_TYPE, doc="The type of the endpoint, error and audit queues.",
+    queue_type: QueueType = setting(
+        DEFAULT_ENDPOINT_QUEUE_TYPE, doc="The type of the endpoint, error and audit queues.",
         places=(RABBITMQ, RABBITMQ_ENDPOINT),
     )  # fmt: skip
     retain_on_delete: bool = setting(
@@ -155,14 +184,14 @@ class DeliveryLimits(OnBroker):
         """``delivery_limit_policies``, or when not given what ``broker_version`` wants (resolved here only)."""
         if self.delivery_limit_policies is not None:
             return self.delivery_limit_policies
-        return rmq.delivery_limit_policies_by_default(self.broker_version)
+        return delivery_limit_policies_by_default(self.broker_version)
 
 
 @dataclass(frozen=True, kw_only=True)
 class SharedQueueNames:
-    error_queue: str = setting(rmq.DEFAULT_ERROR_QUEUE, doc="The error queue every endpoint may send to.",
+    error_queue: str = setting(DEFAULT_ERROR_QUEUE, doc="The error queue every endpoint may send to.",
                                places=(RABBITMQ,))  # fmt: skip
-    audit_queue: str = setting(rmq.DEFAULT_AUDIT_QUEUE, doc="The audit queue every endpoint may send to.",
+    audit_queue: str = setting(DEFAULT_AUDIT_QUEUE, doc="The audit queue every endpoint may send to.",
                                places=(RABBITMQ,))  # fmt: skip
 
 
@@ -181,17 +210,17 @@ class DelayInfrastructureSettings(Parking, OfGeneration, OnBroker, InVhost):
         places=(RABBITMQ,),
     )
 
-    def topology(self) -> rmq.Topology:
-        levels = rmq.delay_levels(self.generation)
-        return levels + rmq.parking_topology(self.generation) if self.park_unroutable else levels
+    def topology(self) -> Topology:
+        levels = delay_levels(self.generation)
+        return levels + parking_topology(self.generation) if self.park_unroutable else levels
 
 
 @dataclass(frozen=True, kw_only=True)
 class SharedQueuesSettings(SharedQueueNames, OwnQueues, Routed, OnBroker, InVhost):
     """``RabbitMqSharedQueues``: the error and audit queues every endpoint sends to."""
 
-    def topology(self) -> rmq.Topology:
-        return rmq.shared_queues(
+    def topology(self) -> Topology:
+        return shared_queues(
             routing_topology=self.routing_topology,
             queue_type=self.queue_type,
             error_queue=self.error_queue,
@@ -214,8 +243,8 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         doc="Adds the legacy timeout manager's queues `<endpoint>.Timeouts` and `<endpoint>.TimeoutsDispatcher`.",
         places=(RABBITMQ_ENDPOINT,),
     )
-    policy_scope: rmq.PolicyScope = setting(
-        rmq.PolicyScope.STACK,
+    policy_scope: PolicyScope = setting(
+        PolicyScope.STACK,
         doc="Who declares the endpoint's parking and delivery-limit policies: `stack`, a few combined policies for "
         "all the stack's endpoints (`RabbitMqEndpointPolicies`); or `endpoint`, one per queue or exchange, named as "
         "NServiceBus names its own (`nsb.<queue>.delivery-limit`). One per object makes every policy change cost "
@@ -223,13 +252,13 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         places=(RABBITMQ,),
     )
     transport_version: str = setting(
-        rmq.dotted_version(rmq.NEWEST_TRANSPORT_VERSION),
+        dotted_version(NEWEST_TRANSPORT_VERSION),
         doc="The NServiceBus.RabbitMQ release the endpoint runs, `MAJOR.MINOR.PATCH` (quote it in YAML): "
         "`nsb-delays preflight` and the policy pack judge its start-up by that release's checks (10.0.0 to 10.1.4 "
         "refuse the delivery-limit policies' 100000).",
         places=(RABBITMQ, RABBITMQ_ENDPOINT),
         default_text="the newest release this version of nsb-delays knows, "
-        f'`"{rmq.dotted_version(rmq.NEWEST_TRANSPORT_VERSION)}"`',
+        f'`"{dotted_version(NEWEST_TRANSPORT_VERSION)}"`',
     )
 
     disabled_broker_requirement_checks: tuple[str, ...] = setting(
@@ -250,24 +279,24 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
     @property
     def transport(self) -> tuple[int, int, int]:
         """``transport_version`` parsed (ValueError naming the value and the rule)."""
-        return rmq.parse_transport_version(self.transport_version)
+        return parse_transport_version(self.transport_version)
 
     @property
     def receiving_queues(self) -> tuple[str, ...]:
         """The queues bound to the delivery exchange: the endpoint's and each instance's."""
-        return (self.endpoint, *(rmq.instance_queue_name(self.endpoint, d) for d in self.instance_discriminators))
+        return (self.endpoint, *(instance_queue_name(self.endpoint, d) for d in self.instance_discriminators))
 
-    def topology(self) -> rmq.Topology:
-        problems = rmq.rabbitmq_address_problems(self.endpoint)
+    def topology(self) -> Topology:
+        problems = rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
-        version_problem = rmq.transport_version_problem(self.transport_version)
+        version_problem = transport_version_problem(self.transport_version)
         if version_problem:
             raise ValueError(f"transportVersion: {version_problem}")
-        checks_problem = rmq.unknown_broker_requirement_checks(self.disabled_broker_requirement_checks)
+        checks_problem = unknown_broker_requirement_checks(self.disabled_broker_requirement_checks)
         if checks_problem:
             raise ValueError(f"disabledBrokerRequirementChecks: {checks_problem}")
-        topology = rmq.endpoint_topology(
+        topology = endpoint_topology(
             self.endpoint,
             generation=self.generation,
             routing_topology=self.routing_topology,
@@ -276,13 +305,13 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
             legacy_timeout_manager=self.legacy_timeout_manager,
             own_policies=False,
         )
-        if self.policy_scope != rmq.PolicyScope.ENDPOINT:
+        if self.policy_scope != PolicyScope.ENDPOINT:
             return topology  # the stack declares them combined (EndpointPoliciesSettings.covering)
-        return topology + rmq.Topology(policies=self.policies())
+        return topology + Topology(policies=self.policies())
 
-    def policies(self) -> tuple[rmq.PolicySpec, ...]:
+    def policies(self) -> tuple[PolicySpec, ...]:
         """Its per-object parking and delivery-limit policies, whoever declares them (``policy_scope``)."""
-        return rmq.receiving_queue_policies(
+        return receiving_queue_policies(
             self.receiving_queues,
             generation=self.generation,
             routing_topology=self.routing_topology,
@@ -312,24 +341,24 @@ class EndpointPoliciesSettings(OfGeneration, DeliveryLimits, InVhost):
 
     def covering(self, endpoints: tuple[EndpointSettings, ...]) -> EndpointPoliciesSettings:
         """These settings for ``endpoints``: the targets of those that leave their policies to the stack."""
-        policies = [p for e in endpoints if e.policy_scope == rmq.PolicyScope.STACK for p in e.policies()]
+        policies = [p for e in endpoints if e.policy_scope == PolicyScope.STACK for p in e.policies()]
 
         def targets(apply_to: str) -> tuple[str, ...]:
             return tuple(name for p in policies if p.apply_to == apply_to for name in p.targets)
 
         return dataclasses.replace(
             self,
-            delivery_limit_queues=targets(rmq.QUORUM_QUEUES_TARGET),
-            parked_exchanges=targets(rmq.EXCHANGES_TARGET),
+            delivery_limit_queues=targets(QUORUM_QUEUES_TARGET),
+            parked_exchanges=targets(EXCHANGES_TARGET),
         )
 
-    def topology(self, stack: str) -> rmq.Topology:
+    def topology(self, stack: str) -> Topology:
         """The combined policies, named by ``policy_group`` or else ``stack``."""
         limited = self.delivery_limit_queues if self.declares_delivery_limit_policies else ()
-        kinds = [(rmq.delivery_limit_policy(limited[0]), limited)] if limited else []
+        kinds = [(delivery_limit_policy(limited[0]), limited)] if limited else []
         parked = self.parked_exchanges
-        kinds += [(rmq.alternate_exchange_policy(parked[0], self.generation), parked)] if parked else []
-        return rmq.Topology(policies=rmq.combined_targets(kinds, self.policy_group or stack))
+        kinds += [(alternate_exchange_policy(parked[0], self.generation), parked)] if parked else []
+        return Topology(policies=combined_targets(kinds, self.policy_group or stack))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,7 @@ from nsb_delays.brokers.discovery import read_broker
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.verify import Drift, declared_policy_drifts, declared_subject, topology_drifts
 from nsb_delays.components.encoding import binding_import_id, import_id
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.objects import BindingSpec, ExchangeSpec, PolicySpec, QueueSpec
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_POLICY, RABBITMQ_QUEUE
 from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, StackConfig, stack_name
 from nsb_delays.stack.discovery import CannotDiscover, Discovery, NothingToDiscover, discover
@@ -64,9 +64,9 @@ def stack_document(discovery: Discovery, management_url: str, vhost: str, review
     return "".join(lines) + body
 
 
-Spec = rmq.ExchangeSpec | rmq.QueueSpec | rmq.BindingSpec | rmq.PolicySpec
-RESOURCE_TYPES = {rmq.ExchangeSpec: RABBITMQ_EXCHANGE, rmq.QueueSpec: RABBITMQ_QUEUE, rmq.BindingSpec: RABBITMQ_BINDING,
-                  rmq.PolicySpec: RABBITMQ_POLICY}  # fmt: skip
+Spec = ExchangeSpec | QueueSpec | BindingSpec | PolicySpec
+RESOURCE_TYPES = {ExchangeSpec: RABBITMQ_EXCHANGE, QueueSpec: RABBITMQ_QUEUE, BindingSpec: RABBITMQ_BINDING,
+                  PolicySpec: RABBITMQ_POLICY}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,14 @@ class Adoption:
 
 def import_key(spec: Spec, vhost: str) -> tuple[str, str]:
     """The resource type and the ``pulumi import`` id the program gives ``spec`` (``components.rabbitmq.Declared``)."""
-    found = binding_import_id(spec, vhost) if isinstance(spec, rmq.BindingSpec) else import_id(spec.name, vhost)
+    found = binding_import_id(spec, vhost) if isinstance(spec, BindingSpec) else import_id(spec.name, vhost)
     return RESOURCE_TYPES[type(spec)], found
 
 
 def review_name(spec: Spec) -> str:
     """``exchange audit``, ``binding audit -> queue audit``, ``binding nsb.v2.delay-delivery -> exchange Sales
     (#.Sales)``."""
-    if isinstance(spec, rmq.BindingSpec):
+    if isinstance(spec, BindingSpec):
         key = f" ({spec.routing_key})" if spec.routing_key else ""
         return f"binding {spec.source} -> {spec.destination_type} {spec.destination}{key}"
     return declared_subject(spec)
@@ -122,7 +122,7 @@ def conflict_line(spec: Spec, drift: Drift) -> str:
         f"cannot adopt {drift.subject} as it is: the broker has {drift.field} {drift.actual}, the stack declares "
         f"{drift.expected} (left out of the import file"
     )
-    if isinstance(spec, rmq.PolicySpec):
+    if isinstance(spec, PolicySpec):
         return f"{head}: the pulumi up after the import writes the stack's policy over it)"
     return (
         f"{head}; pulumi up can neither import it nor declare it over the broker's: delete it and let pulumi up "

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from nsb_delays.components.model import msmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import ALTERNATE_EXCHANGE_POLICY_KEY
+from nsb_delays.components.model.rabbitmq.names import delivery_exchange_name
 from nsb_delays.stack.config import StackConfig
 
 
@@ -70,12 +71,12 @@ def mermaid_context(stack: StackConfig, stack_name: str) -> dict[str, Any]:
             label = binding.routing_key
         edges.append({"from": source, "to": target, "label": _mermaid_label(label), "style": binding.role})
     for policy in topology.alternate_exchange_policies:  # parking: where what an exchange cannot route goes
-        alternate = str(policy.definition[rmq.ALTERNATE_EXCHANGE_POLICY_KEY])
+        alternate = str(policy.definition[ALTERNATE_EXCHANGE_POLICY_KEY])
         for parked in policy.targets:
             if ("exchange", parked) in ids and ("exchange", alternate) in ids:
                 source, target = ids[("exchange", parked)], ids[("exchange", alternate)]
                 edges.append({"from": source, "to": target, "label": "unroutable", "style": "alternate"})
-    delivered = _reachable({ids[("exchange", rmq.delivery_exchange_name(config.generation))]}, edges)
+    delivered = _reachable({ids[("exchange", delivery_exchange_name(config.generation))]}, edges)
     for entry in nodes:
         entry["group"] = "levels" if entry.pop("role") == "delay-level" else "" if entry["id"] in delivered else "other"
     return {

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nsb_delays.components.model import permissions, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.objects import Topology
 from nsb_delays.stack.config import StackConfig
 
 
@@ -63,7 +63,7 @@ def check_passwords(users: Sequence[str], passwords: Mapping[str, str]) -> None:
         )
 
 
-def topology_definitions(topology: rmq.Topology, vhost: str) -> dict[str, Any]:
+def topology_definitions(topology: Topology, vhost: str) -> dict[str, Any]:
     """``vhosts``, ``exchanges``, ``queues``, ``bindings`` and ``policies`` of the definitions format."""
     return {
         "vhosts": [{"name": vhost}],

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 from nsb_delays.stack.config import RabbitMqConfig
 from tests.conftest import vhost_factory
 
@@ -22,7 +22,7 @@ def delivery_limit_policies(broker_version: tuple[int, ...]) -> bool:
     """Version-specific: stacks declare NServiceBus's delivery-limit policies on RabbitMQ 4.0+ and turn them off
     (``deliveryLimitPolicies: false``) for 3.10, which refuses their apply-to 'quorum_queues' and has no default
     delivery limit (``test_delivery_limit.py`` shows both)."""
-    return broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    return broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pika
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.permissions import BASE_EVENT_EXCHANGE, TOPIC_EXCHANGE
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from nsb_delays.stack.discovery import SECRET_PLACEHOLDER
 from servers.rabbitmq import LocalRabbitMq
@@ -55,9 +55,7 @@ def declared_section(vhost: str, topology: str, broker_version: tuple[int, ...])
         return entry
 
     # NServiceBus.RabbitMQ 10+ endpoints create their own delivery-limit policies when they start on 4.x
-    own_policies = (
-        {"policyScope": "endpoint"} if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else {}
-    )
+    own_policies = {"policyScope": "endpoint"} if broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else {}
     return own_policies | {
         "vhost": vhost,
         "brokerVersion": ".".join(map(str, broker_version[:2])),

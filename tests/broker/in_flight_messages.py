@@ -20,7 +20,9 @@ import pika
 
 from nsb_delays.brokers.confirms import ConfirmPublisher, OutgoingMessage
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq import routing
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER, MAX_DELAY_SECONDS, first_exchange
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 
 ENDPOINTS = ("Sales", "Billing", "Shipping.Eu")  # a dotted address: #1608 (destination = key after 56 chars)
@@ -64,7 +66,7 @@ def delayed_message(
         "NServiceBus.ContentType": "application/json",
         "NServiceBus.ConversationId": str(uuid.uuid4()),
         in_flight.TIME_SENT_HEADER: in_flight.format_time_sent(sent),
-        rmq.DELAY_HEADER: original_delay,
+        DELAY_HEADER: original_delay,
         "Test.Index": str(index),
     }
     history = {
@@ -81,9 +83,9 @@ def delayed_message(
         "type": "Shop.OrderDeadline",
         "delivery_mode": 2,
     }
-    key = rmq.routing_key(original_delay, destination)
+    key = routing.routing_key(original_delay, destination)
     outgoing = OutgoingMessage(
-        rmq.first_exchange(original_delay, generation),
+        first_exchange(original_delay, generation),
         key,
         body,
         pika.BasicProperties(headers={**headers, **history}, **properties),
@@ -94,31 +96,31 @@ def delayed_message(
 
 def poison_messages(generation: str) -> list[tuple[PoisonMessage, OutgoingMessage]]:
     """One of each kind the NServiceBus tool sets aside (and the ones it would crash on)."""
-    key = rmq.routing_key(3600 * 24, "Sales")
-    exchange = rmq.first_exchange(3600 * 24, generation)
+    key = routing.routing_key(3600 * 24, "Sales")
+    exchange = first_exchange(3600 * 24, generation)
     sent = in_flight.format_time_sent(datetime.now(UTC))
     kinds: list[tuple[str, dict[str, Any] | None, str, str]] = [
         ("no headers", None, exchange, key),
-        (f"no {rmq.DELAY_HEADER}", {in_flight.TIME_SENT_HEADER: sent}, exchange, key),
-        (f"no {in_flight.TIME_SENT_HEADER}", {rmq.DELAY_HEADER: 86400}, exchange, key),
+        (f"no {DELAY_HEADER}", {in_flight.TIME_SENT_HEADER: sent}, exchange, key),
+        (f"no {in_flight.TIME_SENT_HEADER}", {DELAY_HEADER: 86400}, exchange, key),
         (
             f"{in_flight.TIME_SENT_HEADER} '2024-06-11T10:00:00Z'",
-            {rmq.DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: "2024-06-11T10:00:00Z"},
+            {DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: "2024-06-11T10:00:00Z"},
             exchange,
             key,
         ),
         (
-            f"{rmq.DELAY_HEADER} '86400' is not an integer",
-            {rmq.DELAY_HEADER: "86400", in_flight.TIME_SENT_HEADER: sent},
+            f"{DELAY_HEADER} '86400' is not an integer",
+            {DELAY_HEADER: "86400", in_flight.TIME_SENT_HEADER: sent},
             exchange,
             key,
         ),
         # straight into the level queue through the default exchange: not a delayed-delivery key
         (
             "routing key",
-            {rmq.DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: sent},
+            {DELAY_HEADER: 86400, in_flight.TIME_SENT_HEADER: sent},
             "",
-            rmq.delay_level_name(16, generation),
+            delay_level_name(16, generation),
         ),
     ]
     made = []
@@ -140,10 +142,10 @@ def spread_over_levels(
     chooser = random.Random(seed)
     waiting, outgoing = [], []
     index = 0
-    for level in range(lowest_target_level, rmq.LEVEL_COUNT):
+    for level in range(lowest_target_level, LEVEL_COUNT):
         for _ in range(per_level):
-            remaining = chooser.randrange(1 << level, min(1 << (level + 1), rmq.MAX_DELAY_SECONDS))
-            original = min(remaining + chooser.randrange(0, 1 << chooser.randrange(1, 27)), rmq.MAX_DELAY_SECONDS)
+            remaining = chooser.randrange(1 << level, min(1 << (level + 1), MAX_DELAY_SECONDS))
+            original = min(remaining + chooser.randrange(0, 1 << chooser.randrange(1, 27)), MAX_DELAY_SECONDS)
             message, publish = delayed_message(
                 ENDPOINTS[index % len(ENDPOINTS)], original, remaining, generation, index
             )
@@ -161,7 +163,7 @@ def due_soon(
     waiting, outgoing = [], []
     for offset in range(count):
         remaining = chooser.uniform(*within)
-        original = chooser.randrange(1 << 6, rmq.MAX_DELAY_SECONDS)
+        original = chooser.randrange(1 << 6, MAX_DELAY_SECONDS)
         message, publish = delayed_message(
             ENDPOINTS[offset % len(ENDPOINTS)], original, remaining, generation, start_index + offset
         )
@@ -216,7 +218,7 @@ def read_queues(
 
 
 def read_levels(parameters: pika.ConnectionParameters, generation: str) -> dict[str, list[tuple[Any, Any, bytes]]]:
-    return read_queues(parameters, [rmq.delay_level_name(level, generation) for level in range(rmq.LEVEL_COUNT)])
+    return read_queues(parameters, [delay_level_name(level, generation) for level in range(LEVEL_COUNT)])
 
 
 def queue_depth(parameters: pika.ConnectionParameters, queue: str) -> int:
@@ -226,7 +228,7 @@ def queue_depth(parameters: pika.ConnectionParameters, queue: str) -> int:
 def level_depths(parameters: pika.ConnectionParameters, queues: str | Iterable[str]) -> list[int]:
     """Ready messages per queue (a generation's 28 level queues when ``queues`` is ``"v1"``/``"v2"``), one connection."""
     if isinstance(queues, str):
-        queues = [rmq.delay_level_name(level, queues) for level in range(rmq.LEVEL_COUNT)]
+        queues = [delay_level_name(level, queues) for level in range(LEVEL_COUNT)]
     connection = pika.BlockingConnection(parameters)
     try:
         channel = connection.channel()

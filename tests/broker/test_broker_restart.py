@@ -14,7 +14,7 @@ import time
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, queue_depths
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
 from nsb_delays.stack.config import StackConfig, load_stack
 from servers.rabbitmq import LocalRabbitMq
 from tests.provisioning import provision_rabbitmq
@@ -35,7 +35,7 @@ def test_restart_with_messages_in_delay_queues_loses_none(
     destinations = config.receiving_queues()
     with DelayedPublisher(rabbitmq.amqp_url, config.vhost, config.generation) as publisher:
         sends = [publisher.send(destination, delay) for delay in DELAYS for destination in destinations]
-    levels = [q.name for q in rmq.delay_levels(config.generation).queues]
+    levels = [q.name for q in delay_levels(config.generation).queues]
     waiting = sum(queue_depths(rabbitmq.amqp_url, config.vhost, levels).values())
     assert waiting == len(sends), "every message should be sitting in a delay queue before the restart"
 

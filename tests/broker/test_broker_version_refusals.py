@@ -16,7 +16,7 @@ import pika.exceptions
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.versions import POLICY_KEY_REFUSALS, QUEUE_ARGUMENT_REFUSALS, refusals_of
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import also_on_rabbitmq_4_0
 
@@ -55,7 +55,7 @@ def test_the_model_knows_which_queue_arguments_each_broker_refuses(
     arguments: dict[str, Any],
 ) -> None:
     """Version-specific: 4.3 refuses x-queue-version 1 and x-queue-master-locator; 3.10 and 4.0 take all four."""
-    refused = rmq.refusals_of(rmq.QUEUE_ARGUMENT_REFUSALS, arguments, reported(broker_version))
+    refused = refusals_of(QUEUE_ARGUMENT_REFUSALS, arguments, reported(broker_version))
     assert broker_refuses_declaring(rabbitmq, new_vhost("refusals"), arguments) == bool(refused)
     assert bool(refused) == (broker_version >= (4, 3, 0) and arguments != ARGUMENTS[1] and arguments != ARGUMENTS[3])
 
@@ -67,7 +67,7 @@ def test_the_model_knows_which_policy_keys_each_broker_refuses(
     """Version-specific: 4.3 refuses a policy with queue-master-locator; 3.10 and 4.0 take it."""
     vhost = new_vhost("policy-refusals")
     definition = {"queue-master-locator": "min-masters"}
-    refused = rmq.refusals_of(rmq.POLICY_KEY_REFUSALS, definition, reported(broker_version))
+    refused = refusals_of(POLICY_KEY_REFUSALS, definition, reported(broker_version))
     body = {"pattern": "^located$", "apply-to": "queues", "priority": 0, "definition": definition}
     try:
         management.request("PUT", f"policies/{vhost}/located", body)

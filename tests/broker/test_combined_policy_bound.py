@@ -12,7 +12,10 @@ from collections.abc import Callable
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import combined_policies
+from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.versions import MAX_POLICY_PATTERN_BYTES, pattern_bytes
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.test_policy_match_on_the_broker import body
 
@@ -35,13 +38,11 @@ def test_a_thousand_endpoints_policies_are_accepted_and_each_applies_to_every_ob
     rabbitmq: LocalRabbitMq, management: ManagementApi, new_vhost: Callable[[str], str]
 ) -> None:
     vhost = new_vhost("combined-bound")
-    combined = rmq.combined_policies(
-        [rmq.alternate_exchange_policy(name, rmq.Generation.V2) for name in NAMES], "bound"
-    )
-    assert len(combined) > 1 and max(rmq.pattern_bytes(p.pattern) for p in combined) > 0.75 * 1024
+    combined = combined_policies([alternate_exchange_policy(name, Generation.V2) for name in NAMES], "bound")
+    assert len(combined) > 1 and max(pattern_bytes(p.pattern) for p in combined) > 0.75 * 1024
     for policy in combined:
         put_policy(management, vhost, policy.name, policy.pattern)
-    fullest = max(combined, key=lambda p: rmq.pattern_bytes(p.pattern))
+    fullest = max(combined, key=lambda p: pattern_bytes(p.pattern))
     for name in [*fullest.targets, "Team0.Orders", "Team0.Orders.Endpoint00000"]:
         management.request("PUT", f"exchanges/{path_segment(vhost)}/{path_segment(name)}", {"type": "topic"})
     applied = exchange_policies(rabbitmq, vhost)
@@ -54,8 +55,8 @@ def test_the_bound_is_the_brokers(
     extra: int, broker_version: tuple[int, ...], management: ManagementApi, new_vhost: Callable[[str], str]
 ) -> None:
     vhost = new_vhost("pattern-bytes")
-    pattern = "^(" + "é" * ((rmq.MAX_POLICY_PATTERN_BYTES - 4) // 2) + "x" * extra + ")$"
-    assert rmq.pattern_bytes(pattern) == rmq.MAX_POLICY_PATTERN_BYTES + extra
+    pattern = "^(" + "é" * ((MAX_POLICY_PATTERN_BYTES - 4) // 2) + "x" * extra + ")$"
+    assert pattern_bytes(pattern) == MAX_POLICY_PATTERN_BYTES + extra
     if extra and broker_version >= BOUNDED_FROM:
         with pytest.raises(ManagementError, match="pattern must not exceed 1024 bytes"):
             put_policy(management, vhost, "long", pattern)

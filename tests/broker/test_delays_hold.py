@@ -22,7 +22,7 @@ from nsb_delays.brokers import move_plan
 from nsb_delays.brokers.delay_scan import HELD_OVERHEAD_BYTES, BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import MoveRefused, plan_move, run_move
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import delay_level_name
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, level_depths, publish, read_levels
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
@@ -45,7 +45,7 @@ def fill(parameters: pika.ConnectionParameters, destination: str) -> tuple[list[
 
 
 def depths(parameters: pika.ConnectionParameters, generation: str) -> dict[int, int]:
-    queues = [rmq.delay_level_name(level, generation) for level in LEVELS]
+    queues = [delay_level_name(level, generation) for level in LEVELS]
     return dict(zip(LEVELS, level_depths(parameters, queues), strict=True))
 
 
@@ -91,13 +91,13 @@ def test_held_levels_move_from_their_deliveries_and_the_rest_are_read_again(sour
 
     plan = plan_move("migrate", side, "v1", side, hold_bytes=first_level_bytes)
     assert plan.scan.held == PER_LEVEL and plan.scan.messages == len(ids)
-    assert plan.connection.handed_back == [rmq.delay_level_name(level, "v1") for level in LEVELS[1:]]
+    assert plan.connection.handed_back == [delay_level_name(level, "v1") for level in LEVELS[1:]]
     # level 20's messages are with the plan (unacknowledged), the others are ready in their queues again
     assert depths(parameters, "v1") == {LEVELS[0]: 0, **dict.fromkeys(LEVELS[1:], PER_LEVEL)}
 
     report = run_move(plan, window=2)  # fewer than a level: the held level is fed in windows
     assert report.moved == len(ids) and report.left == 0 and report.poison == 0
-    moved_once = {rmq.delay_level_name(level, "v1"): (PER_LEVEL, PER_LEVEL) for level in LEVELS}
+    moved_once = {delay_level_name(level, "v1"): (PER_LEVEL, PER_LEVEL) for level in LEVELS}
     # at the start and moved: each level's messages once (a held level handed back and read again counts twice)
     assert {level.queue: (level.expected, level.moved) for level in report.levels if level.expected} == moved_once
     assert depths(parameters, "v1") == dict.fromkeys(LEVELS, 0)

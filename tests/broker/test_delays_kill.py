@@ -23,7 +23,8 @@ from collections import Counter
 import pika
 
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import destination_from_routing_key
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, level_depths, publish, read_levels, spread_over_levels
 from tests.broker.test_delays_moves import CLI, broker_arguments
@@ -51,8 +52,8 @@ def run_until_killed(arguments: list[str], chooser: random.Random) -> int | None
     return process.returncode
 
 
-V1_LEVELS = frozenset(rmq.delay_level_name(level, "v1") for level in range(rmq.LEVEL_COUNT))
-LEVELS = sorted(V1_LEVELS | {rmq.delay_level_name(level, "v2") for level in range(rmq.LEVEL_COUNT)})
+V1_LEVELS = frozenset(delay_level_name(level, "v1") for level in range(LEVEL_COUNT))
+LEVELS = sorted(V1_LEVELS | {delay_level_name(level, "v2") for level in range(LEVEL_COUNT)})
 
 
 def dead_run_settled(rabbitmq: LocalRabbitMq, vhost: str) -> bool:
@@ -146,7 +147,7 @@ def test_sigkill_at_ten_random_points_loses_nothing_and_duplicates_at_most_the_w
     for message_id, keys in copies.items():
         message = due[message_id]
         for key in keys:  # every copy: the same destination, a remaining delay for the same due time
-            assert rmq.destination_from_routing_key(key) == message.destination
+            assert destination_from_routing_key(key) == message.destination
             delay = in_flight.delay_in_routing_key(key)
             assert message.due_epoch - finished <= delay <= message.due_epoch - started + 1, (message_id, keys)
     assert Counter(len(keys) for keys in copies.values())[1] >= len(waiting) - KILLS * WINDOW

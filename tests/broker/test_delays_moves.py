@@ -38,7 +38,8 @@ import pytest
 from nsb_delays.brokers.delivery import ArrivalCollector
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import destination_from_routing_key, first_level
 from nsb_delays.infra.commands.demo.servers import ServiceUnavailable
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import (
@@ -288,14 +289,14 @@ def test_long_delays_wait_in_v2_with_the_remaining_delay_in_their_routing_key(mi
         delay = in_flight.delay_in_routing_key(method.routing_key)
         if problem := republished_delay_problem(message, method.routing_key, migrated):
             problems.append(problem)
-        if rmq.destination_from_routing_key(method.routing_key) != message.destination:
+        if destination_from_routing_key(method.routing_key) != message.destination:
             problems.append(f"{message.message_id}: routed to {method.routing_key[56:]!r}, not {message.destination!r}")
-        if queue != rmq.delay_level_name(rmq.first_level(delay), "v2"):
-            problems.append(f"{message.message_id}: waits in {queue}, not at level {rmq.first_level(delay)}")
+        if queue != delay_level_name(first_level(delay), "v2"):
+            problems.append(f"{message.message_id}: waits in {queue}, not at level {first_level(delay)}")
         levels_used.add(queue)
     assert not problems, f"seed {SEED}: {problems[:10]}"
     # every level above LONG_FROM_LEVEL holds moved messages (a remaining delay of 2^10 s moved seconds later waits at 9)
-    assert levels_used >= {rmq.delay_level_name(level, "v2") for level in range(LONG_FROM_LEVEL + 1, rmq.LEVEL_COUNT)}
+    assert levels_used >= {delay_level_name(level, "v2") for level in range(LONG_FROM_LEVEL + 1, LEVEL_COUNT)}
 
 
 def test_body_properties_and_headers_are_intact_without_the_old_dead_letter_history(migrated: Moved) -> None:

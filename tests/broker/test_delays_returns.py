@@ -16,8 +16,9 @@ import pika
 
 from nsb_delays.brokers.delay_scan import BrokerSide, scan_queues
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
-from nsb_delays.components.model.rabbitmq import parse_reported_broker_version
+from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import first_level
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, depths_once_handed_back, publish
 from tests.broker.test_delays_moves import CLI, broker_arguments
@@ -40,8 +41,8 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
         connection.close()
     parameters = pika.URLParameters(rabbitmq.vhost_amqp_url(source))
     publish(parameters, [delayed_message("Sales", 86_400, 3_600, "v2", 0)[1]])  # sent to level 16 a day ago
-    number = rmq.first_level(86_400)
-    level = rmq.delay_level_name(number, rmq.Generation.V2)
+    number = first_level(86_400)
+    level = delay_level_name(number, Generation.V2)
     side = BrokerSide(management, parameters, source)
     for handed_back in range(RETURNS):
         scans, _missing = scan_queues(side, [(number, level)], lambda _scan, _method, _properties, _body: None)

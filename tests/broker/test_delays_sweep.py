@@ -17,7 +17,8 @@ from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.move_plan import plan_move, run_move
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import destination_from_routing_key
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import (
     declare_graphs,
@@ -54,14 +55,14 @@ def test_a_message_landing_in_a_level_already_moved_is_swept_into_v2(rabbitmq: L
 
     assert sent_late, "the late message was never published: the test proved nothing"
     assert report.moved == len(waiting) + 1, (report.moved, len(waiting))
-    assert sum(level_depths(parameters, [rmq.delay_level_name(level, "v1") for level in range(rmq.LEVEL_COUNT)])) == 0
+    assert sum(level_depths(parameters, [delay_level_name(level, "v1") for level in range(LEVEL_COUNT)])) == 0
     in_v2 = {
         properties.message_id: method.routing_key
         for messages in read_levels(parameters, "v2").values()
         for method, properties, _body in messages
     }
     assert set(in_v2) == {message.message_id for message in [*waiting, late]}
-    assert rmq.destination_from_routing_key(in_v2[late.message_id]) == "Sales"
+    assert destination_from_routing_key(in_v2[late.message_id]) == "Sales"
     assert (1 << LATE_LEVEL) <= in_flight.delay_in_routing_key(in_v2[late.message_id]) <= (1 << LATE_LEVEL) + 300
     # The report counts the swept message in its level, once per level.
     late_level = next(level for level in report.levels if level.level == LATE_LEVEL)

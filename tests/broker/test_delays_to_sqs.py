@@ -34,7 +34,7 @@ import pika
 import pytest
 
 from nsb_delays.components.model import in_flight, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.in_flight_messages import (
@@ -193,7 +193,7 @@ def test_the_body_is_the_transports_wrapped_message_with_nservicebus_headers(to_
         _queue, stored, _attributes = to_sqs.sent[message.message_id]
         body = json.loads(stored.body)
         assert base64.b64decode(body["Body"]) == message.body and body["S3BodyKey"] is None
-        expected = {name: str(value) for name, value in message.headers.items() if name != rmq.DELAY_HEADER}
+        expected = {name: str(value) for name, value in message.headers.items() if name != DELAY_HEADER}
         expected |= {
             "NServiceBus.CorrelationId": message.properties["correlation_id"],
             "NServiceBus.ContentType": message.properties["content_type"],

@@ -15,7 +15,15 @@ import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, Drift, verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import PolicyScope
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+    UNLIMITED_DELIVERY_LIMIT,
+    delivery_limit_policy,
+    delivery_limit_policy_name,
+)
+from nsb_delays.components.model.rabbitmq.objects import EXCHANGES_TARGET
+from nsb_delays.components.model.rabbitmq.versions import shown_version
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import ConfigError, StackConfig, parse_stack_config
@@ -25,17 +33,17 @@ from tests.broker.conftest import settled_queues
 from tests.provisioning import provision_rabbitmq, pulumi_up
 
 RECEIVING = ("Sales", "team.orders")  # a dotted name: its policy pattern is ^team\.orders$
-UNLIMITED = rmq.UNLIMITED_DELIVERY_LIMIT
+UNLIMITED = UNLIMITED_DELIVERY_LIMIT
 
 
 def small_stack(vhost: str, delivery_limit_policies: bool) -> StackConfig:
     """One policy per queue, named as NServiceBus names its own (combined ones: test_nservicebus_compatibility)."""
     section = {"vhost": vhost, "endpoints": list(RECEIVING), "deliveryLimitPolicies": delivery_limit_policies}
-    return parse_stack_config({"rabbitmq": section | {"policyScope": rmq.PolicyScope.ENDPOINT.value}})
+    return parse_stack_config({"rabbitmq": section | {"policyScope": PolicyScope.ENDPOINT.value}})
 
 
 def own(delivery_limit_policies: bool) -> dict[str, str | None]:
-    return {q: rmq.delivery_limit_policy_name(q) if delivery_limit_policies else None for q in RECEIVING}
+    return {q: delivery_limit_policy_name(q) if delivery_limit_policies else None for q in RECEIVING}
 
 
 @pytest.mark.parametrize("provisioning", ["program", "definitions"])
@@ -77,7 +85,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     up = functools.partial(
         pulumi_up, rabbitmq.management_url, rabbitmq.username, rabbitmq.password, stack.raw["rabbitmq"]
     )
-    if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+    if broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         up()
         policies = {p["name"]: p for p in management.policies(stack.rabbitmq.vhost)}
         assert policies[r"nsb.team.orders.delivery-limit"]["pattern"] == r"^team\.orders$"
@@ -88,7 +96,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     with pytest.raises(
         ConfigError, match=r"deliveryLimitPolicies is true with brokerVersion '3\.10'.*raise brokerVersion"
     ):
-        parse_stack_config({"rabbitmq": stack.raw["rabbitmq"] | {"brokerVersion": rmq.shown_version(broker_version)}})
+        parse_stack_config({"rabbitmq": stack.raw["rabbitmq"] | {"brokerVersion": shown_version(broker_version)}})
     with pytest.raises(PulumiFailed, match="invalid nsb-delays stack config"):
         up()
     refused = management.definitions(stack.rabbitmq.vhost)
@@ -105,7 +113,7 @@ def test_the_nservicebus_policy_on_each_broker_version(
     assert len(left["exchanges"]) == len((imported.rabbitmq).topology.exchanges)
     # the parking policies (on exchanges) came in before the first delivery-limit policy was refused
     assert left["queues"] == []
-    assert {p["apply-to"] for p in left["policies"]} <= {rmq.EXCHANGES_TARGET}
+    assert {p["apply-to"] for p in left["policies"]} <= {EXCHANGES_TARGET}
 
 
 def test_verify_reports_a_missing_policy_a_foreign_limit_and_an_argument(
@@ -135,7 +143,7 @@ def test_verify_reports_a_missing_policy_a_foreign_limit_and_an_argument(
         "different", "queue Sales", "delivery limit", expected_sales, "5 (policy 'team-retries': delivery-limit=5)"
     )
     if delivery_limit_policies:
-        policy = rmq.delivery_limit_policy("team.orders")
+        policy = delivery_limit_policy("team.orders")
         body = {
             "pattern": policy.pattern,
             "apply-to": "quorum_queues",

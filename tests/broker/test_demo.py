@@ -21,7 +21,7 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import UNLIMITED_DELIVERY_LIMIT
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands.demo.servers import RABBITMQ_4_3
 from nsb_delays.infra.pulumi_engine import ENGINE_DIR_VARIABLE
@@ -189,7 +189,7 @@ def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
     applied = declared_delivery_limit_policies(config, ("Sales", "Shipping"))
     queues = settled_queues(management, vhost, applied)  # the broker still runs, the stack stays provisioned
     if delivery_limit_policies:
-        assert queues["Sales"]["delivery_limit"] == rmq.UNLIMITED_DELIVERY_LIMIT
+        assert queues["Sales"]["delivery_limit"] == UNLIMITED_DELIVERY_LIMIT
 
 
 def run_demo_cli(*arguments: str) -> Any:

@@ -26,7 +26,15 @@ from click.testing import CliRunner
 
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import ROOT_BUCKET
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_KEY
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    combined_policy_name,
+    delay_level_name,
+    delivery_exchange_name,
+)
+from nsb_delays.components.model.rabbitmq.routing import routing_key
 from nsb_delays.infra.cli import cli
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker import nservicebus_declarations as nsb
@@ -38,8 +46,8 @@ ORDER_PLACED = EventType("MyCo.Events:OrderPlaced", bases=("System:Object",), in
 EVENT_EXCHANGES = (ORDER_PLACED.name, *ORDER_PLACED.bases, *ORDER_PLACED.interfaces)
 ORDER_PLACED_TOPIC_KEY = "MyCo-Events-OrderPlaced"  # DefaultRoutingKeyConvention: FullName with '.' -> '-'
 EVENTS = ["MyCo.Events:OrderPlaced", "NServiceBus:IEvent"]  # as a user writes them in the stack
-DELAY_LEVEL = rmq.delay_level_name(1, rmq.Generation.V2)
-DELIVERY = rmq.delivery_exchange_name(rmq.Generation.V2)
+DELAY_LEVEL = delay_level_name(1, Generation.V2)
+DELIVERY = delivery_exchange_name(Generation.V2)
 ARRIVAL_TIMEOUT = 10.0  # seconds beyond a message's delay
 CLOCK_SLACK = 0.05  # the broker's TTL clock against ours
 
@@ -220,7 +228,7 @@ def start_up(matrix: Matrix, topology: str, sales: EndpointClient, broker_versio
     # 4.0: the stack's combined delivery-limit policy (the stack file is Pulumi.<topology>.yaml) makes the limit
     # 100000, which the transport takes from any policy; 3.10: no limit, read as 100000
     assert effective == ({"delivery-limit": nsb.UNLIMITED} if on_4_0 else {})
-    combined = rmq.combined_policy_name(topology, rmq.DELIVERY_LIMIT_POLICY_KEY, rmq.ROOT_BUCKET)
+    combined = combined_policy_name(topology, DELIVERY_LIMIT_POLICY_KEY, ROOT_BUCKET)
     assert details.get("policy") == (combined if on_4_0 else None)
     validated = Outcome(nsb.validate_delivery_limit(sales.api, sales.vhost, "Sales", broker_version))
     limit = validated.noted(f"limit {details.get('delivery_limit', 'not reported (3.x: unlimited)')}")
@@ -278,7 +286,7 @@ HTTP_401 = "HTTP 401"
 
 
 def _publish_for_shipping(sales: EndpointClient, _: str) -> Outcome:
-    key = rmq.routing_key(2, "Shipping")
+    key = routing_key(2, "Shipping")
     return outcome(lambda: sales.publish(DELAY_LEVEL, key, new_id()))
 
 
@@ -350,7 +358,7 @@ def test_a_cc_header_reaches_another_destination_on_3_10_only(
     try:
         shipping = Inbox(admin, "Shipping")
         message, sent_at = new_id(), time.monotonic()
-        cc = [rmq.routing_key(2, "Shipping")]
+        cc = [routing_key(2, "Shipping")]
         got = outcome(lambda: conventional.sales.delayed_send("Billing", 2, message, cc=cc))
         operation = f"sales: publish {DELAY_LEVEL} <28 bits>.Billing with CC <28 bits>.Shipping"
         if on_4_0:

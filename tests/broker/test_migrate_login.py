@@ -13,7 +13,7 @@ import pytest
 from nsb_delays.brokers.amqp import AmqpNodes
 from nsb_delays.brokers.destinations import check_destinations
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.infra.commands.demo.servers import HOST
 from nsb_delays.pipeline.environment_checks import rabbitmq_problems
 from servers.rabbitmq import LocalRabbitMq
@@ -47,7 +47,7 @@ def test_a_management_user_with_permissions_on_the_vhost_passes(
     assert problems_for(rabbitmq, operator, vhost) == []
     # then the run checks its destinations with the same login (exchanges, bindings, queues): found, no refusal
     check_destinations(
-        ManagementApi(rabbitmq.management_url, *operator), [ENDPOINT], vhost=vhost, generation=rmq.Generation.V2
+        ManagementApi(rabbitmq.management_url, *operator), [ENDPOINT], vhost=vhost, generation=Generation.V2
     )
 
 

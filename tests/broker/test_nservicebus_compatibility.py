@@ -15,7 +15,8 @@ import pytest
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy_name
+from nsb_delays.components.model.rabbitmq.names import GENERATIONS, ROUTING_TOPOLOGIES, delay_level_name
 from nsb_delays.infra.pulumi_engine import PulumiFailed
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
@@ -23,7 +24,7 @@ from tests.broker import nservicebus_declarations as nsb
 from tests.broker.conftest import settled_queues
 from tests.provisioning import pulumi_up
 
-CASES = [(generation, topology) for generation in rmq.GENERATIONS for topology in rmq.ROUTING_TOPOLOGIES]
+CASES = [(generation, topology) for generation in GENERATIONS for topology in ROUTING_TOPOLOGIES]
 
 
 def without_statistics(definitions: dict) -> dict:
@@ -43,7 +44,7 @@ def own_policies(stack: StackConfig, delivery_limit_policies: bool) -> dict[str,
     assert stack.rabbitmq is not None
     declared = {q: p.name for p in stack.rabbitmq.topology.delivery_limit_policies for q in p.targets}
     queues = stack.rabbitmq.receiving_queues()
-    own = {q: declared.get(q, rmq.delivery_limit_policy_name(q)) for q in queues}
+    own = {q: declared.get(q, delivery_limit_policy_name(q)) for q in queues}
     return {q: own[q] if delivery_limit_policies else None for q in queues}
 
 
@@ -127,7 +128,7 @@ def test_the_provider_reports_a_conflicting_existing_queue(rabbitmq: LocalRabbit
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, stack.rabbitmq.vhost))
     try:
         channel = connection.channel()
-        level = rmq.delay_level_name(0, "v1")
+        level = delay_level_name(0, "v1")
         channel.queue_declare(level, durable=True, arguments={"x-message-ttl": 999, "x-queue-mode": "lazy"})
     finally:
         connection.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import broker_policies
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.policy_match import PolicyMatcher
 from servers.rabbitmq import LocalRabbitMq
 
 POLICIES: list[tuple[str, str, str, int, dict[str, Any]]] = [
@@ -104,7 +104,7 @@ def test_the_computed_policies_are_the_brokers(
             management.request(
                 "PUT", f"queues/{segment}/{path_segment(queue)}", {"durable": True, "arguments": arguments}
             )
-    matcher = rmq.PolicyMatcher(
+    matcher = PolicyMatcher(
         broker_policies(management.policies(vhost)),
         broker_policies(management.operator_policies(vhost), True),
         broker_version,

@@ -26,7 +26,9 @@ from click.testing import CliRunner
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.preflight import Login, preflight_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.names import Generation, delivery_exchange_name
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, dotted_version
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
@@ -48,7 +50,7 @@ def stack_section(
     stream_check = broker_version >= FEATURE_FLAGS_OPEN_FROM if stream_check is None else stream_check
     return {
         "vhost": vhost,
-        "brokerVersion": rmq.broker_version_of(rmq.dotted_version(broker_version)),
+        "brokerVersion": broker_version_of(dotted_version(broker_version)),
         **({} if stream_check else {"disabledBrokerRequirementChecks": ["StreamsEnabled"]}),
         "endpoints": [
             {
@@ -147,7 +149,7 @@ def test_a_provisioned_stack_would_start_and_work(
     }
     sales = {check["check"]: check for check in rows(document)["Sales"]["checks"]}
     assert sales["delivery limit of Sales"]["ok"] and "permissions" in sales
-    if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+    if broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         assert "delivery limit 100000" in sales["delivery limit of Sales"]["detail"]
 
 
@@ -201,7 +203,7 @@ def test_a_release_that_refuses_the_policies_is_named(
     deploy(management, tmp_path, stack)
     code, document = run_preflight(rabbitmq, management, stack)
     sales = rows(document)["Sales"]
-    if broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+    if broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         assert code == 1 and sales["verdict"] == "does not start"
         assert any("non-default value of '100000'" in reason for reason in sales["reasons"])
         assert any("upgrade the endpoint to NServiceBus.RabbitMQ 10.1.6" in fix for fix in sales["fixes"])
@@ -228,7 +230,7 @@ def test_a_deleted_delivery_binding_is_named(
     rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path]
 ) -> None:
     vhost, stack = deployed
-    delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
+    delivery = delivery_exchange_name(Generation.V2)
     [binding] = [b for b in management.bindings(vhost) if b["source"] == delivery and b["destination"] == "Sales"]
     management.delete_binding(vhost, binding)
     code, document = run_preflight(rabbitmq, management, stack)

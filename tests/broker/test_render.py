@@ -16,7 +16,19 @@ from sqlglot import exp
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model import msmq, sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import IMPLICIT_QUEUE_TYPE
+from nsb_delays.components.model.rabbitmq.graph import dead_letter_exchange, level_ttl_ms
+from nsb_delays.components.model.rabbitmq.names import (
+    GENERATIONS,
+    LEVEL_COUNT,
+    QUEUE_TYPE_ARGUMENT,
+    ROUTING_TOPOLOGIES,
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.objects import EXCHANGES_TARGET
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, MsmqConfig, StackConfig, load_stack, read_stack_yaml
@@ -45,8 +57,8 @@ def shape(definitions: dict) -> dict:
 
     def without_default_type(item: dict) -> dict:
         arguments = dict(item.get("arguments") or {})
-        if arguments.get(rmq.QUEUE_TYPE_ARGUMENT) == rmq.IMPLICIT_QUEUE_TYPE:
-            del arguments[rmq.QUEUE_TYPE_ARGUMENT]
+        if arguments.get(QUEUE_TYPE_ARGUMENT) == IMPLICIT_QUEUE_TYPE:
+            del arguments[QUEUE_TYPE_ARGUMENT]
         return {k: v for k, v in {**item, "arguments": arguments}.items() if k != "vhost"}
 
     return {
@@ -56,7 +68,7 @@ def shape(definitions: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize(("generation", "topology"), [(g, t) for g in rmq.GENERATIONS for t in rmq.ROUTING_TOPOLOGIES])
+@pytest.mark.parametrize(("generation", "topology"), [(g, t) for g in GENERATIONS for t in ROUTING_TOPOLOGIES])
 def test_imported_definitions_equal_the_applied_program_and_deliver_delayed_messages(
     rabbitmq: LocalRabbitMq,
     management: ManagementApi,
@@ -160,7 +172,7 @@ def test_mssql_names_with_brackets_and_quotes_are_escaped() -> None:
     assert set(created_tables(script)) == {"O'Brien]s.timeouts"}
 
 
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -> None:
     stack = dev_in_vhost("/", "v2", topology)
     text = render(stack, "mermaid", "dev")
@@ -171,25 +183,25 @@ def test_mermaid_diagram_has_every_level_and_each_endpoint_path(topology: str) -
     edges = re.findall(r'^\s+(\w+) -[.-]*->(?:\|"([^"]*)"\|)? (\w+)$', text, re.M)
     graph = (stack.rabbitmq).topology
     # every binding, each level's 'expired' edge, and a dotted 'unroutable' edge per exchange a policy parks
-    alternates = [t for p in graph.policies if p.apply_to == rmq.EXCHANGES_TARGET for t in p.targets]
-    assert len(edges) == len(graph.bindings) + rmq.LEVEL_COUNT + len(alternates)
+    alternates = [t for p in graph.policies if p.apply_to == EXCHANGES_TARGET for t in p.targets]
+    assert len(edges) == len(graph.bindings) + LEVEL_COUNT + len(alternates)
     for source, _, target in edges:
         assert {source, target} <= set(exchanges.values()) | set(queues.values())
-    for level in range(rmq.LEVEL_COUNT):
-        name = rmq.delay_level_name(level, rmq.Generation.V2)
-        assert f"TTL {rmq.level_ttl_ms(level) // 1000} s" in queue_labels[queues[name]]
-        assert (queues[name], "expired", exchanges[rmq.dead_letter_exchange(level, rmq.Generation.V2)]) in edges
+    for level in range(LEVEL_COUNT):
+        name = delay_level_name(level, Generation.V2)
+        assert f"TTL {level_ttl_ms(level) // 1000} s" in queue_labels[queues[name]]
+        assert (queues[name], "expired", exchanges[dead_letter_exchange(level, Generation.V2)]) in edges
         assert (exchanges[name], f"bit {level} = 1", queues[name]) in edges
-    delivery = exchanges[rmq.delivery_exchange_name("v2")]
+    delivery = exchanges[delivery_exchange_name("v2")]
     for queue in stack.rabbitmq.receiving_queues():
         if topology == "conventional":  # delivery -> the endpoint's fanout exchange -> its queue
-            assert (delivery, rmq.endpoint_binding_key(queue), exchanges[queue]) in edges
+            assert (delivery, endpoint_binding_key(queue), exchanges[queue]) in edges
             assert (exchanges[queue], "", queues[queue]) in edges
         else:
-            assert (delivery, rmq.endpoint_binding_key(queue), queues[queue]) in edges
+            assert (delivery, endpoint_binding_key(queue), queues[queue]) in edges
 
 
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_mermaid_groups_the_levels_and_what_no_delayed_message_reaches(topology: str) -> None:
     """One subgraph holds the 28 level exchanges and queues; another, beside it, what no delivery binding
     reaches (error, audit and legacy timeout queues with their exchanges); the delivery path is outside both."""
@@ -199,14 +211,14 @@ def test_mermaid_groups_the_levels_and_what_no_delayed_message_reaches(topology:
         group: re.findall(r'^\s+\w+[\(\[]+"([^"<]+?)(?: \(\w+\))?(?:<br/>[^"]*)?"[\)\]]+$', body, re.M)
         for group, body in groups.items()
     }
-    levels = {rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)}
+    levels = {delay_level_name(level, Generation.V2) for level in range(LEVEL_COUNT)}
     assert sorted(names["levels"]) == sorted([*levels, *levels]), "each level's exchange and queue"
     legacy = {"Billing.Timeouts", "Billing.TimeoutsDispatcher"}
     if topology == "conventional":  # fanout exchange -> queue; nothing routes delayed messages there
         assert sorted(names["other"]) == sorted(2 * ["error", "audit", *legacy])
     else:  # direct: unbound queues are not drawn at all
         assert "other" not in names
-    assert rmq.delivery_exchange_name("v2") not in {name for group in names.values() for name in group}
+    assert delivery_exchange_name("v2") not in {name for group in names.values() for name in group}
 
 
 def test_render_command_writes_a_file_and_names_a_missing_section(tmp_path) -> None:

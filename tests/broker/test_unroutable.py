@@ -33,7 +33,7 @@ import pytest
 
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, DelayedSend, connection_parameters
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import ROUTING_TOPOLOGIES, Generation, delay_level_name, parking_name
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.nservicebus_declarations import declare_endpoint
@@ -51,7 +51,7 @@ CLOCK_GRANULARITY_SECONDS = 0.005
 STALL_SHOWN_AFTER_DUE_SECONDS = 3
 ARRIVAL_WAIT_SECONDS = 60  # the protected live messages: arrived by then, or stalled too
 STATS_WAIT_SECONDS = 30  # management statistics are sampled every 5 s
-CASES = [(topology, parking) for topology in rmq.ROUTING_TOPOLOGIES for parking in (False, True)]
+CASES = [(topology, parking) for topology in ROUTING_TOPOLOGIES for parking in (False, True)]
 
 
 @dataclass
@@ -85,7 +85,7 @@ def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool, until: Callable[[d
 
 
 def stalled_level(report: dict) -> dict:
-    return next(q for q in report["queues"] if q["queue"] == rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2))
+    return next(q for q in report["queues"] if q["queue"] == delay_level_name(STALLED_LEVEL, Generation.V2))
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def cases(
     prepared = {}
     for (topology, parking), (vhost, _resources) in stacks.items():
         collector = ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]).start()
-        with DelayedPublisher(rabbitmq.amqp_url, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, Generation.V2) as publisher:
             stranded = [publisher.send("Gone", DELAY) for _ in range(STRANDED)]
             live = [publisher.send("Live", DELAY) for _ in range(LIVE)]
         management.delete_queue(vhost, "Gone")
@@ -126,7 +126,7 @@ def cases(
     return prepared
 
 
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_without_parking_a_removed_endpoint_stalls_its_level(cases, rabbitmq: LocalRabbitMq, topology: str) -> None:
     case = cases[(topology, False)]
     assert case.collector.arrivals == [], "the live endpoint's messages got through: no stall reproduced"
@@ -139,12 +139,12 @@ def test_without_parking_a_removed_endpoint_stalls_its_level(cases, rabbitmq: Lo
     assert level["dead_letter_messages"] == held  # all held in level 1's dead-letter queue
     assert level["dead_letter_bytes"] > 0
     assert any(
-        "#1407" in warning and rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2) in warning
+        "#1407" in warning and delay_level_name(STALLED_LEVEL, Generation.V2) in warning
         for warning in report["warnings"]
     )
 
 
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_with_parking_the_live_endpoint_gets_its_messages_on_time(cases, topology: str) -> None:
     """Each arrives once, never early, having waited out level 1 only (a 2 s delay's one level), while the same
     messages without parking are still held back behind the stranded ones. No wall-clock bound on lateness: a
@@ -156,11 +156,11 @@ def test_with_parking_the_live_endpoint_gets_its_messages_on_time(cases, topolog
         got = arrivals.get(send.message_id)
         assert got and len(got) == 1, f"{send.message_id} did not arrive once"
         assert got[0].arrived_at >= send.due_at - CLOCK_GRANULARITY_SECONDS, f"{send.message_id} arrived early"
-        assert set(got[0].expired_in) == {rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)}, got[0].expired_in
+        assert set(got[0].expired_in) == {delay_level_name(STALLED_LEVEL, Generation.V2)}, got[0].expired_in
     assert cases[(topology, False)].collector.arrivals == [], "the unprotected vhost's live messages got through"
 
 
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_with_parking_stranded_messages_are_parked_listed_and_redelivered(
     cases, rabbitmq: LocalRabbitMq, topology: str
 ) -> None:
@@ -172,7 +172,7 @@ def test_with_parking_stranded_messages_are_parked_listed_and_redelivered(
     assert sorted(group["message_ids"]) == sorted(send.message_id for send in case.stranded)
     report = status(rabbitmq, case.vhost, wanted=True)
     assert not any(q["dead_letter_messages"] for q in report["queues"] if q["role"] == "delay-level")
-    assert any(rmq.parking_name(rmq.Generation.V2) in warning for warning in report["warnings"])
+    assert any(parking_name(Generation.V2) in warning for warning in report["warnings"])
 
     refused = cli(rabbitmq, case.vhost, "delays", "parked", "--redeliver", "--no-progress")
     assert refused.returncode == 1 and "stay parked" in refused.stderr  # Gone still cannot receive
@@ -194,7 +194,7 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     """``delays transfer`` out of the stalled vhost: no consumer can take the 45 messages in level 1's dead-letter
     backlog, so the move takes none; it says so and exits 1 (it said "moved 0", exit 0, with the old graph still
     holding them), naming the level, the count and why; its dry run says they would stay behind. Nothing is lost."""
-    topology = rmq.ROUTING_TOPOLOGIES[0]
+    topology = ROUTING_TOPOLOGIES[0]
     stalled, target = cases[(topology, False)].vhost, cases[(topology, True)].vhost  # the target has a v2 graph
     held = STRANDED + LIVE
     status(rabbitmq, stalled, wanted=True, until=lambda report: stalled_level(report)["dead_letter_messages"] == held)
@@ -205,7 +205,7 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     assert dry.returncode == 0, dry.stdout + dry.stderr
     said = " ".join(dry.stdout.split())  # rich wraps at the terminal's width
     assert (
-        f"{held} message(s) in the dead-letter backlog of {rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)} would stay behind"
+        f"{held} message(s) in the dead-letter backlog of {delay_level_name(STALLED_LEVEL, Generation.V2)} would stay behind"
         in said
     )
 
@@ -213,10 +213,7 @@ def test_a_move_out_of_a_stalled_graph_names_what_stays_in_the_dead_letter_backl
     assert moved.returncode == 1, moved.stdout + moved.stderr
     assert "moved 0 message(s)" in " ".join(moved.stdout.split())
     assert f"{held} message(s) stayed behind in the source's dead-letter backlog" in moved.stderr
-    assert (
-        f"{rmq.delay_level_name(STALLED_LEVEL, rmq.Generation.V2)} holds {held} dead-lettered message(s)"
-        in moved.stderr
-    )
+    assert f"{delay_level_name(STALLED_LEVEL, Generation.V2)} holds {held} dead-lettered message(s)" in moved.stderr
     assert "#1407" in moved.stderr and "rerun the same command" in moved.stderr
     assert stalled_level(status(rabbitmq, stalled, wanted=True))["dead_letter_messages"] == held  # still there
 

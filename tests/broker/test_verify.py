@@ -25,8 +25,25 @@ from nsb_delays.brokers.verify import (
     verify_rabbitmq,
     verify_sqs,
 )
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.graph import (
+    delay_levels,
+    delay_queue_arguments,
+    endpoint_topology,
+    level_ttl_ms,
+)
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    QueueType,
+    RoutingTopology,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+    lower_level_binding_key,
+    queue_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.objects import Topology
+from nsb_delays.components.model.rabbitmq.versions import REQUIRED_FEATURE_FLAGS, parse_reported_broker_version
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import load_stack, parse_stack_config, read_stack_yaml
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
@@ -95,26 +112,22 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     path = provisioned_stack(tmp_path, rabbitmq, moto_server, vhost, "verify-broken-", delivery_limit_policies)
     stack = load_stack(str(path))
     # 1. level 3 queue re-declared with a wrong TTL (9 s instead of 8 s)
-    level3 = rmq.delay_level_name(3, rmq.Generation.V2)
+    level3 = delay_level_name(3, Generation.V2)
     management.delete_queue(vhost, level3)
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
     channel = connection.channel()
-    wrong_ttl = rmq.level_ttl_ms(3) + 1000
-    arguments = rmq.delay_queue_arguments(3, rmq.Generation.V2) | {"x-message-ttl": wrong_ttl}
+    wrong_ttl = level_ttl_ms(3) + 1000
+    arguments = delay_queue_arguments(3, Generation.V2) | {"x-message-ttl": wrong_ttl}
     channel.queue_declare(level3, durable=True, arguments=arguments)
-    channel.queue_bind(level3, level3, rmq.queue_binding_key(3))
+    channel.queue_bind(level3, level3, queue_binding_key(3))
     connection.close()
     # 2. the level 5 -> level 4 exchange binding removed; 3. Shipping's delivery binding removed
     live = management.bindings(vhost)
     (level_binding,) = [
-        b
-        for b in live
-        if b["source"] == rmq.delay_level_name(5, rmq.Generation.V2) and b["destination_type"] == "exchange"
+        b for b in live if b["source"] == delay_level_name(5, Generation.V2) and b["destination_type"] == "exchange"
     ]
     (endpoint_binding,) = [
-        b
-        for b in live
-        if b["source"] == rmq.delivery_exchange_name(rmq.Generation.V2) and b["destination"] == "Shipping"
+        b for b in live if b["source"] == delivery_exchange_name(Generation.V2) and b["destination"] == "Shipping"
     ]
     management.delete_binding(vhost, level_binding)
     management.delete_binding(vhost, endpoint_binding)
@@ -131,14 +144,14 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     result = run_verify(path, rabbitmq, moto_server, "--json")
     assert result.exit_code == 1, result.output
     drifts = [Drift(**d) for d in json.loads(result.output)["drifts"]]
-    level5, level4 = rmq.delay_level_name(5, rmq.Generation.V2), rmq.delay_level_name(4, rmq.Generation.V2)
-    delivery = rmq.delivery_exchange_name(rmq.Generation.V2)
+    level5, level4 = delay_level_name(5, Generation.V2), delay_level_name(4, Generation.V2)
+    delivery = delivery_exchange_name(Generation.V2)
     assert sorted(drifts) == sorted(
         [
-            Drift("different", f"queue {level3}", "arguments.x-message-ttl", str(rmq.level_ttl_ms(3)), str(wrong_ttl)),
-            Drift("missing", f"binding {level5} -> exchange {level4} ({rmq.lower_level_binding_key(5)!r})", "",
+            Drift("different", f"queue {level3}", "arguments.x-message-ttl", str(level_ttl_ms(3)), str(wrong_ttl)),
+            Drift("missing", f"binding {level5} -> exchange {level4} ({lower_level_binding_key(5)!r})", "",
                   "bound", "(absent)"),
-            Drift("missing", f"binding {delivery} -> exchange Shipping ({rmq.endpoint_binding_key('Shipping')!r})", "",
+            Drift("missing", f"binding {delivery} -> exchange Shipping ({endpoint_binding_key('Shipping')!r})", "",
                   "bound", "(absent)"),
             Drift("unexpected", f"SQS queue {delay_queue}", "RedrivePolicy", "(absent)", redrive_seen(client, delay_queue)),
         ]
@@ -146,7 +159,7 @@ def test_each_breakage_is_reported_with_expected_and_actual(
     table = run_verify(path, rabbitmq, moto_server)
     assert table.exit_code == 1
     assert "4 drift(s)" in table.output
-    assert f"arguments.x-message-ttl │ {rmq.level_ttl_ms(3)}     │ {wrong_ttl}" in table.output
+    assert f"arguments.x-message-ttl │ {level_ttl_ms(3)}     │ {wrong_ttl}" in table.output
 
 
 def redrive_seen(client, queue: str) -> str:
@@ -212,15 +225,15 @@ def test_an_unreachable_broker_is_an_error_not_a_pass(
 
 
 def test_broker_requirements_for_v2() -> None:
-    flags = dict.fromkeys(rmq.REQUIRED_FEATURE_FLAGS, "enabled")
+    flags = dict.fromkeys(REQUIRED_FEATURE_FLAGS, "enabled")
     assert requirement_drifts("3.10.0", flags, "v2") == []
     assert requirement_drifts("3.9.29", flags, "v2") == [Drift("different", "broker", "version", ">= 3.10.0", "3.9.29")]
     assert requirement_drifts("3.9.29", {}, "v1") == []
     missing = requirement_drifts("3.13.0-rc.2", {"quorum_queue": "enabled", "stream_queue": "disabled"}, "v2")
     assert missing == [Drift("different", "broker", "feature flag stream_queue", "enabled", "disabled")]
-    assert rmq.parse_reported_broker_version("3.13.0-rc.2") == (3, 13, 0)
+    assert parse_reported_broker_version("3.13.0-rc.2") == (3, 13, 0)
     with pytest.raises(ValueError, match="'latest' is not of the form"):
-        rmq.parse_reported_broker_version("latest")
+        parse_reported_broker_version("latest")
 
 
 def test_delay_queue_retention_may_exceed_four_days_and_content_deduplication_is_drift_with_its_reason() -> None:
@@ -286,7 +299,7 @@ def test_queues_that_were_never_created_are_missing(moto_server: LocalMoto) -> N
     ]
 
 
-def listings(topology: rmq.Topology) -> tuple[list[dict], list[dict], list[dict]]:
+def listings(topology: Topology) -> tuple[list[dict], list[dict], list[dict]]:
     """The management API's view of a vhost holding exactly ``topology``."""
     exchanges = [
         {"name": e.name, "type": e.type, "durable": e.durable, "auto_delete": e.auto_delete, "arguments": {}}
@@ -305,25 +318,25 @@ def listings(topology: rmq.Topology) -> tuple[list[dict], list[dict], list[dict]
 
 
 def test_argument_types_and_stray_bindings_are_drift_but_other_endpoints_are_not() -> None:
-    topology = rmq.delay_levels("v2") + rmq.endpoint_topology(
+    topology = delay_levels("v2") + endpoint_topology(
         "Sales",
-        generation=rmq.Generation.V2,
-        routing_topology=rmq.RoutingTopology.CONVENTIONAL,
-        queue_type=rmq.QueueType.QUORUM,
+        generation=Generation.V2,
+        routing_topology=RoutingTopology.CONVENTIONAL,
+        queue_type=QueueType.QUORUM,
     )
     exchanges, queues, bindings = listings(topology)
     assert topology_drifts(topology, "v2", exchanges, queues, bindings) == []
-    level0 = rmq.delay_level_name(0, rmq.Generation.V2)
+    level0 = delay_level_name(0, Generation.V2)
     for queue in queues:
         if queue["name"] == level0:
-            queue["arguments"]["x-message-ttl"] = str(rmq.level_ttl_ms(0))  # what the provider's `arguments` sends
+            queue["arguments"]["x-message-ttl"] = str(level_ttl_ms(0))  # what the provider's `arguments` sends
     stray = {"source": level0, "destination": "Sales", "destination_type": "queue", "routing_key": "#"}
     other_endpoint = {
-        "source": rmq.delivery_exchange_name(rmq.Generation.V2), "destination": "Other", "destination_type": "exchange",
-        "routing_key": rmq.endpoint_binding_key("Other"),
+        "source": delivery_exchange_name(Generation.V2), "destination": "Other", "destination_type": "exchange",
+        "routing_key": endpoint_binding_key("Other"),
     }  # fmt: skip
     drifts = topology_drifts(topology, "v2", exchanges, queues, [*bindings, stray, other_endpoint])
-    ttl = rmq.level_ttl_ms(0)
+    ttl = level_ttl_ms(0)
     assert drifts == [
         Drift("different", f"queue {level0}", "arguments.x-message-ttl", str(ttl), json.dumps(str(ttl))),
         Drift("unexpected", f"binding {level0} -> queue Sales ('#')", "", "(absent)", "bound"),
@@ -347,7 +360,7 @@ def test_missing_credentials_and_encrypted_secrets_are_named(tmp_path: Path, mon
 def test_the_default_queue_type_that_rabbitmq_4_writes_into_arguments_is_not_drift() -> None:
     """RabbitMQ 4.0 lists a v1 level queue declared without x-queue-type with ``x-queue-type: classic``
     (rabbitmq-server#12109); a vhost whose default queue type is quorum makes it a quorum queue: drift."""
-    topology = rmq.delay_levels("v1")
+    topology = delay_levels("v1")
     exchanges, queues, bindings = listings(topology)
     for queue in queues:
         queue["arguments"]["x-queue-type"] = "classic"

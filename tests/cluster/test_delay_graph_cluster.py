@@ -44,7 +44,8 @@ from nsb_delays.brokers.confirm_failover import FailoverConfirmPublisher
 from nsb_delays.brokers.delivery import Arrival, ArrivalCollector, DelayedPublisher, DelayedSend, queue_depths
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.messages import outgoing, rabbitmq_message
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands.demo.servers import wait_until
 from nsb_delays.stack.config import DELIVERY_LIMIT_POLICIES_KEY, RabbitMqConfig, StackConfig, load_stack, stack_file
@@ -111,7 +112,7 @@ def dev_stack_in_vhost(folder: Path, vhost: str, version: str) -> Path:
 
 
 def level_queues() -> list[str]:
-    return [queue.name for queue in rmq.delay_levels("v2").queues]
+    return [queue.name for queue in delay_levels("v2").queues]
 
 
 def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_definitions(
@@ -152,7 +153,7 @@ def test_dev_stack_is_replicated_on_every_node_by_applier_and_by_rendered_defini
 
         destinations = dev_config(vhost, version).receiving_queues()
         with ArrivalCollector(third.amqp_url, vhost, destinations) as collector:
-            with DelayedPublisher(second.amqp_url, vhost, rmq.Generation.V2) as publisher:
+            with DelayedPublisher(second.amqp_url, vhost, Generation.V2) as publisher:
                 sends = [publisher.send(destination, delay) for delay in (1, 2) for destination in destinations]
             assert collector.wait_for([s.message_id for s in sends], timeout=30)
         arrivals = collector.by_id()
@@ -197,7 +198,7 @@ def test_levels_led_by_a_node_whose_dead_letter_workers_stopped_wait_until_that_
     assert not cluster.dead_letter_supervisor_running(first)
     destinations = config.receiving_queues()
     with ArrivalCollector([third.amqp_url, second.amqp_url], vhost, destinations) as collector:
-        with DelayedPublisher(second.amqp_url, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(second.amqp_url, vhost, Generation.V2) as publisher:
             sends = [publisher.send(destination, delay) for delay in (1, 2, 3) for destination in destinations]
         wait_until(
             lambda: dead_letter_backlog(cluster, vhost) == len(sends), f"{len(sends)} in dead-letter backlogs", 60
@@ -257,7 +258,7 @@ class SteadyStream(threading.Thread):
     def run(self) -> None:
         schedule = random.Random(13)
         try:
-            with DelayedPublisher(self.cluster_urls, self.vhost, rmq.Generation.V2) as publisher:
+            with DelayedPublisher(self.cluster_urls, self.vhost, Generation.V2) as publisher:
                 start = time.monotonic()
                 for i in range(10**9):
                     if self.halt.wait(max(0.0, start + i / STREAM_PER_SECOND - time.monotonic())):
@@ -297,7 +298,7 @@ class MigrationStream(threading.Thread):
                     delay = int(max(DELAYS[0], min(schedule.randint(*DELAYS), self.latest_due - sent_at)))
                     messages = [
                         rabbitmq_message(f"timeout-{batch}-{i}", self.destinations[i % len(self.destinations)], b"{}",
-                                         {"NServiceBus.MessageId": f"migrated-{batch}-{i}"}, delay, rmq.Generation.V2)
+                                         {"NServiceBus.MessageId": f"migrated-{batch}-{i}"}, delay, Generation.V2)
                         for i in range(MIGRATION_BATCH)
                     ]  # fmt: skip
                     publisher.publish([outgoing(message) for message in messages])
@@ -452,7 +453,7 @@ def test_no_message_is_lost_when_nodes_stop_crash_restart_or_leave(
     timeline = FaultTimeline(cluster, vhost)
     with ArrivalCollector(urls, vhost, destinations) as collector:
         schedule = random.Random(11)
-        with DelayedPublisher(urls, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(urls, vhost, Generation.V2) as publisher:
             waiting = [
                 publisher.send(destinations[i % len(destinations)], schedule.randint(*DELAYS))
                 for i in range(WAITING_MESSAGES)

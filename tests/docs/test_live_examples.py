@@ -27,7 +27,13 @@ import psycopg
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    parking_name,
+)
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of
 from nsb_delays.infra.commands.demo.provisioning import import_definitions, provision_sqs
 from nsb_delays.infra.commands.demo.servers import HOST, wait_until
 from nsb_delays.infra.pulumi_engine import offline_environment
@@ -156,7 +162,7 @@ def scene(
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "docs").symlink_to(PROJECT / "docs")
-    version = rmq.broker_version_of(rabbitmq.version())
+    version = broker_version_of(rabbitmq.version())
     management_url = f"http://{standard_ports}:{MANAGEMENT_PORT}"
     api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     for user, password in USERS.items():
@@ -321,7 +327,7 @@ def park_and_recreate(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
     alternate exchange parks them (before the publish is confirmed). Then the endpoint comes back, declared as
     NServiceBus declares it. ``status`` reads the parking queue's depth from the management API's statistics, which
     the broker samples: the scene is ready once they show the parked messages (as the broker tier waits)."""
-    delivery = rmq.delivery_exchange_name("v2")
+    delivery = delivery_exchange_name("v2")
     messages = [
         delayed_message(RETIRED_ENDPOINT, 3600, 0, "v2", index)[1]._replace(exchange=delivery)
         for index in range(PARKED_MESSAGES)
@@ -333,7 +339,7 @@ def park_and_recreate(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
         declare_endpoint(connection.channel(), "v2", "conventional", [RETIRED_ENDPOINT], sending_queues=())
     finally:
         connection.close()
-    parking = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.parking_name('v2'))}"
+    parking = f"queues/{path_segment(PROD_VHOST)}/{path_segment(parking_name('v2'))}"
     wait_until(lambda: api.request("GET", parking).get("messages") == PARKED_MESSAGES, "the parked messages", 60)
 
 
@@ -351,7 +357,7 @@ def stall_a_level(rabbitmq: LocalRabbitMq, api: ManagementApi) -> None:
         for index in range(STUCK_MESSAGES)
     ]
     publish(pika.URLParameters(rabbitmq.vhost_amqp_url(PROD_VHOST)), messages)
-    level = f"queues/{path_segment(PROD_VHOST)}/{path_segment(rmq.delay_level_name(STUCK_LEVEL, rmq.Generation.V2))}"
+    level = f"queues/{path_segment(PROD_VHOST)}/{path_segment(delay_level_name(STUCK_LEVEL, Generation.V2))}"
     wait_until(lambda: api.request("GET", level).get("messages_dlx") == STUCK_MESSAGES, "the dead-letter backlog", 180)
 
 

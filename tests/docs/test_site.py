@@ -13,7 +13,7 @@ from typing import Any
 import click
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import delay_level_name, delivery_exchange_name
 from nsb_delays.infra.cli import cli
 from nsb_delays.policies.pack import POLICIES
 from nsb_delays.stack import config as stack_config
@@ -199,7 +199,7 @@ def test_the_components_page_shows_each_components_docstring(site: Site) -> None
         assert component.__doc__ is not None
         first = squashed(component.__doc__.split("\n\n")[0].replace("``", ""))
         assert first in text, component.__name__
-    assert 'id="nsb_delays.components.model.rabbitmq.delay_level_name"' in page
+    assert 'id="nsb_delays.components.model.rabbitmq.names.delay_level_name"' in page
     assert 'id="nsb_delays.components.model.permissions"' in page
 
 
@@ -219,7 +219,7 @@ def test_every_mermaid_diagram_is_drawn_at_build_time(site: Site) -> None:
 def test_the_dev_stack_graph_is_drawn_from_render_and_shown_instead_of_the_committed_png(site: Site) -> None:
     graph = site.root / "assets" / "dev-stack-graph.svg"
     text = ET.tostring(ET.parse(graph).getroot(), encoding="unicode", method="text")
-    for name in (rmq.delay_level_name(27, "v2"), rmq.delay_level_name(0, "v2"), rmq.delivery_exchange_name("v2")):
+    for name in (delay_level_name(27, "v2"), delay_level_name(0, "v2"), delivery_exchange_name("v2")):
         assert name in text
     pages = {str(path.relative_to(site.root)): path.read_text() for path in site.root.rglob("*.html")}
     assert not [page for page, markup in pages.items() if "dev-stack-graph.png" in markup]

@@ -13,7 +13,8 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 
 from nsb_delays.components.encoding import arguments_json
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import ALTERNATE_EXCHANGE_ARGUMENT, delay_levels
+from nsb_delays.components.model.rabbitmq.names import delay_level_name, delivery_exchange_name
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def second_sales_queue(vhost: str) -> None:
 def delivery_binding_to_nobody(vhost: str) -> None:
     rabbitmq.Binding(
         "ghost-delivery",
-        source=rmq.delivery_exchange_name("v2"),
+        source=delivery_exchange_name("v2"),
         vhost=vhost,
         destination="Ghost",
         destination_type="exchange",
@@ -58,11 +59,11 @@ def delivery_binding_to_nobody(vhost: str) -> None:
 def lone_level_with_wrong_ttl(vhost: str) -> None:
     """A level queue of its own in another vhost: its TTL is wrong, and the chain around it is missing."""
     rabbitmq.VHost("other", name="other")
-    level = next(q for q in rmq.delay_levels("v2").queues if q.name == rmq.delay_level_name(3, "v2"))
+    level = next(q for q in delay_levels("v2").queues if q.name == delay_level_name(3, "v2"))
     arguments = dict(level.arguments) | {"x-message-ttl": 31000}
     rabbitmq.Queue(
         "stray-level",
-        name=rmq.delay_level_name(3, "v2"),
+        name=delay_level_name(3, "v2"),
         vhost="other",
         settings=rabbitmq.QueueSettingsArgs(durable=True, arguments_json=arguments_json(arguments)),
         opts=pulumi.ResourceOptions(protect=True),
@@ -82,14 +83,14 @@ def fanout_level_exchange(vhost: str) -> None:
     """A level exchange declared as NServiceBus does not, in a vhost of its own (no duplicate of the components')."""
     rabbitmq.Exchange(
         "stray-level-exchange",
-        name=rmq.delay_level_name(5, "v2"),
+        name=delay_level_name(5, "v2"),
         vhost="other",
         settings=rabbitmq.ExchangeSettingsArgs(type="fanout", durable=True),
     )
 
 
 def level_binding_with_a_catch_all_key(vhost: str) -> None:
-    level = rmq.delay_level_name(3, "v2")
+    level = delay_level_name(3, "v2")
     rabbitmq.Binding(
         "stray-level-binding",
         source=level,
@@ -103,7 +104,7 @@ def level_binding_with_a_catch_all_key(vhost: str) -> None:
 def delivery_binding_without_the_wildcard(vhost: str) -> None:
     rabbitmq.Binding(
         "sales-exact-key",
-        source=rmq.delivery_exchange_name("v2"),
+        source=delivery_exchange_name("v2"),
         vhost=vhost,
         destination="Sales",
         destination_type="exchange",
@@ -114,10 +115,10 @@ def delivery_binding_without_the_wildcard(vhost: str) -> None:
 def alternate_exchange_as_argument(vhost: str) -> None:
     rabbitmq.Exchange(
         "level-with-alternate",
-        name=rmq.delay_level_name(7, "v2"),
+        name=delay_level_name(7, "v2"),
         vhost="other",
         settings=rabbitmq.ExchangeSettingsArgs(
-            type="topic", durable=True, arguments={rmq.ALTERNATE_EXCHANGE_ARGUMENT: "nsb-delays.unroutable"}
+            type="topic", durable=True, arguments={ALTERNATE_EXCHANGE_ARGUMENT: "nsb-delays.unroutable"}
         ),
     )
 

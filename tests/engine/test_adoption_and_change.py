@@ -27,7 +27,10 @@ from click.testing import CliRunner
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher, connection_parameters, queue_depths
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import PolicyScope
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, delay_level_name, parking_name
 from nsb_delays.components.recording import import_file
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
@@ -53,7 +56,7 @@ def section(vhost: str, broker_version: tuple[int, ...], endpoints: list[Any], *
     return {
         "vhost": vhost,
         "brokerVersion": version_text(broker_version),
-        "deliveryLimitPolicies": broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "deliveryLimitPolicies": broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
         "endpoints": endpoints,
         **options,
     }
@@ -76,7 +79,7 @@ def test_adopt_existing_takes_over_what_nservicebus_declared(
 ) -> None:
     vhost = new_vhost("engine-adopt")
     # one policy per queue, as the transport names its own: adoption imports them (combined ones would be created)
-    scope = {"policyScope": rmq.PolicyScope.ENDPOINT.value}
+    scope = {"policyScope": PolicyScope.ENDPOINT.value}
     wanted = section(vhost, broker_version, ["Sales", "Billing"], parkUnroutable=False, adoptExisting=True, **scope)
     config = parse_stack_config({"rabbitmq": wanted})
     nsb.declare_as_nservicebus(rabbitmq, config)
@@ -90,7 +93,7 @@ def test_adopt_existing_takes_over_what_nservicebus_declared(
     result = stack.up()
     assert not created_provider_objects(result.stdout), result.stdout[-3000:]
     assert "replaced" not in summary(result.stdout), result.stdout[-3000:]
-    assert summary(result.stdout).get("imported", 0) > rmq.LEVEL_COUNT * 3, result.stdout[-3000:]
+    assert summary(result.stdout).get("imported", 0) > LEVEL_COUNT * 3, result.stdout[-3000:]
     assert without_statistics(management.definitions(vhost)) == before
     stack.preview("--expect-no-changes")
     assert verify_rabbitmq(management, config.rabbitmq) == []
@@ -103,13 +106,13 @@ def test_an_import_that_differs_from_the_broker_is_refused_and_changes_nothing(
     vhost = new_vhost("engine-adopt-differs")
     wanted = section(vhost, broker_version, ["Sales"], parkUnroutable=False, adoptExisting=True, generation="v1")
     nsb.declare_as_nservicebus(rabbitmq, parse_stack_config({"rabbitmq": wanted}))
-    level = rmq.delay_level_name(0, "v1")
+    level = delay_level_name(0, "v1")
     connection = pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost))
     try:
         channel = connection.channel()
         channel.queue_delete(level)
         channel.queue_declare(level, durable=True, arguments={"x-message-ttl": 999, "x-queue-mode": "lazy"})
-        for binding in rmq.delay_levels("v1").bindings:
+        for binding in delay_levels("v1").bindings:
             if binding.destination == level:
                 channel.queue_bind(level, binding.source, binding.routing_key)
     finally:
@@ -177,7 +180,7 @@ def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_lev
         for i in range(WAITING_IN_GONE):
             channel.basic_publish("", "Gone", f"waiting {i}".encode(), pika.BasicProperties(delivery_mode=2))
     with ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]) as collector:
-        with DelayedPublisher(rabbitmq.amqp_url, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, Generation.V2) as publisher:
             gone = [publisher.send("Gone", DELAY_SECONDS) for _ in range(GONE_MESSAGES)]
             live = [publisher.send("Live", DELAY_SECONDS) for _ in range(LIVE_MESSAGES)]
         configure(stack, rabbitmq, after)
@@ -202,7 +205,7 @@ def test_removing_an_endpoint_with_delays_in_flight_parks_them_and_stalls_no_lev
     report = json.loads(status.output)
     assert [(q["queue"], q["messages"]) for q in report["retained"]] == [("Gone", WAITING_IN_GONE)]
     assert any("retained queue Gone" in warning for warning in report["warnings"])
-    parking = rmq.parking_name(rmq.Generation.V2)
+    parking = parking_name(Generation.V2)
     depths: dict[str, int] = {}
     for _ in range(60):
         depths = queue_depths(rabbitmq.amqp_url, vhost, [parking])
@@ -224,7 +227,7 @@ def test_destroy_refuses_to_delete_the_protected_delay_queues(
     # the engine's deleteProtectedError (pulumi/pulumi pkg/resource/deploy/step.go), as the README shows it
     assert re.search(r"cannot be deleted\s+because it is protected", result.output), result.explain()
     assert "pulumi state unprotect" in result.output, result.explain()
-    levels = {q.name for q in rmq.delay_levels(rmq.Generation.V2).queues}
+    levels = {q.name for q in delay_levels(Generation.V2).queues}
     assert levels <= {q["name"] for q in management.queues(vhost)}
 
 

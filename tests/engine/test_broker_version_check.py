@@ -15,7 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_POLICY_KEY,
+    DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+)
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.versions import shown_version
 from nsb_delays.infra.pulumi_engine import provider_credentials
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
@@ -47,7 +52,7 @@ def readme_project(folder: Path, vhost: str, broker_version: str) -> Path:
 
 
 def release(broker_version: tuple[int, ...]) -> str:
-    return rmq.shown_version(broker_version)
+    return shown_version(broker_version)
 
 
 def another_release(broker_version: tuple[int, ...]) -> str:
@@ -107,11 +112,11 @@ def test_the_readme_example_for_the_brokers_release_creates_everything_with_erro
     stack.up()
     queues = {q["name"] for q in management.queues(vhost)}
     assert {"error", "audit", "Sales", "Sales-blue"} <= queues
-    assert {rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)} <= queues
+    assert {delay_level_name(level, Generation.V2) for level in range(LEVEL_COUNT)} <= queues
     policies = management.policies(vhost)
-    limits = [p["name"] for p in policies if rmq.DELIVERY_LIMIT_POLICY_KEY in p["definition"]]
+    limits = [p["name"] for p in policies if DELIVERY_LIMIT_POLICY_KEY in p["definition"]]
     # the delivery-limit policy from 4.0 only (RabbitMQ 3.10 refuses it; below 4.0 there is no default limit)
-    assert bool(limits) == (broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION)
+    assert bool(limits) == (broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION)
     assert len(state_resources(stack)) > 100
     stack.preview("--expect-no-changes")
 

@@ -21,7 +21,8 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.brokers.management import ManagementApi, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy_name
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_AUDIT_QUEUE, DEFAULT_ERROR_QUEUE
 from nsb_delays.components.resource_types import RABBITMQ_BINDING
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
@@ -155,11 +156,11 @@ def estate_with_objects_missing(
     declared = estate.declared_section(vhost, "conventional", broker_version)
     estate.declare_estate(rabbitmq, management, declared, broker_version)
     gone = set()
-    for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
+    for name in (DEFAULT_ERROR_QUEUE, DEFAULT_AUDIT_QUEUE):
         management.request("DELETE", f"exchanges/{path_segment(vhost)}/{name}")
         gone |= {f"exchange {name}", f"binding {name} -> queue {name}"}
     if declared.get("policyScope") == "endpoint":  # the endpoints created their own policies (4.x)
-        policy = rmq.delivery_limit_policy_name("Sales")
+        policy = delivery_limit_policy_name("Sales")
         management.request("DELETE", f"policies/{path_segment(vhost)}/{path_segment(policy)}")
         gone.add(f"policy {policy}")
     return gone
@@ -262,7 +263,7 @@ def test_with_objects_missing_an_up_with_adopt_existing_fails_as_the_review_says
         stack.run("config", "set", "--path", f"{NAMESPACE}:rabbitmq.adoptExisting", "true", "--type", "bool")
         up = stack.up(check=False)
         assert up.returncode != 0, up.explain()
-        exchanges = (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE)  # the ids of the exchanges it lacks
+        exchanges = (DEFAULT_ERROR_QUEUE, DEFAULT_AUDIT_QUEUE)  # the ids of the exchanges it lacks
         assert any(f"resource '{name}@{vhost}' does not exist" in up.output for name in exchanges), up.explain()
     finally:
         delete_users(management, passwords)

@@ -28,7 +28,19 @@ from pika.exceptions import UnroutableError
 from nsb_delays.brokers.delivery import connection_parameters, queue_depths
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import ROOT_BUCKET
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+    delivery_limit_policy_name,
+)
+from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy_name
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    combined_policy_name,
+    delivery_exchange_name,
+    parking_name,
+)
+from nsb_delays.components.model.rabbitmq.routing import routing_key
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.engine.test_adoption_and_change import configure, section, summary
@@ -53,7 +65,7 @@ class ParkingFlow(threading.Thread):
             with pika.BlockingConnection(self.parameters) as connection:
                 channel = connection.channel()
                 channel.confirm_delivery()
-                key = rmq.routing_key(1, PARKED)
+                key = routing_key(1, PARKED)
                 while not self.stop.is_set():
                     try:
                         channel.basic_publish(PARKED, key, b"{}", mandatory=True)
@@ -101,12 +113,12 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     vhost = new_vhost("engine-combine")
     stack = new_stack(rabbitmq, "combine")
     endpoints = [REJECTED, "Billing", PARKED]
-    limits = broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    limits = broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
     configure(stack, rabbitmq, section(vhost, broker_version, endpoints, policyScope="endpoint"))
     stack.up()
     per_object = {p["name"] for p in management.policies(vhost)}
-    assert rmq.alternate_exchange_policy_name(PARKED) in per_object
-    assert (rmq.delivery_limit_policy_name(REJECTED) in per_object) == limits
+    assert alternate_exchange_policy_name(PARKED) in per_object
+    assert (delivery_limit_policy_name(REJECTED) in per_object) == limits
     with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
         channel = connection.channel()
         channel.queue_unbind(PARKED, PARKED, "")
@@ -135,8 +147,8 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     assert "replaced" not in counts and "updated" not in counts
     # parking never lapsed: every message the exchange took went to the parking queue
     assert parking.published > 0 and parking.returned == 0
-    assert queue_depths(rabbitmq.amqp_url, vhost, [rmq.parking_name(rmq.Generation.V2)]) == {
-        rmq.parking_name(rmq.Generation.V2): parking.published
+    assert queue_depths(rabbitmq.amqp_url, vhost, [parking_name(Generation.V2)]) == {
+        parking_name(Generation.V2): parking.published
     }
     if limits:  # ... and neither did the delivery limit: the message is still there, delivered past 20 again
         with pika.BlockingConnection(connection_parameters(rabbitmq.amqp_url, vhost)) as connection:
@@ -146,9 +158,9 @@ def test_per_object_policies_give_way_to_combined_ones_with_no_gap(
     names = {p["name"] for p in management.policies(vhost)}
     group = stack.name
     assert names == {
-        rmq.alternate_exchange_policy_name(rmq.delivery_exchange_name(rmq.Generation.V2)),
-        rmq.combined_policy_name(group, "unroutable", rmq.ROOT_BUCKET),
-        *([rmq.combined_policy_name(group, "delivery-limit", rmq.ROOT_BUCKET)] if limits else []),
+        alternate_exchange_policy_name(delivery_exchange_name(Generation.V2)),
+        combined_policy_name(group, "unroutable", ROOT_BUCKET),
+        *([combined_policy_name(group, "delivery-limit", ROOT_BUCKET)] if limits else []),
     }
     config = parse_stack_config({"rabbitmq": combined}, stack.name).rabbitmq
     assert config is not None

@@ -20,7 +20,9 @@ import pytest
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.graph import delay_levels
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delay_level_name
 from nsb_delays.stack.config import NAMESPACE, StackConfig, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.engine.conftest import CHECKPOINTS, Stack, init_stack, remove_stack
@@ -40,7 +42,7 @@ def rabbitmq_section(vhost: str, generation: str, topology: str, broker_version:
         "queueType": "quorum" if generation == "v2" else "classic",
         "brokerVersion": version,
         "parkUnroutable": generation == "v2",
-        "deliveryLimitPolicies": broker_version >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "deliveryLimitPolicies": broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
         "endpoints": [
             {
                 "name": "Sales",
@@ -94,7 +96,7 @@ def test_delayed_messages_arrive_through_what_up_declared(
             sends = [publisher.send(queue, delay) for delay in DELAYS for queue in config.receiving_queues()]
         assert collector.wait_for([s.message_id for s in sends], timeout=max(DELAYS) + 60)
         arrivals = collector.by_id()
-    levels = {q.name for q in rmq.delay_levels(config.generation).queues}
+    levels = {q.name for q in delay_levels(config.generation).queues}
     ttl_ms = {
         q["name"]: q["arguments"].get("x-message-ttl") for q in management.queues(deployed.vhost) if q["name"] in levels
     }
@@ -102,8 +104,8 @@ def test_delayed_messages_arrive_through_what_up_declared(
     for send in sends:
         (got,) = arrivals[send.message_id]
         bits = {
-            rmq.delay_level_name(level, config.generation)
-            for level in range(rmq.LEVEL_COUNT)
+            delay_level_name(level, config.generation)
+            for level in range(LEVEL_COUNT)
             if send.delay_seconds >> level & 1
         }
         if got.queue != send.destination:

@@ -23,7 +23,8 @@ import pytest
 from nsb_delays.brokers.delivery import connection_parameters, queue_depths
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.graph import delay_queue_arguments
+from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.test_nservicebus_compatibility import without_statistics
@@ -61,8 +62,8 @@ def test_a_changed_policy_is_updated_in_place(
 
 def redeclare_level_queue(broker: LocalRabbitMq, vhost: str, generation: str) -> str:
     """Someone deletes a level queue and declares it again with another TTL (its binding goes with it)."""
-    level = rmq.delay_level_name(CHANGED_LEVEL, generation)
-    arguments = dict(rmq.delay_queue_arguments(CHANGED_LEVEL, rmq.Generation.V2)) | {"x-message-ttl": CHANGED_TTL_MS}
+    level = delay_level_name(CHANGED_LEVEL, generation)
+    arguments = dict(delay_queue_arguments(CHANGED_LEVEL, Generation.V2)) | {"x-message-ttl": CHANGED_TTL_MS}
     connection = pika.BlockingConnection(connection_parameters(broker.amqp_url, vhost))
     try:
         channel = connection.channel()

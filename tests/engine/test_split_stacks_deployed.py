@@ -10,7 +10,7 @@ from typing import Any
 from nsb_delays.brokers.delivery import ArrivalCollector, DelayedPublisher
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from servers.vhost_definitions import objects_of_others
@@ -52,6 +52,6 @@ def test_a_team_stack_leaves_and_nothing_of_the_graph_or_the_other_team_changes(
     assert not [p for p in definitions["policies"] if p["name"].startswith(f"nsb-delays.{team_a.name}.")]
     assert [drifts(stack) for stack in (graph, team_b)] == [[], []]
     with ArrivalCollector(rabbitmq.amqp_url, vhost, [TEAM_B[0]]) as collector:
-        with DelayedPublisher(rabbitmq.amqp_url, vhost, rmq.Generation.V2) as publisher:
+        with DelayedPublisher(rabbitmq.amqp_url, vhost, Generation.V2) as publisher:
             send = publisher.send(TEAM_B[0], 1)
         assert collector.wait_for([send.message_id], timeout=30)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, dotted_version
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
 from tests.bad_inputs import TRACEBACK_MARKERS
@@ -116,7 +116,7 @@ def endpoint_with_a_user(vhost: str, broker_version: tuple[int, ...], user: str)
     tests/broker/test_preflight.py's stacks have it, docs/how-to/endpoint-users.md)."""
     return {
         "vhost": vhost,
-        "brokerVersion": rmq.broker_version_of(rmq.dotted_version(broker_version)),
+        "brokerVersion": broker_version_of(dotted_version(broker_version)),
         **(
             {} if broker_version >= FEATURE_FLAGS_OPEN_FROM else {"disabledBrokerRequirementChecks": ["StreamsEnabled"]}
         ),

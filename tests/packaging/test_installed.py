@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import routing_key
 from nsb_delays.infra.render import FORMATS, render
 from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import PROJECT, Built, Venv, in_user_project, run
@@ -37,7 +38,7 @@ def cli(environment: Venv, project: Path, *args: str | Path, check: bool = True)
 def test_cli_version_and_explain(spark_venv: Venv, user_project: Path) -> None:
     assert cli(spark_venv, user_project, "--version").stdout.strip() == VERSION_LINE
     path = json.loads(cli(spark_venv, user_project, "explain", "10", "Sales", "--json").stdout)
-    assert path["routing_key"] == rmq.routing_key(10, "Sales")
+    assert path["routing_key"] == routing_key(10, "Sales")
     assert path["first_exchange"] == "nsb.v2.delay-level-03"
 
 
@@ -76,7 +77,7 @@ def test_user_program_under_pulumi_mocks_resolves_each_import_to_its_owner(spark
     assert ("nsb-delays:index:SqsEndpoint", "sales-sqs") in registered
     level_queues = [r for r in report["registered"] if r["type"] == "rabbitmq:index/queue:Queue"]
     assert {r["inputs"]["name"] for r in level_queues} >= {
-        rmq.delay_level_name(level, rmq.Generation.V2) for level in range(28)
+        delay_level_name(level, Generation.V2) for level in range(28)
     }
     assert report["violations"] == ["sqs-queue-encrypted"], "the pack's rules ran, and caught the unencrypted queue"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import delay_level_name, delivery_exchange_name
 from nsb_delays.infra.render import render
 from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import DEV_STACK, PROJECT, STACKS, mermaid_cli, run
@@ -41,9 +41,9 @@ def test_the_stack_graph_renders_to_svg_and_png(stack_file: Path, generation: st
     svg = ET.parse(tmp_path / "graph.svg").getroot()
     assert svg.tag == SVG
     text = ET.tostring(svg, encoding="unicode", method="text")
-    for name in (rmq.delay_level_name(27, generation), rmq.delay_level_name(0, generation)):
+    for name in (delay_level_name(27, generation), delay_level_name(0, generation)):
         assert name in text
-    assert rmq.delivery_exchange_name(generation) in text
+    assert delivery_exchange_name(generation) in text
     assert all(queue in text for endpoint in config.rabbitmq.endpoints for queue in endpoint.receiving_queues)
     draw(diagram, tmp_path / "graph.png")
     width, height = png_size(tmp_path / "graph.png")

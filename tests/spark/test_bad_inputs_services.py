@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, delay_level_name
 from nsb_delays.infra.cli import cli
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot, write_files
@@ -225,7 +225,7 @@ def migration_tables(dsn: str) -> list[str]:
 
 def broker_depths(broker: BrokerVhost) -> dict[str, int]:
     """Messages in the endpoint queue and every v2 level queue (passive declares: exact, no stats delay)."""
-    queues = [BOUND, *(rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT))]
+    queues = [BOUND, *(delay_level_name(level, Generation.V2) for level in range(LEVEL_COUNT))]
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker.amqp_url))) as connection:
         channel = connection.channel()
         return {name: channel.queue_declare(name, passive=True).method.message_count for name in queues}

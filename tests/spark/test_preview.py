@@ -18,8 +18,10 @@ from click.testing import CliRunner
 
 from nsb_delays.brokers.messages import sqs_message
 from nsb_delays.brokers.sqs_sender import SqsSettings
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
+from nsb_delays.components.model.rabbitmq.names import MAX_LEVEL
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS, first_level
 from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline import preview as P
 from nsb_delays.pipeline.delays import to_micros
@@ -63,11 +65,11 @@ def expected_report(rows, now):
     levels, direct, fifo, cycles, cost = {}, 0, 0, 0, 0.0
     for row in rows:
         delay = max(0, math.ceil((row.due - now).total_seconds()))
-        if delay > rmq.MAX_DELAY_SECONDS:
+        if delay > MAX_DELAY_SECONDS:
             classes[P.BEYOND_MAX] += 1
         else:
             classes[P.PAST_DUE if delay == 0 else P.SCHEDULED] += 1
-            levels[rmq.first_level(delay)] = levels.get(rmq.first_level(delay), 0) + 1
+            levels[first_level(delay)] = levels.get(first_level(delay), 0) + 1
         if sqs.first_send(delay, row.destination, row.message_id).fifo:
             fifo += 1
         else:
@@ -83,10 +85,10 @@ def check(report, rows, malformed, now):
     assert report.total == len(rows) + len(malformed)
     assert report.classes == classes
     assert report.by_level == dict(sorted(levels.items()))
-    assert max(report.by_level) == rmq.MAX_LEVEL  # the five-year rows start at level 27
+    assert max(report.by_level) == MAX_LEVEL  # the five-year rows start at level 27
     assert (report.sqs_direct, report.sqs_fifo, report.sqs_fifo_cycles) == (direct, fifo, cycles)
     assert report.sqs_cost_usd == pytest.approx(cost)
-    wildcard = f"destination 'Sales.*' {rmq.rabbitmq_address_problems('Sales.*')[0]}"
+    wildcard = f"destination 'Sales.*' {rabbitmq_address_problems('Sales.*')[0]}"
     assert report.malformed == {MISSING_DESTINATION: 3, BAD_HEADERS: 4, wildcard: 1, MISSING_DUE_TIME: 2}
     assert report.by_destination["Sales"][P.PAST_DUE] == 40 and report.by_destination["Sales"][P.BEYOND_MAX] == 4
     assert report.histogram[P.DELAY_BUCKETS[0][0]] == classes[P.PAST_DUE]

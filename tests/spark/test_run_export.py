@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from nsb_delays.pipeline.migration import RunOptions, export_ledger_source, run_migration
@@ -74,7 +74,7 @@ def mixed_rows(now, seed: int):
     good = [timeout(rng.choice(ENDPOINTS), -rng.uniform(0, 3000), i, now=now) for i in range(ROWS)]
     malformed = [timeout(None, -5, ROWS, now=now), timeout("Sales", -5, ROWS + 1, headers="not json", now=now)]
     malformed += [dataclasses.replace(timeout("Sales", -5, ROWS + 20 + i, now=now), id=None) for i in range(2)]
-    beyond = [timeout("Sales", rmq.MAX_DELAY_SECONDS + 3600 + i, ROWS + 2 + i, now=now) for i in range(3)]
+    beyond = [timeout("Sales", MAX_DELAY_SECONDS + 3600 + i, ROWS + 2 + i, now=now) for i in range(3)]
     undated = [timeout("Sales", None, ROWS + 5 + i, now=now) for i in range(2)]
     early = [timeout("Sales", -7200 - i, ROWS + 7 + i, now=now) for i in range(4)]  # before the cutoff
     return good, malformed, beyond, undated, early

@@ -14,7 +14,8 @@ import pytest
 
 from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
+from nsb_delays.components.model.rabbitmq.routing import first_level
 from nsb_delays.pipeline.delays import to_micros
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, DUE_ORDER_HORIZON, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
@@ -68,7 +69,7 @@ def test_run_delivers_every_timeout_with_body_headers_and_id(spark, postgres, ti
         delay = in_flight.delay_in_routing_key(deaths[0]["routing-keys"][0]) if deaths else 0
         assert max(0.0, due - finished) <= delay <= max(0.0, due - started + 1), (row.message_id, delay, due - started)
     # the day-long delays wait in the level of their highest bit (2^16 s), none has reached Billing
-    waiting = broker.depth(rmq.delay_level_name(rmq.first_level(LONG_DELAY), rmq.Generation.V2))
+    waiting = broker.depth(delay_level_name(first_level(LONG_DELAY), Generation.V2))
     assert waiting == LONG
     assert ledger_rows(postgres.dsn, f"select count(*) from {source.layout.table}") == [(0,)]
     state = ledger_rows(

@@ -10,7 +10,8 @@ import uuid
 import psycopg
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
+from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER
 from nsb_delays.pipeline.layouts import nhibernate_layout
 from nsb_delays.pipeline.ledger import LedgerError
 from nsb_delays.pipeline.migration import RunOptions, run_migration
@@ -42,7 +43,7 @@ def test_malformed_rows_go_to_quarantine_and_the_run_continues(
     assert result.left_beyond_max == 1  # RabbitMQ cannot hold it: it stays with the legacy manager, reported
     assert ledger_rows(postgres.dsn, f'select "Id"::text from {source.layout.table}') == [(beyond[0].id,)]
     reasons = {line["id"]: line["reason"] for line in map(json.loads, quarantine.read_text().splitlines())}
-    problems = "; ".join(rmq.rabbitmq_address_problems("Sales #1"))
+    problems = "; ".join(rabbitmq_address_problems("Sales #1"))
     assert reasons == {
         bad[0].id: MISSING_DESTINATION,
         bad[1].id: BAD_HEADERS,
@@ -50,7 +51,7 @@ def test_malformed_rows_go_to_quarantine_and_the_run_continues(
     }
     received = broker.drain(["Sales"], len(good))
     assert sorted(p.message_id for _, p, _, _ in received) == sorted(row.message_id for row in good)
-    assert all(p.headers[rmq.DELAY_HEADER] == 0 for _, p, _, _ in received)
+    assert all(p.headers[DELAY_HEADER] == 0 for _, p, _, _ in received)
 
 
 def test_rerun_with_other_parameters_is_refused(spark, postgres, timeout_table, broker_vhost) -> None:

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, LEVEL_COUNT, delay_level_name
 from nsb_delays.infra.commands.demo.servers import HOST, free_port
 from nsb_delays.pipeline.layouts import sql_persistence_layout
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
@@ -112,7 +112,7 @@ def test_the_block_migrates_every_timeout_of_sales(
     received = broker.drain([ENDPOINT], DUE, timeout=60)
     ids = collections.Counter(properties.message_id for _, properties, _, _ in received)
     assert ids == collections.Counter(row.message_id for row in due), "each due timeout once in Sales"
-    levels = [rmq.delay_level_name(level, rmq.DEFAULT_GENERATION) for level in range(rmq.LEVEL_COUNT)]
+    levels = [delay_level_name(level, DEFAULT_GENERATION) for level in range(LEVEL_COUNT)]
     waiting = sum(broker.depth(level) for level in levels)  # an hour out: in one level for the next 2,048 s
     assert waiting == LATER, f"{waiting} messages in the delay graph, {LATER} timeouts an hour out"
     if SPARK_CONNECT in block.runs_with:

@@ -7,7 +7,17 @@ import json
 from typing import Any
 
 from nsb_delays.components.encoding import binding_import_id, binding_properties_key, queue_arguments_field
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import queue_arguments_as_stored
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy_name
+from nsb_delays.components.model.rabbitmq.graph import delay_queue_arguments, delivery_binding
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    lower_level_binding_key,
+    parking_name,
+    queue_binding_key,
+)
 from nsb_delays.components.resource_types import RABBITMQ_POLICY as POLICY
 from nsb_delays.infra.commands.discover import Adoption, adoption, import_document
 from nsb_delays.infra.program import record_stack
@@ -23,7 +33,7 @@ def adopted(**rabbitmq: object) -> list:
 def test_every_rabbitmq_object_is_imported_with_the_provider_id() -> None:
     resources = adopted()
     rabbit = [r for r in resources if r.type in (EXCHANGE, QUEUE, BINDING)]
-    parking = rmq.parking_name(rmq.Generation.V2)
+    parking = parking_name(Generation.V2)
     ours = [r for r in rabbit if parking in (r.inputs.get("name"), r.inputs.get("source"))]
     assert len(ours) == 3 and not any(r.import_id for r in ours)  # only we declare parking: created, not imported
     assert all(r.import_id for r in rabbit if r not in ours)
@@ -44,7 +54,7 @@ def test_vhost_is_escaped_in_binding_ids_only() -> None:
     resources = adopted(vhost="team/a%b")
     ids = {r.import_id for r in resources if r.import_id}
     assert "nsb.v2.delay-level-00@team/a%b" in ids
-    key = rmq.lower_level_binding_key(0)
+    key = lower_level_binding_key(0)
     assert f"team%2Fa%25b/nsb.v2.delay-level-00/nsb.v2.delay-delivery/exchange/{binding_properties_key(key)}" in ids
 
 
@@ -54,7 +64,7 @@ def test_properties_key_encoding_as_rabbitmq_reports_it() -> None:
     assert binding_properties_key("1.#") == "1.%23"
     assert binding_properties_key("*.*.0.#") == "%2A.%2A.0.%23"
     assert binding_properties_key("a b/c%d~e_f-g") == "a+b%2Fc%25d%7Ee_f-g"
-    spec = rmq.delivery_binding("Sales", "direct", rmq.Generation.V2)
+    spec = delivery_binding("Sales", "direct", Generation.V2)
     assert binding_import_id(spec, "/") == "%2F/nsb.v2.delay-delivery/Sales/queue/%23.Sales"
 
 
@@ -62,7 +72,7 @@ def test_queue_arguments_are_declared_where_a_provider_read_puts_them() -> None:
     """ReadQueue (terraform-provider-rabbitmq) fills ``arguments_json`` only for a non-string value; on
     import the state is empty, so an all-string endpoint queue comes back in the string map."""
     assert queue_arguments_field({"x-queue-type": "quorum"}) == "arguments"
-    assert queue_arguments_field(rmq.delay_queue_arguments(3, rmq.Generation.V2)) == "arguments_json"
+    assert queue_arguments_field(delay_queue_arguments(3, Generation.V2)) == "arguments_json"
     assert queue_arguments_field({}) == "none"
     declared = {r.inputs["name"]: r.settings() for r in adopted() if r.type == QUEUE}
     assert declared["Sales"] == {"durable": True, "autoDelete": False, "arguments": {"x-queue-type": "quorum"}}
@@ -81,10 +91,10 @@ def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_defau
         "autoDelete": False,
         "arguments": {"x-queue-type": "classic"},
     }
-    level = rmq.delay_level_name(4, "v1")
-    assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
-    assert "x-queue-type" not in rmq.delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
-    assert rmq.queue_arguments_as_stored({"x-queue-type": "quorum"}, "4.0") == {"x-queue-type": "quorum"}
+    level = delay_level_name(4, "v1")
+    assert declared[level].queue_arguments() == delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
+    assert "x-queue-type" not in delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
+    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, "4.0") == {"x-queue-type": "quorum"}
 
 
 def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no_queue_type() -> None:
@@ -93,12 +103,12 @@ def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no
     stack = {"generation": "v1", "queueType": "classic", "endpoints": ["Sales"], "brokerVersion": "3.10"}
     declared = {r.inputs["name"]: r for r in adopted(**stack) if r.type == QUEUE}
     assert declared["Sales"].settings() == {"durable": True, "autoDelete": False}
-    level = rmq.delay_level_name(4, "v1")
-    assert declared[level].queue_arguments() == rmq.delay_queue_arguments(4, "v1")
-    assert rmq.queue_arguments_as_stored({}, "3.13") == {}
-    assert rmq.queue_arguments_as_stored({}, "4.0") == {"x-queue-type": "classic"}
-    assert rmq.queue_arguments_as_stored({}, "4.1.2") == {"x-queue-type": "classic"}
-    assert rmq.queue_arguments_as_stored({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
+    level = delay_level_name(4, "v1")
+    assert declared[level].queue_arguments() == delay_queue_arguments(4, "v1")
+    assert queue_arguments_as_stored({}, "3.13") == {}
+    assert queue_arguments_as_stored({}, "4.0") == {"x-queue-type": "classic"}
+    assert queue_arguments_as_stored({}, "4.1.2") == {"x-queue-type": "classic"}
+    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
     quorum = {
         r.inputs["name"]: r for r in adopted(brokerVersion="3.10", deliveryLimitPolicies=False) if r.type == QUEUE
     }
@@ -112,7 +122,7 @@ def test_bindings_take_their_ends_as_property_dependencies() -> None:
     level = next(
         r
         for r in resources
-        if r.type == BINDING and r.inputs["routingKey"] == rmq.queue_binding_key(3) and "level-03" in r.inputs["source"]
+        if r.type == BINDING and r.inputs["routingKey"] == queue_binding_key(3) and "level-03" in r.inputs["source"]
     )
     assert level.property_dependencies["source"] == (urn_of[(EXCHANGE, "nsb.v2.delay-level-03")],)
     assert level.property_dependencies["destination"] == (urn_of[(QUEUE, "nsb.v2.delay-level-03")],)
@@ -169,7 +179,7 @@ def test_an_endpoint_delivery_binding_deleted_by_hand_is_left_out_of_the_import_
     estate = without(
         whole,
         "bindings",
-        source=rmq.delivery_exchange_name(rmq.Generation.V2),
+        source=delivery_exchange_name(Generation.V2),
         destination="Sales",
         routing_key="#.Sales",
     )
@@ -197,7 +207,7 @@ def test_objects_held_in_another_shape_are_left_out_and_each_field_named() -> No
     config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"], "policyScope": "endpoint"}}, "prod")
     assert config.rabbitmq is not None
     whole = topology_definitions(config.rabbitmq.topology, "/")
-    policy = rmq.delivery_limit_policy_name("Sales")
+    policy = delivery_limit_policy_name("Sales")
     estate = whole | {
         "queues": [q | {"arguments": {**q["arguments"], "x-max-length": 1000}} if q["name"] == "error" else q
                    for q in whole["queues"]],

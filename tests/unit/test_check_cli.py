@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.infra.cli import cli
 from nsb_delays.policies.pack import POLICIES
 from nsb_delays.stack.config import stack_file
@@ -67,7 +67,7 @@ def test_a_broken_stack_lists_each_violation_once_and_fails(tmp_path: Path) -> N
         counts[policy] = counts.get(policy, 0) + 1
     sqs_queues = 2 * 3 - 1  # three endpoints, Sales without its delay queue
     assert counts == {
-        "delay-queue-protected": rmq.LEVEL_COUNT,
+        "delay-queue-protected": LEVEL_COUNT,
         "rabbitmq-endpoint-https": 1,
         "sqs-queue-encrypted": sqs_queues,
     }
@@ -80,11 +80,11 @@ def test_the_text_and_markdown_reports_name_rule_and_resource(tmp_path: Path) ->
     code, text = check("--stack", stack)
     assert code == 1
     assert "rabbitmq-endpoint-https" in text and "pulumi:providers:rabbitmq::default" in text
-    assert f"{rmq.LEVEL_COUNT + 1 + 5} mandatory" in text
+    assert f"{LEVEL_COUNT + 1 + 5} mandatory" in text
     code, markdown = check("--stack", stack, "--format", "markdown")
     assert code == 1
     assert markdown.startswith("### :x: `nsb-delays` policy check on `broken`: 34 mandatory violations")
-    assert f"| `delay-queue-protected` | {rmq.LEVEL_COUNT} |" in markdown
+    assert f"| `delay-queue-protected` | {LEVEL_COUNT} |" in markdown
     assert "| `rabbitmq-endpoint-https` | `pulumi:providers:rabbitmq::default` |" in markdown
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from nsb_delays.brokers.delay_status import dead_letter_backlog, queue_statuses, stuck_levels, warnings_for
 from nsb_delays.brokers.management import ManagementError
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import (
+    GENERATIONS,
+    LEVEL_COUNT,
+    Generation,
+    delay_level_name,
+    parking_name,
+)
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -13,13 +19,13 @@ QUORUM = {"x-queue-type": "quorum"}
 def listing(**overrides: dict) -> list[dict]:
     """A vhost with both graphs, an endpoint queue, the v2 parking queue and a poison queue."""
     queues = [
-        {"name": rmq.delay_level_name(level, generation), "arguments": QUORUM if generation == "v2" else {}}
-        for generation in rmq.GENERATIONS
-        for level in range(rmq.LEVEL_COUNT)
+        {"name": delay_level_name(level, generation), "arguments": QUORUM if generation == "v2" else {}}
+        for generation in GENERATIONS
+        for level in range(LEVEL_COUNT)
     ]
     queues += [
         {"name": "Sales", "arguments": QUORUM, "messages": 7},
-        {"name": rmq.parking_name("v2"), "arguments": QUORUM},
+        {"name": parking_name("v2"), "arguments": QUORUM},
         {"name": in_flight.MIGRATE_POISON_QUEUE, "arguments": {}},
     ]
     for queue in queues:
@@ -41,7 +47,7 @@ def test_only_the_delay_graphs_queues_in_level_order() -> None:
 
 
 def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agree() -> None:
-    level = rmq.delay_level_name(8, rmq.Generation.V2)
+    level = delay_level_name(8, Generation.V2)
     first = queue_statuses(listing(**{level: {"messages": 45, "messages_dlx": 45, "message_bytes_dlx": 90}}))
     stuck = stuck_levels(first, None)
     assert [q.queue for q in stuck] == [level]
@@ -53,7 +59,7 @@ def test_a_dead_letter_backlog_is_the_1407_warning_and_a_second_sample_must_agre
 
 
 def test_on_a_cluster_the_warning_names_the_leader_whose_dead_letter_worker_may_have_stopped() -> None:
-    level = rmq.delay_level_name(1, rmq.Generation.V2)
+    level = delay_level_name(1, Generation.V2)
     statuses = queue_statuses(listing(**{level: {"messages": 472, "messages_dlx": 472, "leader": "rabbit-2@host"}}))
     (warning,) = warnings_for(statuses, stuck_levels(statuses, None))
     assert "#1407" in warning  # a removed destination is still the first cause to rule out
@@ -63,7 +69,7 @@ def test_on_a_cluster_the_warning_names_the_leader_whose_dead_letter_worker_may_
 
 def test_parked_and_poison_messages_are_warnings() -> None:
     statuses = queue_statuses(
-        listing(**{rmq.parking_name("v2"): {"messages": 3}, in_flight.MIGRATE_POISON_QUEUE: {"messages": 1}})
+        listing(**{parking_name("v2"): {"messages": 3}, in_flight.MIGRATE_POISON_QUEUE: {"messages": 1}})
     )
     warnings = warnings_for(statuses, [])
     assert warnings[0].startswith("nsb.v2.delay-unroutable holds 3 parked message(s)")
@@ -87,7 +93,7 @@ class Samples:
 def test_what_a_move_leaves_behind_is_the_backlog_of_its_own_generation_in_both_samples() -> None:
     """``delays migrate|transfer`` read this after the move: a clean first sample costs no second one (and no
     wait), a backlog only in the first sample was a message on its way, another generation's is not the move's."""
-    level = rmq.delay_level_name(1, rmq.Generation.V2)
+    level = delay_level_name(1, Generation.V2)
     clean = Samples(listing())
     assert dead_letter_backlog(clean, "/", "v2", recheck_seconds=0.01).levels == []  # type: ignore[arg-type]
     assert clean.listings == []  # one sample taken

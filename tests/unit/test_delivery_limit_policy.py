@@ -12,7 +12,16 @@ import re
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import (
+    BrokerPolicy,
+    delivery_limit_conflicts,
+    delivery_limit_policy,
+    is_delivery_limit_policy_name,
+)
+from nsb_delays.components.model.rabbitmq.endpoint_start import nservicebus_delivery_limit_refusal
+from nsb_delays.components.model.rabbitmq.graph import endpoint_topology, shared_queues
+from nsb_delays.components.model.rabbitmq.names import Generation, QueueType, RoutingTopology, dotnet_regex_escape
+from nsb_delays.components.model.rabbitmq.objects import PolicySpec
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
 from nsb_delays.infra.program import record_stack
@@ -39,14 +48,14 @@ V4, V3 = (4, 0, 5), (3, 13, 7)
     ],
 )
 def test_the_pattern_escapes_the_queue_name_as_dotnet_regex_escape_does(queue: str, escaped: str) -> None:
-    assert rmq.dotnet_regex_escape(queue) == escaped
-    pattern = rmq.delivery_limit_policy(queue).pattern
+    assert dotnet_regex_escape(queue) == escaped
+    pattern = delivery_limit_policy(queue).pattern
     assert pattern == f"^{escaped}$"
     assert re.fullmatch(pattern, queue) and not re.search(pattern, queue + "x")  # matches that queue only
 
 
 def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
-    assert rmq.delivery_limit_policy("Sales") == rmq.PolicySpec(
+    assert delivery_limit_policy("Sales") == PolicySpec(
         name="nsb.Sales.delivery-limit",
         targets=("Sales",),
         pattern="^Sales$",
@@ -55,25 +64,24 @@ def test_the_sales_policy_is_exactly_what_nservicebus_creates() -> None:
         definition={"delivery-limit": 100_000},
         by_nservicebus=True,
     )
-    assert rmq.is_delivery_limit_policy_name("nsb.anything.delivery-limit")
-    assert not rmq.is_delivery_limit_policy_name("team.Sales.delivery-limit")
+    assert is_delivery_limit_policy_name("nsb.anything.delivery-limit")
+    assert not is_delivery_limit_policy_name("team.Sales.delivery-limit")
 
 
 def test_quorum_receiving_queues_get_a_policy_legacy_and_classic_queues_do_not() -> None:
     def limits(**options: object) -> list[str]:
-        chosen = {"generation": rmq.Generation.V2, "routing_topology": rmq.RoutingTopology.CONVENTIONAL}
-        topology = rmq.endpoint_topology("Billing", **{"queue_type": rmq.QueueType.QUORUM, **chosen, **options})  # type: ignore[arg-type]
+        chosen = {"generation": Generation.V2, "routing_topology": RoutingTopology.CONVENTIONAL}
+        topology = endpoint_topology("Billing", **{"queue_type": QueueType.QUORUM, **chosen, **options})  # type: ignore[arg-type]
         return [p.name for p in topology.policies if p.apply_to == "quorum_queues"]
 
     assert limits(instance_discriminators=["blue"], legacy_timeout_manager=True) == [
         "nsb.Billing.delivery-limit",
         "nsb.Billing-blue.delivery-limit",
     ]
-    assert limits(queue_type=rmq.QueueType.CLASSIC) == []
+    assert limits(queue_type=QueueType.CLASSIC) == []
     assert limits(delivery_limit_policies=False) == []
     assert (
-        rmq.shared_queues(routing_topology=rmq.RoutingTopology.CONVENTIONAL, queue_type=rmq.QueueType.QUORUM).policies
-        == ()
+        shared_queues(routing_topology=RoutingTopology.CONVENTIONAL, queue_type=QueueType.QUORUM).policies == ()
     )  # error and audit are not an endpoint's receive queues
 
 
@@ -176,7 +184,7 @@ def test_rendered_definitions_carry_the_policies_as_the_broker_exports_them() ->
 def refusal(**live: object) -> str | None:
     queue = {"queue_type": "quorum", "arguments": {"x-queue-type": "quorum"}, "effective_policy_definition": {}}
     queue |= {"applied_policy": None, "broker_version": V4} | live
-    return rmq.nservicebus_delivery_limit_refusal("Sales", **queue)  # type: ignore[arg-type]
+    return nservicebus_delivery_limit_refusal("Sales", **queue)  # type: ignore[arg-type]
 
 
 def test_what_nservicebus_accepts_at_start() -> None:
@@ -209,17 +217,17 @@ def test_what_nservicebus_refuses_at_start() -> None:
     assert unlimited and "delivery limit -1 from argument x-delivery-limit=-1" in unlimited
 
 
-def conflicts(*policies: rmq.BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:
-    return [(c.policy, c.field, c.refused) for c in rmq.delivery_limit_conflicts("Sales", policies, version)]
+def conflicts(*policies: BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:
+    return [(c.policy, c.field, c.refused) for c in delivery_limit_conflicts("Sales", policies, version)]
 
 
 def test_policy_conflicts_as_nservicebus_sees_them_on_each_broker_version() -> None:
-    own = rmq.BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "quorum_queues", 0, {"delivery-limit": "100000"})
-    limit = rmq.BrokerPolicy("team", ".*", "queues", -5, {"delivery-limit": 5})
-    hundred_k = rmq.BrokerPolicy("same", "^Sal", "all", -1, {"delivery-limit": 100000})
-    outranking = rmq.BrokerPolicy("ha", "Sales", "queues", 0, {"max-length": 9})
-    elsewhere = rmq.BrokerPolicy("other", "^Billing$", "queues", 9, {"delivery-limit": 5})
-    classic_only = rmq.BrokerPolicy("cq", ".*", "classic_queues", 9, {"delivery-limit": 5})
+    own = BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "quorum_queues", 0, {"delivery-limit": "100000"})
+    limit = BrokerPolicy("team", ".*", "queues", -5, {"delivery-limit": 5})
+    hundred_k = BrokerPolicy("same", "^Sal", "all", -1, {"delivery-limit": 100000})
+    outranking = BrokerPolicy("ha", "Sales", "queues", 0, {"max-length": 9})
+    elsewhere = BrokerPolicy("other", "^Billing$", "queues", 9, {"delivery-limit": 5})
+    classic_only = BrokerPolicy("cq", ".*", "classic_queues", 9, {"delivery-limit": 5})
     assert conflicts(own, elsewhere, classic_only) == []
     assert conflicts(own, limit, hundred_k, outranking) == [
         ("team", "delivery-limit", True),
@@ -227,13 +235,13 @@ def test_policy_conflicts_as_nservicebus_sees_them_on_each_broker_version() -> N
         ("ha", "priority", True),
     ]
     assert conflicts(outranking, version=V3) == []  # below 4.0 NServiceBus never needs its own policy applied
-    wrong_own = rmq.BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "queues", 0, {"delivery-limit": "100000"})
+    wrong_own = BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "queues", 0, {"delivery-limit": "100000"})
     assert conflicts(wrong_own) == [("nsb.Sales.delivery-limit", "definition", False)]
 
 
 def test_the_expected_limit_names_nservicebus_policy_only_where_nservicebus_creates_one() -> None:
-    limit = rmq.BrokerPolicy("team-retries", "^Sales$", "queues", 5, {"delivery-limit": 5})
-    (on_4x,) = rmq.delivery_limit_conflicts("Sales", [limit], V4)
-    (on_3x,) = rmq.delivery_limit_conflicts("Sales", [limit], V3)
+    limit = BrokerPolicy("team-retries", "^Sales$", "queues", 5, {"delivery-limit": 5})
+    (on_4x,) = delivery_limit_conflicts("Sales", [limit], V4)
+    (on_3x,) = delivery_limit_conflicts("Sales", [limit], V3)
     assert (on_4x.expected, on_4x.actual) == ("only from nsb.Sales.delivery-limit (100000)", "5")
     assert (on_3x.expected, on_3x.actual) == ("none, or 100000", "5")  # as `verify` says it on that broker

@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy
+from nsb_delays.components.model.rabbitmq.names import (
+    DEFAULT_AUDIT_QUEUE,
+    DEFAULT_ERROR_QUEUE,
+    GENERATIONS,
+    ROUTING_TOPOLOGIES,
+    Generation,
+    delivery_exchange_name,
+    legacy_timeout_queue_names,
+)
 from nsb_delays.components.recording import import_file
 from nsb_delays.infra.commands.discover import review_lines, stack_document, stack_path
 from nsb_delays.infra.program import record_stack
@@ -43,8 +52,8 @@ ENDPOINTS = [
 ]
 
 
-@pytest.mark.parametrize("generation", rmq.GENERATIONS)
-@pytest.mark.parametrize("topology", rmq.ROUTING_TOPOLOGIES)
+@pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.parametrize("topology", ROUTING_TOPOLOGIES)
 def test_the_section_a_stack_declares_is_read_back(generation: str, topology: str) -> None:
     declared = section(generation=generation, routingTopology=topology, endpoints=ENDPOINTS)
     found = discover(definitions(declared), vhost=VHOST, broker_version="4.0", users=False)
@@ -104,7 +113,7 @@ def test_what_no_rule_explains_is_listed_not_guessed() -> None:
     found["queues"] += [{"name": "Sales.Timeouts", "vhost": VHOST, "arguments": {}},
                         {"name": "metrics", "vhost": VHOST, "arguments": {}}]  # fmt: skip
     found["exchanges"].append({"name": "metrics", "vhost": VHOST, "type": "fanout"})
-    found["bindings"].append({"source": rmq.delivery_exchange_name(rmq.Generation.V2), "vhost": VHOST, "destination": "metrics",
+    found["bindings"].append({"source": delivery_exchange_name(Generation.V2), "vhost": VHOST, "destination": "metrics",
                               "destination_type": "queue", "routing_key": "#"})  # fmt: skip
     found["policies"].append({"name": "ha-all", "vhost": VHOST, "pattern": ".*", "apply-to": "all"})
     result = discover(found, vhost=VHOST, broker_version="4.0", users=False)
@@ -113,7 +122,7 @@ def test_what_no_rule_explains_is_listed_not_guessed() -> None:
         ("queue", "Sales.Timeouts"),
         ("queue", "metrics"),
         ("exchange", "metrics"),
-        ("binding", f"{rmq.delivery_exchange_name(rmq.Generation.V2)} -> metrics (#)"),
+        ("binding", f"{delivery_exchange_name(Generation.V2)} -> metrics (#)"),
         ("policy", "ha-all"),
     ]
     assert "legacyTimeoutManager needs Sales.Timeouts and Sales.TimeoutsDispatcher" in result.unclassified[0].reason
@@ -121,7 +130,7 @@ def test_what_no_rule_explains_is_listed_not_guessed() -> None:
 
 def test_the_endpoints_own_delivery_limit_policies_make_the_policies_per_endpoint() -> None:
     found = definitions(section(endpoints=["Sales"]))
-    policy = rmq.delivery_limit_policy("Sales")
+    policy = delivery_limit_policy("Sales")
     found["policies"].append({"name": policy.name, "vhost": VHOST, "pattern": policy.pattern,
                               "apply-to": policy.apply_to, "definition": dict(policy.definition), "priority": 0})  # fmt: skip
     result = discover(found, vhost=VHOST, broker_version="4.0", users=False)
@@ -159,7 +168,7 @@ def test_legacy_timeout_queues_of_another_type_stay_outside_the_stack() -> None:
     """Queues the timeout manager made before the endpoint moved to quorum queues: classic, the endpoint quorum."""
     found = definitions(section(endpoints=[{"name": "Sales", "legacyTimeoutManager": True}]))
     for queue in found["queues"]:
-        if queue["name"] in rmq.legacy_timeout_queue_names("Sales"):
+        if queue["name"] in legacy_timeout_queue_names("Sales"):
             queue["arguments"] = {}
     result = discover(found, vhost=VHOST, broker_version="3.10", users=False)
     assert result.section["endpoints"] == [{"name": "Sales"}]
@@ -175,7 +184,7 @@ def test_shared_queues_without_their_exchanges_are_imported_and_the_exchanges_le
     is."""
     whole = definitions(section(endpoints=ENDPOINTS))
     estate = whole
-    for name in (rmq.DEFAULT_ERROR_QUEUE, rmq.DEFAULT_AUDIT_QUEUE):
+    for name in (DEFAULT_ERROR_QUEUE, DEFAULT_AUDIT_QUEUE):
         estate = without(without(estate, "exchanges", name=name), "bindings", source=name)
     found = discover(estate, vhost=VHOST, broker_version="4.0")
     complete = discover(whole, vhost=VHOST, broker_version="4.0")
@@ -209,11 +218,11 @@ def test_an_endpoint_bound_to_the_v1_graph_only_gets_its_v2_delivery_binding_fro
         both[kind] += [item for item in v1[kind] if item not in both[kind]]
     found = discover(both, vhost=VHOST, broker_version="4.0", users=False)
     entries, adopted = import_entries(found.stack_config("prod"), both)
-    missing = f"binding {rmq.delivery_exchange_name(rmq.Generation.V2)} -> exchange Legacy (#.Legacy)"
+    missing = f"binding {delivery_exchange_name(Generation.V2)} -> exchange Legacy (#.Legacy)"
     assert adopted.missing == (missing,)
     assert (
         BINDING,
-        f"{VHOST}/{rmq.delivery_exchange_name(rmq.Generation.V2)}/Legacy/exchange/%23.Legacy",
+        f"{VHOST}/{delivery_exchange_name(Generation.V2)}/Legacy/exchange/%23.Legacy",
     ) not in imported_ids(entries)
     assert any(note.startswith("Legacy is bound to the v1 graph only") for note in found.notes)
 
@@ -222,7 +231,7 @@ def test_an_endpoint_whose_only_delivery_binding_was_deleted_is_no_endpoint_of_t
     """The delivery binding is what makes a queue an endpoint's (``BindToDelayInfrastructure`` binds receiving queues
     only): without it Sales is listed for review, never guessed to be one, and nothing of it is imported."""
     estate = without(definitions(section(endpoints=["Sales", "Billing"])), "bindings", destination="Sales",
-                     source=rmq.delivery_exchange_name(rmq.Generation.V2))  # fmt: skip
+                     source=delivery_exchange_name(Generation.V2))  # fmt: skip
     found = discover(estate, vhost=VHOST, broker_version="4.0", users=False)
     assert found.section["endpoints"] == [{"name": "Billing"}]
     assert ("queue", "Sales") in [(u.kind, u.name) for u in found.unclassified]

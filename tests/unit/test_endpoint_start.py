@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy
+from nsb_delays.components.model.rabbitmq.endpoint_start import (
+    NEWEST_TRANSPORT_VERSION,
+    Outcome,
+    QueueDetails,
+    Unreadable,
+    delivery_limit_decision,
+    queue_details_as_read,
+    transport_version_problem,
+)
 from nsb_delays.components.recording import RecordedResource
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import ConfigError, load_stack, parse_stack_config, read_stack_yaml
@@ -19,13 +28,13 @@ RABBITMQ_3_10, RABBITMQ_4_3 = (3, 10, 8), (4, 3, 6)
 STACK_POLICY = "nsb-delays.prod.delivery-limit.all"
 
 
-def answer(**fields: Any) -> rmq.QueueDetails:
+def answer(**fields: Any) -> QueueDetails:
     """A ``GET /api/queues/%2F/Sales`` answer, quorum, with ``fields`` over it."""
-    return rmq.queue_details_as_read({"name": "Sales", "type": "quorum", "arguments": {}, **fields})
+    return queue_details_as_read({"name": "Sales", "type": "quorum", "arguments": {}, **fields})
 
 
-def outcome(version: tuple[int, ...], details: rmq.QueueDetails, broker: tuple[int, ...] = RABBITMQ_4_3) -> str:
-    return rmq.delivery_limit_decision(version, details, broker).outcome.value
+def outcome(version: tuple[int, ...], details: QueueDetails, broker: tuple[int, ...] = RABBITMQ_4_3) -> str:
+    return delivery_limit_decision(version, details, broker).outcome.value
 
 
 # the stack's combined policy, caught up: 100000
@@ -96,7 +105,7 @@ LAGGING = answer(policy=None, effective_policy_definition={}, delivery_limit=20)
     ],
 )
 def test_each_release_decides_as_its_broker_verifier(
-    version: tuple[int, ...], details: rmq.QueueDetails, expected: str
+    version: tuple[int, ...], details: QueueDetails, expected: str
 ) -> None:
     assert outcome(version, details) == expected
 
@@ -105,27 +114,27 @@ def test_a_negative_limit_counts_as_0_on_rabbitmq_3() -> None:
     """``Queue.GetDeliveryLimit`` on 3.x (no ``delivery_limit`` field): its own policy's -1 reads as 0, which it
     refuses; on 4.x the broker reports ``unlimited`` and it re-PUTs the policy."""
     own = answer(policy="nsb.Sales.delivery-limit", effective_policy_definition={"delivery-limit": -1})
-    decision = rmq.delivery_limit_decision(V11, own, RABBITMQ_3_10)
-    assert decision.outcome == rmq.Outcome.REFUSES and "non-default value of '0'" in decision.reason
+    decision = delivery_limit_decision(V11, own, RABBITMQ_3_10)
+    assert decision.outcome == Outcome.REFUSES and "non-default value of '0'" in decision.reason
 
 
 def test_a_policy_cannot_be_written_below_rabbitmq_4_0() -> None:
-    decision = rmq.delivery_limit_decision(V11, LAGGING, RABBITMQ_3_10)
-    assert decision.outcome == rmq.Outcome.REFUSES and "prior to 4.0. The version is: 3.10.8" in decision.reason
+    decision = delivery_limit_decision(V11, LAGGING, RABBITMQ_3_10)
+    assert decision.outcome == Outcome.REFUSES and "prior to 4.0. The version is: 3.10.8" in decision.reason
 
 
 def test_the_policy_each_release_writes() -> None:
     """-1 with the bare name (10.0.0), 100000 with the bare name (10.1.5), 100000 anchored and escaped (10.1.6)."""
-    details = rmq.queue_details_as_read(
+    details = queue_details_as_read(
         {"name": "Sales.Eu", "type": "quorum", "arguments": {}, "effective_policy_definition": {}, "delivery_limit": 20}
     )
-    written = {v: rmq.delivery_limit_decision(v, details, RABBITMQ_4_3).policy for v in (V10_0, V10_1_5, V11)}
+    written = {v: delivery_limit_decision(v, details, RABBITMQ_4_3).policy for v in (V10_0, V10_1_5, V11)}
     assert {v: (p.pattern, dict(p.definition)) for v, p in written.items() if p} == {
         V10_0: ("Sales.Eu", {"delivery-limit": -1}),
         V10_1_5: ("Sales.Eu", {"delivery-limit": 100000}),
         V11: (r"^Sales\.Eu$", {"delivery-limit": 100000}),
     }
-    assert written[V11] == rmq.delivery_limit_policy("Sales.Eu")  # what the stack declares per queue
+    assert written[V11] == delivery_limit_policy("Sales.Eu")  # what the stack declares per queue
 
 
 def test_an_answer_without_effective_policy_definition_is_asked_again() -> None:
@@ -143,7 +152,7 @@ def test_an_answer_without_effective_policy_definition_is_asked_again() -> None:
     ],
 )
 def test_what_the_converters_cannot_read_is_named(fields: dict[str, Any], problem: str) -> None:
-    with pytest.raises(rmq.Unreadable, match=problem):
+    with pytest.raises(Unreadable, match=problem):
         answer(**fields)
 
 
@@ -152,7 +161,7 @@ def test_what_the_converters_cannot_read_is_named(fields: dict[str, Any], proble
     [("11.2", "MAJOR.MINOR.PATCH"), ("v11.2.1", "MAJOR.MINOR.PATCH"), ("4.2.9", "below NServiceBus.RabbitMQ 4.3.0")],
 )
 def test_a_transport_version_names_the_rule(text: str, problem: str) -> None:
-    assert problem in str(rmq.transport_version_problem(text))
+    assert problem in str(transport_version_problem(text))
 
 
 def test_transport_version_defaults_to_the_newest_release_and_is_set_per_endpoint() -> None:
@@ -162,7 +171,7 @@ def test_transport_version_defaults_to_the_newest_release_and_is_set_per_endpoin
     assert config is not None
     assert [e.transport_version for e in config.endpoints] == ["10.1.6", "11.0.0"]
     default = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}, "prod").rabbitmq
-    assert default is not None and default.endpoints[0].transport == rmq.NEWEST_TRANSPORT_VERSION
+    assert default is not None and default.endpoints[0].transport == NEWEST_TRANSPORT_VERSION
 
 
 def test_a_bad_transport_version_is_refused_where_it_is_written() -> None:

@@ -13,14 +13,14 @@ import pytest
 from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
 
 from nsb_delays.components.model import permissions as P
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, Generation, RoutingTopology, delay_level_name
 from nsb_delays.components.recording import by_type
 from nsb_delays.infra.program import SECRET_PLACEHOLDER, record_stack
 from nsb_delays.infra.render import RenderError, render
 from nsb_delays.stack.config import parse_stack_config
 
 SALES = P.EndpointUser("sales", ("Sales",), sends_to=("Billing",), publishes=("MyCo.Events:OrderPlaced",))
-LEVELS = [rmq.delay_level_name(level, rmq.Generation.V2) for level in range(rmq.LEVEL_COUNT)]
+LEVELS = [delay_level_name(level, Generation.V2) for level in range(LEVEL_COUNT)]
 
 
 def allows(pattern: str, name: str) -> bool:
@@ -30,7 +30,7 @@ def allows(pattern: str, name: str) -> bool:
 
 def test_sales_may_touch_its_queue_its_destinations_the_delay_graph_and_its_events_only() -> None:
     grants = P.endpoint_user_grants(
-        SALES, "shop", routing_topology=rmq.RoutingTopology.CONVENTIONAL, generation=rmq.Generation.V2
+        SALES, "shop", routing_topology=RoutingTopology.CONVENTIONAL, generation=Generation.V2
     )
     assert grants.tags == ("management",)
     assert grants.configure == r"^(?:MyCo\.Events:OrderPlaced|System:Object)$"
@@ -45,9 +45,7 @@ def test_sales_may_touch_its_queue_its_destinations_the_delay_graph_and_its_even
 def test_topic_permissions_name_the_delivery_exchange_and_each_level_exactly() -> None:
     """A topic permission names one exchange, not a pattern, and an exchange without one allows every key
     (``rabbit_auth_backend_internal:check_topic_access``): so 1 + 28 entries."""
-    grants = P.endpoint_user_grants(
-        SALES, routing_topology=rmq.RoutingTopology.CONVENTIONAL, generation=rmq.Generation.V2
-    )
+    grants = P.endpoint_user_grants(SALES, routing_topology=RoutingTopology.CONVENTIONAL, generation=Generation.V2)
     delivery, *levels = grants.topic
     assert delivery == P.TopicGrant("nsb.v2.delay-delivery", write="^$", read=r"^(?:#\.Billing|#\.Sales)$")
     assert [grant.exchange for grant in levels] == LEVELS
@@ -59,7 +57,7 @@ def test_topic_permissions_name_the_delivery_exchange_and_each_level_exactly() -
 
 def test_the_direct_topology_needs_the_default_exchange_and_no_configure() -> None:
     grants = P.endpoint_user_grants(
-        P.EndpointUser("sales", ("Sales",), ("Billing",)), routing_topology="direct", generation=rmq.Generation.V2
+        P.EndpointUser("sales", ("Sales",), ("Billing",)), routing_topology="direct", generation=Generation.V2
     )
     assert grants.configure == "^$"
     assert allows(grants.write, "amq.default") and not allows(grants.write, "error")  # error/audit: via amq.default
@@ -70,8 +68,8 @@ def test_an_endpoint_without_the_management_api_gets_no_tag() -> None:
     assert (
         P.endpoint_user_grants(
             P.EndpointUser("sales", ("Sales",), management_api=False),
-            routing_topology=rmq.RoutingTopology.CONVENTIONAL,
-            generation=rmq.Generation.V2,
+            routing_topology=RoutingTopology.CONVENTIONAL,
+            generation=Generation.V2,
         ).tags
         == ()
     )
@@ -112,8 +110,8 @@ def test_the_plan_gives_each_endpoint_user_its_grants_in_the_stack_vhost() -> No
     assert grants == P.endpoint_user_grants(
         P.EndpointUser("Sales", ("Sales",), ("Billing",)),
         "shop",
-        routing_topology=rmq.RoutingTopology.CONVENTIONAL,
-        generation=rmq.Generation.V2,
+        routing_topology=RoutingTopology.CONVENTIONAL,
+        generation=Generation.V2,
     )
 
 
@@ -128,14 +126,14 @@ def test_the_program_declares_the_user_its_permissions_and_topic_permissions_wit
         and grant.inputs["permissions"]["read"] == r"^(?:Sales|nsb\.v2\.delay-delivery)$"
     )
     (topic,) = by_type(resources, "rabbitmq:index/topicPermissions:TopicPermissions")
-    assert len(topic.inputs["permissions"]) == 1 + rmq.LEVEL_COUNT
+    assert len(topic.inputs["permissions"]) == 1 + LEVEL_COUNT
 
 
 def test_the_definitions_carry_users_only_with_their_passwords() -> None:
     stack = parse_stack_config(STACK)
     without = json.loads(render(stack, "rabbitmq-definitions"))
     assert "users" not in without and [p["user"] for p in without["permissions"]] == ["Sales"]
-    assert len(without["topic_permissions"]) == 1 + rmq.LEVEL_COUNT
+    assert len(without["topic_permissions"]) == 1 + LEVEL_COUNT
     with_passwords = json.loads(render(stack, "rabbitmq-definitions", passwords={"Sales": "s3cret"}))
     (user,) = with_passwords["users"]
     assert (user["name"], user["tags"], user["hashing_algorithm"]) == ("Sales", "management", P.HASHING_ALGORITHM)

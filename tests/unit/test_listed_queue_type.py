@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.graph import delay_levels, endpoint_topology
+from nsb_delays.components.model.rabbitmq.names import Generation, QueueType, RoutingTopology
 
 
 @pytest.mark.parametrize(
@@ -24,13 +26,13 @@ from nsb_delays.components.model import rabbitmq as rmq
 def test_the_listed_type_comes_first_then_the_declared_argument_then_classic(
     record: dict[str, Any], expected: str
 ) -> None:
-    assert rmq.listed_queue_type(record) == expected
+    assert listed_queue_type(record) == expected
 
 
 def test_a_model_queue_knows_its_type() -> None:
-    quorum, classic = rmq.QueueType.QUORUM, rmq.QueueType.CLASSIC
-    chosen = {"generation": rmq.Generation.V2, "routing_topology": rmq.RoutingTopology.DIRECT}
-    assert [q.queue_type for q in rmq.endpoint_topology("Sales", queue_type=quorum, **chosen).queues] == [quorum]
-    assert [q.queue_type for q in rmq.endpoint_topology("Sales", queue_type=classic, **chosen).queues] == [classic]
-    assert {q.queue_type for q in rmq.delay_levels(rmq.Generation.V1).queues} == {classic}  # lazy, no type
-    assert {q.queue_type for q in rmq.delay_levels(rmq.Generation.V2).queues} == {quorum}
+    quorum, classic = QueueType.QUORUM, QueueType.CLASSIC
+    chosen = {"generation": Generation.V2, "routing_topology": RoutingTopology.DIRECT}
+    assert [q.queue_type for q in endpoint_topology("Sales", queue_type=quorum, **chosen).queues] == [quorum]
+    assert [q.queue_type for q in endpoint_topology("Sales", queue_type=classic, **chosen).queues] == [classic]
+    assert {q.queue_type for q in delay_levels(Generation.V1).queues} == {classic}  # lazy, no type
+    assert {q.queue_type for q in delay_levels(Generation.V2).queues} == {quorum}

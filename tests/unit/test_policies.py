@@ -34,8 +34,18 @@ from pulumi_policy.proxy import (
 )
 
 from nsb_delays.components.encoding import arguments_json
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.delivery_limits import delivery_limit_policy_name
+from nsb_delays.components.model.rabbitmq.graph import delay_queue_arguments
+from nsb_delays.components.model.rabbitmq.names import (
+    DEFAULT_GENERATION,
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    endpoint_binding_key,
+    queue_binding_key,
+)
+from nsb_delays.components.model.rabbitmq.routing import MAX_DESTINATION_BYTES
 from nsb_delays.components.rabbitmq import RabbitMqDelayInfrastructure
 from nsb_delays.components.recording import PROJECT, RecordedResource, record
 from nsb_delays.components.resource_types import (
@@ -116,8 +126,8 @@ def set_queue_argument(key: str, value: Any) -> Callable[[dict[str, Any]], None]
     return change
 
 
-def level_queue(level: int, generation: str = rmq.DEFAULT_GENERATION) -> RecordedResource:
-    return find(dev_recorded(), RABBITMQ_QUEUE, rmq.delay_level_name(level, generation))
+def level_queue(level: int, generation: str = DEFAULT_GENERATION) -> RecordedResource:
+    return find(dev_recorded(), RABBITMQ_QUEUE, delay_level_name(level, generation))
 
 
 def delay_fifo(endpoint: str) -> RecordedResource:
@@ -246,8 +256,8 @@ def test_a_non_durable_level_queue_is_reported() -> None:
 def test_v1_names_need_v1_arguments() -> None:
     v1 = record(lambda: RabbitMqDelayInfrastructure("d", {"generation": "v1"}))
     assert reported(run(v1, providers=[])) == []
-    target = find(v1, RABBITMQ_QUEUE, rmq.delay_level_name(4, "v1"))
-    v2_arguments = arguments_json(rmq.delay_queue_arguments(4, "v2"))
+    target = find(v1, RABBITMQ_QUEUE, delay_level_name(4, "v1"))
+    v2_arguments = arguments_json(delay_queue_arguments(4, "v2"))
     violations = run(changed(v1, target, lambda i: i["settings"].update(argumentsJson=v2_arguments)), providers=[])
     # It also dead-letters into the v2 chain, which this stack does not declare: the stack rule says so.
     assert {(v.policy, v.urn) for v in violations} == {
@@ -267,13 +277,13 @@ def test_unprotected_delay_queue_is_reported() -> None:
 
 
 def test_a_fanout_level_exchange_is_reported() -> None:
-    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delay_level_name(7, rmq.Generation.V2))
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, delay_level_name(7, Generation.V2))
     violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(type="fanout")))
     assert reported(violations) == [("delay-exchange-settings", target.urn)]
 
 
 def test_a_non_durable_delivery_exchange_is_reported() -> None:
-    target = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))
+    target = find(dev_recorded(), RABBITMQ_EXCHANGE, delivery_exchange_name(Generation.V2))
     violations = run(changed(dev_recorded(), target, lambda i: i["settings"].update(durable=False)))
     assert reported(violations) == [("delay-exchange-settings", target.urn)]
 
@@ -289,18 +299,18 @@ def binding(recorded: Iterable[RecordedResource], source: str, destination: str)
 
 
 def test_a_wrong_level_binding_key_is_reported_once() -> None:
-    name = rmq.delay_level_name(4, rmq.Generation.V2)
+    name = delay_level_name(4, Generation.V2)
     target = binding(dev_recorded(), name, name)
-    violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey=rmq.queue_binding_key(5))))
+    violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey=queue_binding_key(5))))
     assert reported(violations) == [("delay-level-binding-keys", target.urn)]
-    assert f"expected {rmq.queue_binding_key(4)!r}" in violations[0].message
+    assert f"expected {queue_binding_key(4)!r}" in violations[0].message
 
 
 def test_an_extra_binding_from_a_level_exchange_is_reported() -> None:
     extra = record(
         lambda: rabbitmq.Binding(
             "shortcut",
-            source=rmq.delay_level_name(6, rmq.Generation.V2),
+            source=delay_level_name(6, Generation.V2),
             destination="Sales",
             destination_type="queue",
             routing_key="#",
@@ -313,16 +323,16 @@ def test_an_extra_binding_from_a_level_exchange_is_reported() -> None:
 
 
 def test_a_wrong_endpoint_delivery_key_is_reported() -> None:
-    target = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
+    target = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Sales")
     violations = run(changed(dev_recorded(), target, lambda i: i.update(routingKey="#.Sale")))
     assert reported(violations) == [("endpoint-delivery-binding", target.urn)]
     assert "expected '#.Sales'" in violations[0].message
 
 
-@pytest.mark.parametrize("endpoint", ["Sales.*", "Sales Team", "x" * (rmq.MAX_DESTINATION_BYTES + 1)])
+@pytest.mark.parametrize("endpoint", ["Sales.*", "Sales Team", "x" * (MAX_DESTINATION_BYTES + 1)])
 def test_delivery_binding_destinations_that_cannot_be_routed_are_reported(endpoint: str) -> None:
-    target = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
-    key = rmq.endpoint_binding_key(endpoint)
+    target = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Sales")
+    key = endpoint_binding_key(endpoint)
     violations = run(changed(dev_recorded(), target, lambda i: i.update(destination=endpoint, routingKey=key)))
     rule = [v for v in violations if v.policy == "endpoint-delivery-binding"]
     assert [v.urn for v in rule] == [target.urn]
@@ -606,10 +616,10 @@ def with_unknown(inputs: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any
 def test_an_unknown_value_never_crashes_a_resource_rule_nor_fails_a_good_resource() -> None:
     """Every leaf of each sample made unknown in turn: clean resources stay clean (no false violation in preview)."""
     clean = [level_queue(0), level_queue(27), delay_fifo("Sales"), find(dev_recorded(), SQS_QUEUE, "dev-Sales")]
-    clean += [find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))]
+    clean += [find(dev_recorded(), RABBITMQ_EXCHANGE, delivery_exchange_name(Generation.V2))]
     clean += [
-        binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales"),
-        binding(dev_recorded(), *[rmq.delay_level_name(3, rmq.Generation.V2)] * 2),
+        binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Sales"),
+        binding(dev_recorded(), *[delay_level_name(3, Generation.V2)] * 2),
     ]
     clean += users("pw") + providers_for(dev_recorded())
     broken = broker_policy(".*", {"message-ttl": 1})
@@ -722,7 +732,7 @@ def test_all_string_arguments_in_arguments_json_are_advised_against() -> None:
 def test_a_queue_without_an_explicit_type_is_advised_against() -> None:
     """RabbitMQ 4.x (and 3.13 with the backport) add x-queue-type: classic; the provider reads it back and every plan replaces."""
     resources = record_stack(parse_stack_config({"rabbitmq": {"generation": "v1", "endpoints": ["Sales"]}}))
-    target = find(resources, RABBITMQ_QUEUE, rmq.delay_level_name(3, "v1"))
+    target = find(resources, RABBITMQ_QUEUE, delay_level_name(3, "v1"))
 
     def implicit_type(inputs: dict[str, Any]) -> None:
         arguments = json.loads(inputs["settings"]["argumentsJson"])
@@ -860,7 +870,7 @@ def test_the_programs_own_policies_pass_and_a_changed_one_is_reported() -> None:
 def test_per_endpoint_policies_pass_and_a_changed_one_is_reported() -> None:
     recorded = record_stack(load_stack(STACK).with_values("rabbitmq", policyScope="endpoint"), stack=STACK)
     assert delivery_limit_violations(recorded) == []
-    own = find(recorded, RABBITMQ_POLICY, rmq.delivery_limit_policy_name("Sales"))
+    own = find(recorded, RABBITMQ_POLICY, delivery_limit_policy_name("Sales"))
     weakened = changed(recorded, own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "20"}))
     (violation,) = delivery_limit_violations(weakened)
     assert violation.urn == own.urn and violation.mandatory

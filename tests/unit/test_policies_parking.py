@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import ROOT_BUCKET
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    combined_policy_name,
+    delivery_exchange_name,
+    parking_name,
+)
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_POLICY, RABBITMQ_QUEUE
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import load_stack
@@ -37,7 +43,7 @@ def test_without_parking_every_exchange_a_delayed_message_can_stall_at_is_named(
 
 
 def test_an_alternate_exchange_that_leads_nowhere_is_named() -> None:
-    parking = rmq.parking_name(rmq.Generation.V2)
+    parking = parking_name(Generation.V2)
     recorded = [r for r in dev_recorded() if not (r.type == RABBITMQ_QUEUE and r.physical_name == parking)]
     recorded = [r for r in recorded if not (r.type == RABBITMQ_BINDING and r.inputs["source"] == parking)]
     violations = [v for v in run(recorded) if v.policy == "delay-graph-parking"]
@@ -47,10 +53,10 @@ def test_an_alternate_exchange_that_leads_nowhere_is_named() -> None:
 
 
 def test_an_alternate_exchange_argument_on_the_delivery_exchange_is_mandatory_to_fix() -> None:
-    delivery = find(dev_recorded(), RABBITMQ_EXCHANGE, rmq.delivery_exchange_name(rmq.Generation.V2))
+    delivery = find(dev_recorded(), RABBITMQ_EXCHANGE, delivery_exchange_name(Generation.V2))
 
     def argument(inputs: dict) -> None:
-        inputs["settings"]["arguments"] = {"alternate-exchange": rmq.parking_name(rmq.Generation.V2)}
+        inputs["settings"]["arguments"] = {"alternate-exchange": parking_name(Generation.V2)}
 
     violations = [
         v for v in run(changed(dev_recorded(), delivery, argument)) if v.policy == "exchange-alternate-by-policy"
@@ -62,7 +68,7 @@ def test_an_alternate_exchange_argument_on_the_delivery_exchange_is_mandatory_to
 def test_a_higher_priority_policy_without_an_alternate_exchange_takes_parking_away() -> None:
     """RabbitMQ applies one policy per object, the highest priority: a team's exchange policy can outrank ours."""
     recorded = list(dev_recorded())
-    ours = find(recorded, RABBITMQ_POLICY, rmq.combined_policy_name("dev", "unroutable", rmq.ROOT_BUCKET))
+    ours = find(recorded, RABBITMQ_POLICY, combined_policy_name("dev", "unroutable", ROOT_BUCKET))
     inputs = {
         **ours.inputs,
         "name": "team-federation",

@@ -8,8 +8,14 @@ from typing import Any
 
 import pulumi_rabbitmq as rabbitmq
 
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.names import (
+    LEGACY_TIMEOUT_QUEUE_SUFFIXES,
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    queue_binding_key,
+)
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
 from tests.unit.test_policies import (
@@ -34,7 +40,7 @@ def touches(resource: RecordedResource, name: str) -> bool:
 
 def test_a_missing_level_is_reported_once_per_missing_object() -> None:
     """Level 05 gone (exchange, queue and all four of its bindings): two violations, not six."""
-    missing = rmq.delay_level_name(5, rmq.Generation.V2)
+    missing = delay_level_name(5, Generation.V2)
     recorded = [r for r in dev_recorded() if not touches(r, missing)]
     violations = run(recorded)
     assert [v.policy for v in violations] == ["delay-level-chain-complete"] * 2
@@ -45,8 +51,8 @@ def test_a_missing_level_is_reported_once_per_missing_object() -> None:
 
 
 def test_level_00_not_reaching_delivery_is_reported() -> None:
-    level_00 = rmq.delay_level_name(0, rmq.Generation.V2)
-    gone = binding(dev_recorded(), level_00, rmq.delivery_exchange_name(rmq.Generation.V2))
+    level_00 = delay_level_name(0, Generation.V2)
+    gone = binding(dev_recorded(), level_00, delivery_exchange_name(Generation.V2))
     violations = run(r for r in dev_recorded() if r is not gone)
     source = find(dev_recorded(), RABBITMQ_EXCHANGE, level_00)
     assert reported(violations) == [("delay-level-chain-complete", source.urn)]
@@ -54,11 +60,11 @@ def test_level_00_not_reaching_delivery_is_reported() -> None:
 
 
 def test_a_missing_level_queue_binding_is_reported() -> None:
-    name = rmq.delay_level_name(11, rmq.Generation.V2)
+    name = delay_level_name(11, Generation.V2)
     gone = binding(dev_recorded(), name, name)
     violations = run(r for r in dev_recorded() if r is not gone)
     assert reported(violations) == [("delay-level-chain-complete", find(dev_recorded(), RABBITMQ_EXCHANGE, name).urn)]
-    assert rmq.queue_binding_key(11) in violations[0].message
+    assert queue_binding_key(11) in violations[0].message
 
 
 def test_a_dead_letter_target_nobody_declares_is_reported() -> None:
@@ -83,7 +89,7 @@ def test_a_stack_with_only_endpoint_bindings_does_not_need_the_chain() -> None:
 def test_a_delivery_binding_to_an_undeclared_endpoint_is_reported_unless_external() -> None:
     exchange = find(dev_recorded(), RABBITMQ_EXCHANGE, "Sales")
     recorded = [r for r in dev_recorded() if r is not exchange]
-    delivery = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Sales")
+    delivery = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Sales")
     violations = run(recorded)
     assert reported(violations) == [("endpoint-destinations-exist", delivery.urn)]
     assert "externalEndpoints" in violations[0].message
@@ -142,7 +148,7 @@ def test_an_endpoint_that_lost_its_binding_gets_the_retirement_advice() -> None:
 
 
 def test_an_endpoint_queue_kept_without_its_binding_gets_the_advice() -> None:
-    gone = binding(dev_recorded(), rmq.delivery_exchange_name(rmq.Generation.V2), "Shipping")
+    gone = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Shipping")
     violations = run(r for r in dev_recorded() if r is not gone)
     assert reported(violations) == [("endpoint-retirement-order", find(dev_recorded(), RABBITMQ_QUEUE, "Shipping").urn)]
     assert not violations[0].mandatory
@@ -152,7 +158,7 @@ def test_legacy_timeout_queues_need_no_delivery_binding() -> None:
     legacy = [
         r
         for r in dev_recorded()
-        if r.type == RABBITMQ_QUEUE and r.physical_name.endswith(rmq.LEGACY_TIMEOUT_QUEUE_SUFFIXES)
+        if r.type == RABBITMQ_QUEUE and r.physical_name.endswith(LEGACY_TIMEOUT_QUEUE_SUFFIXES)
     ]
     assert legacy  # the dev stack has Billing's timeout-manager queues
     assert retirement(run(dev_recorded())) == []

@@ -14,20 +14,34 @@ import yaml
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.combined import combined_policies
+from nsb_delays.components.model.rabbitmq.delivery_limits import BrokerPolicy, delivery_limit_policy
+from nsb_delays.components.model.rabbitmq.endpoint_start import effective_delivery_limit
+from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.policy_match import (
+    ObjectKind,
+    PolicyMatcher,
+    applied_policies,
+    literal_names,
+    match_policy,
+    merge_operator_definitions,
+    policy_applies,
+    quorum_queue_delivery_limit,
+    reported_delivery_limit,
+)
+from nsb_delays.components.model.rabbitmq.versions import REQUIRED_FEATURE_FLAGS
 from nsb_delays.stack.config import load_stack, parse_stack_config
 
 V3_10, V3_12, V4_0 = (3, 10, 8), (3, 12, 0), (4, 0, 5)
 
 
-def policy(name: str, pattern: str, apply_to: str = "all", priority: int = 0, **definition: Any) -> rmq.BrokerPolicy:
-    return rmq.BrokerPolicy(name, pattern, apply_to, priority, {k.replace("_", "-"): v for k, v in definition.items()})
+def policy(name: str, pattern: str, apply_to: str = "all", priority: int = 0, **definition: Any) -> BrokerPolicy:
+    return BrokerPolicy(name, pattern, apply_to, priority, {k.replace("_", "-"): v for k, v in definition.items()})
 
 
-def operator(
-    name: str, pattern: str, apply_to: str = "queues", priority: int = 0, **definition: Any
-) -> rmq.BrokerPolicy:
-    return rmq.BrokerPolicy(
+def operator(name: str, pattern: str, apply_to: str = "queues", priority: int = 0, **definition: Any) -> BrokerPolicy:
+    return BrokerPolicy(
         name, pattern, apply_to, priority, {k.replace("_", "-"): v for k, v in definition.items()}, True
     )
 
@@ -35,20 +49,20 @@ def operator(
 def test_the_highest_priority_wins_whatever_the_list_order() -> None:
     low, high = policy("low", "Sales", priority=1, max_length=1), policy("high", "Sal", priority=2, max_length=2)
     for order in ([low, high], [high, low]):
-        match = rmq.match_policy(order, "queue", "Sales", "quorum")
+        match = match_policy(order, "queue", "Sales", "quorum")
         assert (match.name, match.determined) == ("high", True)
 
 
 def test_the_pattern_matches_anywhere_in_the_name_unless_anchored() -> None:
-    assert rmq.match_policy([policy("p", "ale")], "exchange", "Sales").name == "p"
-    assert rmq.match_policy([policy("p", "^ale")], "exchange", "Sales").name is None
-    assert rmq.match_policy([policy("p", r"^team\.orders$")], "exchange", "team.orders").name == "p"
-    assert rmq.match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders").name is None
+    assert match_policy([policy("p", "ale")], "exchange", "Sales").name == "p"
+    assert match_policy([policy("p", "^ale")], "exchange", "Sales").name is None
+    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "team.orders").name == "p"
+    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders").name is None
 
 
 def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run() -> None:
     exact, dotted = policy("exact", r"^team\.orders$", priority=2), policy("dot", "^team.orders$", priority=1)
-    matcher = rmq.PolicyMatcher([exact, dotted])
+    matcher = PolicyMatcher([exact, dotted])
     assert matcher.applied("exchange", "team.orders").user.name == "exact"
     assert matcher.applied("exchange", "teamXorders").user.name == "dot"  # '.' is not literal: a regex run
     assert matcher.applied("exchange", "team.orders2").user.name is None
@@ -66,12 +80,12 @@ def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run()
     ],
 )
 def test_patterns_of_literal_names_are_read_as_those_names(pattern: str, names: list[str]) -> None:
-    assert rmq.literal_names(pattern) == names
+    assert literal_names(pattern) == names
 
 
 @pytest.mark.parametrize("pattern", ["^team.orders$", "^(a|b)", "(a|b)$", "^(a|b)c$", "^(a|(b))$", r"^a\d$", "^a*$"])
 def test_any_other_pattern_is_not_read_as_names(pattern: str) -> None:
-    assert rmq.literal_names(pattern) is None
+    assert literal_names(pattern) is None
 
 
 def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives() -> None:
@@ -85,14 +99,14 @@ def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives
         "a|b",
         *(f"Team{i}.E{i:03d}" for i in range(300)),
     ]
-    specs = rmq.combined_policies([rmq.alternate_exchange_policy(n, rmq.Generation.V2) for n in names], "g")
-    policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
+    specs = combined_policies([alternate_exchange_policy(n, Generation.V2) for n in names], "g")
+    policies = [BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies.append(policy("catch", "^Team1", "exchanges", priority=-1, alternate_exchange="other"))
-    assert all(rmq.literal_names(p.pattern) is not None for p in policies[:-1]) and len(policies) > 3
-    matcher = rmq.PolicyMatcher(policies)
+    assert all(literal_names(p.pattern) is not None for p in policies[:-1]) and len(policies) > 3
+    matcher = PolicyMatcher(policies)
     strangers = ["Sale", "Sales2", "teamXorders", "aab", "x(y", "a", "Sales\n", "Team1.E001x", "Team1"]
     for name in [*names, *strangers]:
-        assert matcher.applied("exchange", name).user == rmq.match_policy(policies, "exchange", name), name
+        assert matcher.applied("exchange", name).user == match_policy(policies, "exchange", name), name
 
 
 def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -> None:
@@ -100,28 +114,27 @@ def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -
     each type under combined, regex, tied and operator policies, in any order, each object's outcome is what a
     matcher of its own gives, its matches what a regex run of every policy gives."""
     names = ["Sales", "Billing", "team.orders", *(f"E{i:03d}" for i in range(200))]
-    specs = rmq.combined_policies(
-        [rmq.delivery_limit_policy(n) for n in names]
-        + [rmq.alternate_exchange_policy(n, rmq.Generation.V2) for n in names],
+    specs = combined_policies(
+        [delivery_limit_policy(n) for n in names] + [alternate_exchange_policy(n, Generation.V2) for n in names],
         "g",
     )
-    policies = [rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
+    policies = [BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies += [
         policy("short", "^E0", "queues", priority=5, max_length=10),
         policy("tie-a", "^Billing$", "exchanges", priority=9, alternate_exchange="x"),
         policy("tie-b", "^Bil", "exchanges", priority=9, alternate_exchange="y"),
     ]
     operators = [operator("cap", "^E01", max_length=3, delivery_limit=50)]
-    matcher = rmq.PolicyMatcher(policies, operators, V4_0)
-    kinds: list[tuple[rmq.ObjectKind, str | None]] = [
+    matcher = PolicyMatcher(policies, operators, V4_0)
+    kinds: list[tuple[ObjectKind, str | None]] = [
         ("exchange", None), ("queue", "quorum"), ("queue", "classic"), ("queue", "stream")
     ]  # fmt: skip
     objects = [(kind, name, queue_type) for name in [*names, "Sales\n", "Stranger"] for kind, queue_type in kinds]
     for kind, name, queue_type in [*objects, *reversed(objects)]:
         got = matcher.applied(kind, name, queue_type)
-        assert got == rmq.applied_policies(policies, operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
-        assert got.user == rmq.match_policy(policies, kind, name, queue_type, V4_0), (kind, name, queue_type)
-        assert got.operator == rmq.match_policy(operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
+        assert got == applied_policies(policies, operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
+        assert got.user == match_policy(policies, kind, name, queue_type, V4_0), (kind, name, queue_type)
+        assert got.operator == match_policy(operators, kind, name, queue_type, V4_0), (kind, name, queue_type)
     assert matcher.applied("queue", "E010", "quorum").definition == {"delivery-limit": 50, "max-length": 3}
     # "cap" sets delivery-limit, which a classic queue does not support: the whole operator policy stays off it
     assert matcher.applied("queue", "E010", "classic").definition == {"max-length": 10}
@@ -131,7 +144,7 @@ def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -
 def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)
-    assert rmq.match_policy([one, two], "queue", "café", "classic").name == "two"
+    assert match_policy([one, two], "queue", "café", "classic").name == "two"
 
 
 @pytest.mark.parametrize(
@@ -153,49 +166,49 @@ def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     ],
 )
 def test_apply_to_per_kind_and_queue_type(apply_to: str, kind: Any, queue_type: str | None, applies: bool) -> None:
-    assert rmq.policy_applies(policy("p", "x", apply_to, max_length_bytes=1), kind, "x", queue_type, V4_0) is applies
+    assert policy_applies(policy("p", "x", apply_to, max_length_bytes=1), kind, "x", queue_type, V4_0) is applies
 
 
 def test_a_definition_the_queue_type_refuses_keeps_the_whole_policy_off_it() -> None:
     """``rabbit_queue_type:is_policy_applicable/2``: a delivery limit never applies to a classic queue or a stream;
     the lower policy that the type takes applies instead. Exchanges take any definition."""
     limit, ttl = policy("limit", "S", priority=5, delivery_limit=5), policy("ttl", "S", priority=1, message_ttl=9)
-    assert rmq.match_policy([limit, ttl], "queue", "S", "quorum", V4_0).name == "limit"
-    assert rmq.match_policy([limit, ttl], "queue", "S", "classic", V4_0).name == "ttl"
-    assert rmq.match_policy([limit, ttl], "queue", "S", "stream", V4_0).name is None  # message-ttl: not on streams
-    assert rmq.match_policy([limit, ttl], "exchange", "S").name == "limit"
+    assert match_policy([limit, ttl], "queue", "S", "quorum", V4_0).name == "limit"
+    assert match_policy([limit, ttl], "queue", "S", "classic", V4_0).name == "ttl"
+    assert match_policy([limit, ttl], "queue", "S", "stream", V4_0).name is None  # message-ttl: not on streams
+    assert match_policy([limit, ttl], "exchange", "S").name == "limit"
     # the lists differ by version: max-in-memory-length is refused by classic queues from 3.13 only
     memory = policy("memory", "S", max_in_memory_length=3)
-    assert rmq.match_policy([memory], "queue", "S", "classic", V3_12).name == "memory"
-    assert rmq.match_policy([memory], "queue", "S", "classic", V4_0).name is None
+    assert match_policy([memory], "queue", "S", "classic", V3_12).name == "memory"
+    assert match_policy([memory], "queue", "S", "classic", V4_0).name is None
 
 
 def test_a_tie_at_the_top_priority_is_reported_not_resolved() -> None:
     a, b = policy("a", "Sales", priority=3, max_length=1), policy("b", "ales", priority=3, max_length=2)
     below = policy("below", "S", priority=1)
-    match = rmq.match_policy([below, a, b], "queue", "Sales", "quorum")
+    match = match_policy([below, a, b], "queue", "Sales", "quorum")
     assert (match.determined, match.name, {p.name for p in match.tied}) == (False, None, {"a", "b"})
-    applied = rmq.applied_policies([a, b], [], "queue", "Sales", "quorum")
+    applied = applied_policies([a, b], [], "queue", "Sales", "quorum")
     assert applied.definition is None and "'a' and 'b' tie at priority 3" in applied.problems[0]
     # a tie below the winner does not matter
-    assert rmq.match_policy([a, b, policy("top", "S", priority=4)], "queue", "Sales", "quorum").name == "top"
+    assert match_policy([a, b, policy("top", "S", priority=4)], "queue", "Sales", "quorum").name == "top"
 
 
 def test_a_pattern_python_cannot_compile_makes_the_outcome_unknown_when_it_could_win() -> None:
     pcre_only = policy("pcre", r"\QSales\E", priority=5)  # \Q…\E quoting: PCRE has it, Python's re does not
-    assert rmq.policy_applies(pcre_only, "queue", "Sales", "quorum", V4_0) is None
+    assert policy_applies(pcre_only, "queue", "Sales", "quorum", V4_0) is None
     ours = policy("ours", "^Sales$", priority=1, max_length=1)
-    match = rmq.match_policy([pcre_only, ours], "queue", "Sales", "quorum")
+    match = match_policy([pcre_only, ours], "queue", "Sales", "quorum")
     assert (match.determined, [p.name for p in match.unknown]) == (False, ["pcre"])
-    assert "cannot be evaluated here" in rmq.applied_policies([pcre_only, ours], [], "queue", "Sales").problems[0]
+    assert "cannot be evaluated here" in applied_policies([pcre_only, ours], [], "queue", "Sales").problems[0]
     low = policy("pcre", r"\QSales\E", priority=0)  # it could not outrank 'ours': the outcome is known
-    assert rmq.match_policy([low, ours], "queue", "Sales", "quorum").name == "ours"
+    assert match_policy([low, ours], "queue", "Sales", "quorum").name == "ours"
 
 
 def test_operator_policies_merge_per_key_by_the_brokers_rules() -> None:
     user = policy("user", "S", max_length=10, message_ttl=5, delivery_limit=-1, overflow="drop-head", x=1)
     ops = operator("ops", "S", max_length=3, message_ttl=60, delivery_limit=7, overflow="reject-publish")
-    applied = rmq.applied_policies([user], [ops], "queue", "S", "quorum", V4_0)
+    applied = applied_policies([user], [ops], "queue", "S", "quorum", V4_0)
     assert (applied.user.name, applied.operator.name) == ("user", "ops")
     assert applied.definition == {
         "delivery-limit": 7,  # 4.0: with a negative (unlimited) one, the higher: the limited one
@@ -205,21 +218,21 @@ def test_operator_policies_merge_per_key_by_the_brokers_rules() -> None:
         "x": 1,  # only in one of them: kept
     }
     assert applied.source("max-length") == "policy 'user' / operator policy 'ops'"
-    merged = rmq.merge_operator_definitions({"delivery-limit": -1}, {"delivery-limit": 7}, V3_12)
+    merged = merge_operator_definitions({"delivery-limit": -1}, {"delivery-limit": 7}, V3_12)
     assert merged == {"delivery-limit": -1}  # 3.x: the lower (3.x refuses negative limits anyway)
-    assert rmq.merge_operator_definitions(None, None) is None
-    assert rmq.merge_operator_definitions({"a": True}, {"a": False}) == {"a": False}  # booleans: the operator's
+    assert merge_operator_definitions(None, None) is None
+    assert merge_operator_definitions({"a": True}, {"a": False}) == {"a": False}  # booleans: the operator's
 
 
 def test_a_merge_the_broker_has_no_rule_for_is_undetermined() -> None:
     """3.x has no merge rule for 'overflow' (its operator policies cannot set it): never guessed."""
     user, ops = policy("user", "S", overflow="drop-head"), operator("ops", "S", overflow="reject-publish")
-    applied = rmq.applied_policies([user], [ops], "queue", "S", "classic", V3_12)
+    applied = applied_policies([user], [ops], "queue", "S", "classic", V3_12)
     assert applied.definition is None and "no rule to merge 'overflow'" in applied.problems[0]
 
 
 def test_no_policy_is_an_empty_effective_definition() -> None:
-    applied = rmq.applied_policies([policy("p", "x")], [], "exchange", "Sales")
+    applied = applied_policies([policy("p", "x")], [], "exchange", "Sales")
     assert (applied.determined, applied.definition, applied.user.name) == (True, {}, None)
 
 
@@ -241,14 +254,14 @@ def test_no_policy_is_an_empty_effective_definition() -> None:
 def test_the_quorum_delivery_limit(
     arguments: dict[str, Any], definition: dict[str, Any], version: tuple[int, ...], limit: int | None
 ) -> None:
-    assert rmq.quorum_queue_delivery_limit(arguments, definition, version) == limit
+    assert quorum_queue_delivery_limit(arguments, definition, version) == limit
 
 
 def test_the_reported_delivery_limit_feeds_nservicebus_rule() -> None:
-    assert rmq.reported_delivery_limit({}, {"delivery-limit": -1}, V4_0) == "unlimited"
-    assert rmq.reported_delivery_limit({}, {}, V3_10) is None
-    assert rmq.effective_delivery_limit({}, {}, rmq.reported_delivery_limit({}, {}, V4_0)) == 20
-    assert rmq.effective_delivery_limit({}, {}, rmq.reported_delivery_limit({}, {}, V3_10)) == 100000
+    assert reported_delivery_limit({}, {"delivery-limit": -1}, V4_0) == "unlimited"
+    assert reported_delivery_limit({}, {}, V3_10) is None
+    assert effective_delivery_limit({}, {}, reported_delivery_limit({}, {}, V4_0)) == 20
+    assert effective_delivery_limit({}, {}, reported_delivery_limit({}, {}, V3_10)) == 100000
 
 
 # --- verify_rabbitmq lists each kind of object once -----------------------------------------------------------
@@ -289,7 +302,7 @@ def test_verify_reads_each_listing_once_for_a_thousand_endpoints(tmp_path: Path)
     assert config is not None and len(config.grants) == 1000
     topology, vhost = config.topology, path_segment(config.vhost)
     answers: dict[str, Any] = {
-        "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
+        "feature-flags": [{"name": flag, "state": "enabled"} for flag in REQUIRED_FEATURE_FLAGS],
         f"definitions/{vhost}": {
             "rabbit_version": "4.0.5",
             "exchanges": [{"name": e.name, "type": e.type, "durable": e.durable} for e in topology.exchanges],
@@ -329,10 +342,8 @@ def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_na
     config = parse_stack_config({"rabbitmq": raw}, "alike").rabbitmq
     assert config is not None
     topology = config.topology
-    declared = [
-        rmq.BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in topology.policies
-    ]
-    matcher = rmq.PolicyMatcher(
+    declared = [BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in topology.policies]
+    matcher = PolicyMatcher(
         [*declared, policy("cap", "^E[45]$", "queues", priority=10, max_length=1)],  # E4, E5: no delivery limit
         broker_version=V4_0,
     )
@@ -347,7 +358,7 @@ def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_na
 
     exchanges = [{"name": e.name, "type": e.type} for e in topology.exchanges]
     parking = [*declared, policy("other", "^E3$", "exchanges", priority=10, alternate_exchange="elsewhere")]
-    drifts = alternate_exchange_drifts(topology, exchanges, rmq.PolicyMatcher(parking, broker_version=V4_0))
+    drifts = alternate_exchange_drifts(topology, exchanges, PolicyMatcher(parking, broker_version=V4_0))
     assert [d.subject for d in drifts] == ["exchange E3"]
 
 
@@ -390,7 +401,7 @@ def test_a_failed_read_on_the_thread_is_verifys_error() -> None:
     """The vhost's read fails on its thread (here 401: the user is no administrator): verify raises that error."""
     config = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}, "refused").rabbitmq
     assert config is not None
-    flags = {"feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS]}
+    flags = {"feature-flags": [{"name": flag, "state": "enabled"} for flag in REQUIRED_FEATURE_FLAGS]}
 
     class Refusing(RecordingBroker):
         def vhost_definitions(self, vhost: str) -> dict[str, Any] | None:

@@ -1,16 +1,17 @@
 """The seeds' worked examples, asserted against the pure model."""
 
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model import sqs
+from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.routing import delay_path, first_exchange, routing_key
 
 
 def test_ten_seconds_routing_key_from_seed_001() -> None:
-    assert rmq.routing_key(10, "destination") == "0." * 24 + "1.0.1.0.destination"
-    assert rmq.first_exchange(10, rmq.Generation.V2) == "nsb.v2.delay-level-03"
+    assert routing_key(10, "destination") == "0." * 24 + "1.0.1.0.destination"
+    assert first_exchange(10, Generation.V2) == "nsb.v2.delay-level-03"
 
 
 def test_ten_seconds_path_matches_seed_001_table() -> None:
-    path = rmq.delay_path(10, "destination", rmq.Generation.V2)
+    path = delay_path(10, "destination", Generation.V2)
     rows = [(h.exchange, h.routing_value, h.routed_to, h.seconds_in_queue, h.dead_letter_to) for h in path.hops]
     assert rows == [
         ("nsb.v2.delay-level-03", "1", "nsb.v2.delay-level-03", 8, "nsb.v2.delay-level-02"),
@@ -24,7 +25,7 @@ def test_ten_seconds_path_matches_seed_001_table() -> None:
 
 def test_five_seconds_walks_four_levels_as_in_seed_000() -> None:
     """Seed 000: 5 s = 0101 -> level 2 queue (4 s) then level 0 queue (1 s), then delivery."""
-    path = rmq.delay_path(5, "destination", rmq.Generation.V2)
+    path = delay_path(5, "destination", Generation.V2)
     assert path.routing_key.endswith("0.1.0.1.destination")
     waits = [(h.level, h.seconds_in_queue) for h in path.hops if h.seconds_in_queue]
     assert waits == [(2, 4), (0, 1)]

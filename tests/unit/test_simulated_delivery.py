@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsb_delays.components import RabbitMqDelayInfrastructure, RabbitMqEndpoint
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.name_rules import shadowing_addresses
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS, first_exchange, routing_key
 from nsb_delays.components.recording import record
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import parse_stack_config
@@ -23,7 +25,7 @@ from tests.simulated_broker import Graph, deliver, topic_matches
 
 WORD = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=12)
 ENDPOINT_NAME = st.lists(WORD, min_size=1, max_size=4).map(".".join)
-DELAY = st.integers(min_value=0, max_value=rmq.MAX_DELAY_SECONDS)
+DELAY = st.integers(min_value=0, max_value=MAX_DELAY_SECONDS)
 
 
 @cache
@@ -40,7 +42,7 @@ def graph_with(endpoints: list[str], generation: str = "v2", topology: str = "co
 
 
 def send(graph: Graph, delay: int, destination: str, generation: str = "v2") -> list[tuple[str, float]]:
-    deliveries = deliver(graph, rmq.first_exchange(delay, generation), rmq.routing_key(delay, destination))
+    deliveries = deliver(graph, first_exchange(delay, generation), routing_key(delay, destination))
     return [(d.queue, d.at_seconds) for d in deliveries]
 
 
@@ -63,7 +65,7 @@ def test_topic_matching(pattern: str, key: str, matches: bool) -> None:
 
 
 @pytest.mark.parametrize(("generation", "topology"), [("v2", "conventional"), ("v2", "direct"), ("v1", "conventional")])
-@pytest.mark.parametrize("delay", [0, 1, 2, 3, 5, 10, 13, 900, 1925, rmq.MAX_DELAY_SECONDS])
+@pytest.mark.parametrize("delay", [0, 1, 2, 3, 5, 10, 13, 900, 1925, MAX_DELAY_SECONDS])
 def test_seed_delays_reach_the_endpoint_on_time(generation: str, topology: str, delay: int) -> None:
     graph = graph_with(["Sales", "Billing"], generation, topology)
     assert send(graph, delay, "Sales", generation) == [("Sales", float(delay))]
@@ -83,7 +85,7 @@ POOL = ("Sales", "Billing", "Billing-blue", "team.orders", "eu.west.shipping", "
 
 @cache
 def pool_graph() -> Graph:
-    assert rmq.shadowing_addresses(POOL) == []
+    assert shadowing_addresses(POOL) == []
     return graph_with(list(POOL))
 
 
@@ -99,11 +101,11 @@ def test_any_delay_reaches_exactly_its_endpoint_after_exactly_that_long(delay: i
 def test_random_valid_endpoint_names(delay: int, endpoints: list[str], pick: int) -> None:
     graph = graph_with(endpoints)
     destination = endpoints[pick % len(endpoints)]
-    expected = {destination} | {a for a, b in rmq.shadowing_addresses(endpoints) if b == destination}
+    expected = {destination} | {a for a, b in shadowing_addresses(endpoints) if b == destination}
     arrivals = send(graph, delay, destination)
     assert {queue for queue, _ in arrivals} == expected
     assert {at for _, at in arrivals} == {float(delay)}
-    if not rmq.shadowing_addresses(endpoints):
+    if not shadowing_addresses(endpoints):
         assert arrivals == [(destination, float(delay))]
 
 
@@ -130,7 +132,7 @@ def shadowing_by_every_pair(addresses: list[str]) -> list[tuple[str, str]]:
         for b in sorted(set(addresses) - {a}):
             head = a[: -len(b) - 1]
             bit_words = all(word in ("0", "1") for word in head.split("."))
-            if b.endswith("." + a) or (a.endswith("." + b) and head.count(".") < rmq.LEVEL_COUNT and bit_words):
+            if b.endswith("." + a) or (a.endswith("." + b) and head.count(".") < LEVEL_COUNT and bit_words):
                 pairs.append((a, b))
     return pairs
 
@@ -141,10 +143,10 @@ BIT_OR_NAME = st.sampled_from(["0", "1", "a", "b", "0.1", "1.1.0"])
 @settings(max_examples=300, deadline=None)
 @given(
     names=st.lists(st.lists(BIT_OR_NAME, min_size=1, max_size=5).map(".".join), max_size=12),
-    bits=st.integers(min_value=rmq.LEVEL_COUNT - 2, max_value=rmq.LEVEL_COUNT + 1),
+    bits=st.integers(min_value=LEVEL_COUNT - 2, max_value=LEVEL_COUNT + 1),
 )
 def test_shadowing_addresses_finds_every_pair_the_rule_names(names: list[str], bits: int) -> None:
     """Suffix lookups (linear in the addresses) find exactly the pairs the rule names, a bit-word head of up to 29
     words included (28 words shadow: a delayed key has 28 bit words)."""
     names += [".".join(["0"] * bits + [names[0]])] if names else []
-    assert rmq.shadowing_addresses(names) == shadowing_by_every_pair(names)
+    assert shadowing_addresses(names) == shadowing_by_every_pair(names)

@@ -7,7 +7,12 @@ from collections import Counter
 
 import pytest
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import (
+    Generation,
+    delay_level_name,
+    delivery_exchange_name,
+    parking_name,
+)
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_POLICY, RABBITMQ_QUEUE
 from nsb_delays.infra.program import GRAPH_OUTPUTS, graph_outputs, record_stack
 from nsb_delays.policies.offline import default_providers, parse_pack_config, policy_resources, run_policies
@@ -28,7 +33,7 @@ def test_the_graph_stack_declares_the_graph_parking_and_shared_queues_and_export
     config = parse_stack_config({"rabbitmq": GRAPH}, "graph").rabbitmq
     assert config is not None
     queues = {q.name for q in config.topology.queues}
-    assert {rmq.delay_level_name(0, rmq.Generation.V2), rmq.parking_name(rmq.Generation.V2), "error", "audit"} <= queues
+    assert {delay_level_name(0, Generation.V2), parking_name(Generation.V2), "error", "audit"} <= queues
     assert graph_outputs(config) == dict(
         zip(GRAPH_OUTPUTS, ("nsb.v2.delay-delivery", "nsb.v2.delay-unroutable"), strict=True)
     )
@@ -49,13 +54,11 @@ def test_a_team_stack_declares_its_endpoints_and_their_policies_only(reference: 
     counts = Counter(r.type for r in recorded)
     assert counts[RABBITMQ_QUEUE] == 2 and counts[RABBITMQ_POLICY] == 2
     delivery = [
-        r
-        for r in of_type(recorded, RABBITMQ_BINDING)
-        if r.inputs["source"] == rmq.delivery_exchange_name(rmq.Generation.V2)
+        r for r in of_type(recorded, RABBITMQ_BINDING) if r.inputs["source"] == delivery_exchange_name(Generation.V2)
     ]
     assert sorted(r.inputs["destination"] for r in delivery) == ["Billing", "Sales"]
     parking = [r for r in of_type(recorded, RABBITMQ_POLICY) if "unroutable" in r.inputs["name"]]
-    assert parking[0].inputs["policy"]["definition"] == {"alternate-exchange": rmq.parking_name(rmq.Generation.V2)}
+    assert parking[0].inputs["policy"]["definition"] == {"alternate-exchange": parking_name(Generation.V2)}
     assert violations(raw, "team-a") == []  # no level chain to check here; the parking policy names the graph's
 
 

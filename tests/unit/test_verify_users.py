@@ -16,8 +16,8 @@ import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import REFRESH_FIX, Drift, endpoint_user_drifts, shown, user_tags, verify_rabbitmq
-from nsb_delays.components.model import rabbitmq as rmq
 from nsb_delays.components.model.permissions import UserGrants
+from nsb_delays.components.model.rabbitmq.versions import REQUIRED_FEATURE_FLAGS
 from nsb_delays.stack.config import RabbitMqConfig, parse_stack_config
 
 RAW = {
@@ -200,7 +200,7 @@ def test_verify_rabbitmq_checks_the_stacks_users() -> None:
     config = stack()
     answers = {
         "overview": {"rabbitmq_version": "4.0.5"},
-        "feature-flags": [{"name": flag, "state": "enabled"} for flag in rmq.REQUIRED_FEATURE_FLAGS],
+        "feature-flags": [{"name": flag, "state": "enabled"} for flag in REQUIRED_FEATURE_FLAGS],
         "vhosts": [{"name": config.vhost}],
         f"definitions/{path_segment(config.vhost)}": {"exchanges": [], "queues": [], "bindings": [], "policies": []},
         f"operator-policies/{path_segment(config.vhost)}": [],

@@ -12,44 +12,6 @@
 - ``arguments``: queue arguments as the broker stores and compares them;
 - ``versions``: the supported broker versions.
 
-Everything is importable from here too (``from nsb_delays.components.model import rabbitmq as rmq``).
+Import each name from the module that defines it (``from nsb_delays.components.model.rabbitmq.names import
+Generation``); this package re-exports none.
 """
-
-from . import (
-    arguments,
-    combined,
-    delivery_limits,
-    endpoint_start,
-    graph,
-    name_rules,
-    names,
-    objects,
-    policy_match,
-    routing,
-    versions,
-)
-from .arguments import *  # noqa: F403
-from .combined import *  # noqa: F403
-from .delivery_limits import *  # noqa: F403
-from .endpoint_start import *  # noqa: F403
-from .graph import *  # noqa: F403
-from .name_rules import *  # noqa: F403
-from .names import *  # noqa: F403
-from .objects import *  # noqa: F403
-from .policy_match import *  # noqa: F403
-from .routing import *  # noqa: F403
-from .versions import *  # noqa: F403
-
-__all__ = [
-    *names.__all__,
-    *objects.__all__,
-    *versions.__all__,
-    *arguments.__all__,
-    *delivery_limits.__all__,
-    *endpoint_start.__all__,
-    *policy_match.__all__,
-    *graph.__all__,
-    *combined.__all__,
-    *routing.__all__,
-    *name_rules.__all__,
-]

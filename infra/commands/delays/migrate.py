@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.infra.commands.broker_options import broker_options, resolve_broker
 
 from .moves import plan_for, run_plan
@@ -23,5 +23,5 @@ def migrate(window: int, dry_run: bool, progress: bool, **values: Any) -> None:
     broker and vhost, level 27 down to 0, each with its remaining delay; poison ones to
     delays-migrate-poison-messages."""
     side = resolve_broker(values, connection_name="nsb-delays delays migrate")
-    plan = plan_for("migrate", side, rmq.Generation.V1, side)
+    plan = plan_for("migrate", side, Generation.V1, side)
     run_plan(plan, window, progress, dry_run)

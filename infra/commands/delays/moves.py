@@ -20,7 +20,7 @@ from nsb_delays.brokers.management import ManagementError
 from nsb_delays.brokers.move_plan import NOTHING_MOVED, MovePlan, MoveRefused, plan_move, run_move, source_backlog
 from nsb_delays.brokers.sqs_sender import SqsSettings
 from nsb_delays.components.model import in_flight
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.infra.commands.errors import CommandError, Interrupted, RunStopped, is_aws_client_error
 
 console = Console(width=160)
@@ -80,7 +80,7 @@ class LevelBars:
 def plan_for(
     operation: in_flight.Operation,
     source: BrokerSide,
-    generation: rmq.Generation,
+    generation: Generation,
     destination: BrokerSide | SqsSettings,
 ) -> MovePlan:
     """``plan_move``, its refusals as one message each (exit 2, nothing moved)."""

@@ -22,23 +22,21 @@ from nsb_delays.brokers.parking import (
     read_parked,
     redeliver_parked,
 )
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import GENERATIONS, Generation, parking_name
 from nsb_delays.infra.commands.broker_options import broker_options, resolve_broker
 from nsb_delays.infra.commands.errors import CommandError, Interrupted, RunStopped
 
 from .moves import LevelBars, console, progress_bars, unreachable
 from .options import progress_option, window_option
 
-ParkedGroups = dict[
-    rmq.Generation, list[ParkedDestination]
-]  # generation -> its parking queue's messages by destination
+ParkedGroups = dict[Generation, list[ParkedDestination]]  # generation -> its parking queue's messages by destination
 
 
 @click.command(name="parked")
 @broker_options(what="the broker")
 @click.option(
     "--generation",
-    type=click.Choice(rmq.GENERATIONS),
+    type=click.Choice(GENERATIONS),
     help="Only this graph's parking queue. Default: each that exists.",
 )
 @click.option(
@@ -54,7 +52,7 @@ def parked(generation: str | None, redeliver: bool, window: int, as_json: bool, 
     """List the parked messages (nsb.v2.delay-unroutable, v1: nsb.delay-unroutable) by destination and due
     time; with --redeliver, send back the ones whose destination exists again."""
     side = resolve_broker(values, connection_name="nsb-delays delays parked")
-    generations = [rmq.Generation(generation)] if generation else list(rmq.Generation)
+    generations = [Generation(generation)] if generation else list(Generation)
     present, groups = read_parking_queues(side, generations)
     if as_json and not redeliver:
         click.echo(json.dumps({name: [asdict(group) for group in rows] for name, rows in groups.items()}, indent=2))
@@ -71,8 +69,8 @@ def parked(generation: str | None, redeliver: bool, window: int, as_json: bool, 
 
 
 def read_parking_queues(
-    side: BrokerSide, generations: list[rmq.Generation]
-) -> tuple[dict[rmq.Generation, list[ParkedMessage]], ParkedGroups]:
+    side: BrokerSide, generations: list[Generation]
+) -> tuple[dict[Generation, list[ParkedMessage]], ParkedGroups]:
     """Each existing parking queue's messages (generation -> what ``read_parked`` read), and them by destination;
     refused (exit 2) when none of the ``generations`` has a parking queue."""
     try:
@@ -87,13 +85,13 @@ def read_parking_queues(
         raise CommandError(f"{error}; nothing was changed") from None
     if not present:
         raise CommandError(
-            f"no parking queue ({', '.join(rmq.parking_name(name) for name in generations)}) on {side.describe()}: "
+            f"no parking queue ({', '.join(parking_name(name) for name in generations)}) on {side.describe()}: "
             "parking is off (nsb-delays:rabbitmq.parkUnroutable) or the stack was not applied"
         )
     return present, groups
 
 
-def redeliver_queue(side: BrokerSide, generation: rmq.Generation, window: int, show_progress: bool) -> int:
+def redeliver_queue(side: BrokerSide, generation: Generation, window: int, show_progress: bool) -> int:
     """Send one parking queue's messages back where their destination can receive; how many stay parked."""
     bars = progress_bars(enabled=show_progress, elapsed=False)
     try:
@@ -105,7 +103,7 @@ def redeliver_queue(side: BrokerSide, generation: rmq.Generation, window: int, s
         raise RunStopped(
             f"stopped: {stopped}. {stopped.report.moved:,} parked message(s) were sent back; rerun to go on"
         ) from None
-    queue = rmq.parking_name(generation)
+    queue = parking_name(generation)
     console.print(f"{queue}: sent back {report.moved:,} message(s) in {report.seconds:.1f} s")
     if report.left:
         listed = ", ".join(f"{why} ({count:,})" for why, count in report.left_destinations.most_common(10))
@@ -126,7 +124,7 @@ def parked_table(groups: ParkedGroups) -> Table:
     for generation, rows in groups.items():
         for group in rows:
             table.add_row(
-                rmq.parking_name(generation),
+                parking_name(generation),
                 group.destination,
                 f"{group.messages:,}",
                 _due(int(group.first_parked * 1_000_000) if group.first_parked else None),
@@ -135,5 +133,5 @@ def parked_table(groups: ParkedGroups) -> Table:
                 "[green]yes[/]" if group.can_receive else "[red]no[/]",
             )
         if not rows:
-            table.add_row(rmq.parking_name(generation), "(empty)", "0", "-", "-", "-", "-")
+            table.add_row(parking_name(generation), "(empty)", "0", "-", "-", "-", "-")
     return table

@@ -8,7 +8,7 @@ import click
 
 from nsb_delays.brokers.delay_scan import BrokerSide
 from nsb_delays.brokers.sqs_sender import SqsSettings
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import GENERATIONS, Generation
 from nsb_delays.infra.commands.broker_options import broker_options, resolve_broker, resolve_sqs, sqs_options
 from nsb_delays.infra.commands.errors import CommandError
 
@@ -20,8 +20,8 @@ from .options import progress_option, window_option
 @broker_options(what="the source broker")
 @click.option(
     "--source-generation",
-    type=click.Choice(rmq.GENERATIONS),
-    default=rmq.Generation.V2.value,
+    type=click.Choice(GENERATIONS),
+    default=Generation.V2.value,
     show_default=True,
     help="The source graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
 )
@@ -36,7 +36,7 @@ def transfer(source_generation: str, to_sqs: bool, window: int, dry_run: bool, p
     upgrade), or into SQS with --to-sqs; poison ones to delays-transfer-poison-messages on the source."""
     source = resolve_broker(values, connection_name="nsb-delays delays transfer (source)")
     destination = sqs_destination(values) if to_sqs else broker_destination(values)
-    plan = plan_for("transfer", source, rmq.Generation(source_generation), destination)
+    plan = plan_for("transfer", source, Generation(source_generation), destination)
     run_plan(plan, window, progress, dry_run)
 
 

@@ -18,7 +18,13 @@ from nsb_delays.brokers.amqp import amqp_address, amqp_failure_reason
 from nsb_delays.brokers.delivery import connection_parameters
 from nsb_delays.brokers.management import ManagementApi, ManagementError
 from nsb_delays.brokers.verify import POLICIES_SWITCH, check_before_provisioning, verify_rabbitmq, verify_sqs
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.versions import (
+    MINIMUM_BROKER_VERSION,
+    broker_version_mismatch,
+    broker_version_of,
+    parse_reported_broker_version,
+)
 from nsb_delays.infra.commands.errors import CommandError
 from nsb_delays.infra.commands.verify import print_drifts
 from nsb_delays.infra.pulumi_engine import (
@@ -60,16 +66,16 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
     values: dict[str, Any] = {}
-    supported = rmq.parse_reported_broker_version(version) >= rmq.MINIMUM_BROKER_VERSION  # older: refused later
-    if supported and rmq.broker_version_mismatch(config.broker_version, version) is not None:
-        values[BROKER_VERSION_KEY] = rmq.broker_version_of(version)
+    supported = parse_reported_broker_version(version) >= MINIMUM_BROKER_VERSION  # older: refused later
+    if supported and broker_version_mismatch(config.broker_version, version) is not None:
+        values[BROKER_VERSION_KEY] = broker_version_of(version)
         console.print(
             f"RabbitMQ {version}: provisioning the stack with {BROKER_VERSION_KEY} {values[BROKER_VERSION_KEY]!r} "
             f"(the stack file says {config.broker_version!r})"
         )
     if (
         config.topology.delivery_limit_policies
-        and rmq.parse_reported_broker_version(version) < rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+        and parse_reported_broker_version(version) < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
     ):
         console.print(
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "

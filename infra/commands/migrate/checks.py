@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from nsb_delays.brokers.messages import SQS_S3_BUCKET_OPTION
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.infra.commands.broker_options import resolve_rabbitmq, resolve_sqs, take_deprecated
 from nsb_delays.infra.commands.errors import CommandError, exception_log
 from nsb_delays.pipeline import environment_checks
@@ -91,13 +91,13 @@ def target_settings(values: dict[str, Any], *, connect: bool = True) -> TargetSe
     ``connect=False`` (preview) leaves the broker's connection out."""
     sqs = resolve_sqs(values, values.get("stack"))
     if values["target"] != "rabbitmq" or not connect:
-        return TargetSettings(kind=values["target"], generation=rmq.Generation(values["generation"]), sqs=sqs)
+        return TargetSettings(kind=values["target"], generation=Generation(values["generation"]), sqs=sqs)
     broker = resolve_rabbitmq(values, connection_name="nsb-delays migrate")
     return TargetSettings(
         kind="rabbitmq",
         amqp=broker.nodes,
         management=broker.management,
-        generation=rmq.Generation(values["generation"]),
+        generation=Generation(values["generation"]),
         sqs=sqs,
     )
 

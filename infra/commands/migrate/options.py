@@ -9,7 +9,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, GENERATIONS
 from nsb_delays.infra.commands.broker_options import (
     DEPRECATED,
     broker_options,
@@ -84,8 +84,8 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
         deprecated_options(*DEPRECATED, nodes=True),
         click.option(
             "--generation",
-            type=click.Choice(rmq.GENERATIONS),
-            default=rmq.DEFAULT_GENERATION.value,
+            type=click.Choice(GENERATIONS),
+            default=DEFAULT_GENERATION.value,
             show_default=True,
             help="The target broker's delay graph (v1: nsb.delay-level-NN, v2: nsb.v2.delay-level-NN).",
         ),

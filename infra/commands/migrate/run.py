@@ -10,7 +10,7 @@ import click
 from nsb_delays.brokers.confirms import DispatchError
 from nsb_delays.brokers.destinations import DestinationsRefused
 from nsb_delays.brokers.management import ManagementError
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 from nsb_delays.infra.commands.errors import CommandError, Interrupted, exception_log, new_log_path
 from nsb_delays.pipeline import environment_checks
 from nsb_delays.pipeline.databases import DatabaseUnreachable
@@ -175,7 +175,7 @@ def print_result(result: RunResult, *, exported: bool) -> None:
     stay = "were not loaded (they remain only in the export)" if exported else "stay with the legacy timeout manager"
     if result.left_beyond_max:
         click.echo(
-            f"{result.left_beyond_max:,} timeouts are due beyond the RabbitMQ maximum of {rmq.MAX_DELAY_SECONDS:,} s "
+            f"{result.left_beyond_max:,} timeouts are due beyond the RabbitMQ maximum of {MAX_DELAY_SECONDS:,} s "
             f"and {stay}"
         )
     if result.left_without_due_time:
