@@ -31,10 +31,10 @@ _EXPORTS = {
     "RabbitMqEndpointUserArgs": ".args",
     "RabbitMqSharedQueuesArgs": ".args",
     "SqsEndpointArgs": ".args",
-    "Generation": ".model.rabbitmq",
-    "PolicyScope": ".model.rabbitmq",
-    "QueueType": ".model.rabbitmq",
-    "RoutingTopology": ".model.rabbitmq",
+    "Generation": ".model.rabbitmq.names",
+    "PolicyScope": ".model.rabbitmq.combined",
+    "QueueType": ".model.rabbitmq.names",
+    "RoutingTopology": ".model.rabbitmq.names",
 }
 
 __all__ = sorted(_EXPORTS)
