@@ -31,7 +31,7 @@ import pika.exceptions
 
 from nsb_delays.components.model import in_flight
 from nsb_delays.components.model.rabbitmq import routing
-from nsb_delays.components.model.rabbitmq.names import DEFAULT_GENERATION, Generation
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.components.model.rabbitmq.routing import DELAY_HEADER, first_exchange, normalize_delay
 
 PERSISTENT = pika.DeliveryMode.Persistent
@@ -142,7 +142,7 @@ class DelayedPublisher:
     the next node and publishes the unconfirmed message again (see the module docstring).
     """
 
-    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: Generation = DEFAULT_GENERATION) -> None:
+    def __init__(self, amqp_url: AmqpUrls, vhost: str, generation: Generation) -> None:
         self.generation = generation
         self._nodes = NodeConnector(url_list(amqp_url), vhost)
         self.failovers = 0
