@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model import rabbitmq as rmq
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT, delivery_exchange_name
 from nsb_delays.components.provider import COMPONENTS, PACKAGE
 from nsb_delays.infra.pulumi_engine import provider_credentials
 from servers.rabbitmq import LocalRabbitMq
@@ -90,7 +91,7 @@ def twins(
                     # with its patch level: Pulumi YAML would turn "3.10" from config into the number 3.1
                     "nsb-delays-components:brokerVersion": ".".join(map(str, broker_version[:2])) + ".0",
                     "nsb-delays-components:deliveryLimitPolicies": broker_version
-                    >= rmq.DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+                    >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
                 }
             )
             stack.up()
@@ -134,7 +135,7 @@ def test_the_engine_gets_the_schema_from_the_plugin(engine: PulumiEngine) -> Non
     schema = json.loads(result.stdout)
     assert schema["name"] == PACKAGE
     assert set(schema["resources"]) == {f"{PACKAGE}:index:{component.__name__}" for component in COMPONENTS}
-    assert len(COMPONENTS) == 6
+    assert len(COMPONENTS) == 8
 
 
 @pytest.mark.parametrize("language", OTHER_LANGUAGES)
@@ -142,7 +143,7 @@ def test_the_program_puts_on_the_broker_what_the_python_program_does(
     twins: dict[str, Twin], management: ManagementApi, language: str
 ) -> None:
     objects = broker_objects(management, twins[language].vhost)
-    assert len(objects["queues"]) > rmq.LEVEL_COUNT
+    assert len(objects["queues"]) > LEVEL_COUNT
     assert objects == broker_objects(management, twins["python"].vhost)
 
 
@@ -156,7 +157,7 @@ def test_the_program_declares_the_resources_the_python_program_declares(twins: d
 @pytest.mark.parametrize("language", OTHER_LANGUAGES)
 def test_the_outputs_reach_the_program(twins: dict[str, Twin], language: str) -> None:
     outputs = json.loads(stack_command(twins[language].stack, "output", "--json"))
-    assert outputs["deliveryExchange"] == rmq.delivery_exchange_name("v2")
+    assert outputs["deliveryExchange"] == delivery_exchange_name("v2")
     assert outputs == json.loads(stack_command(twins["python"].stack, "output", "--json"))
 
 

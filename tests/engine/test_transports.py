@@ -1,0 +1,238 @@
+"""The transports through the real engine, on each broker version (issue 39).
+
+- The project's program of the transports takes over a stack the program before them deployed
+  (``program_before_transports/``, the same project): the dev stack's RabbitMQ section, deployed by the old program,
+  previews with the new one with nothing to create, update, replace or delete on the broker; the only new resource is
+  the transport itself, a component (no object of the broker). Every lower component and everything under it is found
+  by its alias (its former parent, the stack). After an ``up`` of the new program, a preview shows no change at all,
+  and the stack's outputs are the same. The dev stack's SQS section is left out: the engine built here has no AWS
+  provider (its registrations are compared under mocks for every stack file: tests/unit/test_transports.py).
+- A new user's program, the README's ``RabbitMqTransport`` block (two endpoints), goes up, previews no change, and
+  ``nsb-delays verify`` of a stack file with the same section finds no drift.
+- The YAML and TypeScript programs (``component_programs/transport-yaml``, ``transport-typescript``) declare the same
+  transport through the component provider: the same objects on the broker, the same resources, the same outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
+from nsb_delays.components.model.rabbitmq.versions import shown_version
+from nsb_delays.stack.config import NAMESPACE
+from nsb_delays.stack.parsing import section_of_inputs
+from servers.rabbitmq import LocalRabbitMq
+from tests.docs.examples import PROJECT, examples
+from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, init_stack, remove_stack
+from tests.engine.test_components_from_other_languages import (
+    broker_objects,
+    require_language_hosts,
+    stack_command,
+)
+
+PROGRAM_BEFORE = Path(__file__).parent / "program_before_transports"
+PROGRAMS = Path(__file__).parent / "component_programs"
+TRANSPORT_TYPES = {"nsb-delays:index:RabbitMqTransport", "nsb-delays:index:SqsTransport"}
+README_VERSION = '"broker_version": "4.3"'
+README_VHOST = '"vhost": "/"'
+
+
+def release(broker_version: tuple[int, ...]) -> str:
+    return shown_version(broker_version)
+
+
+def dev_section(vhost: str, broker_version: tuple[int, ...]) -> dict[str, Any]:
+    """``Pulumi.dev.yaml``'s RabbitMQ section, in a vhost of the test's, for the broker's release (as its comment
+    tells a reader with another broker to do)."""
+    config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    return {**config[f"{NAMESPACE}:rabbitmq"], "vhost": vhost, "brokerVersion": release(broker_version)}
+
+
+def preview_steps(stack: Stack, project_dir: Path) -> tuple[list[dict[str, Any]], Result]:
+    """``pulumi preview --json`` of the stack with the program of ``project_dir``: its steps."""
+    result = stack.engine.run("preview", "--json", "--show-sames", *stack.stack_args(), cwd=project_dir, env=stack.env)
+    return json.loads(result.stdout).get("steps", []), result
+
+
+def urn_type(urn: str) -> str:
+    return urn.split("::")[2].rpartition("$")[2]
+
+
+@dataclass
+class Deployed:
+    stack: Stack
+    outputs_before: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def deployed_before(
+    rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
+) -> Iterator[Deployed]:
+    """The dev stack's RabbitMQ section, deployed by the program before the transports."""
+    vhost = module_vhost("transports-before")
+    stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("before"), "before", PROGRAM_BEFORE)
+    try:
+        section = dev_section(vhost, broker_version)
+        stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
+        stack.up()
+        yield Deployed(stack, json.loads(stack_command(stack, "output", "--json", "--show-secrets")))
+    finally:
+        remove_stack(stack)
+
+
+def test_the_program_of_the_transports_takes_over_a_stack_of_the_program_before_them(deployed_before: Deployed):
+    steps, result = preview_steps(deployed_before.stack, ROOT)
+    changed = [(step["op"], step["urn"]) for step in steps if step["op"] != "same"]
+    created = [urn for op, urn in changed if op == "create" and urn_type(urn) in TRANSPORT_TYPES]
+    assert [urn_type(urn) for urn in created] == ["nsb-delays:index:RabbitMqTransport"], result.explain()
+    assert [change for change in changed if change[1] not in created] == [], result.explain()
+    assert sum(step["op"] == "same" for step in steps) > LEVEL_COUNT * 3
+    moved = [step for step in steps if step["op"] == "same" and step["oldState"]["urn"] != step["urn"]]
+    assert moved and all(step["newState"]["aliases"] == [step["oldState"]["urn"]] for step in moved), result.explain()
+
+
+def test_after_its_up_the_program_of_the_transports_previews_no_change_and_keeps_the_outputs(
+    deployed_before: Deployed,
+) -> None:
+    stack = deployed_before.stack
+    stack.engine.run("up", "--yes", "--skip-preview", *stack.stack_args(), cwd=ROOT, env=stack.env)
+    stack.engine.run("preview", "--expect-no-changes", *stack.stack_args(), cwd=ROOT, env=stack.env)
+    assert json.loads(stack_command(stack, "output", "--json", "--show-secrets")) == deployed_before.outputs_before
+
+
+# --- a new user's program: the README's block, and its twins in YAML and TypeScript ----------------------------------
+
+
+def readme_transport_block() -> str:
+    """The README's Python block that declares ``RabbitMqTransport``, as the page shows it."""
+    blocks = [e.parsed.source for e in examples([PROJECT / "README.md"]) if e.parsed.language == "python"]
+    (found,) = [source for source in blocks if "RabbitMqTransport(" in source]
+    assert README_VERSION in found and README_VHOST in found, "the README's example changed: update this test"
+    return found
+
+
+def readme_program(vhost: str, broker_version: tuple[int, ...]) -> str:
+    """The block with the two values a reader sets: the vhost (each test has its own) and the broker's release."""
+    program = readme_transport_block().replace(README_VHOST, f'"vhost": {json.dumps(vhost)}')
+    return program.replace(README_VERSION, f'"broker_version": {json.dumps(release(broker_version))}')
+
+
+def transport_args(program: str) -> dict[str, Any]:
+    """The literal the program gives ``RabbitMqTransport`` (the block's ``rabbitmq = {…}``)."""
+    for node in ast.walk(ast.parse(program)):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["rabbitmq"]:
+            return dict(ast.literal_eval(node.value))
+    raise AssertionError("the README's block gives RabbitMqTransport no `rabbitmq = {…}`: update this test")
+
+
+@dataclass
+class Twin:
+    stack: Stack
+    vhost: str
+
+
+LANGUAGES = ("python", "yaml", "typescript")
+
+
+@pytest.fixture(scope="module")
+def transports(
+    rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
+) -> Iterator[dict[str, Twin]]:
+    """The README's program (python) and its YAML and TypeScript twins, each up in a vhost of its own."""
+    require_language_hosts(engine)
+    made: dict[str, Twin] = {}
+    try:
+        for language in LANGUAGES:
+            vhost = module_vhost(f"transport-{language}")
+            folder = tmp_path_factory.mktemp(f"transport-{language}")
+            if language == "python":
+                project = folder / "project"
+                project.mkdir()
+                (project / "Pulumi.yaml").write_text("name: nsb-delays-transport\nruntime: python\n")
+                (project / "__main__.py").write_text(readme_program(vhost, broker_version))
+            else:
+                project = PROGRAMS / f"transport-{language}"
+            stack = init_stack(engine, rabbitmq, folder, f"transport-{language}", project)
+            made[language] = Twin(stack, vhost)
+            # with its patch level: Pulumi YAML would turn "3.10" from config into the number 3.1
+            patch_level = ".".join(map(str, broker_version[:2])) + ".0"
+            stack.write_config(
+                {
+                    "rabbitmq:endpoint": rabbitmq.management_url,
+                    "nsb-delays-transport:vhost": vhost,
+                    "nsb-delays-transport:brokerVersion": patch_level,
+                }
+            )
+            stack.up()
+        yield made
+    finally:
+        for twin in made.values():
+            remove_stack(twin.stack)
+
+
+def test_the_readme_program_previews_no_change_and_verify_finds_no_drift(
+    transports: dict[str, Twin], rabbitmq: LocalRabbitMq, broker_version, tmp_path: Path
+) -> None:
+    twin = transports["python"]
+    twin.stack.preview("--expect-no-changes")
+    section = section_of_inputs(transport_args(readme_program(twin.vhost, broker_version)), "rabbitmq")
+    stack_file = tmp_path / f"Pulumi.{twin.stack.name}.yaml"  # the stack names its combined policies
+    stack_file.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": section}}, sort_keys=False))
+    verify = [sys.executable, "-m", "nsb_delays.infra.cli", "verify", "--stack", str(stack_file)]
+    credentials = ["--management-url", rabbitmq.management_url, "--username", rabbitmq.username]
+    result = subprocess.run(
+        [*verify, *credentials, "--password", rabbitmq.password, "--skip-sqs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no drift" in result.stdout.lower(), result.stdout
+
+
+def objects_of(management: ManagementApi, twin: Twin) -> dict[str, list[str]]:
+    """The vhost's objects, the stack's name left out (it names the combined policies)."""
+    objects = broker_objects(management, twin.vhost).items()
+    return {kind: sorted(item.replace(twin.stack.name, "<stack>") for item in items) for kind, items in objects}
+
+
+def stack_resources(twin: Twin) -> list[str]:
+    """The stack's resources as the engine recorded them (the stack's name and vhost left out; a component's inputs
+    too: a YAML or TypeScript program sends them to the provider, a Python component keeps them)."""
+    state = json.loads(stack_command(twin.stack, "export"))
+    comparable = []
+    for resource in state["deployment"]["resources"]:
+        if resource["type"].startswith("pulumi:"):
+            continue  # the stack itself and the default provider: named after the stack
+        kept = {key: resource.get(key) for key in ("urn", "type", "parent", "protect", "custom")}
+        kept["inputs"] = resource.get("inputs") if resource.get("custom") else None
+        comparable.append(
+            json.dumps(kept, sort_keys=True).replace(twin.stack.name, "<stack>").replace(twin.vhost, "<vhost>")
+        )
+    return sorted(comparable)
+
+
+@pytest.mark.parametrize("language", LANGUAGES[1:])
+def test_a_yaml_or_typescript_transport_declares_what_the_readme_program_declares(
+    transports: dict[str, Twin], management: ManagementApi, language: str
+) -> None:
+    twin, readme = transports[language], transports["python"]
+    objects = objects_of(management, twin)
+    assert len(objects["queues"]) > LEVEL_COUNT
+    assert objects == objects_of(management, readme)
+    assert stack_resources(twin) == stack_resources(readme)
+    outputs = json.loads(stack_command(twin.stack, "output", "--json"))
+    assert outputs == json.loads(stack_command(readme.stack, "output", "--json"))
+    assert outputs["endpointQueues"] == {"Sales": ["Sales"], "Billing": ["Billing", "Billing-blue"]}
+    twin.stack.preview("--expect-no-changes")
