@@ -22,8 +22,14 @@ from nsb_delays.components.model import sqs as sqs_model
 
 # the model as the stack config's plan holds it (mypy reads nsb_delays.components and components as two packages)
 from nsb_delays.components.model.rabbitmq.names import delivery_exchange_name, parking_name
+from nsb_delays.components.model.settings import (
+    DelayInfrastructureSettings,
+    EndpointPoliciesSettings,
+    EndpointSettings,
+    SharedQueuesSettings,
+)
 from nsb_delays.stack.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
-from nsb_delays.stack.plan import RabbitMqConfig, SqsConfig
+from nsb_delays.stack.plan import RabbitMqConfig, RabbitMqPart, SqsConfig
 
 from .args import (
     RabbitMqDelayInfrastructureArgs,
@@ -99,7 +105,7 @@ def child_options(parent: pulumi.Resource, depends_on: list[pulumi.Resource] | N
 class RabbitMqTransport(pulumi.ComponentResource):
     """A whole RabbitMQ stack from one section: the delay graph (or, with ``declares_graph`` false, another stack's,
     found by ``graph_stack``), the shared ``error`` and ``audit`` queues, every endpoint with its user, and the
-    combined delivery-limit and parking policies of the endpoints (declared after their queues: see ``_policies``).
+    combined delivery-limit and parking policies of the endpoints (after their queues: ``_Declared.policies``).
 
     ``args`` is the ``nsb-delays:rabbitmq`` section in snake_case; an endpoint may be given by its name alone, and an
     endpoint's ``user`` gives its ``password`` (a secret) where a stack file names its config key."""
@@ -137,27 +143,10 @@ class RabbitMqTransport(pulumi.ComponentResource):
     ) -> None:
         OnePerStack.claim(type(self).__name__, name)
         super().__init__(f"{TYPE_PREFIX}{type(self).__name__}", name, None, opts)
-        exchanges, graph, outputs = self._graph(plan)
-        endpoints = {
-            settings.endpoint: RabbitMqEndpoint(
-                f"rabbitmq-{settings.endpoint}",
-                args_of(RabbitMqEndpointArgs, settings, **exchanges),
-                opts=child_options(self, depends_on=graph),
-            )
-            for settings in plan.endpoints
-        }
-        self._policies(plan, exchanges.get("parking_exchange"), [*graph, *endpoints.values()])
-        users = {
-            settings.user: RabbitMqEndpointUser(
-                f"rabbitmq-user-{settings.user}",
-                args_of(RabbitMqEndpointUserArgs, settings, password=passwords[key]),
-                opts=child_options(self, depends_on=list(endpoints.values())),
-            )
-            for settings, key in zip(plan.users, plan.password_keys, strict=True)
-        }
-        if users:
-            outputs["rabbitmqEndpointUsers"] = {user: component.user_name for user, component in users.items()}
-        outputs["rabbitmqEndpointQueues"] = {name: c.receiving_queues for name, c in endpoints.items()}
+        declared = _Declared(self, plan, passwords)
+        for part in plan.parts:  # what the section declares, in its order: the plan's one list of it
+            declared.part(part)
+        outputs = declared.outputs()
         self.stack_outputs = outputs
         delivery, parking = GRAPH_OUTPUTS
         self.rabbitmq_delivery_exchange = outputs.get(delivery)
@@ -168,51 +157,91 @@ class RabbitMqTransport(pulumi.ComponentResource):
         self.rabbitmq_endpoint_users = pulumi.Output.from_input(users_output) if users_output is not None else None
         self.register_outputs(outputs)
 
-    def _graph(self, plan: RabbitMqConfig) -> tuple[dict[str, Any], list[pulumi.Resource], dict[str, Any]]:
-        """The delay graph and the shared queues, or where another stack has them: the exchanges' names for the
-        endpoints (outputs they wait for), what the endpoints wait for, and the stack's outputs of the graph."""
-        if plan.placement.declares_graph:
+
+class _Declared:
+    """A ``RabbitMqTransport``'s children as it declares them, part by part, each wired to what it needs from the
+    parts before it: an endpoint to the delay graph's exchanges (outputs it waits for), the policies to the endpoints'
+    queues, a user to its endpoint's."""
+
+    def __init__(self, transport: RabbitMqTransport, plan: RabbitMqConfig, passwords: Passwords) -> None:
+        self.transport = transport
+        self.plan = plan
+        self.passwords = passwords
+        self.password_keys = iter(plan.password_keys)
+        self.exchanges: dict[str, Any] = {}
+        self.graph: list[pulumi.Resource] = []
+        self.graph_outputs: dict[str, Any] = {}
+        self.endpoints: dict[str, RabbitMqEndpoint] = {}
+        self.users: dict[str, RabbitMqEndpointUser] = {}
+        if not plan.placement.declares_graph and plan.placement.graph_stack is not None:
+            # a read of another stack, not a part of this one: where the program before the transports declared it
+            graph = pulumi.StackReference(plan.placement.graph_stack)
+            delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
+            self.exchanges = {
+                "delivery_exchange": graph.require_output(delivery),
+                "parking_exchange": graph.get_output(parking),
+            }
+        # else the graph's exchanges by name: each component's default is its generation's name
+
+    def part(self, part: RabbitMqPart) -> None:
+        transport = self.transport
+        if isinstance(part, DelayInfrastructureSettings):
             infrastructure = RabbitMqDelayInfrastructure(
-                f"delays-{plan.generation}",
-                args_of(RabbitMqDelayInfrastructureArgs, plan.infrastructure),
-                opts=child_options(self),
+                f"delays-{part.generation}",
+                args_of(RabbitMqDelayInfrastructureArgs, part),
+                opts=child_options(transport),
             )
-            RabbitMqSharedQueues(
-                "shared-queues", args_of(RabbitMqSharedQueuesArgs, plan.shared_queues), opts=child_options(self)
-            )
-            exchanges = {
+            self.graph = [infrastructure]
+            self.exchanges = {
                 "delivery_exchange": infrastructure.delivery_exchange,
                 "parking_exchange": infrastructure.parking_exchange,
             }
-            outputs = dict(zip(GRAPH_OUTPUTS, exchanges.values(), strict=True))
-            return exchanges, [infrastructure], outputs | {"rabbitmqDelayLevels": infrastructure.level_names}
-        if plan.placement.graph_stack is None:
-            return {}, [], {}  # by name: each component's default is its generation's name
-        # a read of another stack, not a part of this one: where the program before the transports declared it
-        graph = pulumi.StackReference(plan.placement.graph_stack)
-        delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
-        return (
-            {"delivery_exchange": graph.require_output(delivery), "parking_exchange": graph.get_output(parking)},
-            [],
-            {},
-        )
+            self.graph_outputs = dict(zip(GRAPH_OUTPUTS, self.exchanges.values(), strict=True))
+            self.graph_outputs["rabbitmqDelayLevels"] = infrastructure.level_names
+        elif isinstance(part, SharedQueuesSettings):
+            RabbitMqSharedQueues(
+                "shared-queues", args_of(RabbitMqSharedQueuesArgs, part), opts=child_options(transport)
+            )
+        elif isinstance(part, EndpointSettings):
+            self.endpoints[part.endpoint] = RabbitMqEndpoint(
+                f"rabbitmq-{part.endpoint}",
+                args_of(RabbitMqEndpointArgs, part, **self.exchanges),
+                opts=child_options(transport, depends_on=self.graph),
+            )
+        elif isinstance(part, EndpointPoliciesSettings):
+            self.policies(part)
+        else:
+            self.users[part.user] = RabbitMqEndpointUser(
+                f"rabbitmq-user-{part.user}",
+                args_of(RabbitMqEndpointUserArgs, part, password=self.passwords[next(self.password_keys)]),
+                opts=child_options(transport, depends_on=list(self.endpoints.values())),
+            )
 
-    def _policies(self, plan: RabbitMqConfig, parking: Any, after: list[pulumi.Resource]) -> None:
+    def policies(self, part: EndpointPoliciesSettings) -> None:
         """The endpoints' combined policies, after the endpoints' queues: RabbitMQ 4.3 gives a quorum queue declared
         while its delivery-limit policy is being created the default limit of 20 for good (measured on 4.3.6: one
         queue of four, now and then). The periodic re-check that repaired that on 4.0 compares no integer limit any
         more (rabbitmq/rabbitmq-server v4.3.5 deps/rabbit/src/rabbit_quorum_queue.erl, maybe_apply_policies/2 and
         canonicalize_delivery_limit/1: ``is_integer(Value) orelse Value < 0``), and NServiceBus refuses to start on
         20. A policy created after its queues is applied to them when it is created."""
-        if not (plan.policies.delivery_limit_queues or plan.policies.parked_exchanges):
-            return
         RabbitMqEndpointPolicies(
             "endpoint-policies",
             args_of(
-                RabbitMqEndpointPoliciesArgs, plan.policies, policy_group=plan.policy_group, parking_exchange=parking
+                RabbitMqEndpointPoliciesArgs,
+                part,
+                policy_group=self.plan.policy_group,
+                parking_exchange=self.exchanges.get("parking_exchange"),
             ),
-            opts=child_options(self, depends_on=after),
+            opts=child_options(self.transport, depends_on=[*self.graph, *self.endpoints.values()]),
         )
+
+    def outputs(self) -> dict[str, Any]:
+        """The stack's outputs, as the program before the transports exported them."""
+        outputs = dict(self.graph_outputs)
+        if self.users:
+            outputs["rabbitmqEndpointUsers"] = {user: component.user_name for user, component in self.users.items()}
+        outputs["rabbitmqEndpointQueues"] = {name: c.receiving_queues for name, c in self.endpoints.items()}
+        return outputs
 
 
 class SqsTransport(pulumi.ComponentResource):

@@ -25,6 +25,15 @@ from nsb_delays.components.model.settings import (
     declared_default,
 )
 
+RabbitMqPart = (
+    DelayInfrastructureSettings
+    | SharedQueuesSettings
+    | EndpointSettings
+    | EndpointPoliciesSettings
+    | EndpointUserSettings
+)
+"""The settings of one component a ``nsb-delays:rabbitmq`` section declares."""
+
 UNNAMED_STACK = "stack"
 """The stack name of a config parsed without one (tests, benchmarks): it names the combined policies."""
 
@@ -83,21 +92,25 @@ class RabbitMqConfig:
         return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
 
     @functools.cached_property
+    def parts(self) -> tuple[RabbitMqPart, ...]:
+        """What the section declares, each component's settings, in the order it is declared (the one place that says
+        so: ``RabbitMqTransport`` declares these, ``topology`` joins their objects): the delay graph and the shared
+        queues when this stack declares them, each endpoint, the endpoints' combined policies when they have any
+        (after the endpoints' queues: see ``RabbitMqTransport``), each endpoint's user."""
+        graph = (self.infrastructure, self.shared_queues) if self.placement.declares_graph else ()
+        policies = self.policies.delivery_limit_queues or self.policies.parked_exchanges
+        return (*graph, *self.endpoints, *((self.policies,) if policies else ()), *self.users)
+
+    @functools.cached_property
     def _components(self) -> tuple[tuple[bool, Topology], ...]:
-        """Each component's objects, in the order the program declares them, with whether it retains its queues on
-        delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
-        graph = (
-            (
-                (False, self.infrastructure.topology()),
-                (self.shared_queues.retain_on_delete, self.shared_queues.topology()),
-            )
-            if self.placement.declares_graph
-            else ()
-        )
-        return (
-            *graph,
-            *((endpoint.retain_on_delete, endpoint.topology()) for endpoint in self.endpoints),
-            (False, self.policies.topology(self.stack)),
+        """Each part's objects (a user's are permissions, not the vhost's topology), with whether it retains its queues
+        on delete: computed once (the section is immutable), read by ``topology`` and ``queues_kept_on_delete``."""
+        return tuple(
+            (False, part.topology(self.stack))
+            if isinstance(part, EndpointPoliciesSettings)
+            else (isinstance(part, SharedQueuesSettings | EndpointSettings) and part.retain_on_delete, part.topology())
+            for part in self.parts
+            if not isinstance(part, EndpointUserSettings)
         )
 
     def queues_kept_on_delete(self) -> tuple[str, ...]:
