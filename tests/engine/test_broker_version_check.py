@@ -32,9 +32,9 @@ README_VHOST = '"vhost": "/"'
 
 
 def readme_component_example() -> str:
-    """The README's Python block that declares the RabbitMQ components, as the page shows it."""
+    """The README's Python block that declares the RabbitMQ components (``RabbitMqTransport``), as the page shows it."""
     blocks = [e.parsed.source for e in examples([PROJECT / "README.md"]) if e.parsed.language == "python"]
-    (found,) = [source for source in blocks if "RabbitMqDelayInfrastructure(" in source]
+    (found,) = [source for source in blocks if "RabbitMqTransport(" in source]
     assert README_VERSION in found and README_VHOST in found, "the README's example changed: update this test"
     return found
 

@@ -234,5 +234,5 @@ def test_a_yaml_or_typescript_transport_declares_what_the_readme_program_declare
     assert stack_resources(twin) == stack_resources(readme)
     outputs = json.loads(stack_command(twin.stack, "output", "--json"))
     assert outputs == json.loads(stack_command(readme.stack, "output", "--json"))
-    assert outputs["endpointQueues"] == {"Sales": ["Sales"], "Billing": ["Billing", "Billing-blue"]}
+    assert outputs["endpointQueues"] == {"Sales": ["Sales", "Sales-blue"], "Billing": ["Billing"]}
     twin.stack.preview("--expect-no-changes")

@@ -24,7 +24,7 @@ const config = new pulumi.Config();
 const rabbitmq = new RabbitMqTransport("rabbitmq", {
     vhost: config.require("vhost"),
     brokerVersion: config.require("brokerVersion"),
-    endpoints: [{ name: "Sales" }, { name: "Billing", instanceDiscriminators: ["blue"] }],
+    endpoints: [{ name: "Sales", instanceDiscriminators: ["blue"] }, { name: "Billing" }],
 });
 
 export const endpointQueues = rabbitmq.rabbitmqEndpointQueues;
