@@ -36,6 +36,7 @@ from servers.rabbitmq import LocalRabbitMq
 from tests.docs.examples import PROJECT, examples
 from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, init_stack, remove_stack
 from tests.engine.test_components_from_other_languages import (
+    Twin,
     broker_objects,
     require_language_hosts,
     stack_command,
@@ -136,45 +137,38 @@ def transport_args(program: str) -> dict[str, Any]:
     raise AssertionError("the README's block gives RabbitMqTransport no `rabbitmq = {…}`: update this test")
 
 
-@dataclass
-class Twin:
-    stack: Stack
-    vhost: str
-
-
 LANGUAGES = ("python", "yaml", "typescript")
+
+
+def transport_project(language: str, folder: Path, vhost: str, broker_version: tuple[int, ...]) -> Path:
+    """The README's program as a project of its own (python), or its twin in ``component_programs``."""
+    if language != "python":
+        return PROGRAMS / f"transport-{language}"
+    project = folder / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: nsb-delays-transport\nruntime: python\n")
+    (project / "__main__.py").write_text(readme_program(vhost, broker_version))
+    return project
 
 
 @pytest.fixture(scope="module")
 def transports(
     rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
 ) -> Iterator[dict[str, Twin]]:
-    """The README's program (python) and its YAML and TypeScript twins, each up in a vhost of its own."""
+    """The README's program (python) and its YAML and TypeScript twins, each up in a vhost of its own, given its
+    broker's release with its patch level (Pulumi YAML would turn "3.10" from config into the number 3.1)."""
+    vhosts = {language: module_vhost(f"transport-{language}") for language in LANGUAGES}
     require_language_hosts(engine)
+    patch_level = ".".join(map(str, broker_version[:2])) + ".0"
+    config = {"rabbitmq:endpoint": rabbitmq.management_url, "nsb-delays-transport:brokerVersion": patch_level}
     made: dict[str, Twin] = {}
     try:
-        for language in LANGUAGES:
-            vhost = module_vhost(f"transport-{language}")
+        for language, vhost in vhosts.items():
             folder = tmp_path_factory.mktemp(f"transport-{language}")
-            if language == "python":
-                project = folder / "project"
-                project.mkdir()
-                (project / "Pulumi.yaml").write_text("name: nsb-delays-transport\nruntime: python\n")
-                (project / "__main__.py").write_text(readme_program(vhost, broker_version))
-            else:
-                project = PROGRAMS / f"transport-{language}"
-            stack = init_stack(engine, rabbitmq, folder, f"transport-{language}", project)
-            made[language] = Twin(stack, vhost)
-            # with its patch level: Pulumi YAML would turn "3.10" from config into the number 3.1
-            patch_level = ".".join(map(str, broker_version[:2])) + ".0"
-            stack.write_config(
-                {
-                    "rabbitmq:endpoint": rabbitmq.management_url,
-                    "nsb-delays-transport:vhost": vhost,
-                    "nsb-delays-transport:brokerVersion": patch_level,
-                }
-            )
-            stack.up()
+            project = transport_project(language, folder, vhost, broker_version)
+            made[language] = Twin(init_stack(engine, rabbitmq, folder, f"transport-{language}", project), vhost)
+            made[language].stack.write_config(config | {"nsb-delays-transport:vhost": vhost})
+            made[language].stack.up()
         yield made
     finally:
         for twin in made.values():

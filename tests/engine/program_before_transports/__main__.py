@@ -1,6 +1,7 @@
 """The project's program before the transports (``git show c263ed0:infra/program.py``), as much of it as a RabbitMQ
-stack runs: it composed the lower-level components itself (``declare_graph``, ``declare_rabbitmq``). Its SQS part
-is left out: the engine built for the tests has no AWS provider."""
+stack runs: it composed the lower-level components itself (``declare_graph``, ``declare_rabbitmq``); it read the
+config as the program still does (``read_pulumi_config``). Its SQS part is left out: the engine built for the tests
+has no AWS provider."""
 
 from typing import Any, cast
 
@@ -21,26 +22,11 @@ from nsb_delays.components.rabbitmq import (
     RabbitMqEndpointUser,
     RabbitMqSharedQueues,
 )
-from nsb_delays.stack.config import NAMESPACE, SECTIONS, RabbitMqConfig, parse_stack_config, password_keys
+from nsb_delays.infra.program import read_pulumi_config
+from nsb_delays.stack.config import RabbitMqConfig
 
 Passwords = dict[str, pulumi.Output[str]]
 GRAPH_OUTPUTS = ("rabbitmqDeliveryExchange", "rabbitmqParkingExchange")
-
-
-def read_pulumi_config() -> tuple[RabbitMqConfig, Passwords]:
-    config = pulumi.Config(NAMESPACE)
-    raw = {key: config.get_object(key) for key in SECTIONS}
-    passwords: Passwords = {}
-    for key in password_keys(raw.get("rabbitmq")):
-        secret = config.get_secret(key)
-        if secret is not None and pulumi.runtime.is_config_secret(f"{NAMESPACE}:{key}"):
-            raw[key], passwords[key] = {"secure": "(encrypted)"}, secret
-        else:
-            raw[key] = config.get(key)
-    given = {key: value for key, value in raw.items() if value is not None and key != "sqs"}
-    parsed = parse_stack_config(given, pulumi.get_stack()).rabbitmq
-    assert parsed is not None, "a stack of this program has a nsb-delays:rabbitmq section"
-    return parsed, passwords
 
 
 def declare_graph(config: RabbitMqConfig) -> tuple[dict[str, Any], list[pulumi.Resource], dict[str, Any]]:
@@ -98,5 +84,7 @@ def declare_rabbitmq(config: RabbitMqConfig, passwords: Passwords) -> dict[str, 
     }
 
 
-for key, value in declare_rabbitmq(*read_pulumi_config()).items():
+config, passwords = read_pulumi_config()  # the config as the program reads it, then and now
+assert config.rabbitmq is not None, "a stack of this program has a nsb-delays:rabbitmq section"
+for key, value in declare_rabbitmq(config.rabbitmq, passwords).items():
     pulumi.export(key, value)
