@@ -19,6 +19,12 @@ class InputsRefused(pulumi.InputPropertiesError, ValueError):
     ``Construct`` reports an ``InputPropertiesError`` as invalid arguments, with each input's path and reason), and a
     Python program may catch it as the ``ValueError`` the model raised."""
 
+    def __init__(self, message: str, errors: list[pulumi.InputPropertyErrorDetails] | None = None) -> None:
+        # Always a list, if an empty one: pulumi.provider.server ``create_grpc_invalid_properties_status`` gives the
+        # status its trailing metadata only for a list, and grpc's ``abort_with_status`` reads it (without: "'Status'
+        # object has no attribute 'trailing_metadata'", an unexpected error instead of the refusal).
+        super().__init__(message, errors if errors is not None else [])
+
 
 @contextmanager
 def refusals_as_input_errors(component: str, name: str) -> Iterator[None]:

@@ -13,6 +13,7 @@ the stack's: one transport of each kind per stack, as the stack config has one s
 """
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Optional, TypeVar
 
@@ -42,7 +43,7 @@ from .args import (
     SqsTransportArgs,
 )
 from .inputs import InputsRefused
-from .model.settings import values_of
+from .model.settings import camel_case, values_of
 from .rabbitmq import (
     TYPE_PREFIX,
     RabbitMqDelayInfrastructure,
@@ -72,11 +73,21 @@ def args_of(args_type: type[A], settings: object, **given: Any) -> A:
     return args_type(**(values_of(settings) | given))
 
 
+_INPUT_PATH = re.compile(r"[\w.\[\]]+")  # what a problem names first: endpoints[1].user.sends_to
+
+
 def refused(component: str, name: str, error: ConfigError) -> InputsRefused:
-    """The parser's problems as the engine shows bad inputs: each named by its input, no traceback."""
+    """The parser's problems as the engine shows bad inputs: each named by its input (in the engine's details, as the
+    schema names it: ``endpoints[1].user.sendsTo``), no traceback."""
     count = len(error.problems)
     listed = "\n".join(f"  - {problem}" for problem in error.problems)
-    return InputsRefused(f"{component} {name!r}: {count} problem{'s' * (count != 1)} with its inputs:\n{listed}")
+    details: list[pulumi.InputPropertyErrorDetails] = []
+    for problem in error.problems:
+        path = _INPUT_PATH.match(problem)
+        details.append({"property_path": camel_case(path.group()) if path else "", "reason": problem})
+    return InputsRefused(
+        f"{component} {name!r}: {count} problem{'s' * (count != 1)} with its inputs:\n{listed}", details
+    )
 
 
 class OnePerStack:
@@ -105,7 +116,7 @@ def child_options(parent: pulumi.Resource, depends_on: list[pulumi.Resource] | N
 class RabbitMqTransport(pulumi.ComponentResource):
     """A whole RabbitMQ stack from one section: the delay graph (or, with ``declares_graph`` false, another stack's,
     found by ``graph_stack``), the shared ``error`` and ``audit`` queues, every endpoint with its user, and the
-    combined delivery-limit and parking policies of the endpoints (after their queues: ``_Declared.policies``).
+    combined delivery-limit and parking policies of the endpoints, declared after the endpoints' queues.
 
     ``args`` is the ``nsb-delays:rabbitmq`` section in snake_case; an endpoint may be given by its name alone, and an
     endpoint's ``user`` gives its ``password`` (a secret) where a stack file names its config key."""

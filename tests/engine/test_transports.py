@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,12 +31,15 @@ import yaml
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.components.model.rabbitmq.versions import shown_version
+from nsb_delays.components.provider import PACKAGE
+from nsb_delays.infra.pulumi_engine import provider_credentials
 from nsb_delays.stack.config import NAMESPACE
 from nsb_delays.stack.parsing import section_of_inputs
 from servers.rabbitmq import LocalRabbitMq
 from tests.docs.examples import PROJECT, examples
 from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, init_stack, remove_stack
 from tests.engine.test_components_from_other_languages import (
+    PLUGIN_EXECUTABLE,
     Twin,
     broker_objects,
     require_language_hosts,
@@ -230,3 +234,31 @@ def test_a_yaml_or_typescript_transport_declares_what_the_readme_program_declare
     assert outputs == json.loads(stack_command(readme.stack, "output", "--json"))
     assert outputs["endpointQueues"] == {"Sales": ["Sales", "Sales-blue"], "Billing": ["Billing"]}
     twin.stack.preview("--expect-no-changes")
+
+
+def test_a_yaml_transport_with_a_bad_section_is_refused_naming_each_input(engine: PulumiEngine, tmp_path: Path) -> None:
+    """Through the provider, the section is checked as a stack file's is (what the schema says, Pulumi YAML checks
+    first: a user's required ``password``): every problem, each named by its input, no Python traceback, nothing
+    created (a preview, with no broker behind the provider's endpoint)."""
+    require_language_hosts(engine)
+    project = tmp_path / "project"
+    shutil.copytree(PROGRAMS / "transport-yaml", project)
+    manifest = yaml.safe_load((project / "Pulumi.yaml").read_text())
+    manifest["packages"] = {PACKAGE: str(PLUGIN_EXECUTABLE.parent)}
+    properties = manifest["resources"]["rabbitmq"]["properties"]
+    properties["endpoints"] = [{"name": "Sales"}, {"name": "Sales", "user": {"password": "p", "sendsTo": ["Nowhere"]}}]
+    (project / "Pulumi.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    stack = Stack(engine, "refused", project, tmp_path / "Pulumi.refused.yaml", provider_credentials("guest", "guest"))
+    config = {"nsb-delays-transport:vhost": "/", "nsb-delays-transport:brokerVersion": "4.3.0"}
+    stack.write_config({"rabbitmq:endpoint": "http://127.0.0.1:9", **config})
+    engine.run("stack", "init", stack.name, cwd=project)
+    try:
+        result = stack.preview(check=False)
+    finally:
+        remove_stack(stack)
+    assert result.returncode != 0
+    flat = " ".join(result.output.split())
+    assert "RabbitMqTransport 'rabbitmq': 2 problems with its inputs:" in flat, result.explain()
+    assert "- endpoints[1].user.sends_to: 'Nowhere' is not a queue of this stack" in flat
+    assert "- endpoints: queue 'Sales' is declared 2 times (duplicate endpoint or queue)" in flat
+    assert "Traceback" not in result.output and 'File "' not in result.output
