@@ -118,3 +118,17 @@ def test_a_recording_starts_its_own_policy_chain() -> None:
     again = of_type(record_stack(per_object), RABBITMQ_POLICY)
     assert [p.urn for p in again] == [p.urn for p in first]
     assert again[0].dependencies == first[0].dependencies
+
+
+def test_endpoints_given_one_delivery_exchange_share_its_check_and_a_wrong_one_is_refused() -> None:
+    """``named``: one apply per given exchange output serves every endpoint of the program's run."""
+
+    def program(generation: str) -> None:
+        infrastructure = RabbitMqDelayInfrastructure("delays", {"generation": generation})  # type: ignore[typeddict-item]
+        for endpoint in ("Sales", "Billing"):
+            RabbitMqEndpoint(endpoint, {"endpoint": endpoint, "delivery_exchange": infrastructure.delivery_exchange})
+
+    resources = declared(lambda: program("v2"))
+    assert {("nsb.v2.delay-delivery", e, "exchange", f"#.{e}") for e in ("Sales", "Billing")} <= bindings(resources)
+    with pytest.raises(Exception, match=r"delivery_exchange is 'nsb\.delay-delivery'"):
+        declared(lambda: program("v1"))
