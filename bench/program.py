@@ -49,11 +49,9 @@ def baseline(count: int) -> None:
 def run_side(side: str, size: int) -> None:
     """One side in this process: ``{"seconds": …, "resources": …}`` on stdout (imports are not timed)."""
     if side == "program":
-        from nsb_delays.infra.heap import defer_full_collections
         from nsb_delays.infra.program import declare
         from nsb_delays.stack.config import parse_stack_config
 
-        defer_full_collections()  # as the program's entry point does (infra/__main__.py)
         raw = config_for(size)
         seconds, count = timed(lambda: declare(parse_stack_config(raw), {}))
     else:

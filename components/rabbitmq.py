@@ -207,8 +207,7 @@ class Declared:
 
 class CheckedNames:
     """The outputs ``named`` made in this program run, by the output given and the check: a transport gives each of
-    its endpoints the same two graph outputs, and one apply per output serves them all (an apply per endpoint cost
-    the program a tenth of its time at 2,000 endpoints; docs/measurements.md)."""
+    its endpoints the same two graph outputs, and one apply per output serves them all, not one per endpoint."""
 
     run: ClassVar[object] = None
     made: ClassVar[dict[tuple[int, str, str], tuple[pulumi.Output[str], pulumi.Output[str]]]] = {}
