@@ -1,10 +1,12 @@
 """The consumer tier: the project as a new user meets it, from the wheel and the sdist, in a repository of their
 own outside this checkout, with the real Pulumi engine and a real broker.
 
-One wheel and sdist per session (``tests.packaging.conftest.built``: PyPA build of a copy of the checkout, and a
-wheel rebuilt from the sdist, which must be the same); the CLI is the wheel installed into a fresh virtualenv of
-which only ``nsb-delays`` is on ``PATH`` (as ``pipx`` installs a tool), so the program and the policy pack can only
-run in the virtualenvs Pulumi makes from ``requirements.txt``.
+One wheel and sdist per run (``tests.packaging.conftest.built``: PyPA build of a copy of the checkout, and a
+wheel rebuilt from the sdist, which must be the same) and one wheelhouse of their dependencies
+(``tests.packaging.conftest.wheelhouse``: every virtualenv here is new, and pip fills it from there, asking no
+index); the CLI is the wheel installed into a fresh virtualenv of which only ``nsb-delays`` is on ``PATH`` (as
+``pipx`` installs a tool), so the program and the policy pack can only run in the virtualenvs Pulumi makes from
+``requirements.txt``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,17 @@ import pytest
 
 from tests.conftest import BROKERS
 from tests.engine.conftest import require_pulumi
-from tests.packaging.conftest import PIP_INSTALL, PROJECT, Built, Venv, built, make_venv, run  # noqa: F401 (fixture)
+from tests.packaging.conftest import (  # noqa: F401 (the fixtures)
+    PROJECT,
+    Built,
+    Venv,
+    built,
+    from_wheelhouse,
+    make_venv,
+    pip_install,
+    run,
+    wheelhouse,
+)
 
 # A user's non-interactive bash: no profile or rc file, stopping at the first command that fails.
 USER_BASH = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
@@ -44,11 +56,15 @@ class ConsumerCli:
 
 
 @pytest.fixture(scope="session")
-def consumer_cli(built: Built, tmp_path_factory: pytest.TempPathFactory) -> ConsumerCli:  # noqa: F811 (the fixture)
+def consumer_cli(
+    built: Built,  # noqa: F811 (the fixture)
+    wheelhouse: Path,  # noqa: F811 (the fixture)
+    tmp_path_factory: pytest.TempPathFactory,
+) -> ConsumerCli:
     """The wheel (and its dependencies) alone in a fresh virtualenv; asserted to run from there, not the checkout."""
     root = tmp_path_factory.mktemp("consumer-cli")
     venv = make_venv(root / "venv")
-    run([venv.python, "-m", "pip", "install", *PIP_INSTALL, built.wheel], cwd=root)
+    pip_install(venv, wheelhouse, built.wheel, cwd=root)
     where = package_location(venv.python, root)
     assert where.is_relative_to(venv.path) and not where.is_relative_to(PROJECT), where
     tool_bin = root / "bin"
@@ -63,11 +79,13 @@ def pulumi_bin() -> Path:
     return require_pulumi().executable.parent
 
 
-def user_environment(home: Path, *path: Path, **extra: str) -> dict[str, str]:
+def user_environment(home: Path, *path: Path, pip: Mapping[str, str], **extra: str) -> dict[str, str]:
     """A user's shell: HOME, the given directories then the system's on PATH, no Pulumi backend, token or broker
-    credentials of the developer's, offline plugin settings (infra.pulumi_engine.offline_environment's)."""
-    keep = ("LANG", "LC_ALL", "TMPDIR", "PIP_FIND_LINKS", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL",
-            "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")  # fmt: skip
+    credentials of the developer's, offline plugin settings (infra.pulumi_engine.offline_environment's). ``pip``:
+    where every pip the user's commands start finds packages (``from_wheelhouse``: the run's wheelhouse, no index),
+    as a user's pip.conf or a company's mirror would say, the commands unchanged."""
+    keep = ("LANG", "LC_ALL", "TMPDIR", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+            "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")  # fmt: skip
     env = {key: os.environ[key] for key in keep if key in os.environ}
     return {
         **env,
@@ -80,10 +98,14 @@ def user_environment(home: Path, *path: Path, **extra: str) -> dict[str, str]:
         "PULUMI_SKIP_CHECKPOINTS": "true",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         # what every install here (the pipelines', Pulumi's) skips or shares, without changing a command: byte-
-        # compiling every installed module (half of an install's time), and downloads, from the developer's cache
-        "PIP_NO_COMPILE": "1",
+        # compiling every installed module (most of an install's time from the wheelhouse), and downloads, from the
+        # developer's cache. PIP_COMPILE=0, not PIP_NO_COMPILE=1: pip stores a switch's environment value in the
+        # switch's destination as it reads (pip/_internal/cli/parser.py ConfigOptionParser._update_defaults), and
+        # --no-compile's is `compile` (commands/install.py), so PIP_NO_COMPILE=1 turns compiling on
+        "PIP_COMPILE": "0",
         "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip"),
         "NO_COLOR": "1",
+        **pip,
         **extra,
     }
 

@@ -1,7 +1,8 @@
 """docs/index.md's install from a checkout (``runs-with: checkout-copy``, tests/docs/live.py): ``python -m build`` in
 a copy of the checkout's files (never in the checkout: ``dist/`` stays in the copy), then the wheel it names installed
 with the ``[spark]`` extra into a new virtualenv, whose ``nsb-delays migrate`` then runs (without the extra it is a
-stand-in that names the extra and exits 2)."""
+stand-in that names the extra and exits 2). pip (build's, for the build backend, and the block's) finds every other
+package in the run's wheelhouse (``tests.packaging.conftest.wheelhouse``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from tests.consumer.conftest import assert_installed_with_the_spark_extra, output_tail, user_bash, user_environment
 from tests.docs.examples import blocks_run_in
 from tests.docs.live import CHECKOUT_COPY
-from tests.packaging.conftest import PIP_INSTALL, PROJECT, make_venv, run, source_files
+from tests.packaging.conftest import PROJECT, from_wheelhouse, make_venv, pip_install, source_files
 
 INDEX = PROJECT / "docs" / "index.md"
 # The files the block names: dist/nsb_delays-<version>.tar.gz and dist/nsb_delays-<version>-py3-none-any.whl
@@ -22,7 +23,9 @@ DIST_FILE = re.compile(r"dist/nsb_delays-(?P<version>[^-\s']+?)(?:\.tar\.gz|-py3
 SHOWN = 6000
 
 
-def test_the_index_pages_build_from_a_checkout_installs_the_wheel_with_the_spark_extra(tmp_path: Path) -> None:
+def test_the_index_pages_build_from_a_checkout_installs_the_wheel_with_the_spark_extra(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
     (block,) = blocks_run_in(CHECKOUT_COPY, [INDEX])
     version = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["version"]
     named = {found.group("version") for found in DIST_FILE.finditer(block.source)}
@@ -34,9 +37,9 @@ def test_the_index_pages_build_from_a_checkout_installs_the_wheel_with_the_spark
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(PROJECT / name, checkout / name)
     venv = make_venv(tmp_path / "venv")
-    run([venv.python, "-m", "pip", "install", *PIP_INSTALL, "build"], cwd=tmp_path)
+    pip_install(venv, wheelhouse, "build", cwd=tmp_path)
     (tmp_path / "home").mkdir()
-    env = user_environment(tmp_path / "home", venv.path / "bin")
+    env = user_environment(tmp_path / "home", venv.path / "bin", pip=from_wheelhouse(wheelhouse))
     started = time.monotonic()
     result = user_bash(block.source, checkout, env, timeout=1800)
     took = time.monotonic() - started

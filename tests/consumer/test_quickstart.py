@@ -47,7 +47,7 @@ from tests.consumer.pipelines import GIT_IDENTITY, JobRun, git, run_github_job, 
 from tests.docs.examples import Block, blocks_run_in, console_commands
 from tests.docs.live import CONSUMER, missing_lines
 from tests.engine.conftest import require_pulumi
-from tests.packaging.conftest import PROJECT
+from tests.packaging.conftest import PROJECT, from_wheelhouse
 
 README = PROJECT / "README.md"
 STACK = "prod"
@@ -143,7 +143,11 @@ def _broker_version(broker: LocalRabbitMq) -> str:
 
 @pytest.fixture(scope="module")
 def repository(
-    rabbitmq: LocalRabbitMq, consumer_cli: ConsumerCli, pulumi_bin: Path, tmp_path_factory: pytest.TempPathFactory
+    rabbitmq: LocalRabbitMq,
+    consumer_cli: ConsumerCli,
+    pulumi_bin: Path,
+    wheelhouse: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Repository]:
     """The quickstart run in a new directory: the README's commands after the install, in one shell."""
     root = tmp_path_factory.mktemp("consumer")
@@ -159,7 +163,7 @@ def repository(
     vhost = f"consumer-{uuid.uuid4().hex[:6]}"
     management.create_vhost(vhost)
     env = user_environment(
-        home, consumer_cli.bin, pulumi_bin,
+        home, consumer_cli.bin, pulumi_bin, pip=from_wheelhouse(wheelhouse),
         BROKER_URL=rabbitmq.management_url, BROKER_VERSION=_broker_version(rabbitmq),
         BROKER_USER=rabbitmq.username, BROKER_PASSWORD=rabbitmq.password,
         PULUMI_CONFIG_PASSPHRASE="consumer-tier", PULUMI_HOME=str(home / ".pulumi"), **GIT_IDENTITY,

@@ -193,8 +193,8 @@ SERVICES = {
     "installed in it); the page's version must be pyproject.toml's",
     PACKAGE_INDEX: "not in this tier: tests/consumer/test_package_index.py runs the block in a folder of its own "
     "with a new virtualenv's python and pip first on PATH, where pip finds nsb-delays as a package index would "
-    "serve it: the session's wheel in the folder PIP_FIND_LINKS names (pip's setting for another place to find "
-    "packages; the dependencies come from the usual index)",
+    "serve it: the session's wheel in a folder PIP_FIND_LINKS names (pip's setting for another place to find "
+    "packages; the dependencies in the run's wheelhouse, the other folder it names, and PIP_NO_INDEX set)",
     "database": "PostgreSQL with the role nsb and the database app the pages' JDBC URLs name, holding SQL "
     "persistence's timeout table of Sales",
     "stored-timeouts": f"the database's Sales table holds {STORED_TIMEOUTS:,} timeouts for Sales, due from an hour "

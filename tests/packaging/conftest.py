@@ -2,18 +2,21 @@
 virtualenvs, used from a scratch "user project" with its own ``components/``, ``pipeline/``, ``infra/``
 and ``policies/`` packages; and the tools our users run over what we render (cfn-lint, mermaid-cli).
 
-Everything here is built once per session: one wheel + sdist, one virtualenv with the ``[spark]``
-extra (the user project's), one base install (no extra) made the way Pulumi makes a plugin's.
+Everything here is built once: one wheel + sdist and one wheelhouse of their dependencies per run (shared by the
+workers), one virtualenv with the ``[spark]`` extra (the user project's) and one base install (no extra) made the way
+Pulumi makes a plugin's per session.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterable, Mapping, Sequence
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,23 +134,59 @@ def build(source: Path, outdir: Path, kind: str) -> tuple[Path, str]:
     return artifact, result.stdout + result.stderr
 
 
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``make`` fills once per test run, shared by pytest-xdist's workers: it lives in the
+    run's base temporary directory (a worker's is ``popen-gwN`` inside it, xdist's ``--basetemp`` for each worker),
+    and the first worker to ask makes it under a file lock while the others wait. A ``make`` that fails leaves no
+    folder, so the next worker to ask tries again (and fails the same way, naming the cause)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, made = root / name, root / f"{name}.made"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            made.touch()
+    return folder
+
+
+BUILDS = (("sdist", "source", "sdist"), ("wheel", "source", "wheel"), ("wheel from the sdist", "unpacked", "wheel"))
+
+
+def make_builds(root: Path) -> None:
+    """The sdist and the wheel from a copy of the checkout, a second wheel from the sdist; each build's output kept
+    in ``<build>.txt`` beside its folder."""
+    source = checkout_copy(root / "source")
+    for label, where, kind in BUILDS:
+        if where == "unpacked":
+            (sdist,) = (root / "sdist").glob("*.tar.gz")
+            with tarfile.open(sdist) as archive:
+                archive.extractall(root / "unpacked", filter="data")
+            (tree,) = (root / "unpacked").iterdir()
+        else:
+            tree = source
+        _, output = build(tree, root / label.replace(" ", "-"), kind)
+        (root / f"{label.replace(' ', '-')}.txt").write_text(output)
+
+
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The sdist and the wheel from a copy of the checkout, and a second wheel built from the sdist."""
-    root = tmp_path_factory.mktemp("build")
-    source = checkout_copy(root / "source")
-    sdist, sdist_output = build(source, root / "sdist", "sdist")
-    wheel, wheel_output = build(source, root / "wheel", "wheel")
-    with tarfile.open(sdist) as archive:
-        archive.extractall(root / "unpacked", filter="data")
-    (unpacked,) = (root / "unpacked").iterdir()
-    wheel_from_sdist, from_sdist_output = build(unpacked, root / "wheel-from-sdist", "wheel")
-    return Built(
-        wheel,
-        sdist,
-        wheel_from_sdist,
-        {"sdist": sdist_output, "wheel": wheel_output, "wheel from the sdist": from_sdist_output},
-    )
+    """The sdist and the wheel from a copy of the checkout, and a second wheel built from the sdist: built once per
+    run (``once_per_run``), the same files for every worker."""
+    root = once_per_run(tmp_path_factory, "build", make_builds)
+    folders = {label: root / label.replace(" ", "-") for label, _, _ in BUILDS}
+    (sdist,) = folders["sdist"].glob("*.tar.gz")
+    (wheel,) = folders["wheel"].glob("*.whl")
+    (wheel_from_sdist,) = folders["wheel from the sdist"].glob("*.whl")
+    outputs = {label: folder.with_suffix(".txt").read_text() for label, folder in folders.items()}
+    return Built(wheel, sdist, wheel_from_sdist, outputs)
 
 
 PIP_INSTALL = ("-q", "--no-compile")
@@ -161,11 +200,51 @@ def make_venv(path: Path) -> Venv:
     return Venv(path)
 
 
+def wheelhouse_extras() -> list[str]:
+    """What the wheelhouse holds besides the wheel's dependencies with its spark extra: PyPA build and the build
+    backend pyproject.toml requires (docs/index.md's ``python -m build`` in a copy of the checkout), and what Pulumi's
+    pip toolchain upgrades in each virtualenv it makes before it installs requirements.txt (pulumi/pulumi
+    sdk/python/toolchain/pip.go ``InstallDependencies``: ``pip install --upgrade pip setuptools wheel``)."""
+    build_system = tomllib.loads((PROJECT / "pyproject.toml").read_text())["build-system"]["requires"]
+    return ["build", *build_system, "pip", "setuptools", "wheel"]
+
+
 @pytest.fixture(scope="session")
-def spark_venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+def wheelhouse(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every package the installs of a run need, as wheels: fetched (pyspark's sdist built) once per run
+    (``once_per_run``, pip's cache behind it). Each install after is a fresh virtualenv that pip fills from here
+    without asking an index (``pip_install``, or a user's command under ``from_wheelhouse``'s settings): seconds,
+    not a minute of index requests. The wheel itself is not here: each test names it (a path, or a folder of its
+    own that stands for an index)."""
+
+    def make(folder: Path) -> None:
+        requirements = [f"{built.wheel}[spark]", *wheelhouse_extras()]
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", folder, *requirements], cwd=folder, timeout=1800
+        )
+        for own in folder.glob("nsb_delays-*.whl"):
+            own.unlink()
+
+    return once_per_run(tmp_path_factory, "wheelhouse", make)
+
+
+def from_wheelhouse(wheelhouse: Path, *more: Path) -> dict[str, str]:
+    """pip's own settings (read by every pip a command starts: Pulumi's, a pipeline's) to find packages in
+    ``more`` and the wheelhouse only: ``PIP_FIND_LINKS`` (whitespace-separated folders) and ``PIP_NO_INDEX``."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": " ".join(str(folder) for folder in (*more, wheelhouse))}
+
+
+def pip_install(environment: Venv, wheelhouse: Path, *requirements: str | Path, cwd: Path) -> None:
+    """``pip install`` into ``environment`` from the wheelhouse alone (``--no-index``)."""
+    where = ("--no-index", "--find-links", wheelhouse)
+    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, *where, *requirements], cwd=cwd, timeout=1200)
+
+
+@pytest.fixture(scope="session")
+def spark_venv(built: Built, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """The wheel with the ``[spark]`` extra only (not dev): what a user installs to run the pipeline."""
     environment = make_venv(tmp_path_factory.mktemp("spark-venv") / "venv")
-    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, f"{built.wheel}[spark]"], cwd=built.wheel.parent)
+    pip_install(environment, wheelhouse, f"{built.wheel}[spark]", cwd=built.wheel.parent)
     return environment
 
 
@@ -185,7 +264,9 @@ def in_user_project(environment: Venv, project: Path, **extra: str) -> dict[str,
 
 
 @pytest.fixture(scope="session")
-def provider_plugin(spark_venv: Venv, built: Built, user_project: Path, tmp_path_factory) -> tuple[Path, Venv]:
+def provider_plugin(
+    spark_venv: Venv, built: Built, wheelhouse: Path, user_project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Venv]:
     """The provider plugin directory ``nsb-delays pulumi-plugin provider`` writes, installed as Pulumi's pip
     toolchain installs a plugin (``sdk/python/toolchain/pip.go`` ``InstallDependencies``): ``python -m venv
     DIR/venv``, then ``pip install -r requirements.txt`` in DIR. Its requirement is the wheel, no extra: this
@@ -197,7 +278,7 @@ def provider_plugin(spark_venv: Venv, built: Built, user_project: Path, tmp_path
         env=in_user_project(spark_venv, user_project),
     )
     environment = make_venv(directory / "venv")
-    run([environment.python, "-m", "pip", "install", *PIP_INSTALL, "-r", "requirements.txt"], cwd=directory)
+    pip_install(environment, wheelhouse, "-r", "requirements.txt", cwd=directory)
     return directory, environment
 
 
