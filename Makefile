@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
 STAMP := $(VENV)/.installed
-NODE_STAMP := node_modules/.installed
+NODE_DIR := tools/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 # RabbitMQ 4.0 and 4.3 for the broker tiers beside Debian 12's 3.10: Debian 13's and Debian forky's rabbitmq-server,
 # each in a chroot (servers/rabbitmq.py ChrootRabbitMq). NSB_RABBITMQ4_ROOT=DIR / NSB_RABBITMQ43_ROOT=DIR build/use
 # them elsewhere, e.g. one root for several checkouts. Their Debian mirror is the one this machine's apt sources
@@ -24,24 +25,24 @@ EXECUTOR_STAMP := $(EXECUTOR_VENV)/.installed
 CONNECT_VENV := $(or $(NSB_SPARK_CONNECT_VENV),$(CURDIR)/.cache/spark-connect-venv)
 CONNECT_STAMP := $(CONNECT_VENV)/.installed
 
-# The real Pulumi engine (engine/build.sh): `pulumi` from PATH when there, else the CLI, the Python language host
-# and the RabbitMQ provider built from the pinned Go modules in engine/ into $(ENGINE)/bin, rebuilt only when a
+# The real Pulumi engine (tools/engine/build.sh): `pulumi` from PATH when there, else the CLI, the Python language host
+# and the RabbitMQ provider built from the pinned Go modules in tools/engine/ into $(ENGINE)/bin, rebuilt only when a
 # pin changes; the provider is installed as a plugin into $(ENGINE)/home, the PULUMI_HOME of the demo and tests.
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: setup system-packages rabbitmq4-root rabbitmq43-root engine actionlint demo test unit scale lint bench docs clean
+.PHONY: mypy-path setup system-packages rabbitmq4-root rabbitmq43-root engine actionlint demo test unit scale lint bench docs clean
 
-setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint
+setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint mypy-path
 
 engine: $(STAMP)
-	@bash engine/build.sh $(PY)
+	@bash tools/engine/build.sh $(PY)
 
-# actionlint for the GitHub Actions workflow in ci-templates/ (tests/packaging/test_ci_templates.py), built from the Go
-# module pinned in actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (actionlint/build.sh).
+# actionlint for the GitHub Actions workflow init writes (tests/packaging/test_ci_templates.py), built from the Go
+# module pinned in tools/actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (its build.sh).
 export NSB_ACTIONLINT_DIR := $(or $(NSB_ACTIONLINT_DIR),$(CURDIR)/.cache/actionlint)
 actionlint:
-	@bash actionlint/build.sh
+	@bash tools/actionlint/build.sh
 
 # Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
 # Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
@@ -115,10 +116,13 @@ $(CONNECT_STAMP): pyproject.toml pipeline/shipping.py $(STAMP)
 	touch "$(CONNECT_STAMP)"
 
 # mermaid-cli and, for the TypeScript program of tests/engine, @pulumi/pulumi and typescript (all pinned in
-# package-lock.json), without Puppeteer's browser download: mermaid-cli drives Debian's
-# /usr/bin/chromium (puppeteer-config.json). --ignore-scripts: the only install script is that download.
-$(NODE_STAMP): package.json package-lock.json
-	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+# tools/node/package-lock.json), without Puppeteer's browser download: mermaid-cli drives Debian's
+# /usr/bin/chromium (tools/node/puppeteer-config.json). --ignore-scripts: the only install script is that download.
+# Installed in tools/node/node_modules; ./node_modules links to it, where Node.js looks for the modules of the
+# checkout's programs (the TypeScript programs of tests/engine) and mkdocs's hook for mmdc.
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --prefix $(NODE_DIR) --ignore-scripts --no-audit --no-fund --loglevel=error
+	if [ ! -e node_modules ] || [ -L node_modules ]; then ln -sfn $(NODE_DIR)/node_modules node_modules; fi
 	touch $(NODE_STAMP)
 
 # On the newest broker, RabbitMQ 4.3 from its root (DEMO_ARGS="--rabbitmq-version 3.10": Debian's 3.10).
@@ -151,14 +155,18 @@ scale: setup
 docs: $(STAMP) $(NODE_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# The folders installed as nsb_delays.<folder>. .mypy-path/nsb_delays/<folder> are committed symlinks to them (see
-# pyproject's [tool.mypy]); lint re-makes them, for a checkout that turned them into plain files.
+# The folders installed as nsb_delays.<folder>. .mypy-path/nsb_delays/<folder> are symlinks to them, generated here
+# (git-ignored), for mypy and lint-imports, which cannot follow the editable install's import hook (pyproject's
+# [tool.mypy]).
 PACKAGES := components brokers infra pipeline policies stack
 
-lint: $(STAMP)
+mypy-path:
+	@mkdir -p .mypy-path/nsb_delays
+	@for package in $(PACKAGES); do ln -sfn "../../$$package" ".mypy-path/nsb_delays/$$package"; done
+
+lint: $(STAMP) mypy-path
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	for package in $(PACKAGES); do ln -sfn "../../$$package" ".mypy-path/nsb_delays/$$package"; done
 	$(VENV)/bin/mypy $(PACKAGES) bench servers
 	PYTHONPATH=.mypy-path:. $(VENV)/bin/lint-imports --no-cache
 
@@ -166,4 +174,4 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules $(NODE_DIR)/node_modules .mypy-path .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,7 @@
 """The real ``pulumi`` CLI, run on this package's program with a private, local state (``nsb-delays demo``).
 
 Which CLI: ``pulumi`` on PATH (Pulumi's own install, with its own plugins and ``PULUMI_HOME``), else the one
-``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``engine/build.sh``; without the variable, the
+``make setup`` built from Go modules into ``$NSB_ENGINE_DIR/bin`` (``tools/engine/build.sh``; without the variable, the
 checkout's ``.cache/engine``), whose RabbitMQ provider is installed in ``$NSB_ENGINE_DIR/home``. The environment
 keeps a run offline and self-contained with the variables pulumi/pulumi declares in ``sdk/go/common/env/env.go``:
 a DIY ``file://`` backend (``BackendURL``), no update check (``SkipUpdateCheck``), no prompts
@@ -30,7 +30,7 @@ import yaml
 
 ENGINE_DIR_VARIABLE = "NSB_ENGINE_DIR"
 # Where `make setup` builds the engine when the variable is unset: the checkout's .cache/engine (Makefile `ENGINE`,
-# engine/build.sh `ENGINE`). From an installed package this folder does not exist, and only PATH counts.
+# tools/engine/build.sh `ENGINE`). From an installed package this folder does not exist, and only PATH counts.
 CHECKOUT_ENGINE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "engine"
 PROJECT_NAME = "nsb-delays"
 # The project's own entry point (infra/__main__.py), written beside a Pulumi.yaml of its own so that an installed

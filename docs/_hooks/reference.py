@@ -5,7 +5,7 @@
 - ``<!-- generated: policy-rules -->`` becomes the policy pack's rules: names, kinds, enforcement levels and
   descriptions from the rule objects (``policies.pack.POLICIES``), and each rule's config options from its schema;
 - every ```` ```mermaid ```` block becomes an SVG image drawn at build time by mermaid-cli (``node_modules/.bin/mmdc``
-  in Debian's chromium, ``puppeteer-config.json``; cached by the diagram's hash under ``.cache/docs``): no
+  in Debian's chromium, ``tools/node/puppeteer-config.json``; cached by the diagram's hash under ``.cache/docs``): no
   JavaScript from a CDN, and a diagram Mermaid cannot parse fails the build;
 - ``<!-- generated: dev-stack-graph -->`` becomes the dev stack's graph (``nsb-delays render --stack dev --format
   mermaid``), drawn the same way; it is also published as ``assets/dev-stack-graph.svg``.
@@ -141,7 +141,8 @@ def draw_svg(diagram: str) -> str:
     with tempfile.TemporaryDirectory(prefix="nsb-delays-docs-") as scratch:
         source, output = Path(scratch) / "diagram.mmd", Path(scratch) / "diagram.svg"
         source.write_text(diagram, encoding="utf-8")
-        command = [str(mmdc), "-p", str(PROJECT / "puppeteer-config.json"), "--quiet", "-i", str(source)]
+        config = PROJECT / "tools" / "node" / "puppeteer-config.json"
+        command = [str(mmdc), "-p", str(config), "--quiet", "-i", str(source)]
         result = subprocess.run(
             [*command, "-o", str(output)], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
         )

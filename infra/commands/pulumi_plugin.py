@@ -19,7 +19,7 @@ as a plugin (``packageworkspace.Workspace.InstallPluginAt``, ``sdk/python/cmd/pu
 starts ``DIR/venv/bin/python DIR`` (a provider) or ``python -u -m pulumi.policy … DIR`` (a pack, which
 ``runpy.run_path``s DIR), i.e. our ``__main__.py``. ``parseOptions`` defaults a plugin's ``virtualenv`` to
 ``venv`` anyway: Pulumi does not run plugins in the ambient Python. The engine ``make setup`` builds starts a
-pack directory the same way (``engine/pythonhost``).
+pack directory the same way (``tools/engine/pythonhost``).
 """
 
 from __future__ import annotations

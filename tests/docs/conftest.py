@@ -1,7 +1,7 @@
 """The docs tier: the documentation site built as ``make docs`` builds it (``mkdocs build --strict``: every internal
 link and anchor checked offline, the generated references made from the code, every Mermaid diagram drawn by
 mermaid-cli), once per session into a temporary folder; then served on 127.0.0.1 and opened in Debian's headless
-chromium (the one mermaid-cli drives, ``puppeteer-config.json``).
+chromium (the one mermaid-cli drives, ``tools/node/puppeteer-config.json``).
 
 The screenshot of the home page is kept as a test artifact: ``.cache/test-artifacts/docs-home.png`` (or under
 ``NSB_TEST_ARTIFACTS``).
@@ -33,9 +33,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("NSB_TEST_ARTIFACTS") or PROJECT / ".cache" / "test-artifacts")
-# Debian's chromium as mermaid-cli starts it (puppeteer-config.json), plus what a one-shot headless run needs.
+# Debian's chromium as mermaid-cli starts it (tools/node/puppeteer-config.json), plus what a one-shot headless run needs.
 CHROMIUM_FLAGS = [
-    *json.loads((PROJECT / "puppeteer-config.json").read_text())["args"],
+    *json.loads((PROJECT / "tools" / "node" / "puppeteer-config.json").read_text())["args"],
     "--headless",
     "--disable-gpu",
     "--hide-scrollbars",

@@ -1,4 +1,4 @@
-"""The real Pulumi engine (``engine/build.sh``): the ``pulumi`` CLI, the Python language host and the RabbitMQ
+"""The real Pulumi engine (``tools/engine/build.sh``): the ``pulumi`` CLI, the Python language host and the RabbitMQ
 provider, run offline against the session's brokers.
 
 Every command runs with a DIY ``file://`` backend private to the test session, passphrase secrets, no update
@@ -116,13 +116,15 @@ class PulumiEngine:
 
 
 def require_pulumi() -> PulumiCli:
-    """``pulumi`` on PATH (a user's install) or the one ``engine/build.sh`` built (``make setup``); without either,
+    """``pulumi`` on PATH (a user's install) or the one ``tools/engine/build.sh`` built (``make setup``); without either,
     skip (fail under CI=true)."""
     cli = find_pulumi()
     if cli is None or (
         cli.built and not (cli.executable.parent / "python-host" / "pulumi-language-python-exec").exists()
     ):
-        unavailable(f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; engine/build.sh says why)")
+        unavailable(
+            f"the Pulumi engine is not built in {BUILT_ENGINE} (run `make setup`; tools/engine/build.sh says why)"
+        )
         raise AssertionError("unreachable")
     return cli
 

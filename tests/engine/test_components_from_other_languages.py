@@ -9,7 +9,7 @@ Python host built here cannot start a plugin directory, see that script), asks i
 same objects, every stack the same resources (types, names, parents, inputs as the provider checked them,
 protection) and outputs, and a preview shows no changes.
 
-What the language hosts built here (``engine/``) cannot do, so the programs do it themselves:
+What the language hosts built here (``tools/engine/``) cannot do, so the programs do it themselves:
 ``pulumi package add`` of the plugin fetches the schema and generates the YAML package declaration, then stops
 at its last step: ``pulumi-language-yaml`` v1.25.0 has no ``Link`` ("method Link not implemented"); the
 ``packages:`` entry is what that step writes. ``pulumi package gen-sdk --language nodejs`` needs the host's
@@ -59,7 +59,7 @@ LANGUAGE_HOSTS = {"yaml": "pulumi-language-yaml", "typescript": "pulumi-language
 
 
 def require_language_hosts(engine: PulumiEngine) -> None:
-    """The hosts ``engine/build.sh`` builds (a user's Pulumi install has them) and ``@pulumi/pulumi`` from the
+    """The hosts ``tools/engine/build.sh`` builds (a user's Pulumi install has them) and ``@pulumi/pulumi`` from the
     checkout's package.json (``make setup``); without them skip, and fail under CI=true."""
     missing = [
         host for host in LANGUAGE_HOSTS.values() if shutil.which(host, path=str(engine.cli.executable.parent)) is None
@@ -67,7 +67,7 @@ def require_language_hosts(engine: PulumiEngine) -> None:
     if not (ROOT / "node_modules" / "@pulumi" / "pulumi" / "package.json").exists():
         missing.append("@pulumi/pulumi in node_modules")
     if engine.cli.built and missing:
-        unavailable(f"not built or installed: {', '.join(missing)} (run `make setup`; engine/build.sh says why)")
+        unavailable(f"not built or installed: {', '.join(missing)} (run `make setup`; tools/engine/build.sh says why)")
 
 
 @pytest.fixture(scope="module")

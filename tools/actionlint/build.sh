@@ -3,12 +3,12 @@
 # built from the Go module pinned here (go.mod's `tool github.com/rhysd/actionlint/cmd/actionlint`; go.sum) into
 # $NSB_ACTIONLINT_DIR (default .cache/actionlint, git-ignored), rebuilt only when the pin changes.
 #
-# Usage: actionlint/build.sh   (`make actionlint`, part of `make setup`)
+# Usage: tools/actionlint/build.sh   (`make actionlint`, part of `make setup`)
 # Never fails setup: a machine without Go, or a module the proxy does not serve, gets a message; the test then
 # skips (and fails under CI=true).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-dir=${NSB_ACTIONLINT_DIR:-$(dirname "$here")/.cache/actionlint}
+dir=${NSB_ACTIONLINT_DIR:-$(cd "$here/../.." && pwd)/.cache/actionlint}
 bin="$dir/bin/actionlint"
 
 if ! command -v go >/dev/null 2>&1; then
