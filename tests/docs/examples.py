@@ -82,7 +82,7 @@ class Block:
     language: str
     source: str  # a snippet's: the file's text
     not_checked: str | None  # the marker's reason
-    snippet: str | None = None  # the file the block shows (`--8<-- "ci-templates/gitlab/.gitlab-ci.yml"`)
+    snippet: str | None = None  # the file the block shows (`--8<-- "docs/how-to/ci-pipelines/gitlab/.gitlab-ci.yml"`)
     runs_with: tuple[str, ...] = ()  # the services a runs-with marker names
     output_of: str | None = None  # an output block's command (the runs-with marker's ``output of:``)
 

