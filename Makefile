@@ -2,7 +2,16 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server libmariadb-java chromium
+# Debian packages, installed by tools/debian-packages without their recommends: what is named is what is used.
+# The demo's: debootstrap (and the archive keyring it verifies the mirror with) for the RabbitMQ 4.3 root, and
+# Debian's rabbitmq-server only when the demo is asked for 3.10. The tests': the real test services (RabbitMQ 3.10,
+# PostgreSQL 15 and MariaDB 10.11 + JDBC drivers, Java for Spark) and the Mermaid diagram's renderer (chromium,
+# driven by mermaid-cli's Puppeteer, with a font: fonts-liberation, a recommend of chromium-common; node + npm).
+DEMO_DEBIAN_PACKAGES := debootstrap debian-archive-keyring $(if $(findstring 3.10,$(DEMO_ARGS)),rabbitmq-server)
+DEBIAN_PACKAGES := $(DEMO_DEBIAN_PACKAGES) rabbitmq-server postgresql libpostgresql-jdbc-java mariadb-server \
+  libmariadb-java chromium fonts-liberation
+# Each setup step runs through tools/step: its time; `make demo` records them (SETUP_TIMES) for its closing table.
+STEP := tools/step
 STAMP := $(VENV)/.installed
 NODE_DIR := tools/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
@@ -31,73 +40,43 @@ CONNECT_STAMP := $(CONNECT_VENV)/.installed
 ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
-.PHONY: mypy-path setup system-packages rabbitmq4-root rabbitmq43-root engine actionlint demo test unit scale lint bench docs clean
+.PHONY: mypy-path setup system-packages demo-packages rabbitmq4-root rabbitmq43-root engine engine-hosts engine-provider \
+  actionlint demo demo-setup test unit scale lint bench docs clean
 
 setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint mypy-path
 
 engine: $(STAMP)
-	@bash tools/engine/build.sh $(PY)
+	@$(STEP) engine bash tools/engine/build.sh $(PY)
+
+# The demo's parts of it: the CLI and the Python hosts need no virtualenv, so they compile while pip installs; the
+# provider's version is the installed pulumi_rabbitmq SDK's, and installing it as a plugin runs the CLI.
+engine-hosts:
+	@$(STEP) engine-cli+python-hosts bash tools/engine/build.sh $(PY) cli python pythonhost
+engine-provider: $(STAMP) engine-hosts
+	@$(STEP) engine-rabbitmq-provider bash tools/engine/build.sh $(PY) rabbitmq
 
 # actionlint for the GitHub Actions workflow init writes (tests/packaging/test_ci_templates.py), built from the Go
 # module pinned in tools/actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (its build.sh).
 export NSB_ACTIONLINT_DIR := $(or $(NSB_ACTIONLINT_DIR),$(CURDIR)/.cache/actionlint)
 actionlint:
-	@bash tools/actionlint/build.sh
+	@$(STEP) actionlint bash tools/actionlint/build.sh
 
-# Debian packages for the real test services (RabbitMQ 3.10, PostgreSQL 15 and MariaDB 10.11 + JDBC drivers,
-# Java for Spark) and for rendering the Mermaid diagram (chromium, driven by mermaid-cli's Puppeteer; node + npm).
 system-packages:
-	@missing=""; \
-	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
-	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "apt-get install:$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
-	  else \
-	    echo "missing Debian packages:$$missing -- run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; \
-	    exit 1; \
-	  fi; \
-	fi
+	@$(STEP) debian-packages tools/debian-packages --java --npm $(DEBIAN_PACKAGES)
+demo-packages:
+	@$(STEP) debian-packages-demo tools/debian-packages $(DEMO_DEBIAN_PACKAGES)
 
-# Each root is built once (about 370 MB): debootstrap into DIR.partial, then renamed, so an interrupted build is
-# never taken for a root. debootstrap mounts proc & co. into the target while it works; in its own mount namespace
-# those mounts cannot outlive it. A minbase root of forky has no /etc/hosts: one is written, else epmd cannot
-# resolve localhost. Without root: a message (that tier then skips, or fails under CI=true with the same advice).
-# $(call rabbitmq_root,VERSION,DIR,SUITE,DEBOOTSTRAP SCRIPT,VARIABLE)
-define rabbitmq_root
-	@if [ -x "$(2)/usr/lib/rabbitmq/bin/rabbitmq-server" ]; then exit 0; fi; \
-	if [ "$$(id -u)" != 0 ]; then \
-	  echo "RabbitMQ $(1) root $(2) is not built and building it needs root: run \`sudo make $@\`" \
-	       "(or point $(5) at a built one); without it the RabbitMQ $(1) broker tests skip (fail under CI=true)" >&2; \
-	  exit 0; \
-	fi; \
-	command -v debootstrap >/dev/null 2>&1 || { echo "apt-get install: debootstrap"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }; \
-	mirror=$$(DEBIAN_MIRROR="$(DEBIAN_MIRROR)" python3 servers/debian_mirror.py) || exit 1; \
-	echo "building RabbitMQ $(1) root in $(2) (debootstrap $(3) from $$mirror)"; \
-	rm -rf "$(2).partial" && mkdir -p "$$(dirname "$(2)")" && \
-	start=$$(date +%s) && \
-	unshare --mount --propagation private -- debootstrap --variant=minbase --include=rabbitmq-server \
-	  $(3) "$(2).partial" "$$mirror" $(4) > "$(2).log" 2>&1 || \
-	  { echo "debootstrap failed, see $(2).log" >&2; exit 1; }; \
-	[ -e "$(2).partial/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost\n' > "$(2).partial/etc/hosts"; \
-	mv "$(2).partial" "$(2)" && \
-	echo "RabbitMQ $(1) root built in $$(( $$(date +%s) - start )) s, $$(du -sh "$(2)" | cut -f1)"
-endef
-
-rabbitmq4-root:
-	$(call rabbitmq_root,4.0,$(RABBITMQ4_ROOT),trixie,,NSB_RABBITMQ4_ROOT)
-
-# Debian forky's rabbitmq-server (4.3, Erlang 29); debootstrap knows forky by its sid script on older Debian releases.
-rabbitmq43-root:
-	$(call rabbitmq_root,4.3,$(RABBITMQ43_ROOT),forky,/usr/share/debootstrap/scripts/sid,NSB_RABBITMQ43_ROOT)
+# The RabbitMQ 4.0 and 4.3 roots (tools/rabbitmq-root: debootstrap of Debian trixie's and forky's rabbitmq-server;
+# debootstrap knows forky by its sid script on older Debian releases). Without root: a message, the tier skips.
+rabbitmq4-root: demo-packages
+	@$(STEP) rabbitmq-4.0-root tools/rabbitmq-root 4.0 $(RABBITMQ4_ROOT) trixie $@ NSB_RABBITMQ4_ROOT
+rabbitmq43-root: demo-packages
+	@$(STEP) rabbitmq-4.3-root tools/rabbitmq-root 4.3 $(RABBITMQ43_ROOT) forky $@ NSB_RABBITMQ43_ROOT \
+	  /usr/share/debootstrap/scripts/sid
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@$(STEP) venv bash -c "set -e; test -x $(PY) || python3 -m venv $(VENV); \
+	  $(PY) -m pip install -q --upgrade pip; $(PY) -m pip install -q -e '.[dev]'"
 	touch $(STAMP)
 
 # Made from the base interpreter of $(VENV) (the executors' Python minor version must be the driver's).
@@ -126,8 +105,17 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	touch $(NODE_STAMP)
 
 # On the newest broker, RabbitMQ 4.3 from its root (DEMO_ARGS="--rabbitmq-version 3.10": Debian's 3.10).
-demo: setup
-	$(VENV)/bin/nsb-delays demo --stack dev $(DEMO_ARGS)
+# It sets up only what it uses (not the 4.0 root, the Spark virtualenvs, the YAML and Node.js hosts, npm, actionlint
+# or the database servers: `make test` does), its steps side by side (make -j; SETUP_JOBS), then a table of their
+# times (tools/step --summary; CONTRIBUTING.md has this machine's figures).
+SETUP_JOBS ?= 4
+export SETUP_JOBS
+demo: export SETUP_TIMES := $(CURDIR)/.cache/demo-setup-times.tsv
+demo:
+	@mkdir -p .cache && rm -f $(SETUP_TIMES)
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) demo-setup || { $(STEP) --summary; exit 1; }
+	@$(STEP) demo $(VENV)/bin/nsb-delays demo --stack dev $(DEMO_ARGS); code=$$?; $(STEP) --summary; exit $$code
+demo-setup: demo-packages rabbitmq43-root $(STAMP) engine-hosts engine-provider
 
 # pytest's exit code 5 (no test collected) fails this target like any other failure.
 # pytest-xdist: TEST_WORKERS processes; each tier + broker version is one group (tests/conftest.py), so
