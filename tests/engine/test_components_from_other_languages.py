@@ -59,8 +59,8 @@ LANGUAGE_HOSTS = {"yaml": "pulumi-language-yaml", "typescript": "pulumi-language
 
 
 def require_language_hosts(engine: PulumiEngine) -> None:
-    """The hosts ``tools/engine/build.sh`` builds (a user's Pulumi install has them) and ``@pulumi/pulumi`` from the
-    checkout's package.json (``make setup``); without them skip, and fail under CI=true."""
+    """The hosts ``tools/engine/build.sh`` builds (a user's Pulumi install has them) and ``@pulumi/pulumi`` from
+    tools/node/package.json (``make setup``; ./node_modules links to them); without them skip, and fail under CI=true."""
     missing = [
         host for host in LANGUAGE_HOSTS.values() if shutil.which(host, path=str(engine.cli.executable.parent)) is None
     ]
