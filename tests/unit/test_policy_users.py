@@ -7,6 +7,7 @@ user with one right too many is reported by the right rule against the right urn
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,12 @@ EVERYTHING = (".*", "^.*$", "^(?:.*)$", ".+")  # spellings the model's is_everyt
 
 def endpoint_user(vhost: str = "/", delay_graph_vhost: str = "/") -> list[RecordedResource]:
     """Sales's endpoint user as the program declares it (the component), in ``vhost``; the delay graph in
-    ``delay_graph_vhost``."""
+    ``delay_graph_vhost``. Recorded once per pair (the tests change copies, never the recording)."""
+    return list(_endpoint_user(vhost, delay_graph_vhost))
+
+
+@functools.cache
+def _endpoint_user(vhost: str, delay_graph_vhost: str) -> tuple[RecordedResource, ...]:
 
     def program() -> None:
         RabbitMqDelayInfrastructure("delays", {"generation": "v2", "vhost": delay_graph_vhost})
@@ -45,7 +51,7 @@ def endpoint_user(vhost: str = "/", delay_graph_vhost: str = "/") -> list[Record
             },
         )
 
-    return record(program)
+    return tuple(record(program))
 
 
 def the(recorded: list[RecordedResource], type_token: str) -> RecordedResource:
