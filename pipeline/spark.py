@@ -18,11 +18,15 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from nsb_delays.brokers.background import in_background
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.client.retries import RetryPolicy
 
 DEFAULT_MASTER = "local[*]"
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
@@ -153,7 +157,21 @@ def close_connect_client(spark: SparkSession) -> None:
     the pending releases, then closes the channel, which cancels what is left; the server releases abandoned
     executions itself. A classic session is left alone (its JVM ends with the process)."""
     if is_connect(spark):
+        spark.client.set_retry_policies([closing_retry_policy()])
         spark.client.close()
+
+
+def closing_retry_policy() -> RetryPolicy:
+    """pyspark's ``DefaultPolicy`` (``pyspark/sql/connect/client/retries.py``) retries an RPC 15 times with a
+    back-off of 50 ms x4 up to 60 s (about 10 min) and honours any server-given delay; every ``ReleaseExecute``
+    (``reattach.py`` ``_release_all``/``_release``) and the exit handler's ``release_session`` (``core.py``
+    ``_on_exit``) build their ``Retrying`` from the client's current policies (``core.py``
+    ``SparkConnectClient._retrying``). Once the command is done, the same errors are retried for a few seconds
+    only (3 retries, at most 1 s apart, a server delay capped at 1 s): the server releases abandoned executions
+    itself."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    return DefaultPolicy(max_retries=3, max_backoff=1000, max_server_retry_delay=1000)
 
 
 def cancel_jobs(spark: SparkSession) -> None:

@@ -65,11 +65,12 @@ def run(context: click.Context, /, **values: Any) -> None:
     options = run_options(values)
     refuse(environment_problems("run", options.source, options.export, options.target, values["remote"]))
     log = new_log_path("migrate-run")
-    session = session_source(values, options.source, log)
-    try:
+    session: SessionSource | None = None
+    try:  # the session opens inside the try: an interrupt while it starts still reaches the close
+        session = session_source(values, options.source, log)
         result = migrate_timeouts(context, session, options, log)
     finally:
-        if not callable(session):  # a Connect session (--remote): its channel closed before the process exits
+        if session is not None and not callable(session):  # a Connect session (--remote): closed before exit
             from nsb_delays.pipeline.spark import close_connect_client
 
             close_connect_client(session)
