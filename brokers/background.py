@@ -24,3 +24,19 @@ def in_background(work: Callable[[], T], name: str) -> Future[T]:
 
     threading.Thread(target=run, name=name, daemon=True).start()
     return future
+
+
+_THREADS_LEFT_AT_EXIT: list[str] = []
+
+
+def leave_threads_at_exit(owner: str) -> None:
+    """Have the command-line entry point end the process right after the command's report, without joining the
+    threads ``owner`` (a library) runs: CPython joins every thread pool's workers before the ``atexit`` handlers
+    (``concurrent.futures.thread._python_exit``), however long their retries sleep."""
+    if owner not in _THREADS_LEFT_AT_EXIT:
+        _THREADS_LEFT_AT_EXIT.append(owner)
+
+
+def threads_left_at_exit() -> tuple[str, ...]:
+    """The owners of threads the process does not wait for at its end (``leave_threads_at_exit``)."""
+    return tuple(_THREADS_LEFT_AT_EXIT)

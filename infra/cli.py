@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nsb_delays.infra.commands.errors import Group
+from nsb_delays.infra.commands.errors import Group, end_process
 
 # command name -> "module:object", the module-level click command (a group for ``delays`` and ``migrate``)
 COMMANDS = {
@@ -89,7 +89,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    end_process(cli)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from nsb_delays.infra.commands.errors import end_process
 from nsb_delays.infra.commands.migrate.group import migrate
 
 # The packaging helpers, each alone on the command line: one list for the usage line and --help.
@@ -81,4 +82,4 @@ if __name__ == "__main__":
     code = _helper(sys.argv[1:])
     if code is not None:
         sys.exit(code)
-    migrate(prog_name="migrate")
+    end_process(migrate, prog_name="migrate")

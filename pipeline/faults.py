@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-FAULT_POINTS = ("hide", "after-hide", "after-publish", "after-last-batch")
+FAULT_POINTS = ("connect", "hide", "after-hide", "after-publish", "after-last-batch", "after-report")
 FAULT_ACTIONS = ("raise", "hang", "pause")
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from nsb_delays.brokers.background import in_background
+from nsb_delays.brokers.background import in_background, leave_threads_at_exit
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.client.retries import RetryPolicy
@@ -118,6 +118,7 @@ def connect_session(remote: str, app_name: str = "nsb-delays-migrate") -> SparkS
 
     from .shipping import write_package_zip
 
+    leave_threads_at_exit("Spark Connect's ReleaseExecute retries")  # from the first RPC on (end_process)
     session = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     for key, value in CONNECT_SETTINGS.items():
         session.conf.set(key, value)

@@ -10,6 +10,7 @@ the message gives.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import signal
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+
+from nsb_delays.brokers.background import threads_left_at_exit
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # drift, mandatory policy violations, a migration run that stopped
@@ -179,3 +182,26 @@ class Group(click.Group):
             )
             _fail(EXIT_FAILED)
         _fail(result if isinstance(result, int) else EXIT_OK)
+
+
+def end_process(command: click.Command, **main_arguments: Any) -> NoReturn:
+    """A console entry point's run of ``command``: its exit code, and nothing after it.
+
+    A Spark Connect client (``--remote``) leaves pyspark's ``ReleaseExecute`` threads behind (``reattach.py``
+    ``_release_all``, a ``ThreadPoolExecutor``), which retry for up to about ten minutes (``retries.py``
+    ``DefaultPolicy``) and which CPython joins before the process can end. When a command said so
+    (``leave_threads_at_exit``), the process ends right after the command's own output, with the command's exit
+    code. Only entry points call this, never a test's ``CliRunner`` (whose process must go on)."""
+    try:
+        command.main(**main_arguments)
+        code = EXIT_OK
+    except SystemExit as done:
+        if not threads_left_at_exit():
+            raise
+        code = done.code if isinstance(done.code, int) else EXIT_OK if done.code is None else EXIT_FAILED
+    if threads_left_at_exit():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -33,6 +33,7 @@ from tests.sparkcluster.test_cluster_migration import (
     legacy_ids,
     preview_rows,
     rabbitmq_run_rows,
+    rows_sent_to_sqs,
     source_arguments,
     sqs_run_rows,
 )
@@ -95,6 +96,46 @@ def test_run_into_sqs_interrupted_through_spark_connect_then_abort_restores_the_
     restored = legacy_ids(postgres, run.table)
     assert f"{len(restored):,} timeouts restored" in output, output
     assert_each_row_in_sqs_or_restored(run, dispatched, restored, PARTITIONS * BATCH_SIZE, SQS_PREFIX)
+
+
+# Where an interrupt can find a ``--remote`` run: while its session starts, while its last batch settles in the
+# ledger, and after its report (the batches' own jobs: the test above); each by Ctrl-C or by SIGTERM.
+INTERRUPT_POINTS = {
+    "while-the-session-starts": ("connect", "interrupted before any timeout was hidden; nothing was changed"),
+    "while-the-ledger-settles": ("after-last-batch", "interrupted. run "),
+    "after-the-report": ("after-report", "dispatched (120 now)"),
+}
+
+
+@pytest.mark.parametrize(("point", "stop"), [
+    ("while-the-session-starts", signal.SIGINT), ("while-the-session-starts", signal.SIGTERM),
+    ("while-the-ledger-settles", signal.SIGTERM), ("after-the-report", signal.SIGINT),
+])  # fmt: skip
+def test_an_interrupted_remote_run_reports_ends_and_resumes(
+    spark_connect, postgres, timeout_table, moto_server, tmp_path, point: str, stop: signal.Signals
+) -> None:
+    """The client ends right after its report (exit 130), whatever pyspark's release threads still retry (the
+    entry point does not join them: ``end_process``), and running the same command again completes the run."""
+    fault_point, said = INTERRUPT_POINTS[point]
+    endpoint = f"ConnectStop{fault_point.replace('-', '')}{stop.value}"
+    run = sqs_run_rows(moto_server, postgres, timeout_table, endpoint, 120, SQS_PREFIX)
+    arguments = [*source_arguments(postgres, endpoint), "--target", "sqs", "--sqs-endpoint-url",
+                 moto_server.endpoint_url, "--sqs-prefix", SQS_PREFIX, "--batch-size", str(BATCH_SIZE), "--no-progress"]  # fmt: skip
+    marker = tmp_path / "reached"
+    job = connect_client(spark_connect, "run", [*arguments, "--fault", f"{fault_point}:1:hang:{marker}"],
+                         background=stop == signal.SIGTERM)  # fmt: skip
+    wait_for_marker(job, marker)
+    if fault_point == "connect":  # interrupted before anything was hidden: the legacy table is as it was
+        assert legacy_ids(postgres, run.table) == run.original
+    os.kill(job.pid, stop)
+    code, output = finished(job, timeout=120)
+    assert code == 130 and said in output, output
+
+    code, output = finished(connect_client(spark_connect, "run", arguments))
+    assert code == 0, output
+    assert legacy_ids(postgres, run.table) == set(), output
+    assert dispatched_ids(postgres, run.table) == run.original, output
+    assert rows_sent_to_sqs(run.rows, SQS_PREFIX) == run.original
 
 
 CLOSE_AFTER_A_QUERY = """

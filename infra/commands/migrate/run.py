@@ -14,7 +14,7 @@ from nsb_delays.components.model.rabbitmq.routing import MAX_DELAY_SECONDS
 from nsb_delays.infra.commands.errors import CommandError, Interrupted, exception_log, new_log_path
 from nsb_delays.pipeline import environment_checks
 from nsb_delays.pipeline.databases import DatabaseUnreachable
-from nsb_delays.pipeline.faults import Fault
+from nsb_delays.pipeline.faults import Fault, FaultInjector
 from nsb_delays.pipeline.layouts import LayoutError
 from nsb_delays.pipeline.ledger import DEFAULT_BATCH_SIZE, LedgerError
 from nsb_delays.pipeline.migration import DEFAULT_CUTOFF, RunOptions, RunTracker
@@ -65,16 +65,18 @@ def run(context: click.Context, /, **values: Any) -> None:
     options = run_options(values)
     refuse(environment_problems("run", options.source, options.export, options.target, values["remote"]))
     log = new_log_path("migrate-run")
+    fault = FaultInjector(options.fault)  # the points around the run: "connect", "after-report"
     session: SessionSource | None = None
     try:  # the session opens inside the try: an interrupt while it starts still reaches the close
-        session = session_source(values, options.source, log)
+        session = session_source(values, options.source, log, fault)
         result = migrate_timeouts(context, session, options, log)
+        print_result(result, exported=options.export is not None)
+        fault("after-report")
     finally:
         if session is not None and not callable(session):  # a Connect session (--remote): closed before exit
             from nsb_delays.pipeline.spark import close_connect_client
 
             close_connect_client(session)
-    print_result(result, exported=options.export is not None)
 
 
 def run_options(values: dict[str, Any]) -> RunOptions:
@@ -109,22 +111,23 @@ def run_options(values: dict[str, Any]) -> RunOptions:
     )
 
 
-def session_source(values: dict[str, Any], source: JdbcSource, log: Path) -> SessionSource:
+def session_source(values: dict[str, Any], source: JdbcSource, log: Path, fault: FaultInjector) -> SessionSource:
     """A Spark Connect session started and checked now (``--remote``), else a local/master session that starts
     in the background while the timeouts are hidden."""
     from nsb_delays.pipeline.spark import BackgroundSession
 
     if values["remote"]:
-        return connect_session_checked(values["remote"], source, log)
+        return connect_session_checked(values["remote"], source, log, fault)
     return BackgroundSession(values["master"], log_path=log)
 
 
-def connect_session_checked(remote: str, source: JdbcSource, log: Path) -> SparkSession:
+def connect_session_checked(remote: str, source: JdbcSource, log: Path, fault: FaultInjector) -> SparkSession:
     """A Connect session is only a gRPC channel here (no JVM to overlap with the hiding): start it now, and have
     the server prove it can read the source through JDBC before anything is hidden."""
     from nsb_delays.pipeline.spark import spark_session
 
     try:
+        fault("connect")
         session = spark_session(remote=remote)
     except KeyboardInterrupt:
         raise Interrupted("interrupted before any timeout was hidden; nothing was changed") from None
