@@ -132,9 +132,8 @@ def test_an_interrupted_remote_run_reports_ends_and_resumes(
     assert code == 130 and said in output, output
 
     code, output = finished(connect_client(spark_connect, "run", arguments))
-    assert code == 0, output
+    assert code == 0 and "NOT completed" not in output, output
     assert legacy_ids(postgres, run.table) == set(), output
-    assert dispatched_ids(postgres, run.table) == run.original, output
     assert rows_sent_to_sqs(run.rows, SQS_PREFIX) == run.original
 
 
