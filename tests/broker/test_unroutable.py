@@ -1,10 +1,10 @@
 """Particular/NServiceBus.RabbitMQ#1407 reproduced on a real broker, and parking as the fix; both routing
 topologies, every broker version of the tier.
 
-Each case applies the program's resources for two endpoints, ``Live`` and ``Gone``, sends 40 delayed
-messages (2 s) to ``Gone`` and then 5 to ``Live``, and deletes ``Gone``'s queue (the conventional
-topology keeps its exchange, bound to the delivery exchange, as removing an endpoint's queue by hand
-does). Then:
+Each case applies the program's resources for two endpoints, ``Live`` and ``Gone``, deletes ``Gone``'s queue (the
+conventional topology keeps its exchange, bound to the delivery exchange, as removing an endpoint's queue by hand
+does), and sends 40 delayed messages (2 s) to ``Gone`` and then 5 to ``Live``: the delay graph takes them whatever
+their destination and finds ``Gone`` missing when they mature. Then:
 
 - **without parking** (``parkUnroutable: false``) the 40 expire into the delivery exchange, find no
   queue and stay in level 1's internal dead-letter queue (at-least-once): ``Live``'s 5 behind them
@@ -40,9 +40,10 @@ from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
 from tests.provisioning import provision_rabbitmq
 
-# 8 s, so that publishing to four vhosts and deleting each Gone queue ends before any of them matures even on a loaded
-# machine (with 2 s, a load of 14 on 2 cores let Gone's messages reach its queue before it was deleted: no stall)
-STRANDED, LIVE, DELAY = 40, 5, 8
+# Gone's queue is deleted before its messages are sent: the delay graph routes by the delay's bits alone and reaches
+# the destination only when a message matures, so they are stranded as ones sent before the deletion are, with no
+# race against the clock (deleting after sending lost that race at a load of 14 on 2 cores: no stall).
+STRANDED, LIVE, DELAY = 40, 5, 2
 STALLED_LEVEL = DELAY.bit_length() - 1  # the highest bit of the delay: where the messages wait, then stall
 CLOCK_GRANULARITY_SECONDS = 0.005
 # Unprotected, the live messages stay held back however long one waits (at-least-once dead-lettering retries the
@@ -50,7 +51,7 @@ CLOCK_GRANULARITY_SECONDS = 0.005
 # and no earlier than this long after they were due.
 STALL_SHOWN_AFTER_DUE_SECONDS = 3
 ARRIVAL_WAIT_SECONDS = 60  # the protected live messages: arrived by then, or stalled too
-STATS_WAIT_SECONDS = 30  # management statistics are sampled every 5 s
+STATS_WAIT_SECONDS = 120  # management statistics are sampled every 5 s, later on a loaded machine
 CASES = [(topology, parking) for topology in ROUTING_TOPOLOGIES for parking in (False, True)]
 
 
@@ -108,12 +109,10 @@ def cases(
     prepared = {}
     for (topology, parking), (vhost, _resources) in stacks.items():
         collector = ArrivalCollector(rabbitmq.amqp_url, vhost, ["Live"]).start()
+        management.delete_queue(vhost, "Gone")
         with DelayedPublisher(rabbitmq.amqp_url, vhost, Generation.V2) as publisher:
             stranded = [publisher.send("Gone", DELAY) for _ in range(STRANDED)]
             live = [publisher.send("Live", DELAY) for _ in range(LIVE)]
-        management.delete_queue(vhost, "Gone")
-        late = time.monotonic() - min(send.due_at for send in stranded)
-        assert late < 0, f"Gone was deleted {late:.1f} s after its messages were due: the machine was too slow"
         management.delete_queue(vhost, "Retired")  # stays removed (Gone comes back for the redelivery)
         prepared[(topology, parking)] = Case(topology, parking, vhost, collector, stranded, live)
     protected = [case for case in prepared.values() if case.parking]
