@@ -203,7 +203,7 @@ def read_queues(
             read: list[tuple[Any, Any, bytes]] = []
             if count:
                 channel.basic_qos(prefetch_count=0)
-                for method, properties, body in channel.consume(queue, inactivity_timeout=2):
+                for method, properties, body in channel.consume(queue, inactivity_timeout=30):  # ends at count
                     if method is None:
                         break
                     read.append((method, properties, body))

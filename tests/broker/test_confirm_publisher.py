@@ -42,12 +42,17 @@ def test_a_batch_is_confirmed_intact_in_few_writes(rabbitmq, new_vhost) -> None:
     # one write per FLUSH_EVERY messages (and the last part), where pika alone makes three per message
     assert writes <= math.ceil(count / FLUSH_EVERY) + 1
     received = []
-    for method, properties, body in channel.consume("Sales", inactivity_timeout=2):
+    for method, properties, body in channel.consume("Sales", inactivity_timeout=30):  # a guard: all are queued
         if method is None:
             break
         received.append((properties.message_id, properties.headers["Index"], properties.delivery_mode, body))
         channel.basic_ack(method.delivery_tag)
+        if len(received) == count:
+            break
+    channel.cancel()
+    left = channel.queue_declare("Sales", passive=True).method.message_count  # none twice
     connection.close()
+    assert left == 0
     assert received == [(f"id-{i}", str(i), 2, f'{{"order": {i}}}'.encode()) for i in range(count)]
 
 
