@@ -192,16 +192,14 @@ def end_process(command: click.Command, **main_arguments: Any) -> NoReturn:
     ``DefaultPolicy``) and which CPython joins before the process can end. When a command said so
     (``leave_threads_at_exit``), the process ends right after the command's own output, with the command's exit
     code. Only entry points call this, never a test's ``CliRunner`` (whose process must go on)."""
+    code: int | str | None = EXIT_OK
     try:
         command.main(**main_arguments)
-        code = EXIT_OK
     except SystemExit as done:
-        if not threads_left_at_exit():
-            raise
-        code = done.code if isinstance(done.code, int) else EXIT_OK if done.code is None else EXIT_FAILED
-    if threads_left_at_exit():
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+        code = done.code
+    if not threads_left_at_exit():
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else EXIT_OK if code is None else EXIT_FAILED)
