@@ -140,7 +140,7 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
             assert process.poll() is None and time.monotonic() < deadline, "nothing ran: the test would prove nothing"
             time.sleep(0.1)
         process.send_signal(signal_number)
-        rest, _ = process.communicate(timeout=60)
+        rest, _ = process.communicate(timeout=120)  # a guard against a hang: above every wait the stop may take
     finally:
         if process.poll() is None:
             process.kill()
