@@ -113,9 +113,11 @@ def process_group_alive(group: int) -> bool:
 # The grace of a broker that has not answered yet: it holds nothing to keep, and it may not act on a SIGTERM while
 # it boots (RabbitMQ 4.3.6 in the demo's chroot still ran 30 s after one, 3 times out of 3).
 BOOTING_GRACE = 2.0
+# The grace of a running broker: the Erlang VM stops gracefully on SIGTERM.
+RUNNING_GRACE = 30.0
 
 
-def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
+def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float = RUNNING_GRACE) -> None:
     """SIGTERM the process group we started (the Erlang VM stops gracefully on it), then SIGKILL; return once
     every member is gone, not just the leader (a helper that outlives it would keep a chroot broker's
     private mounts, and so its state folder, busy)."""
@@ -314,12 +316,12 @@ class DemoRabbitMq:
         response = requests.get(f"{self.management_url}/api/overview", auth=(self.username, self.password), timeout=2)
         return response.status_code == 200
 
-    def stop_broker(self, grace: float = 30) -> None:
+    def stop_broker(self, grace: float = RUNNING_GRACE) -> None:
         """Stop the broker but keep epmd and the state folder (for a restart with the same data)."""
         stop_process_group(self.server, timeout=grace)
         self.server = None
 
-    def stop(self, grace: float = 30) -> None:
+    def stop(self, grace: float = RUNNING_GRACE) -> None:
         """Stop the broker (SIGTERM, SIGKILL after ``grace`` seconds) and epmd."""
         self.stop_broker(grace)
         stop_process_group(self.epmd, timeout=5)
