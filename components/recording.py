@@ -7,9 +7,12 @@ the broker tests apply them to a real RabbitMQ and SQS emulator the way the prov
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,20 +166,48 @@ def record(
     """Run ``build`` as a Pulumi program under recording mocks and return what it registered.
 
     Each call sets fresh mocks, so calls do not leak into each other. Raises whatever ``build``
-    raises; pass ``sink`` to see what was registered before the error (a config error: nothing).
+    raises; pass ``sink`` to see what was registered before the error (a config error: nothing). ``build`` runs
+    in the recording thread (``_in_the_recording_thread``): an ``Output`` it uses must be made inside it.
     """
     # runs under mocks in one process share their stack resource: one chain, one transport of each kind per recording
     PolicyChain.last.clear()
     OnePerStack.seen.clear()
     monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 
-    @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi.runtime.test is unannotated
-    def program() -> None:
-        build()
+    def run() -> None:
+        pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
 
-    program()
+        @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi.runtime.test is unannotated
+        def program() -> None:
+            build()
+
+        program()
+
+    _in_the_recording_thread(run)
     return monitor.with_outputs()
+
+
+def _in_the_recording_thread(run: Callable[[], None]) -> None:
+    """Run ``run`` in the process's recording thread and wait for it; raise what it raised.
+
+    The SDK walks the whole Python stack for each resource it registers (``traceback.extract_stack`` in
+    ``pulumi.runtime.resource._get_stack_trace``), so a recording made deep in a caller's stack (a test runner's,
+    a command's) costs more per resource; a thread starts with a short stack. It is one thread for the process,
+    with one event loop, as the caller's thread was: the SDK's ``RegisterResource`` calls run on the loop's
+    executor threads, and each of them makes itself an event loop that nothing closes. A recording made inside a
+    recording runs where it is (waiting for the one thread there would wait forever)."""
+    if threading.current_thread().name.startswith(_RECORDER_NAME):
+        run()
+    else:
+        _RECORDER.submit(run).result()
+
+
+_RECORDER_NAME = "pulumi-recording"
+_RECORDER = ThreadPoolExecutor(
+    max_workers=1,
+    thread_name_prefix=_RECORDER_NAME,
+    initializer=lambda: asyncio.set_event_loop(asyncio.new_event_loop()),
+)
 
 
 def by_type(resources: list[RecordedResource], type_token: str) -> Iterator[RecordedResource]:

@@ -2,7 +2,8 @@
 to ``pulumi_rabbitmq``, and of a component's ``queue_type`` from its Args, turns a string into its enum once.
 
 A check is a call of ``settings.checked_value`` that is handed the string; each later one is handed the enum member
-and passes it on. Observed with ``sys.setprofile`` while the real program runs under Pulumi's mocks."""
+and passes it on. Observed with ``sys.setprofile`` (in the caller's thread and in the one recordings run in) while
+the real program runs under Pulumi's mocks."""
 
 from __future__ import annotations
 
@@ -31,10 +32,18 @@ def queue_type_checks() -> Iterator[list[object]]:
             handed.append(frame.f_locals["value"])
 
     sys.setprofile(profile)
+    profile_the_recording_thread(profile)
     try:
         yield handed
     finally:
         sys.setprofile(None)
+        profile_the_recording_thread(None)
+
+
+def profile_the_recording_thread(hook: Callable[[FrameType, str, Any], None] | None) -> None:
+    """Recordings run in one thread of their own (``components.recording.record``), already started: a profile
+    reaches it from inside a recording."""
+    record(lambda: sys.setprofile(hook))
 
 
 def checks_in(build: Callable[[], Any]) -> list[object]:

@@ -62,18 +62,18 @@ def test_a_yaml_or_typescript_program_declares_what_the_program_declares_for_the
     """The provider maps camelCase inputs (whole numbers sent as floats) to the transports' Args: the same
     registrations as the program's for the stack file with the same sections."""
     provider = NsbDelaysProvider(COMPONENTS, PACKAGE, None, "0.1.0")
-    rabbitmq = {
-        "brokerVersion": "4.3",
-        "endpoints": [
-            {"name": "Sales"},
-            {"name": "Billing", "instanceDiscriminators": ["blue"],
-             "user": {"password": pulumi.Output.secret(SECRET_PLACEHOLDER), "sendsTo": ["Sales"]}},
-        ],
-    }  # fmt: skip
-    sqs = {"queueNamePrefix": "prod-", "endpoints": [{"name": "Sales"},
-           {"name": "Billing", "delayedDelivery": False, "maxMessageSize": 262144.0}]}  # fmt: skip
 
-    def program() -> None:
+    def program() -> None:  # an Output belongs to the recording's event loop: made inside it
+        rabbitmq = {
+            "brokerVersion": "4.3",
+            "endpoints": [
+                {"name": "Sales"},
+                {"name": "Billing", "instanceDiscriminators": ["blue"],
+                 "user": {"password": pulumi.Output.secret(SECRET_PLACEHOLDER), "sendsTo": ["Sales"]}},
+            ],
+        }  # fmt: skip
+        sqs = {"queueNamePrefix": "prod-", "endpoints": [{"name": "Sales"},
+               {"name": "Billing", "delayedDelivery": False, "maxMessageSize": 262144.0}]}  # fmt: skip
         for component, name, inputs in (("RabbitMqTransport", "rabbitmq", rabbitmq), ("SqsTransport", "sqs", sqs)):
             args = provider.map_inputs(inputs, provider._component_defs[component])
             provider._components[component](name, args)
