@@ -240,6 +240,7 @@ class ArrivalCollector:
     prefetch: int = 500
     arrivals: list[Arrival] = field(default_factory=list)
     reconnects: int = 0
+    refused_consumes: int = 0  # reconnections whose consume the broker refused (``_consume_again``)
     _condition: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
     _ready: threading.Event = field(default_factory=threading.Event)
@@ -261,12 +262,36 @@ class ArrivalCollector:
 
     def _consume(self) -> pika.BlockingConnection:
         connection = self._nodes.connect()
-        channel = connection.channel()
-        channel.basic_qos(prefetch_count=self.prefetch)
-        for queue in self.queues:
-            channel.basic_consume(queue, self._on_message(queue))
+        try:
+            channel = connection.channel()
+            channel.basic_qos(prefetch_count=self.prefetch)
+            for queue in self.queues:
+                channel.basic_consume(queue, self._on_message(queue))
+        except BaseException:
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                if connection.is_open:
+                    connection.close()
+            raise
         self._channel, self._recorded_tag, self._acked_tag = channel, 0, 0  # delivery tags are per channel
         return connection
+
+    def _consume_again(self) -> pika.BlockingConnection:
+        """``_consume`` after a lost connection, tried until ``FAILOVER_SECONDS`` have passed.
+
+        A node that accepts the connection may still refuse the consume while a quorum queue has no leader it can
+        reach (a member just restarted, an election under way): the broker closes the connection with 541
+        INTERNAL_ERROR "failed consuming from quorum queue ...: noproc" (rabbitmq/rabbitmq-server
+        ``rabbit_quorum_queue:consume/3``; ``quorum_queue_SUITE.erl`` ``consume_in_minority`` expects it). That
+        passes once the queue has a leader again, so it is tried again, as a lost connection is."""
+        deadline = time.monotonic() + FAILOVER_SECONDS
+        while True:
+            try:
+                return self._consume()
+            except CONNECTION_LOST:
+                self.refused_consumes += 1
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _ack_recorded(self) -> None:
         """One ``basic.ack multiple`` for everything recorded since the last one (not a frame per message)."""
@@ -291,7 +316,7 @@ class ArrivalCollector:
                     with contextlib.suppress(pika.exceptions.AMQPError, OSError):
                         connection.close()
                     self.reconnects += 1
-                    connection = self._consume()
+                    connection = self._consume_again()
         except BaseException as error:  # no node left: surfaced by wait_for()/stop()
             self._error = error
         finally:
