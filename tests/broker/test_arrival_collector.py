@@ -7,11 +7,10 @@ collector's connection is closed, and the server restarted only once the broker 
 
 from __future__ import annotations
 
-import time
-
 import pika
 
 from nsb_delays.brokers.delivery import ArrivalCollector
+from nsb_delays.infra.commands.demo.servers import wait_until
 
 QUEUE = "Billing"
 GUARD_SECONDS = 60.0  # against a hang only: each step ends on an event, not on a duration
@@ -28,13 +27,6 @@ def ra_server(rabbitmq, vhost: str, action: str) -> None:
     assert answer.strip() == "ok", answer
 
 
-def wait_until(done, what: str) -> None:
-    deadline = time.monotonic() + GUARD_SECONDS
-    while not done():
-        assert time.monotonic() < deadline, f"not within {GUARD_SECONDS:.0f} s: {what}"
-        time.sleep(0.1)
-
-
 def test_a_refused_consume_after_a_lost_connection_is_tried_again(rabbitmq, new_vhost) -> None:
     vhost = new_vhost("collector")
     url = rabbitmq.vhost_amqp_url(vhost)
@@ -43,7 +35,9 @@ def test_a_refused_consume_after_a_lost_connection_is_tried_again(rabbitmq, new_
     with ArrivalCollector(rabbitmq.amqp_url, vhost, [QUEUE]) as collector:
         ra_server(rabbitmq, vhost, "stop")
         rabbitmq.ctl("close_all_connections", "-p", vhost, "the test: the queue has no leader")
-        wait_until(lambda: collector.refused_consumes > 0, "the broker refused the collector's consume")
+        wait_until(
+            lambda: collector.refused_consumes > 0, "the broker's refusal of the collector's consume", GUARD_SECONDS
+        )
         ra_server(rabbitmq, vhost, "restart")
         with pika.BlockingConnection(pika.URLParameters(url)) as sender:
             channel = sender.channel()
