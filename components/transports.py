@@ -207,8 +207,12 @@ class _Declared:
                 "delivery_exchange": infrastructure.delivery_exchange,
                 "parking_exchange": infrastructure.parking_exchange,
             }
-            self.graph_outputs = dict(zip(GRAPH_OUTPUTS, self.exchanges.values(), strict=True))
-            self.graph_outputs["rabbitmqDelayLevels"] = infrastructure.level_names
+            delivery, parking = GRAPH_OUTPUTS
+            self.graph_outputs = {
+                delivery: infrastructure.delivery_exchange,
+                parking: infrastructure.parking_exchange,
+                "rabbitmqDelayLevels": infrastructure.level_names,
+            }
         elif isinstance(part, SharedQueuesSettings):
             RabbitMqSharedQueues(
                 "shared-queues", args_of(RabbitMqSharedQueuesArgs, part), opts=child_options(transport)
