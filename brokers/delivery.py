@@ -240,7 +240,7 @@ class ArrivalCollector:
     prefetch: int = 500
     arrivals: list[Arrival] = field(default_factory=list)
     reconnects: int = 0
-    refused_consumes: int = 0  # reconnections whose consume the broker refused (``_consume_again``)
+    refused_consumes: int = 0  # consumes after a lost connection that failed and were tried again (``_consume_again``)
     _condition: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
     _ready: threading.Event = field(default_factory=threading.Event)
