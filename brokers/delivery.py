@@ -317,7 +317,7 @@ class ArrivalCollector:
                         connection.close()
                     self.reconnects += 1
                     connection = self._consume_again()
-        except BaseException as error:  # no node left: surfaced by wait_for()/stop()
+        except BaseException as error:  # no node left: surfaced by check() (and so by wait_for())
             self._error = error
         finally:
             with contextlib.suppress(pika.exceptions.AMQPError, OSError):
@@ -355,12 +355,16 @@ class ArrivalCollector:
                 counted = len(self.arrivals)
                 if wanted <= seen:
                     return True
-                if self._error:
-                    raise self._error
+                self.check()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._condition.wait(min(remaining, 0.5))
+
+    def check(self) -> None:
+        """Raise the error that ended the consuming thread (no node left to consume from), if one did."""
+        if self._error:
+            raise self._error
 
     def by_id(self) -> dict[str, list[Arrival]]:
         with self._condition:

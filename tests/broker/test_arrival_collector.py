@@ -35,9 +35,12 @@ def test_a_refused_consume_after_a_lost_connection_is_tried_again(rabbitmq, new_
     with ArrivalCollector(rabbitmq.amqp_url, vhost, [QUEUE]) as collector:
         ra_server(rabbitmq, vhost, "stop")
         rabbitmq.ctl("close_all_connections", "-p", vhost, "the test: the queue has no leader")
-        wait_until(
-            lambda: collector.refused_consumes > 0, "the broker's refusal of the collector's consume", GUARD_SECONDS
-        )
+
+        def refused() -> bool:
+            collector.check()  # a collector that gave up fails here with its error, not after the guard's wait
+            return collector.refused_consumes > 0
+
+        wait_until(refused, "the broker's refusal of the collector's consume", GUARD_SECONDS)
         ra_server(rabbitmq, vhost, "restart")
         with pika.BlockingConnection(pika.URLParameters(url)) as sender:
             channel = sender.channel()
