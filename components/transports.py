@@ -27,6 +27,7 @@ from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointPoliciesSettings,
     EndpointSettings,
+    EndpointUserSettings,
     SharedQueuesSettings,
 )
 from nsb_delays.stack.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
@@ -183,6 +184,7 @@ class _Declared:
         self.graph: list[pulumi.Resource] = []
         self.graph_outputs: dict[str, Any] = {}
         self.endpoints: dict[str, RabbitMqEndpoint] = {}
+        self.receiving: dict[str, RabbitMqEndpoint] = {}  # each endpoint by each of its receiving queues
         self.users: dict[str, RabbitMqEndpointUser] = {}
         if not plan.placement.declares_graph and plan.placement.graph_stack is not None:
             # a read of another stack, not a part of this one: where the program before the transports declared it
@@ -218,19 +220,28 @@ class _Declared:
                 "shared-queues", args_of(RabbitMqSharedQueuesArgs, part), opts=child_options(transport)
             )
         elif isinstance(part, EndpointSettings):
-            self.endpoints[part.endpoint] = RabbitMqEndpoint(
+            endpoint = RabbitMqEndpoint(
                 f"rabbitmq-{part.endpoint}",
                 args_of(RabbitMqEndpointArgs, part, **self.exchanges),
                 opts=child_options(transport, depends_on=self.graph),
             )
+            self.endpoints[part.endpoint] = endpoint
+            self.receiving |= dict.fromkeys(part.receiving_queues, endpoint)
         elif isinstance(part, EndpointPoliciesSettings):
             self.policies(part)
         else:
             self.users[part.user] = RabbitMqEndpointUser(
                 f"rabbitmq-user-{part.user}",
                 args_of(RabbitMqEndpointUserArgs, part, password=self.passwords[next(self.password_keys)]),
-                opts=child_options(transport, depends_on=list(self.endpoints.values())),
+                opts=child_options(transport, depends_on=self.endpoints_of(part)),
             )
+
+    def endpoints_of(self, user: EndpointUserSettings) -> list[pulumi.Resource]:
+        """The endpoints whose queues ``user`` receives from or sends to: it is created once they exist, so an endpoint
+        that logs in as it finds them. Not every endpoint of the section: each endpoint's resources are a dependency of
+        every user then, N×N of them in the stack's state."""
+        queues = (*user.receiving_queues, *user.sends_to)  # error and audit are the shared queues', declared before
+        return list(dict.fromkeys(self.receiving[queue] for queue in queues if queue in self.receiving))
 
     def policies(self, part: EndpointPoliciesSettings) -> None:
         """The endpoints' combined policies, after the endpoints' queues: RabbitMQ 4.3 gives a quorum queue declared

@@ -1,9 +1,10 @@
 """The transports through the real engine, on each broker version (issue 39).
 
 - The project's program of the transports takes over a stack the program before them deployed
-  (``program_before_transports/``, the same project): the dev stack's RabbitMQ section, deployed by the old program,
-  previews with the new one with nothing to create, update, replace or delete on the broker; the only new resource is
-  the transport itself, a component (no object of the broker). Every lower component and everything under it is found
+  (``program_before_transports/``, the same project): the dev stack's RabbitMQ section with two endpoint users,
+  deployed by the old program, previews with the new one with nothing to create, update, replace or delete on the
+  broker; the only new resource is the transport itself, a component (no object of the broker). Each user now depends
+  on the endpoints whose queues it uses instead of every endpoint: the state's dependencies, not a change. Every lower component and everything under it is found
   by its alias (its former parent, the stack). After an ``up`` of the new program, a preview shows no change at all,
   and the stack's outputs are the same. The dev stack's SQS section is left out: the engine built here has no AWS
   provider (its registrations are compared under mocks for every stack file: tests/unit/test_transports.py).
@@ -16,10 +17,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.components.model.rabbitmq.versions import shown_version
 from nsb_delays.components.provider import PACKAGE
@@ -80,20 +83,44 @@ class Deployed:
     outputs_before: dict[str, Any]
 
 
+def with_users(section: dict[str, Any], vhost: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The section with a user for Sales (sending to Billing) and one for Shipping, named for the test's vhost (users
+    are broker-wide), and their passwords by key. The program before the transports made each user depend on every
+    endpoint; the transports make it depend on the endpoints whose queues it uses: a change of the state's
+    dependencies only, nothing to create, update or delete."""
+    users = {"Sales": {"sendsTo": ["Billing"]}, "Shipping": {}}
+    endpoints = [
+        {"name": name, "user": {"name": f"{name.lower()}-{vhost}", "passwordKey": f"{name.lower()}Password", **more}}
+        for name, more in users.items()
+    ]
+    named = [e for e in section["endpoints"] if (e if isinstance(e, str) else e["name"]) not in users]
+    passwords = {f"{name.lower()}Password": uuid.uuid4().hex for name in users}
+    return {**section, "endpoints": [*named, *endpoints]}, passwords
+
+
 @pytest.fixture(scope="module")
 def deployed_before(
     rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
 ) -> Iterator[Deployed]:
-    """The dev stack's RabbitMQ section, deployed by the program before the transports."""
+    """The dev stack's RabbitMQ section with two endpoint users, deployed by the program before the transports."""
     vhost = module_vhost("transports-before")
     stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("before"), "before", PROGRAM_BEFORE)
+    section, passwords = with_users(dev_section(vhost, broker_version), vhost)
     try:
-        section = dev_section(vhost, broker_version)
         stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
+        for key, password in passwords.items():
+            stack.run("config", "set", "--secret", f"{NAMESPACE}:{key}", password)
         stack.up()
-        yield Deployed(stack, json.loads(stack_command(stack, "output", "--json", "--show-secrets")))
+        outputs = json.loads(stack_command(stack, "output", "--json", "--show-secrets"))
+        assert set(outputs["rabbitmqEndpointUsers"]) == {e["user"]["name"] for e in section["endpoints"][-2:]}
+        yield Deployed(stack, outputs)
     finally:
         remove_stack(stack)
+        management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+        for endpoint in section["endpoints"]:
+            if isinstance(endpoint, dict) and "user" in endpoint:
+                with contextlib.suppress(ManagementError):
+                    management.send("DELETE", f"users/{path_segment(endpoint['user']['name'])}")
 
 
 def test_the_program_of_the_transports_takes_over_a_stack_of_the_program_before_them(deployed_before: Deployed):

@@ -9,8 +9,9 @@ its inputs, its parent, its options (protect, retainOnDelete, ignoreChanges, the
 property dependencies (by the type and name of the resource each names) and a component's registered outputs. A
 stack file the config refuses is kept with the refusal.
 
-``python -m tests.unit.program_recordings`` writes the file again from the program as it is: only for a deliberate
-change of what the program registers.
+``python -m tests.unit.program_recordings`` records the stack files again with the program as it is: only for a
+deliberate change of what the program registers. One since: each endpoint user depends on the endpoints whose queues
+it uses, not on every endpoint of the section (the users' lines).
 """
 
 from __future__ import annotations
@@ -244,7 +245,9 @@ def shown(recordings: list[dict[str, Any]]) -> str:
 
 
 def main() -> Iterator[str]:
-    recordings = [record_program(stack) for stack in stack_texts()]
+    """Every stack file recorded again as ``test_transports`` compares it (``before_the_transports``): for a deliberate
+    change of what the program registers, which the file's diff then shows resource by resource."""
+    recordings = [record_program(stack, before_the_transports=True) for stack in stack_texts()]
     RECORDINGS.write_text(shown(recordings), encoding="utf-8")
     yield f"wrote {RECORDINGS}: {len(recordings)} stack files"
 

@@ -1,5 +1,6 @@
 """The program registers, for every stack file of the repository and the docs, exactly what the program before issue 39
-registered (``program_recordings.json``): the same resources, names, inputs, options, parents and dependencies. The
+registered (``program_recordings.json``): the same resources, names, inputs, options, parents and dependencies, but
+for one deliberate change since (an endpoint user's dependencies: its endpoints', not every endpoint's). The
 transports themselves are new: each component they compose is compared as the child of the stack it was, and must carry
 the alias that tells the engine so (``as_before_the_transports``)."""
 
@@ -81,6 +82,37 @@ def test_a_yaml_or_typescript_program_declares_what_the_program_declares_for_the
     from_the_provider = record(program, stack="team")
     from_the_program = record_stack(parsed(StackText("section", "team", SECTION)), stack="team")
     assert registered(from_the_provider) == registered(from_the_program)
+
+
+USERS = """
+config:
+  nsb-delays:rabbitmq:
+    endpoints:
+      - {name: Sales, user: {passwordKey: salesPassword, sendsTo: [Billing, error]}}
+      - {name: Billing, instanceDiscriminators: [blue], user: {passwordKey: billingPassword}}
+      - Shipping
+  nsb-delays:salesPassword: {secure: v1:c2FsZXM=}
+  nsb-delays:billingPassword: {secure: v1:YmlsbGluZw==}
+"""
+
+
+def test_an_endpoint_user_depends_on_the_endpoints_whose_queues_it_uses_not_on_every_endpoint() -> None:
+    """Exactly the resources of its own endpoint and of the endpoints it sends to (their queues exist before it can log
+    in); the shared queues (error) are declared before every endpoint. Not every endpoint's: N users × N endpoints
+    of them in a stack's state, as the program before the transports registered."""
+    resources = record_stack(parsed(StackText("users", "team", USERS)), stack="team")
+    names = {r.urn: r.name for r in resources}
+    parents = {r.urn: r.parent for r in resources}
+
+    def under(endpoints: set[str]) -> set[str]:
+        return {r.urn for r in resources if r.custom and names.get(parents[r.urn] or "") in endpoints}
+
+    users = {r.name: set(r.dependencies) for r in resources if r.type == "nsb-delays:index:RabbitMqEndpointUser"}
+    assert users == {
+        "rabbitmq-user-Sales": under({"rabbitmq-Sales", "rabbitmq-Billing"}),
+        "rabbitmq-user-Billing": under({"rabbitmq-Billing"}),
+    }
+    assert all(users.values()) and under({"rabbitmq-Shipping"}), "resources to depend on, and some not depended on"
 
 
 def test_a_bad_section_is_refused_with_every_input_named_before_anything_is_declared() -> None:
