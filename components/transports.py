@@ -240,7 +240,7 @@ class _Declared:
         """The endpoints whose queues ``user`` receives from or sends to: it is created once they exist, so an endpoint
         that logs in as it finds them. Not every endpoint of the section: each endpoint's resources are a dependency of
         every user then, N×N of them in the stack's state."""
-        queues = (*user.receiving_queues, *user.sends_to)  # error and audit are the shared queues', declared before
+        queues = (*user.receiving_queues, *user.sends_to)  # error and audit: the shared queues', no endpoint's
         return list(dict.fromkeys(self.receiving[queue] for queue in queues if queue in self.receiving))
 
     def policies(self, part: EndpointPoliciesSettings) -> None:

@@ -4,10 +4,11 @@
   (``program_before_transports/``, the same project): the dev stack's RabbitMQ section with two endpoint users,
   deployed by the old program, previews with the new one with nothing to create, update, replace or delete on the
   broker; the only new resource is the transport itself, a component (no object of the broker). Each user now depends
-  on the endpoints whose queues it uses instead of every endpoint: the state's dependencies, not a change. Every lower component and everything under it is found
-  by its alias (its former parent, the stack). After an ``up`` of the new program, a preview shows no change at all,
-  and the stack's outputs are the same. The dev stack's SQS section is left out: the engine built here has no AWS
-  provider (its registrations are compared under mocks for every stack file: tests/unit/test_transports.py).
+  on the endpoints whose queues it uses instead of every endpoint: the state's dependencies, not a change. Every lower
+  component and everything under it is found by its alias (its former parent, the stack). After an ``up`` of the new
+  program, a preview shows no change at all, and the stack's outputs are the same. The dev stack's SQS section is left
+  out: the engine built here has no AWS provider (its registrations are compared under mocks for every stack file:
+  tests/unit/test_transports.py).
 - A new user's program, the README's ``RabbitMqTransport`` block (two endpoints), goes up, previews no change, and
   ``nsb-delays verify`` of a stack file with the same section finds no drift.
 - The YAML and TypeScript programs (``component_programs/transport-yaml``, ``transport-typescript``) declare the same
@@ -104,8 +105,8 @@ def deployed_before(
 ) -> Iterator[Deployed]:
     """The dev stack's RabbitMQ section with two endpoint users, deployed by the program before the transports."""
     vhost = module_vhost("transports-before")
-    stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("before"), "before", PROGRAM_BEFORE)
     section, passwords = with_users(dev_section(vhost, broker_version), vhost)
+    stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("before"), "before", PROGRAM_BEFORE)
     try:
         stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
         for key, password in passwords.items():
