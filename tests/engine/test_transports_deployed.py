@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
+from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.components.model.rabbitmq.versions import shown_version
 from nsb_delays.components.provider import PACKAGE
@@ -49,6 +48,7 @@ from tests.engine.test_components_from_other_languages import (
     require_language_hosts,
     stack_command,
 )
+from tests.engine.test_discover_adopt import delete_users
 
 PROGRAM_BEFORE = Path(__file__).parent / "program_before_transports"
 PROGRAMS = Path(__file__).parent / "component_programs"
@@ -101,7 +101,7 @@ def with_users(section: dict[str, Any], vhost: str) -> tuple[dict[str, Any], dic
 
 @pytest.fixture(scope="module")
 def deployed_before(
-    rabbitmq: LocalRabbitMq, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
+    rabbitmq: LocalRabbitMq, management, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
 ) -> Iterator[Deployed]:
     """The dev stack's RabbitMQ section with two endpoint users, deployed by the program before the transports."""
     vhost = module_vhost("transports-before")
@@ -117,11 +117,9 @@ def deployed_before(
         yield Deployed(stack, outputs)
     finally:
         remove_stack(stack)
-        management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
-        for endpoint in section["endpoints"]:
-            if isinstance(endpoint, dict) and "user" in endpoint:
-                with contextlib.suppress(ManagementError):
-                    management.send("DELETE", f"users/{path_segment(endpoint['user']['name'])}")
+        delete_users(
+            management, [e["user"]["name"] for e in section["endpoints"] if isinstance(e, dict) and "user" in e]
+        )
 
 
 def test_the_program_of_the_transports_takes_over_a_stack_of_the_program_before_them(deployed_before: Deployed):

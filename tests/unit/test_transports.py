@@ -98,8 +98,8 @@ config:
 
 def test_an_endpoint_user_depends_on_the_endpoints_whose_queues_it_uses_not_on_every_endpoint() -> None:
     """Exactly the resources of its own endpoint and of the endpoints it sends to (their queues exist before it can log
-    in); error is a shared queue, no endpoint's. Not every endpoint's: N users × N endpoints
-    of them in a stack's state, as the program before the transports registered."""
+    in); error is a shared queue, no endpoint's. Not every endpoint's: N users × N endpoints of them in a stack's
+    state, as the program before the transports registered."""
     resources = record_stack(parsed(StackText("users", "team", USERS)), stack="team")
     names = {r.urn: r.name for r in resources}
     parents = {r.urn: r.parent for r in resources}
