@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import Counter
 
@@ -69,3 +70,17 @@ def test_main_validates_before_declaring_anything() -> None:
     finally:
         pulumi.runtime.set_all_config({})
     assert registered == []
+
+
+def test_a_recording_defers_full_collections_and_restores_the_thresholds_even_when_it_fails() -> None:
+    before = gc.get_threshold()
+    during: list[tuple[int, int, int]] = []
+
+    def program() -> None:
+        during.append(gc.get_threshold())
+        raise ValueError("the build fails")
+
+    with pytest.raises(ValueError, match="the build fails"):
+        record(program)
+    assert during == [(before[0], before[1], 100 * before[2])]
+    assert gc.get_threshold() == before
