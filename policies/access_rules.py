@@ -186,12 +186,12 @@ def rabbitmq_user_no_wildcard_permissions(args: StackValidationArgs, report: Rep
     messages, and no endpoint needs it (``components.model.permissions.endpoint_user_grants``). The vhost holds
     the delay graph when this stack declares a level exchange or queue of either generation there."""
     exempt = exempt_users(args.get_config())
-    found = brokers(args.resources)
+    graphs = {key: generations_present(broker) for key, broker in brokers(args.resources).items()}  # once a vhost
     for resource in args.resources:
         if resource.resource_type != RABBITMQ_PERMISSIONS or value_at(resource.props, "vhost") is UNKNOWN:
             continue
         key = broker_of(resource)
-        generations = generations_present(found[key]) if key in found else []
+        generations = graphs.get(key, [])
         user = value_at(resource.props, "user")
         granted = resolved(value_at(resource.props, "permissions"))
         if not generations or user in exempt or (user is UNKNOWN and exempt) or not isinstance(granted, Mapping):

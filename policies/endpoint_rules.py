@@ -315,6 +315,10 @@ def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], PolicyMa
 def transport_version_delivery_limit(args: StackValidationArgs, report: Report) -> None:
     matchers = _matchers(list(args.resources))
     endpoint_type = _endpoint_type()
+    queues_under: dict[int, list[PolicyResource]] = defaultdict(list)  # by parent: one pass, not one per endpoint
+    for resource in args.resources:
+        if resource.resource_type == RABBITMQ_QUEUE and resource.parent is not None:
+            queues_under[id(resource.parent)].append(resource)
     for endpoint in [resource for resource in args.resources if resource.resource_type == endpoint_type]:
         text = value_at(endpoint.props, "transportVersion")
         if not isinstance(text, str) or transport_version_problem(text):
@@ -324,8 +328,8 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             continue
         listed = resolved(value_at(endpoint.props, "receivingQueues"))
         receiving = set(listed) if isinstance(listed, list) else set()
-        for queue in args.resources:
-            name = name_of(queue) if queue.resource_type == RABBITMQ_QUEUE and queue.parent is endpoint else None
+        for queue in queues_under[id(endpoint)]:
+            name = name_of(queue)
             arguments = declared_arguments(queue.props) if name in receiving else UNKNOWN
             if arguments is UNKNOWN or arguments.values.get(QUEUE_TYPE_ARGUMENT) != QueueType.QUORUM:
                 continue
