@@ -391,21 +391,21 @@ def queue_level(name: str) -> int:
 # --- parking instead of stalling (NServiceBus.RabbitMQ#1407) ------------------------------------------------
 
 
-def _rabbitmq_policies(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], list[PolicyResource]]:
-    found: dict[tuple[str, str], list[PolicyResource]] = defaultdict(list)
+def _rabbitmq_policies(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], list[object]]:
+    """Each broker's policy blocks (``policy``), resolved once for all the exchanges they are matched against."""
+    found: dict[tuple[str, str], list[object]] = defaultdict(list)
     for resource in resources:
         if resource.resource_type == RABBITMQ_POLICY:
-            found[broker_of(resource)].append(resource)
+            found[broker_of(resource)].append(resolved(value_at(resource.props, "policy")))
     return found
 
 
-def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> object:
+def alternate_exchange_of(policies: Iterable[object], exchange: str) -> object:
     """The alternate exchange (a str) the winning policy gives ``exchange`` (RabbitMQ applies the highest-priority
     policy whose pattern matches and that applies to exchanges), None if it gives none; ``UNKNOWN`` while a
-    policy is unknown."""
+    policy is unknown. ``policies``: the broker's resolved policy blocks (``_rabbitmq_policies``)."""
     matching = []
-    for resource in policies:
-        block = resolved(value_at(resource.props, "policy"))
+    for block in policies:
         if block is UNKNOWN:
             return UNKNOWN
         if not isinstance(block, Mapping) or (block.get("applyTo") or "all") not in ("exchanges", "all"):
@@ -423,12 +423,13 @@ def alternate_exchange_of(policies: Iterable[PolicyResource], exchange: str) -> 
     return alternate if isinstance(alternate, str) else None
 
 
-def _parks(broker: Broker, alternate: str) -> bool:
-    """The alternate exchange is declared and bound to a declared queue."""
-    return alternate in broker.exchanges and any(
-        source == alternate and kind == "queue" and destination in broker.queues
+def _parking_exchanges(broker: Broker) -> set[str]:
+    """The exchanges that would park what reaches them: declared, and bound to a declared queue."""
+    return {
+        source
         for source, kind, destination, _ in broker.bindings
-    )
+        if kind == "queue" and destination in broker.queues and source in broker.exchanges
+    }
 
 
 @stack_rule(
@@ -445,6 +446,7 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
     for key, broker in brokers(args.resources).items():
         if broker.incomplete:
             continue
+        parking = _parking_exchanges(broker)
         for generation in Generation:
             delivery = delivery_exchange_name(generation)
             # a stack of endpoints whose graph another stack declares binds from a delivery exchange it does not
@@ -469,7 +471,7 @@ def delay_graph_parking(args: StackValidationArgs, report: Report) -> None:
                         f"(the parking exchange {parking_name(generation)!r} by policy).",
                         resource.urn,
                     )
-                elif not _parks(broker, str(alternate)) and (graph_here or alternate != parking_name(generation)):
+                elif alternate not in parking and (graph_here or alternate != parking_name(generation)):
                     report(
                         f"exchange {exchange!r} ({where(key)}) has alternate exchange {alternate!r}, which is not "
                         "declared here or is bound to no queue (nor, in a stack whose graph another stack "
