@@ -13,6 +13,10 @@ import pytest
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.policy_match import (
+    QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE,
+    reported_delivery_limit,
+)
 from nsb_delays.stack.config import RabbitMqConfig
 from tests.conftest import vhost_factory
 
@@ -50,9 +54,14 @@ def declared_delivery_limit_policies(config: RabbitMqConfig, queues: Iterable[st
 
 
 def _limit_settled(queue: dict) -> bool:
-    """4.x reports a queue's ``delivery_limit`` from the queue itself, and it can lag its effective definition's."""
-    limit = (queue.get("effective_policy_definition") or {}).get("delivery-limit")
-    return limit is None or "delivery_limit" not in queue or queue["delivery_limit"] == limit
+    """4.x reports a quorum queue's ``delivery_limit`` from the queue itself, and it can lag its effective definition's.
+    Settled once it is the limit the definition and the queue's own ``x-delivery-limit`` make together (the lower of
+    both): a queue given 3 by its argument and 100000 by its policy reports 3, never 100000."""
+    definition = queue.get("effective_policy_definition") or {}
+    if "delivery-limit" not in definition or "delivery_limit" not in queue:  # no policy limit; 3.x: no such field
+        return True
+    expected = reported_delivery_limit(queue.get("arguments") or {}, definition, QUORUM_DEFAULT_DELIVERY_LIMIT_SINCE)
+    return bool(queue["delivery_limit"] == expected)
 
 
 def settled_queues(
