@@ -179,7 +179,8 @@ class _Declared:
         self.transport = transport
         self.plan = plan
         self.passwords = passwords
-        self.password_keys = iter(plan.password_keys)
+        # each user's password key by the user's name (unique in a section), not by its place among the parts
+        self.password_key = dict(zip((user.user for user in plan.users), plan.password_keys, strict=True))
         self.exchanges: dict[str, Any] = {}
         self.graph: list[pulumi.Resource] = []
         self.graph_outputs: dict[str, Any] = {}
@@ -232,7 +233,7 @@ class _Declared:
         else:
             self.users[part.user] = RabbitMqEndpointUser(
                 f"rabbitmq-user-{part.user}",
-                args_of(RabbitMqEndpointUserArgs, part, password=self.passwords[next(self.password_keys)]),
+                args_of(RabbitMqEndpointUserArgs, part, password=self.passwords[self.password_key[part.user]]),
                 opts=child_options(transport, depends_on=self.endpoints_of(part)),
             )
 

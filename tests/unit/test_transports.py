@@ -10,13 +10,15 @@ from typing import Any
 
 import pulumi
 import pytest
+from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
 
 from nsb_delays.components.inputs import InputsRefused
 from nsb_delays.components.model.settings import PACKAGE
 from nsb_delays.components.provider import COMPONENTS, NsbDelaysProvider
-from nsb_delays.components.recording import RecordedResource, record
+from nsb_delays.components.recording import RecordedResource, by_type, record
+from nsb_delays.components.resource_types import RABBITMQ_USER
 from nsb_delays.components.transports import RabbitMqTransport, SqsTransport
-from nsb_delays.infra.program import SECRET_PLACEHOLDER, record_stack
+from nsb_delays.infra.program import SECRET_PLACEHOLDER, declare, record_stack
 from tests.unit.program_recordings import StackText, comparable, kept_recordings, parsed, record_program, summary
 
 KEPT = kept_recordings()
@@ -113,6 +115,26 @@ def test_an_endpoint_user_depends_on_the_endpoints_whose_queues_it_uses_not_on_e
         "rabbitmq-user-Billing": under({"rabbitmq-Billing"}),
     }
     assert all(users.values()) and under({"rabbitmq-Shipping"}), "resources to depend on, and some not depended on"
+
+
+def test_each_endpoint_user_gets_its_own_password_from_a_stack_file_or_the_components_inputs() -> None:
+    """By the key its ``passwordKey`` names, or from its own ``password`` input: never another user's. An endpoint
+    without a user between them moves no user's password onto the next one."""
+    by_key = {"salesPassword": "sales-secret", "billingPassword": "billing-secret"}
+    from_the_stack = record(lambda: declare(parsed(StackText("users", "team", USERS)), by_key), stack="team")
+
+    def from_inputs() -> None:
+        endpoints = [{"name": "Sales", "user": {"password": "sales-secret"}}, "Shipping",
+                     {"name": "Billing", "user": {"password": "billing-secret"}}]  # fmt: skip
+        RabbitMqTransport("rabbitmq", {"endpoints": endpoints})
+
+    from_the_inputs = record(from_inputs, stack="team")
+    for resources in (from_the_stack, from_the_inputs):
+        passwords = {user.inputs["name"]: user.inputs["password"] for user in by_type(resources, RABBITMQ_USER)}
+        assert passwords == {
+            "Sales": {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": "sales-secret"},
+            "Billing": {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": "billing-secret"},
+        }
 
 
 def test_a_bad_section_is_refused_with_every_input_named_before_anything_is_declared() -> None:
