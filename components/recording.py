@@ -197,12 +197,12 @@ def _in_the_recording_thread(run: Callable[[], None]) -> None:
     ``pulumi.runtime.resource._get_stack_trace``), so a recording made deep in a caller's stack (a test runner's,
     a command's) costs more per resource; a thread starts with a short stack. It is one thread for the process,
     with one event loop, as the caller's thread was: the SDK's ``RegisterResource`` calls run on the loop's
-    executor threads, and each of them makes itself an event loop that nothing closes. A recording made inside a
-    recording runs where it is (waiting for the one thread there would wait forever)."""
+    executor threads, and each of them makes itself an event loop that nothing closes. A recording inside a
+    recording is refused: it would wait for the one thread forever, and run in place it would set its own mocks
+    under the outer recording's."""
     if threading.current_thread().name.startswith(_RECORDER_NAME):
-        run()
-    else:
-        _RECORDER.submit(run).result()
+        raise RuntimeError("record() was called inside a recording's build: record each program on its own")
+    _RECORDER.submit(run).result()
 
 
 @contextlib.contextmanager

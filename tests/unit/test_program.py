@@ -84,3 +84,9 @@ def test_a_recording_defers_full_collections_and_restores_the_thresholds_even_wh
         record(program)
     assert during == [(before[0], before[1], 100 * before[2])]
     assert gc.get_threshold() == before
+
+
+def test_a_recording_inside_a_recording_is_refused_not_left_waiting_for_itself() -> None:
+    with pytest.raises(RuntimeError, match="inside a recording's build"):
+        record(lambda: record(lambda: None))
+    assert [r.type for r in record(lambda: pulumi.ComponentResource("t:index:T", "after"))] == ["t:index:T"]
