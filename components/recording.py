@@ -177,6 +177,8 @@ def record(
     raises; pass ``sink`` to see what was registered before the error (a config error: nothing). ``build`` runs
     in the recording thread (``_in_the_recording_thread``): an ``Output`` it uses must be made inside it.
     """
+    if threading.current_thread().name.startswith(_RECORDER_NAME):  # before anything of the outer one is reset
+        raise RuntimeError("record() was called inside a recording's build: record each program on its own")
     # runs under mocks in one process share their stack resource: one chain, one transport of each kind per recording
     PolicyChain.last.clear()
     OnePerStack.seen.clear()
@@ -203,11 +205,8 @@ def _in_the_recording_thread(run: Callable[[], None]) -> None:
     ``pulumi.runtime.resource._get_stack_trace``), so a recording made deep in a caller's stack (a test runner's,
     a command's) costs more per resource; a thread starts with a short stack. It is one thread for the process,
     with one event loop, as the caller's thread was: the SDK's ``RegisterResource`` calls run on the loop's
-    executor threads, and each of them makes itself an event loop that nothing closes. A recording inside a
-    recording is refused: it would wait for the one thread forever, and run in place it would set its own mocks
-    under the outer recording's."""
-    if threading.current_thread().name.startswith(_RECORDER_NAME):
-        raise RuntimeError("record() was called inside a recording's build: record each program on its own")
+    executor threads, and each of them makes itself an event loop that nothing closes. ``record`` refuses a
+    recording inside a recording: it would wait for the one thread forever."""
     _RECORDER.submit(run).result()
 
 
