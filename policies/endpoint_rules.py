@@ -148,21 +148,20 @@ def retirement_order(endpoint: str) -> str:
     )
 
 
-def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource] | None:
-    """Destination -> its delivery binding; None while a binding is unknown during preview."""
-    bound: dict[str, PolicyResource] = {}
-    for broker in brokers(resources).values():
+def _delivery_destinations(resources: Iterable[PolicyResource]) -> dict[tuple[str, str], set[str]] | None:
+    """Per broker and vhost, the destinations of its delivery bindings; None while a binding is unknown during
+    preview."""
+    bound: dict[tuple[str, str], set[str]] = {}
+    for key, broker in brokers(resources).items():
         if broker.incomplete:
             return None
-        for (source, _, destination, _), binding in broker.bindings.items():
-            if source in DELIVERY_EXCHANGES:
-                bound.setdefault(destination, binding)
+        bound[key] = {destination for source, _, destination, _ in broker.bindings if source in DELIVERY_EXCHANGES}
     return bound
 
 
 def previous_endpoint_names(resources: Iterable[PolicyResource]) -> list[str]:
     """The delivery destinations of a (previous) set of resources: the value for ``previousEndpoints``."""
-    return sorted(_delivery_destinations(resources) or {})
+    return sorted(set().union(*(_delivery_destinations(resources) or {}).values()))
 
 
 def _endpoint_type() -> str:
@@ -172,17 +171,18 @@ def _endpoint_type() -> str:
     return f"{TYPE_PREFIX}{RabbitMqEndpoint.__name__}"
 
 
-def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResource]:
-    """Receiving queues of RabbitMqEndpoint components (legacy timeout queues have no delivery binding)."""
+def _endpoint_queues(resources: list[PolicyResource]) -> list[tuple[str, PolicyResource]]:
+    """Receiving queues of RabbitMqEndpoint components by name, in name order (legacy timeout queues have no
+    delivery binding); a name may come once per broker and vhost."""
     endpoint_type = _endpoint_type()
-    queues = {}
+    queues = []
     for resource in resources:
         name = name_of(resource) if resource.resource_type == RABBITMQ_QUEUE else None
         parent = resource.parent
         legacy = bool(name and name.endswith(LEGACY_TIMEOUT_QUEUE_SUFFIXES))
         if name and not legacy and parent is not None and parent.resource_type == endpoint_type:
-            queues[name] = resource
-    return queues
+            queues.append((name, resource))
+    return sorted(queues, key=lambda named: (named[0], named[1].urn))
 
 
 @stack_rule(
@@ -197,16 +197,18 @@ def _endpoint_queues(resources: list[PolicyResource]) -> dict[str, PolicyResourc
 )
 def endpoint_retirement_order(args: StackValidationArgs, report: Report) -> None:
     bound = _delivery_destinations(args.resources)
-    if not bound:
+    everywhere: set[str] = set().union(*(bound or {}).values())
+    if not bound or not everywhere:
         return
     previous = config_value(args.get_config(), RETIREMENT_SCHEMA, "previousEndpoints") or []
-    for name in sorted(set(previous) - set(bound)):
+    for name in sorted(set(previous) - everywhere):
         report(
-            f"endpoint {name!r} loses its delivery binding while {len(bound)} other endpoint(s) keep theirs: "
+            f"endpoint {name!r} loses its delivery binding while {len(everywhere)} other endpoint(s) keep theirs: "
             f"delayed messages already in flight to {name!r} will stall their level. {retirement_order(name)}",
         )
-    for name, queue in sorted(_endpoint_queues(args.resources).items()):
-        if name not in bound and name not in previous:
+    for name, queue in _endpoint_queues(args.resources):
+        here = bound.get(broker_of(queue), set())
+        if here and name not in here and name not in previous:
             report(
                 f"endpoint queue {name!r} is declared without its '#.{name}' delivery binding while other endpoints "
                 f"have theirs: delayed messages to {name!r} will stall their level. Keep the binding until the "
@@ -249,7 +251,7 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
             declared = _broker_policy(resource)
             if declared is not None:
                 policies[broker_of(resource)].append((declared, resource))
-    for name, queue in sorted(_endpoint_queues(args.resources).items()):
+    for name, queue in _endpoint_queues(args.resources):
         arguments = declared_arguments(queue.props)
         if arguments is UNKNOWN or arguments.values.get(QUEUE_TYPE_ARGUMENT) != QueueType.QUORUM:
             continue  # NServiceBus checks quorum receive queues only

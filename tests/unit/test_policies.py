@@ -878,3 +878,13 @@ def test_per_endpoint_policies_pass_and_a_changed_one_is_reported() -> None:
         "definition is pattern '^Sales$', apply-to quorum_queues, priority 0, definition {'delivery-limit': '20'}"
         in (violation.message)
     )
+
+
+def test_an_endpoint_queue_is_judged_in_its_own_vhost_when_another_vhost_has_one_of_the_same_name() -> None:
+    """Two vhosts, each with a 'Sales' queue: the one given x-delivery-limit is reported, whichever comes last."""
+    other = record_stack(load_stack(STACK).with_values("rabbitmq", vhost="other"), stack="other")
+    sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+    limited = changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 5))
+    for recorded in ([*limited, *other], [*other, *limited]):
+        violations = delivery_limit_violations(recorded)
+        assert [v.urn for v in violations] == [sales.urn]

@@ -18,6 +18,8 @@ from nsb_delays.components.model.rabbitmq.names import (
 )
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
+from nsb_delays.infra.program import record_stack
+from nsb_delays.stack.config import load_stack
 from tests.unit.test_policies import (
     binding,
     changed,
@@ -152,6 +154,16 @@ def test_an_endpoint_queue_kept_without_its_binding_gets_the_advice() -> None:
     violations = run(r for r in dev_recorded() if r is not gone)
     assert reported(violations) == [("endpoint-retirement-order", find(dev_recorded(), RABBITMQ_QUEUE, "Shipping").urn)]
     assert not violations[0].mandatory
+
+
+def test_a_binding_kept_in_another_vhost_does_not_hide_the_advice() -> None:
+    """Two vhosts, each with a 'Shipping' queue; the one that lost its binding is advised, in either order."""
+    other = record_stack(load_stack("dev").with_values("rabbitmq", vhost="other"), stack="other")
+    gone = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Shipping")
+    kept = [r for r in dev_recorded() if r is not gone]
+    for recorded in ([*kept, *other], [*other, *kept]):
+        violations = retirement(run(recorded))
+        assert [v.urn for v in violations] == [find(dev_recorded(), RABBITMQ_QUEUE, "Shipping").urn]
 
 
 def test_legacy_timeout_queues_need_no_delivery_binding() -> None:
