@@ -32,6 +32,7 @@ from nsb_delays.components.model.rabbitmq.versions import broker_version_of, dot
 from nsb_delays.infra.cli import cli
 from nsb_delays.stack.config import load_stack
 from servers.rabbitmq import LocalMoto, LocalRabbitMq
+from tests.broker.conftest import declared_delivery_limit_policies, settled_queues
 from tests.conftest import also_on_rabbitmq_4_0, serve, vhost_factory
 from tests.provisioning import provision_sqs_queues
 
@@ -243,14 +244,22 @@ def test_a_deleted_delivery_binding_is_named(
 def test_the_wait_for_the_management_api_is_reported(
     rabbitmq: LocalRabbitMq, management: ManagementApi, deployed: tuple[str, Path], broker_version: Any
 ) -> None:
-    """The API's view is held still (``statistics_frozen``) while the stack's delivery-limit policies are re-created
-    (3.10: a policy without a limit), so its first answers differ from what the broker applies whatever the load;
-    preflight waits, says so, and judges the answers once the view is let go."""
+    """The API's view is held still (``statistics_frozen``) while the stack's delivery-limit policies are re-created,
+    so its first answers differ from what the broker applies whatever the load; preflight waits, says so, and judges
+    the answers once the view is let go. The view is frozen only once it shows the policies deleted (before that,
+    once it shows them applied): a view frozen before it had caught up on the stack's deployment could already show
+    the re-created policies, and then there is nothing to wait for (a clean-clone run on a slow host failed so)."""
+    if broker_version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
+        pytest.skip(
+            "3.10 takes no delivery-limit policy; with its statistics held once its API had caught up, a policy put "
+            "left preflight nothing to wait for (3.10.8): the test passed there only while the just-deployed queues "
+            "had no statistics yet, a race"
+        )
     vhost, stack = deployed
     config = load_stack(str(stack)).rabbitmq
     assert config is not None
-    policies = config.topology.policies or ()
-    extra = {"pattern": "^Billing$", "apply-to": "queues", "priority": -5, "definition": {"max-length": 100}}
+    policies = config.topology.policies
+    assert policies
     waiting = threading.Event()
     outcome: list[Any] = []
 
@@ -260,15 +269,16 @@ def test_the_wait_for_the_management_api_is_reported(
         progress = lambda line: waiting.set()  # noqa: E731
         outcome.append(preflight_rabbitmq(management, config, logins, wait=300, progress=progress))
 
+    queues = [queue for endpoint in config.endpoints for queue in endpoint.receiving_queues]
+    settled_queues(management, vhost, declared_delivery_limit_policies(config, queues))
+    for policy in policies:
+        management.send("DELETE", f"policies/{path_segment(vhost)}/{path_segment(policy.name)}")
+    settled_queues(management, vhost, dict.fromkeys(queues))
     with rabbitmq.statistics_frozen():
-        for policy in policies:
-            management.send("DELETE", f"policies/{path_segment(vhost)}/{path_segment(policy.name)}")
         for policy in policies:
             body = {"pattern": policy.pattern, "apply-to": policy.apply_to, "priority": policy.priority,
                     "definition": dict(policy.definition)}  # fmt: skip
             management.request("PUT", f"policies/{path_segment(vhost)}/{path_segment(policy.name)}", body)
-        if not policies:
-            management.request("PUT", f"policies/{path_segment(vhost)}/low", extra)
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         assert waiting.wait(300), "preflight never reported waiting for the management API"
