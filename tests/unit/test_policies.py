@@ -77,6 +77,13 @@ def dev_recorded() -> tuple[RecordedResource, ...]:
     return tuple(record_stack(load_stack(STACK), stack=STACK))
 
 
+@functools.cache
+def other_vhost_recorded() -> tuple[RecordedResource, ...]:
+    """The dev stack's resources again in vhost 'other' (stack 'other': URNs of their own), to put beside the dev
+    stack's: the same queue names in two vhosts."""
+    return tuple(record_stack(load_stack(STACK).with_values("rabbitmq", vhost="other"), stack="other"))
+
+
 def providers_for(recorded: Sequence[RecordedResource], **stack_config: Any) -> list[RecordedResource]:
     config = {**read_stack_yaml(STACK), **stack_config}
     return default_providers(recorded, config, project=PROJECT, stack=STACK)
@@ -882,7 +889,7 @@ def test_per_endpoint_policies_pass_and_a_changed_one_is_reported() -> None:
 
 def test_an_endpoint_queue_is_judged_in_its_own_vhost_when_another_vhost_has_one_of_the_same_name() -> None:
     """Two vhosts, each with a 'Sales' queue: the one given x-delivery-limit is reported, whichever comes last."""
-    other = record_stack(load_stack(STACK).with_values("rabbitmq", vhost="other"), stack="other")
+    other = other_vhost_recorded()
     sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
     limited = changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 5))
     for recorded in ([*limited, *other], [*other, *limited]):

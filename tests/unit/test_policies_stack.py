@@ -18,8 +18,6 @@ from nsb_delays.components.model.rabbitmq.names import (
 )
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE, SQS_QUEUE
-from nsb_delays.infra.program import record_stack
-from nsb_delays.stack.config import load_stack
 from tests.unit.test_policies import (
     binding,
     changed,
@@ -27,6 +25,7 @@ from tests.unit.test_policies import (
     dev_recorded,
     find,
     level_queue,
+    other_vhost_recorded,
     reported,
     run,
     set_queue_argument,
@@ -158,7 +157,7 @@ def test_an_endpoint_queue_kept_without_its_binding_gets_the_advice() -> None:
 
 def test_a_binding_kept_in_another_vhost_does_not_hide_the_advice() -> None:
     """Two vhosts, each with a 'Shipping' queue; the one that lost its binding is advised, in either order."""
-    other = record_stack(load_stack("dev").with_values("rabbitmq", vhost="other"), stack="other")
+    other = other_vhost_recorded()
     gone = binding(dev_recorded(), delivery_exchange_name(Generation.V2), "Shipping")
     kept = [r for r in dev_recorded() if r is not gone]
     for recorded in ([*kept, *other], [*other, *kept]):
