@@ -26,11 +26,16 @@ from tests.broker.in_flight_messages import (
 )
 from tests.broker.nservicebus_declarations import declare_delay_infrastructure, declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, "delays", *args, "--no-progress"], capture_output=True, text=True, timeout=120, env=env
+        [*CLI, "delays", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=JOB_HANG_GUARD_SECONDS,
+        env=env,
     )
 
 

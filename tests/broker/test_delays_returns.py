@@ -22,6 +22,7 @@ from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.in_flight_messages import declare_graphs, delayed_message, depths_once_handed_back, publish
 from tests.broker.test_delays_moves import CLI, broker_arguments
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 
 
 def queue_of(management: ManagementApi, vhost: str, name: str) -> dict:
@@ -53,7 +54,7 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
         *broker_arguments(rabbitmq, target, "destination-"), "--no-progress",
     ]  # fmt: skip
     version = parse_reported_broker_version(management.overview()["rabbitmq_version"])
-    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS)
     if version < (4, 0, 0):
         assert run.returncode == 0, run.stdout + run.stderr  # no delivery limit: nothing to fear
         return
@@ -72,6 +73,6 @@ def test_a_level_handed_back_close_to_its_delivery_limit_is_refused_on_4_0_only(
     while time.monotonic() < deadline and queue_of(management, source, level).get("delivery_limit") != "unlimited":
         time.sleep(0.5)
     assert queue_of(management, source, level)["effective_policy_definition"] == {"delivery-limit": -1}
-    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "moved 1 message(s)" in run.stdout

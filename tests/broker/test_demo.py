@@ -30,6 +30,7 @@ from servers.rabbitmq import LocalMoto, LocalRabbitMq
 from tests.broker.conftest import declared_delivery_limit_policies, settled_queues
 from tests.conftest import ALL_BROKERS, IN_CI, require_installed
 from tests.engine.conftest import BUILT_ENGINE
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 from tests.services import RABBITMQ43_ROOT, ctrl_c_as_from_a_terminal
 
 DEMO = [sys.executable, "-m", "nsb_delays.infra.cli", "demo", "--stack", "dev"]
@@ -91,7 +92,7 @@ def test_demo_measures_every_endpoint_and_delay_then_stops_its_servers(version: 
     require_installed(ALL_BROKERS[version])
     choice = ["--rabbitmq-version", version] if version == "3.10" else []
     command = [*DEMO, *choice, "--delays", "0,1,3"]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=180)
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=JOB_HANG_GUARD_SECONDS)
     assert result.returncode == 0, result.stdout + result.stderr
     flat = " ".join(result.stdout.split())  # rich wraps at 80 columns
     assert f"starting RabbitMQ {version}:" in flat
@@ -128,7 +129,7 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
         preexec_fn=ctrl_c_as_from_a_terminal,
     )
     output = ""
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + JOB_HANG_GUARD_SECONDS  # a guard against a hang only
     try:
         while after not in output and time.monotonic() < deadline:
             line = process.stdout.readline()
@@ -140,7 +141,7 @@ def test_an_interrupt_stops_the_servers_the_demo_started(signal_number: int, aft
             assert process.poll() is None and time.monotonic() < deadline, "nothing ran: the test would prove nothing"
             time.sleep(0.1)
         process.send_signal(signal_number)
-        rest, _ = process.communicate(timeout=120)  # a guard against a hang: above every wait the stop may take
+        rest, _ = process.communicate(timeout=JOB_HANG_GUARD_SECONDS)
     finally:
         if process.poll() is None:
             process.kill()
@@ -177,7 +178,7 @@ def test_demo_on_a_running_broker_of_each_version_leaves_it_running(
     vhost = new_vhost("demo")
     stack_file = dev_stack_file(tmp_path, vhost)
     command = [*DEMO[:-2], "--stack", str(stack_file), "--delays", "0,2", *given_broker(rabbitmq)]
-    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=JOB_HANG_GUARD_SECONDS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"RabbitMQ {rabbitmq.management_url} (given; the demo leaves it running)" in result.stdout
     assert "verify: 0 drift(s)" in " ".join(result.stdout.split()), result.stdout  # rich wraps at 80 columns

@@ -38,6 +38,7 @@ from nsb_delays.stack.config import parse_stack_config
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.nservicebus_declarations import declare_endpoint
 from tests.broker.test_delays_moves import CLI, broker_arguments
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 from tests.provisioning import provision_rabbitmq
 
 # Gone's queue is deleted before its messages are sent: the delay graph routes by the delay's bits alone and reaches
@@ -67,7 +68,7 @@ class Case:
 
 def cli(rabbitmq: LocalRabbitMq, vhost: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [*CLI, *args[:2], *broker_arguments(rabbitmq, vhost), *args[2:]]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS)
 
 
 def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool, until: Callable[[dict], bool] = lambda _r: True) -> dict:
@@ -76,7 +77,10 @@ def status(rabbitmq: LocalRabbitMq, vhost: str, wanted: bool, until: Callable[[d
     deadline = time.monotonic() + STATS_WAIT_SECONDS
     while True:
         run = subprocess.run(
-            [*CLI, "status", *broker_arguments(rabbitmq, vhost), "--json"], capture_output=True, text=True, timeout=60
+            [*CLI, "status", *broker_arguments(rabbitmq, vhost), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=JOB_HANG_GUARD_SECONDS,
         )
         report = json.loads(run.stdout)
         assert run.returncode == (1 if report["stuck"] else 0), run.stderr

@@ -28,6 +28,7 @@ import pytest
 
 from nsb_delays.infra.commands.demo.servers import HOST, free_port, wait_until
 from tests.conftest import unavailable
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 
 PROJECT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
@@ -108,7 +109,9 @@ def chromium(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         unavailable("chromium is not installed (make setup installs Debian's chromium)")
     profile = cwd / "chromium-profile"
     command = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *arguments]
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS, stdin=subprocess.DEVNULL
+    )
     if result.returncode != 0:
         pytest.fail(f"chromium exited {result.returncode}:\n{result.stderr[-3000:]}", pytrace=False)
     return result

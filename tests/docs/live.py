@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from nsb_delays.infra.commands.demo.servers import HOST
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 from tests.services import ctrl_c_as_from_a_terminal
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -362,7 +363,7 @@ class Run:
         return f"`{self.command}` exited {self.returncode}:\n{self.output[-SHOWN_OUTPUT:]}"
 
 
-def run_bash(scene: Scene, script: str, timeout: float = 600) -> Run:
+def run_bash(scene: Scene, script: str, timeout: float = JOB_HANG_GUARD_SECONDS) -> Run:
     """The script as a reader pastes it into bash: stopping at the first command that fails."""
     if scene.interrupt_when is not None:
         return run_interrupted(scene, script, scene.interrupt_when, timeout)

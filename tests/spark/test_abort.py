@@ -15,6 +15,7 @@ import pytest
 from nsb_delays.pipeline.faults import Fault
 from nsb_delays.pipeline.ledger import DISPATCHED, STATE_TABLE, BatchOutcome, Ledger, LedgerError, conninfo_from_jdbc
 from nsb_delays.pipeline.migration import RunOptions, abort_migration, run_migration
+from tests.jobs import wait_for_fault_point
 from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 ROWS, BATCH_SIZE = 900, 100
@@ -110,10 +111,7 @@ def test_abort_is_refused_while_the_run_lives_and_works_once_it_is_gone(
          "--no-progress", "--fault", f"after-hide:1:hang:{marker}"],
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while not marker.exists() and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.exists(), "the run never finished hiding"
+        assert wait_for_fault_point(marker, lambda: job.poll() is None), "the run ended before it finished hiding"
         ((run_id,),) = ledger_rows(postgres.dsn, f'select "MigrationRunId" from "{STATE_TABLE}" '
                                                  'where "SourceTable" = %s', (source.layout.table,))  # fmt: skip
         with pytest.raises(

@@ -33,6 +33,7 @@ from nsb_delays.infra.cli import cli
 from nsb_delays.pipeline.ledger import STATE_TABLE
 from tests.bad_inputs import CLEAN_ENVIRONMENT, Case, assert_refused, closed_port, snapshot, write_files
 from tests.conftest import vhost_factory
+from tests.jobs import JOB_HANG_GUARD_SECONDS, wait_for_fault_point
 from tests.services import ctrl_c_as_from_a_terminal
 from tests.spark.conftest import (
     BrokerVhost,
@@ -323,10 +324,8 @@ def test_a_node_lost_mid_run_is_reported_and_the_run_carries_on_from_the_next(
     outcome: dict[str, object] = {}
     runner = threading.Thread(target=lambda: outcome.update(result=invoke(world, ["migrate", "run", *args], tmp_path)))
     runner.start()
+    assert wait_for_fault_point(marker, runner.is_alive), f"the run never reached its first batch: {outcome}"
     deadline = time.monotonic() + 180
-    while not marker.exists() and runner.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), f"the run never reached its first batch: {outcome}"
     listing = (
         f"{world.broker.broker.management_url}/api/vhosts/{urllib.parse.quote(world.broker.vhost, safe='')}/connections"
     )
@@ -339,7 +338,7 @@ def test_a_node_lost_mid_run_is_reported_and_the_run_carries_on_from_the_next(
     for name in connections:
         api.delete(f"{world.broker.broker.management_url}/api/connections/{urllib.parse.quote(name, safe='')}")
     marker.unlink()
-    runner.join(180)
+    runner.join(JOB_HANG_GUARD_SECONDS)
     result = outcome["result"]
     assert connections, "no publisher connection to close"
     assert result.exit_code == 0, result.output
@@ -387,13 +386,10 @@ def test_ctrl_c_reports_the_run_and_both_commands_then_exits_130(spark, world: W
     job = subprocess.Popen(command, cwd=world.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal)  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while not marker.exists():
-            assert job.poll() is None, job.stdout.read().decode() if job.stdout else ""
-            assert time.monotonic() < deadline, "the run never reached its second batch"
-            time.sleep(0.05)
+        reached = wait_for_fault_point(marker, lambda: job.poll() is None)
+        assert reached, job.stdout.read().decode() if job.stdout else ""
         os.killpg(job.pid, signal.SIGINT)
-        output = job.communicate(timeout=60)[0].decode()
+        output = job.communicate(timeout=JOB_HANG_GUARD_SECONDS)[0].decode()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)

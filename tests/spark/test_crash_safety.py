@@ -6,11 +6,11 @@ that was in flight (not yet marked in the ledger) when the run died, and carries
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from nsb_delays.infra import spark_job
 from nsb_delays.pipeline.ledger import PENDING, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
+from tests.jobs import wait_for_fault_point
 from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -51,18 +52,17 @@ def spark_submit(arguments: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def kill_when_marked(process: subprocess.Popen[bytes], marker: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if process.poll() is not None:
-            output = process.stdout.read().decode(errors="replace") if process.stdout else ""
-            pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
-        if time.monotonic() > deadline:
+def kill_when_marked(process: subprocess.Popen[bytes], marker: Path) -> None:
+    """SIGKILL the job's whole process group once it hangs at its fault point (``marker`` written)."""
+    try:
+        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail("the job never reached its fault point")
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
+    if not reached:
+        output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+        pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))

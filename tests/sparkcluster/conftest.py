@@ -8,6 +8,7 @@ executors get nsb_delays from the zip the README tells users to ship, and nothin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from nsb_delays.infra import spark_job
 from tests.conftest import serve
+from tests.jobs import JOB_HANG_GUARD_SECONDS, wait_for_fault_point
 from tests.services import (
     POSTGRES_JDBC_JAR,
     LocalSparkCluster,
@@ -112,7 +114,7 @@ def spark_submit(cluster: LocalSparkCluster, package: Path, command: str, argume
     )  # fmt: skip
 
 
-def finished(process: subprocess.Popen[bytes], timeout: float = 300) -> tuple[int, str]:
+def finished(process: subprocess.Popen[bytes], timeout: float = JOB_HANG_GUARD_SECONDS) -> tuple[int, str]:
     """Wait for the job; its exit code and output without Spark's own INFO/WARN log lines."""
     try:
         output, _ = process.communicate(timeout=timeout)
@@ -134,18 +136,16 @@ def _spark_log_line(line: str) -> bool:
     )
 
 
-def kill_when_marked(process: subprocess.Popen[bytes], marker: Path, timeout: float = 240) -> None:
+def kill_when_marked(process: subprocess.Popen[bytes], marker: Path) -> None:
     """SIGKILL the driver's process group once an executor wrote ``marker`` (the fault's hang point)."""
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if process.poll() is not None:
-            _, output = finished(process)
-            pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
-        if time.monotonic() > deadline:
+    try:
+        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail("the job never reached its fault point")
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
+    if not reached:
+        _, output = finished(process)
+        pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
     process.wait(30)
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from nsb_delays.infra.commands.demo.servers import free_port
 from nsb_delays.pipeline.ledger import STATE_TABLE
+from tests.jobs import JOB_HANG_GUARD_SECONDS, wait_for_fault_point
 from tests.services import SPARK_CONNECT_VENV
 from tests.spark.conftest import ledger_rows, timeout, utc_now
 from tests.spark.test_run_mysql import create_mysql_sql_persistence_table, insert_mysql_timeouts, mysql_rows
@@ -128,7 +129,7 @@ def test_an_interrupted_remote_run_reports_ends_and_resumes(
     if fault_point == "connect":  # interrupted before anything was hidden: the legacy table is as it was
         assert legacy_ids(postgres, run.table) == run.original
     os.kill(job.pid, stop)
-    code, output = finished(job, timeout=120)
+    code, output = finished(job)
     assert code == 130 and said in output, output
 
     code, output = finished(connect_client(spark_connect, "run", arguments))
@@ -155,7 +156,7 @@ def test_a_commands_connect_session_is_closed_so_that_exiting_sends_nothing(spar
     its session in a ``finally``: an interrupted run once did not exit within 300 s after its report."""
     result = subprocess.run(
         [str(spark_connect.client_python), "-c", CLOSE_AFTER_A_QUERY, spark_connect.url],
-        cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=240,
+        cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "closed", result.stderr[-2000:]
 
@@ -202,7 +203,7 @@ def test_a_run_resumed_after_its_client_was_killed_sends_no_batch_the_old_tasks_
         os.kill(old.pid, signal.SIGKILL)
         assert finished(old)[0] == -signal.SIGKILL
         resumed = connect_client(spark_connect, "run", arguments)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + JOB_HANG_GUARD_SECONDS  # a guard against a hang only
         while not ledger_rows(postgres.dsn, CLAIM_WAITS)[0][0]:
             assert resumed.poll() is None, finished(resumed)[1][-3000:]
             assert time.monotonic() < deadline, "the resumed run's task never met the old task's claim"
@@ -228,12 +229,14 @@ def test_a_run_resumed_after_its_client_was_killed_sends_no_batch_the_old_tasks_
     )
 
 
-def wait_for_marker(process: subprocess.Popen[bytes], marker, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        assert process.poll() is None, finished(process)[1][-3000:]
-        assert time.monotonic() < deadline, "the run never reached its fault point"
-        time.sleep(0.05)
+def wait_for_marker(process: subprocess.Popen[bytes], marker) -> None:
+    try:
+        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # hung: ended here, not left behind the test
+        raise
+    if not reached:
+        pytest.fail(f"the run ended before its fault point:\n{finished(process)[1][-3000:]}")
 
 
 def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server(postgres, timeout_table) -> None:
@@ -249,7 +252,7 @@ def test_remote_is_refused_up_front_without_a_connect_client_or_without_a_server
         result = subprocess.run(
             [str(python), "-m", "nsb_delays.infra.spark_job", "run", *source_arguments(postgres, "ConnectRefused"), *target,
              "--remote", remote],
-            cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=120,
+            cwd=PROJECT, env=submit_environment(), capture_output=True, text=True, timeout=JOB_HANG_GUARD_SECONDS,
         )  # fmt: skip
         assert result.returncode == 2, result.stdout + result.stderr
         assert f"--remote {remote}: {reason}" in result.stderr and "nothing was changed" in result.stderr, result.stderr

@@ -100,7 +100,7 @@ def test_the_block_migrates_every_timeout_of_sales(
 
     began = time.monotonic()
     with connect_server_stopped(scene):
-        run = run_bash(scene, script, timeout=480)
+        run = run_bash(scene, script)
     seconds = time.monotonic() - began
     assert run.returncode == 0, f"{block.where}: {run.explain()}"
     assert re.search(rf"\(started\): {DUE + LATER} of {DUE + LATER} dispatched .*, completed", run.output), (
