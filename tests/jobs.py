@@ -3,6 +3,10 @@ ends the wait, so a loaded machine passes as a quiet one does."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,3 +30,23 @@ def wait_for_fault_point(marker: Path, running: Callable[[], bool], guard: float
             pytest.fail(f"the job neither reached its fault point ({marker.name}) nor ended in {guard:.0f} s: it hung")
         time.sleep(0.05)
     return True
+
+
+def job_output(process: subprocess.Popen[bytes]) -> str:
+    """What an ended job printed (its output piped to the test)."""
+    return process.stdout.read().decode(errors="replace") if process.stdout else ""
+
+
+def kill_when_marked(
+    process: subprocess.Popen[bytes], marker: Path, output: Callable[[subprocess.Popen[bytes]], str] = job_output
+) -> None:
+    """SIGKILL the job's whole process group (driver, JVM, workers) once it hangs at its fault point (``marker``
+    written); a job that ended before it fails the test with its ``output``."""
+    try:
+        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    if not reached:
+        pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output(process)[-3000:]}")

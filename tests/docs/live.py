@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import yaml
 
 from nsb_delays.infra.commands.demo.servers import HOST
-from tests.jobs import JOB_HANG_GUARD_SECONDS
+from tests.jobs import JOB_HANG_GUARD_SECONDS, wait_for_fault_point
 from tests.services import ctrl_c_as_from_a_terminal
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -391,10 +390,7 @@ def run_interrupted(scene: Scene, script: str, marker: Path, timeout: float) -> 
     afterwards (the task the test hook holds) is killed."""
     job = subprocess.Popen(**reader_shell(scene, script), start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal)
     try:
-        deadline = time.monotonic() + timeout
-        while not marker.exists() and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if marker.exists():
+        if wait_for_fault_point(marker, lambda: job.poll() is None, guard=timeout):
             os.killpg(job.pid, signal.SIGINT)
         output = job.communicate(timeout=timeout)[0]
     finally:

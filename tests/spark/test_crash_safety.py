@@ -6,9 +6,7 @@ that was in flight (not yet marked in the ledger) when the run died, and carries
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +17,7 @@ from nsb_delays.infra import spark_job
 from nsb_delays.pipeline.ledger import PENDING, STATE_TABLE
 from nsb_delays.pipeline.migration import RunOptions, run_migration
 from nsb_delays.pipeline.spark import POSTGRES_JDBC_JAR
-from tests.jobs import wait_for_fault_point
+from tests.jobs import kill_when_marked
 from tests.spark.conftest import ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -50,19 +48,6 @@ def spark_submit(arguments: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         command, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-
-
-def kill_when_marked(process: subprocess.Popen[bytes], marker: Path) -> None:
-    """SIGKILL the job's whole process group once it hangs at its fault point (``marker`` written)."""
-    try:
-        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    if not reached:
-        output = process.stdout.read().decode(errors="replace") if process.stdout else ""
-        pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))

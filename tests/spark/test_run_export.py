@@ -24,8 +24,9 @@ from nsb_delays.infra.commands.migrate.group import migrate
 from nsb_delays.pipeline.ledger import COMPLETED, DISPATCHED, STATE_TABLE, LedgerError
 from nsb_delays.pipeline.migration import RunOptions, export_ledger_source, run_migration
 from nsb_delays.pipeline.sources import BAD_HEADERS, MISSING_DESTINATION, MISSING_ID, ExportSource, read_export
+from tests.jobs import kill_when_marked
 from tests.spark.conftest import StoredTimeout, ledger_rows, timeout, utc_now, wait_for_the_run_lock_to_be_free
-from tests.spark.test_crash_safety import kill_when_marked, spark_submit
+from tests.spark.test_crash_safety import spark_submit
 
 ENDPOINTS = ["Sales", "Billing"]
 ROWS = 300

@@ -8,7 +8,6 @@ executors get nsb_delays from the zip the README tells users to ship, and nothin
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -20,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.infra import spark_job
+from tests import jobs
 from tests.conftest import serve
-from tests.jobs import JOB_HANG_GUARD_SECONDS, wait_for_fault_point
+from tests.jobs import JOB_HANG_GUARD_SECONDS
 from tests.services import (
     POSTGRES_JDBC_JAR,
     LocalSparkCluster,
@@ -137,16 +137,9 @@ def _spark_log_line(line: str) -> bool:
 
 
 def kill_when_marked(process: subprocess.Popen[bytes], marker: Path) -> None:
-    """SIGKILL the driver's process group once an executor wrote ``marker`` (the fault's hang point)."""
-    try:
-        reached = wait_for_fault_point(marker, lambda: process.poll() is None)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    if not reached:
-        _, output = finished(process)
-        pytest.fail(f"the job ended ({process.returncode}) before reaching its fault point:\n{output[-3000:]}")
-    process.wait(30)
+    """SIGKILL the driver's process group once an executor wrote ``marker`` (the fault's hang point); a job that
+    ended before it fails the test with its output, Spark's own log lines left out."""
+    jobs.kill_when_marked(process, marker, output=lambda ended: finished(ended)[1])
 
 
 def wait_for_executors_to_go(cluster: LocalSparkCluster, timeout: float = 120) -> float:
