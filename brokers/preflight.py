@@ -133,7 +133,7 @@ def preflight_rabbitmq(
     version = parse_reported_broker_version(reported)
     statistics = not overview.get("disable_stats", False)
     records, matcher = read_records(api, config, version, statistics)
-    users = {user.receiving_queues[0]: user for user in config.users}
+    users = {user.endpoint: user.settings for user in config.users}
     checked = [e for e in config.endpoints if makes_http_calls(e, users.get(e.endpoint))]
     watched = [
         _Watched(queue, logins[endpoint.endpoint], _expected(records, matcher, queue), endpoint.transport)

@@ -3,9 +3,9 @@ and a refusal shown as Pulumi shows a bad input (the input's name and the rule, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pulumi
 
@@ -42,11 +42,43 @@ def refusals_as_input_errors(component: str, name: str) -> Iterator[None]:
         raise InputsRefused(f"{component} {name!r}: {error}") from None
 
 
+class Checked(dict[str, Any]):
+    """A component's args as they are handed to it already checked: a transport's by the program (its stack file's
+    plan, checked by the stack config's parser), a lower component's by its transport (each part of the plan it
+    declares). The component takes ``settings`` as they are and checks nothing again. The mapping holds, under their
+    Args' keys, only the Pulumi inputs no settings carry (another resource's output, a secret); ``shared`` is what the
+    transport gives each of its children alike (the vhost's policy order, its children's objects by name)."""
+
+    def __init__(self, settings: object, inputs: Mapping[str, Any] | None = None, shared: Any = None) -> None:
+        super().__init__(inputs or {})
+        self.settings = settings
+        self.shared = shared
+
+
+A = TypeVar("A", bound=Mapping[str, Any])
+
+
+def handed(args_type: type[A], settings: object, inputs: Mapping[str, Any] | None = None, shared: Any = None) -> A:
+    """``Checked`` args, given where a component takes its ``<Component>Args`` (a dict at run time, as they are)."""
+    return cast(A, Checked(settings, inputs, shared))
+
+
 def settings_of_args(
-    settings_type: type[S], component: str, name: str, args: Mapping[str, Any], pulumi_inputs: tuple[str, ...] = ()
+    settings_type: type[S],
+    component: str,
+    name: str,
+    args: Mapping[str, Any],
+    pulumi_inputs: tuple[str, ...] = (),
+    check: Callable[[S], object] | None = None,
 ) -> S:
-    """``args`` (the component's ``<Component>Args``) as ``settings_type``; an input the component does not take is
-    refused by name, as a type checker would (a Python program's typo is not silently ignored)."""
+    """``args`` (the component's ``<Component>Args``) as ``settings_type``, checked: an input the component does not
+    take is refused by name, as a type checker would (a Python program's typo is not silently ignored), each value
+    against its declaration, then ``check`` (what the declarations' types do not say). Args handed ``Checked`` are
+    taken as they are."""
+    if isinstance(args, Checked):
+        if not isinstance(args.settings, settings_type):
+            raise TypeError(f"{component} {name!r} was handed {type(args.settings).__name__}, not {settings_type}")
+        return args.settings
     known = {*model_settings.fields_of(settings_type), *pulumi_inputs}
     with refusals_as_input_errors(component, name):
         unknown = sorted(set(args) - known)
@@ -55,7 +87,10 @@ def settings_of_args(
                 [(key, f"unknown input (known: {', '.join(sorted(map(model_settings.camel_case, known)))})")
                  for key in unknown]
             )  # fmt: skip
-        return model_settings.settings_from(settings_type, wire_values(settings_type, args))
+        settings = model_settings.settings_from(settings_type, wire_values(settings_type, args))
+        if check is not None:
+            check(settings)
+        return settings
 
 
 def wire_values(settings_type: type[Any], args: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ key comes from the model, every provider encoding from ``components.encoding``: 
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
 from collections.abc import Mapping
-from typing import Any, ClassVar, Optional, Self
+from typing import Any, Optional, Self
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
@@ -21,7 +21,7 @@ from .args import (
     RabbitMqSharedQueuesArgs,
 )
 from .encoding import arguments_json, binding_import_id, import_id, policy_definition, queue_arguments_field
-from .inputs import refusals_as_input_errors, settings_of_args
+from .inputs import Checked, refusals_as_input_errors, settings_of_args
 from .model.rabbitmq.arguments import queue_arguments_as_stored
 from .model.rabbitmq.graph import ALTERNATE_EXCHANGE_POLICY_KEY
 from .model.rabbitmq.names import delivery_exchange_name, endpoint_binding_key, parking_name
@@ -58,29 +58,22 @@ def queue_settings(queue: QueueSpec, broker_version: str) -> rabbitmq.QueueSetti
     return rabbitmq.QueueSettingsArgs(durable=queue.durable, auto_delete=queue.auto_delete)
 
 
-class PolicyChain:
-    """Each policy a program declares in a vhost waits for the one declared before it: one policy change at a time.
+class SharedVhost:
+    """What the components of one transport share in its vhost, held by the transport (a lower component used on its
+    own holds its own): the order of its policy changes, and the exchanges and queues its children declared so far,
+    by name, for the policies of a later child to wait for.
 
-    On each policy change the broker reads the vhost's policies, then recomputes and writes the policy of every
-    exchange and queue (rabbitmq-server ``deps/rabbit/src/rabbit_policy.erl``, ``update_matched_objects``:
-    ``list(VHost)``, then ``rabbit_db_policy:update``), so two changes at once can each write a result computed
-    without the other.
+    Each policy waits for the one declared before it in the vhost, one policy change at a time: on each change the
+    broker reads the vhost's policies, then recomputes and writes the policy of every exchange and queue
+    (rabbitmq-server ``deps/rabbit/src/rabbit_policy.erl``, ``update_matched_objects``: ``list(VHost)``, then
+    ``rabbit_db_policy:update``), so two changes at once can each write a result computed without the other.
     Measured on a three-node RabbitMQ 4.0.5 cluster: of four ``pulumi up`` of the dev stack into new vhosts, one left
     exchange ``Billing`` without its alternate-exchange policy although the policy existed (``rabbitmqctl
-    list_exchanges name policy``: none); with the chain, 12 of 12 left none. Keyed by the program's run (its stack
-    resource, a new one per run) and the vhost."""
+    list_exchanges name policy``: none); with the chain, 12 of 12 left none."""
 
-    last: ClassVar[dict[str, tuple[object, rabbitmq.Policy]]] = {}
-
-    @classmethod
-    def after(cls, vhost: str) -> list[pulumi.Resource]:
-        run, previous = cls.last.get(vhost, (None, None))
-        return [previous] if previous is not None and run is pulumi.runtime.get_root_resource() else []
-
-    @classmethod
-    def add(cls, vhost: str, policy: rabbitmq.Policy) -> rabbitmq.Policy:
-        cls.last[vhost] = (pulumi.runtime.get_root_resource(), policy)
-        return policy
+    def __init__(self) -> None:
+        self.last_policy: rabbitmq.Policy | None = None
+        self.objects: dict[str, rabbitmq.Exchange | rabbitmq.Queue] = {}
 
 
 class Declared:
@@ -109,8 +102,10 @@ class Declared:
         protect_delay_queues: bool = False,
         retain_on_delete: bool = False,
         exchange_names: Mapping[str, pulumi.Input[str]] | None = None,
+        shared: SharedVhost | None = None,
     ) -> None:
         self.component = component
+        self.shared = shared if shared is not None else SharedVhost()
         self.name = name
         self.vhost = where.vhost
         self.broker_version = where.broker_version
@@ -125,10 +120,10 @@ class Declared:
 
     def declare(self, topology: Topology) -> Self:
         for exchange in topology.exchanges:
-            self.exchanges[exchange.name] = self.exchange(exchange)
+            self.exchanges[exchange.name] = self.shared.objects[exchange.name] = self.exchange(exchange)
             self.names[exchange.name] = self.exchanges[exchange.name].name
         for queue in topology.queues:
-            self.queues[queue.name] = self.queue(queue)
+            self.queues[queue.name] = self.shared.objects[queue.name] = self.queue(queue)
         self.bindings = [self.binding(binding) for binding in topology.bindings]
         self.policies = {policy.name: self.policy(policy) for policy in topology.policies}
         return self
@@ -187,13 +182,17 @@ class Declared:
         )
 
     def policy(self, policy: PolicySpec) -> rabbitmq.Policy:
-        local = [self.queues.get(name) or self.exchanges.get(name) for name in policy.targets]
+        """Declared after the objects it applies to (on RabbitMQ 4.3, a quorum queue declared while its delivery-limit
+        policy is created may keep the default limit: ``RabbitMqTransport``), each named once, and after the vhost's
+        policy before it (``SharedVhost``)."""
+        targets = [self.shared.objects.get(name) for name in policy.targets]
         definition: dict[str, pulumi.Input[str]] = {**policy_definition(policy.definition)}
         alternate = definition.get(ALTERNATE_EXCHANGE_POLICY_KEY)
         if isinstance(alternate, str) and alternate in self.names:
             definition[ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
-        waits_for = [*(target for target in local if target is not None), *PolicyChain.after(self.vhost)]
-        declared = rabbitmq.Policy(
+        previous = self.shared.last_policy
+        waits_for = [*(target for target in targets if target is not None), *([previous] if previous else [])]
+        self.shared.last_policy = rabbitmq.Policy(
             f"{self.name}-{policy.name}",
             name=policy.name,
             vhost=self.vhost,
@@ -202,45 +201,30 @@ class Declared:
             ),
             opts=self.options(policy, import_id(policy.name, self.vhost), depends_on=waits_for),
         )
-        return PolicyChain.add(self.vhost, declared)
-
-
-class CheckedNames:
-    """The outputs ``named`` made in this program run, by the output given and the check: a transport gives each of
-    its endpoints the same two graph outputs, and one apply per output serves them all, not one per endpoint."""
-
-    run: ClassVar[object] = None
-    made: ClassVar[dict[tuple[int, str, str], tuple[pulumi.Output[str], pulumi.Output[str]]]] = {}
-
-    @classmethod
-    def get(cls, given: pulumi.Output[str], expected: str, input_name: str) -> pulumi.Output[str] | None:
-        run = pulumi.runtime.get_root_resource()
-        if cls.run is not run:
-            cls.run, cls.made = run, {}
-        made = cls.made.get((id(given), expected, input_name))
-        return made[1] if made is not None and made[0] is given else None
-
-    @classmethod
-    def add(cls, given: pulumi.Output[str], expected: str, input_name: str, checked: pulumi.Output[str]) -> None:
-        cls.made[(id(given), expected, input_name)] = (given, checked)  # the given output kept: its id stays its own
+        return self.shared.last_policy
 
 
 def named(given: pulumi.Input[str], expected: str, input_name: str) -> pulumi.Output[str]:
-    """``given`` (another component's output) once it is known to name ``expected``: a wrong exchange is refused
-    rather than bound."""
+    """``given`` (another component's output, another stack's) once it is known to name ``expected``: a wrong exchange
+    is refused rather than bound."""
 
     def check(value: str) -> str:
         if value != expected:
             raise ValueError(f"{input_name} is {value!r}, but this endpoint's generation delivers through {expected!r}")
         return value
 
-    if not isinstance(given, pulumi.Output):
-        return pulumi.Output.from_input(given).apply(check)
-    checked = CheckedNames.get(given, expected, input_name)
-    if checked is None:
-        checked = given.apply(check)
-        CheckedNames.add(given, expected, input_name, checked)
-    return checked
+    return pulumi.Output.from_input(given).apply(check)
+
+
+def shared_of(args: Mapping[str, Any]) -> SharedVhost | None:
+    """What the component's transport shares among its children, when a transport handed it its args."""
+    return args.shared if isinstance(args, Checked) else None
+
+
+def given_exchange(args: Mapping[str, Any], key: str, expected: str) -> pulumi.Input[str]:
+    """The exchange ``args[key]`` gives, checked to be ``expected`` unless a transport handed it (its own graph's, or
+    another stack's that it checked once for all its endpoints)."""
+    return args[key] if isinstance(args, Checked) else named(args[key], expected, key)
 
 
 class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
@@ -273,6 +257,7 @@ class RabbitMqDelayInfrastructure(pulumi.ComponentResource):
             name,
             settings,
             protect_delay_queues=settings.protect_delay_queues,
+            shared=shared_of(args),
         ).declare(topology)
         parking = self.resources.exchanges.get(parking_name(settings.generation))
         self.delivery_exchange = self.resources.exchanges[delivery_exchange_name(settings.generation)].name
@@ -316,17 +301,12 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
     def __init__(self, name: str, args: RabbitMqEndpointArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         component = type(self).__name__
         extras = ("delivery_exchange", "parking_exchange")
-        settings = settings_of_args(EndpointSettings, component, name, args, extras)
-        with refusals_as_input_errors(component, name):
-            topology = settings.topology()
+        settings = settings_of_args(EndpointSettings, component, name, args, extras, EndpointSettings.check)
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
+        expected = (delivery_exchange_name(settings.generation), parking_name(settings.generation))
         given = {
-            expected: named(args[key], expected, key)  # type: ignore[literal-required]  # key is one of extras
-            for key, expected in zip(
-                extras,
-                (delivery_exchange_name(settings.generation), parking_name(settings.generation)),
-                strict=True,
-            )
+            exchange: given_exchange(args, key, exchange)
+            for key, exchange in zip(extras, expected, strict=True)
             if args.get(key) is not None
         }
         self.resources = Declared(
@@ -335,7 +315,8 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
             settings,
             retain_on_delete=settings.retain_on_delete,
             exchange_names=given,
-        ).declare(topology)
+            shared=shared_of(args),
+        ).declare(settings.topology())
         self.queue_name = self.resources.queues[settings.endpoint].name
         self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
         self.delivery_binding_key = pulumi.Output.from_input(endpoint_binding_key(settings.endpoint))
@@ -374,7 +355,8 @@ class RabbitMqEndpointPolicies(pulumi.ComponentResource):
             self,
             name,
             settings,
-            exchange_names={parking: named(given, parking, "parking_exchange")} if given is not None else None,
+            exchange_names={parking: given_exchange(args, "parking_exchange", parking)} if given is not None else None,
+            shared=shared_of(args),
         ).declare(settings.topology(pulumi.get_stack()))
         self.policy_names = pulumi.Output.from_input(list(self.resources.policies))
         self.register_outputs({"policyNames": self.policy_names})
@@ -396,6 +378,7 @@ class RabbitMqSharedQueues(pulumi.ComponentResource):
             name,
             settings,
             retain_on_delete=settings.retain_on_delete,
+            shared=shared_of(args),
         ).declare(settings.topology())
         self.error_queue = self.resources.queues[settings.error_queue].name
         self.audit_queue = self.resources.queues[settings.audit_queue].name
@@ -419,7 +402,7 @@ class RabbitMqEndpointUser(pulumi.ComponentResource):
         with refusals_as_input_errors(component, name):
             if args.get("password") is None:
                 raise ValueError("password: missing (required)")
-            grants = settings.grants()
+            grants = settings.grants()  # refuses what a permission's regular expression cannot hold
         super().__init__(f"{TYPE_PREFIX}{component}", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         account = rabbitmq.User(

@@ -22,9 +22,7 @@ import pulumi
 from google.protobuf import json_format
 
 from .model.settings import PACKAGE
-from .rabbitmq import PolicyChain
 from .resource_types import SQS_QUEUE, STACK_REFERENCE
-from .transports import OnePerStack
 
 PROJECT = PACKAGE
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # how the engine marks a secret value
@@ -179,9 +177,6 @@ def record(
     """
     if threading.current_thread().name.startswith(_RECORDER_NAME):  # before anything of the outer one is reset
         raise RuntimeError("record() was called inside a recording's build: record each program on its own")
-    # runs under mocks in one process share their stack resource: one chain, one transport of each kind per recording
-    PolicyChain.last.clear()
-    OnePerStack.seen.clear()
     monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
 
     def run() -> None:

@@ -1,21 +1,24 @@
 """One component per transport: ``RabbitMqTransport`` and ``SqsTransport``, each a whole section of the stack config
-(``nsb-delays:rabbitmq``, ``nsb-delays:sqs``) in snake_case, composed once, in the order the broker needs.
+(``nsb-delays:rabbitmq``, ``nsb-delays:sqs``) in snake_case, declared as many times as a program needs (a vhost
+each, a broker each through its provider).
 
 Each checks its section where it enters, by the stack config's own parser (``stack/parsing.py``: every problem at
-once, each named by its input), and declares the lower-level components (``rabbitmq.py``, ``sqs.py``) as its children.
-The project's program is these two components (``infra/program.py``); a YAML or TypeScript program declares the same
-through the component provider (``provider.py``).
+once, each named by its input), or takes it ``Checked`` from a program that parsed the stack file already; and
+declares the lower-level components (``rabbitmq.py``, ``sqs.py``) as its children, handing each its part of the plan,
+checked, and what they share (``SharedVhost``). Its children are named from its own name, as Pulumi's components do
+(pulumi-awsx's ``Vpc``: ``${name}-…``), so two transports never share a name, and nothing lives outside the instance.
 
-The children keep the names the program gave them when it declared them itself, with an alias to their former
-parent, the stack: a stack deployed by that program sees no change (pulumi/pulumi ``sdk/python/lib/pulumi/resource.py``
-``Alias``: ``parent=ROOT_STACK_RESOURCE``, "the prior name ... parented directly by the stack"). So their names are
-the stack's: one transport of each kind per stack, as the stack config has one section of each.
+The project's program is these two components, named ``rabbitmq`` and ``sqs`` (``infra/program.py``); a YAML or
+TypeScript program declares the same through the component provider (``provider.py``). Stacks deployed by the release
+before named some children for the stack, one transport per stack: a transport of the program's name keeps those
+names as aliases (``FORMER_NAMES``), so those stacks see no change.
 """
 
 # No `from __future__ import annotations`: Pulumi's analyzer reads the annotations (args, outputs) as types.
+import dataclasses
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar, Optional, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import pulumi
 
@@ -27,24 +30,14 @@ from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointPoliciesSettings,
     EndpointSettings,
-    EndpointUserSettings,
     SharedQueuesSettings,
 )
 from nsb_delays.stack.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
-from nsb_delays.stack.plan import RabbitMqConfig, RabbitMqPart, SqsConfig
+from nsb_delays.stack.plan import PlannedUser, RabbitMqConfig, RabbitMqPart, SqsConfig
 
-from .args import (
-    RabbitMqDelayInfrastructureArgs,
-    RabbitMqEndpointArgs,
-    RabbitMqEndpointPoliciesArgs,
-    RabbitMqEndpointUserArgs,
-    RabbitMqSharedQueuesArgs,
-    RabbitMqTransportArgs,
-    SqsEndpointArgs,
-    SqsTransportArgs,
-)
-from .inputs import InputsRefused
-from .model.settings import camel_case, values_of
+from .args import RabbitMqTransportArgs, SqsEndpointArgs, SqsTransportArgs
+from .inputs import Checked, InputsRefused, handed
+from .model.settings import camel_case
 from .rabbitmq import (
     TYPE_PREFIX,
     RabbitMqDelayInfrastructure,
@@ -52,26 +45,29 @@ from .rabbitmq import (
     RabbitMqEndpointPolicies,
     RabbitMqEndpointUser,
     RabbitMqSharedQueues,
+    SharedVhost,
+    named,
 )
 from .sqs import SqsEndpoint
 
-A = TypeVar("A")
 Passwords = Mapping[str, pulumi.Input[str]]
 
 GRAPH_OUTPUTS = ("rabbitmqDeliveryExchange", "rabbitmqParkingExchange")
 """What a stack that declares the delay graph exports for the stacks of endpoints that reference it (``graphStack``)."""
+
+PROGRAM_NAMES = {"RabbitMqTransport": "rabbitmq", "SqsTransport": "sqs"}
+"""The name the project's program gives each transport (``infra/program.py``), as the release before did."""
+
+FORMER_NAMES = {"graph": "delays-{generation}", "shared queues": "shared-queues", "policies": "endpoint-policies"}
+"""The children the release before named for the stack (one transport per stack), by what they are: a
+``RabbitMqTransport`` of the program's name keeps them as aliases. Its endpoints and users kept their names
+(``rabbitmq-<endpoint>``, ``rabbitmq-user-<user>``), as do the SQS transport's (``sqs-<queue>``)."""
 
 
 def graph_outputs(plan: RabbitMqConfig) -> dict[str, str | None]:
     """The names a graph stack of ``plan``'s generation exports as ``GRAPH_OUTPUTS`` (parking: only with it)."""
     parking = parking_name(plan.generation) if plan.infrastructure.park_unroutable else None
     return dict(zip(GRAPH_OUTPUTS, (delivery_exchange_name(plan.generation), parking), strict=True))
-
-
-def args_of(args_type: type[A], settings: object, **given: Any) -> A:
-    """A lower component's args from its settings in the plan (its Args' keys are the settings' fields: generated from
-    them), plus what only a program has (``given``: other resources' outputs, a secret)."""
-    return args_type(**(values_of(settings) | given))
 
 
 _INPUT_PATH = re.compile(r"[\w.\[\]]+")  # what a problem names first: endpoints[1].user.sends_to
@@ -91,33 +87,11 @@ def refused(component: str, name: str, error: ConfigError) -> InputsRefused:
     )
 
 
-class OnePerStack:
-    """The transports of the running program: a second of a kind would give its children the first one's names."""
-
-    seen: ClassVar[dict[str, object]] = {}
-
-    @classmethod
-    def claim(cls, component: str, name: str) -> None:
-        run = pulumi.runtime.get_root_resource()
-        if run is not None and cls.seen.get(component) is run:
-            raise InputsRefused(
-                f"{component} {name!r}: a stack declares one {component} (its children are named for the stack, as "
-                "the stack config's one section names them); declare each vhost or account in a stack of its own"
-            )
-        cls.seen[component] = run
-
-
-def child_options(parent: pulumi.Resource, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-    """A lower component under its transport, known by its former place too: a child of the stack itself."""
-    return pulumi.ResourceOptions(
-        parent=parent, depends_on=depends_on, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)]
-    )
-
-
 class RabbitMqTransport(pulumi.ComponentResource):
-    """A whole RabbitMQ stack from one section: the delay graph (or, with ``declares_graph`` false, another stack's,
+    """A whole RabbitMQ section in one vhost: the delay graph (or, with ``declares_graph`` false, another stack's,
     found by ``graph_stack``), the shared ``error`` and ``audit`` queues, every endpoint with its user, and the
-    combined delivery-limit and parking policies of the endpoints, declared after the endpoints' queues.
+    combined delivery-limit and parking policies of the endpoints, declared after the endpoints' queues. Its children
+    are named ``<name>-…``: declare one per vhost or broker (a broker through its provider: ``opts``).
 
     ``args`` is the ``nsb-delays:rabbitmq`` section in snake_case; an endpoint may be given by its name alone, and an
     endpoint's ``user`` gives its ``password`` (a secret) where a stack file names its config key."""
@@ -134,30 +108,17 @@ class RabbitMqTransport(pulumi.ComponentResource):
     """Each endpoint user's name, by user (with endpoint users)."""
 
     def __init__(self, name: str, args: RabbitMqTransportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        try:
-            plan, passwords = parse_rabbitmq_inputs(args, pulumi.get_stack())
-        except ConfigError as error:
-            raise refused(type(self).__name__, name, error) from None
-        self._declare(name, plan, passwords, opts)
-
-    @classmethod
-    def from_plan(
-        cls, name: str, plan: RabbitMqConfig, passwords: Passwords, opts: pulumi.ResourceOptions | None = None
-    ) -> "RabbitMqTransport":
-        """The transport of a section already checked into its plan (the program's, with the whole stack config),
-        each endpoint user's password by its key (``plan.password_keys``)."""
-        transport = cls.__new__(cls)
-        transport._declare(name, plan, passwords, opts)
-        return transport
-
-    def _declare(
-        self, name: str, plan: RabbitMqConfig, passwords: Passwords, opts: pulumi.ResourceOptions | None
-    ) -> None:
-        OnePerStack.claim(type(self).__name__, name)
+        """``args`` handed ``Checked`` by a program carry the section's plan (``RabbitMqConfig``) and ``passwords``,
+        each endpoint user's password by its ``password_key``."""
+        if isinstance(args, Checked) and isinstance(args.settings, RabbitMqConfig):
+            plan, passwords = args.settings, args["passwords"]
+        else:
+            try:
+                plan, passwords = parse_rabbitmq_inputs(args, pulumi.get_stack())
+            except ConfigError as error:
+                raise refused(type(self).__name__, name, error) from None
         super().__init__(f"{TYPE_PREFIX}{type(self).__name__}", name, None, opts)
-        declared = _Declared(self, plan, passwords)
-        for part in plan.parts:  # what the section declares, in its order: the plan's one list of it
-            declared.part(part)
+        declared = _Declared(self, name, plan, passwords)
         outputs = declared.outputs()
         self.stack_outputs = outputs
         delivery, parking = GRAPH_OUTPUTS
@@ -171,95 +132,113 @@ class RabbitMqTransport(pulumi.ComponentResource):
 
 
 class _Declared:
-    """A ``RabbitMqTransport``'s children as it declares them, part by part, each wired to what it needs from the
-    parts before it: an endpoint to the delay graph's exchanges (outputs it waits for), the policies to the endpoints'
-    queues, a user to its endpoint's."""
+    """A ``RabbitMqTransport``'s children as it declares them, in the plan's order, each handed its settings and wired
+    to what it uses of the children before it: an endpoint to the delay graph's exchanges (outputs it takes, so its
+    delivery bindings wait for them), the combined policies to the queues and exchanges they apply to, a user to the
+    queues it uses. Nothing else waits: an endpoint does not wait for the whole graph."""
 
-    def __init__(self, transport: RabbitMqTransport, plan: RabbitMqConfig, passwords: Passwords) -> None:
+    def __init__(self, transport: RabbitMqTransport, name: str, plan: RabbitMqConfig, passwords: Passwords) -> None:
         self.transport = transport
+        self.name = name
         self.plan = plan
         self.passwords = passwords
-        # each user's password key by the user's name (unique in a section), not by its place among the parts
-        self.password_key = dict(zip((user.user for user in plan.users), plan.password_keys, strict=True))
+        self.shared = SharedVhost()
         self.exchanges: dict[str, Any] = {}
-        self.graph: list[pulumi.Resource] = []
         self.graph_outputs: dict[str, Any] = {}
         self.endpoints: dict[str, RabbitMqEndpoint] = {}
-        self.receiving: dict[str, RabbitMqEndpoint] = {}  # each endpoint by each of its receiving queues
         self.users: dict[str, RabbitMqEndpointUser] = {}
+        self.endpoint_queues: dict[str, pulumi.Resource] = {}  # each endpoint's receiving queues, by name
         if not plan.placement.declares_graph and plan.placement.graph_stack is not None:
-            # a read of another stack, not a part of this one: where the program before the transports declared it
-            graph = pulumi.StackReference(plan.placement.graph_stack)
-            delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
-            self.exchanges = {
-                "delivery_exchange": graph.require_output(delivery),
-                "parking_exchange": graph.get_output(parking),
-            }
-        # else the graph's exchanges by name: each component's default is its generation's name
+            self.referenced_graph(plan.placement.graph_stack)
+        # else the graph's exchanges by name until the graph is declared: each endpoint's default is its generation's
+        for part in plan.parts:  # what the section declares, in its order: the plan's one list of it
+            self.part(part)
 
     def part(self, part: RabbitMqPart) -> None:
-        transport = self.transport
         if isinstance(part, DelayInfrastructureSettings):
-            infrastructure = RabbitMqDelayInfrastructure(
-                f"delays-{part.generation}",
-                args_of(RabbitMqDelayInfrastructureArgs, part),
-                opts=child_options(transport),
-            )
-            self.graph = [infrastructure]
-            self.exchanges = {
-                "delivery_exchange": infrastructure.delivery_exchange,
-                "parking_exchange": infrastructure.parking_exchange,
-            }
-            delivery, parking = GRAPH_OUTPUTS
-            self.graph_outputs = {
-                delivery: infrastructure.delivery_exchange,
-                parking: infrastructure.parking_exchange,
-                "rabbitmqDelayLevels": infrastructure.level_names,
-            }
+            self.graph(part)
         elif isinstance(part, SharedQueuesSettings):
-            RabbitMqSharedQueues(
-                "shared-queues", args_of(RabbitMqSharedQueuesArgs, part), opts=child_options(transport)
-            )
+            self.child(RabbitMqSharedQueues, "shared-queues", part, former="shared queues")
         elif isinstance(part, EndpointSettings):
-            endpoint = RabbitMqEndpoint(
-                f"rabbitmq-{part.endpoint}",
-                args_of(RabbitMqEndpointArgs, part, **self.exchanges),
-                opts=child_options(transport, depends_on=self.graph),
-            )
+            endpoint = self.child(RabbitMqEndpoint, part.endpoint, part, inputs=self.exchanges)
             self.endpoints[part.endpoint] = endpoint
-            self.receiving |= dict.fromkeys(part.receiving_queues, endpoint)
+            self.endpoint_queues |= {queue: endpoint.resources.queues[queue] for queue in part.receiving_queues}
         elif isinstance(part, EndpointPoliciesSettings):
             self.policies(part)
         else:
-            self.users[part.user] = RabbitMqEndpointUser(
-                f"rabbitmq-user-{part.user}",
-                args_of(RabbitMqEndpointUserArgs, part, password=self.passwords[self.password_key[part.user]]),
-                opts=child_options(transport, depends_on=self.endpoints_of(part)),
+            self.user(part)
+
+    def child(
+        self,
+        component: type[Any],
+        suffix: str,
+        settings: object,
+        inputs: Mapping[str, Any] | None = None,
+        former: str | None = None,
+        depends_on: Sequence[pulumi.Resource] | None = None,
+    ) -> Any:
+        """A child named ``<transport>-<suffix>``, handed its ``settings`` checked; under the program's name, also
+        known by the name the release before gave it (``FORMER_NAMES[former]``)."""
+        aliases = None
+        if former is not None and self.name == PROGRAM_NAMES[type(self.transport).__name__]:
+            was = FORMER_NAMES[former].format(generation=self.plan.generation.value)
+            aliases = [pulumi.Alias(name=was)]
+        options = pulumi.ResourceOptions(parent=self.transport, aliases=aliases, depends_on=depends_on)
+        return component(f"{self.name}-{suffix}", Checked(settings, inputs, self.shared), opts=options)
+
+    def graph(self, settings: DelayInfrastructureSettings) -> None:
+        infrastructure = self.child(
+            RabbitMqDelayInfrastructure, f"delays-{settings.generation.value}", settings, former="graph"
+        )
+        self.exchanges = {
+            "delivery_exchange": infrastructure.delivery_exchange,
+            "parking_exchange": infrastructure.parking_exchange,
+        }
+        delivery, parking = GRAPH_OUTPUTS
+        self.graph_outputs = {
+            delivery: infrastructure.delivery_exchange,
+            parking: infrastructure.parking_exchange,
+            "rabbitmqDelayLevels": infrastructure.level_names,
+        }
+
+    def referenced_graph(self, graph_stack: str) -> None:
+        """Another stack's graph, by its outputs, each checked once for all the endpoints: a read of that stack, not
+        a child of this transport (``StackReference`` names it by the stack it reads)."""
+        graph = pulumi.StackReference(graph_stack)
+        delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
+        generation = self.plan.generation
+        self.exchanges = {
+            key: named(output, expected, key)
+            for key, output, expected in (
+                ("delivery_exchange", graph.require_output(delivery), delivery_exchange_name(generation)),
+                ("parking_exchange", graph.get_output(parking), parking_name(generation)),
             )
+        }
 
-    def endpoints_of(self, user: EndpointUserSettings) -> list[pulumi.Resource]:
-        """The endpoints whose queues ``user`` receives from or sends to: it is created once they exist, so an endpoint
-        that logs in as it finds them. Not every endpoint of the section: each endpoint's resources are a dependency of
-        every user then, N×N of them in the stack's state."""
-        queues = (*user.receiving_queues, *user.sends_to)  # error and audit: the shared queues', no endpoint's
-        return list(dict.fromkeys(self.receiving[queue] for queue in queues if queue in self.receiving))
+    def policies(self, settings: EndpointPoliciesSettings) -> None:
+        """The endpoints' combined policies, each after the queues or exchanges it applies to (``SharedVhost``):
+        RabbitMQ 4.3 gives a quorum queue declared while its delivery-limit policy is being created the default limit
+        of 20 for good (measured on 4.3.6: one queue of four, now and then). The periodic re-check that repaired that
+        on 4.0 compares no integer limit any more (rabbitmq/rabbitmq-server v4.3.5 deps/rabbit/src/
+        rabbit_quorum_queue.erl, maybe_apply_policies/2 and canonicalize_delivery_limit/1: ``is_integer(Value) orelse
+        Value < 0``), and NServiceBus refuses to start on 20. A policy created after its queues is applied to them
+        when it is created."""
+        named_for = dataclasses.replace(settings, policy_group=self.plan.policy_group)
+        parking = (
+            {"parking_exchange": self.exchanges["parking_exchange"]} if "parking_exchange" in self.exchanges else {}
+        )
+        self.child(RabbitMqEndpointPolicies, "endpoint-policies", named_for, inputs=parking, former="policies")
 
-    def policies(self, part: EndpointPoliciesSettings) -> None:
-        """The endpoints' combined policies, after the endpoints' queues: RabbitMQ 4.3 gives a quorum queue declared
-        while its delivery-limit policy is being created the default limit of 20 for good (measured on 4.3.6: one
-        queue of four, now and then). The periodic re-check that repaired that on 4.0 compares no integer limit any
-        more (rabbitmq/rabbitmq-server v4.3.5 deps/rabbit/src/rabbit_quorum_queue.erl, maybe_apply_policies/2 and
-        canonicalize_delivery_limit/1: ``is_integer(Value) orelse Value < 0``), and NServiceBus refuses to start on
-        20. A policy created after its queues is applied to them when it is created."""
-        RabbitMqEndpointPolicies(
-            "endpoint-policies",
-            args_of(
-                RabbitMqEndpointPoliciesArgs,
-                part,
-                policy_group=self.plan.policy_group,
-                parking_exchange=self.exchanges.get("parking_exchange"),
-            ),
-            opts=child_options(self.transport, depends_on=[*self.graph, *self.endpoints.values()]),
+    def user(self, planned: PlannedUser) -> None:
+        """Created once the endpoints' queues it receives from or sends to exist (each a dependency of its own, not
+        every resource of their endpoints), so an endpoint that logs in as it finds them. Error and audit are the
+        shared queues', declared before any endpoint."""
+        user = planned.settings
+        queues = dict.fromkeys((*user.receiving_queues, *user.sends_to))
+        waits_for = [self.endpoint_queues[queue] for queue in queues if queue in self.endpoint_queues]
+        password = {"password": self.passwords[planned.password_key]}
+        self.users[user.user] = self.child(
+            RabbitMqEndpointUser, f"user-{user.user}", user, inputs=password, depends_on=waits_for
         )
 
     def outputs(self) -> dict[str, Any]:
@@ -273,8 +252,8 @@ class _Declared:
 
 class SqsTransport(pulumi.ComponentResource):
     """Every endpoint of one ``nsb-delays:sqs`` section: its input queue and, with delayed delivery, its
-    ``-delay.fifo`` queue (``SqsEndpoint``). ``args`` is the section in snake_case; an endpoint may be given by its
-    name alone."""
+    ``-delay.fifo`` queue (``SqsEndpoint``), named ``<name>-<queue>``. ``args`` is the section in snake_case; an
+    endpoint may be given by its name alone."""
 
     sqs_queue_urls: pulumi.Output[dict[str, str]]
     """Each endpoint's input queue URL, by endpoint."""
@@ -286,27 +265,20 @@ class SqsTransport(pulumi.ComponentResource):
     """Each endpoint's delay queue ARN, by endpoint (those with delayed delivery)."""
 
     def __init__(self, name: str, args: SqsTransportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        try:
-            plan = parse_sqs_inputs(args)
-        except ConfigError as error:
-            raise refused(type(self).__name__, name, error) from None
-        self._declare(name, plan, opts)
-
-    @classmethod
-    def from_plan(cls, name: str, plan: SqsConfig, opts: pulumi.ResourceOptions | None = None) -> "SqsTransport":
-        """The transport of a section already checked into its plan (the program's, with the whole stack config)."""
-        transport = cls.__new__(cls)
-        transport._declare(name, plan, opts)
-        return transport
-
-    def _declare(self, name: str, plan: SqsConfig, opts: pulumi.ResourceOptions | None) -> None:
-        OnePerStack.claim(type(self).__name__, name)
+        """``args`` handed ``Checked`` by a program carry the section's plan (``SqsConfig``)."""
+        if isinstance(args, Checked) and isinstance(args.settings, SqsConfig):
+            plan = args.settings
+        else:
+            try:
+                plan = parse_sqs_inputs(args)
+            except ConfigError as error:
+                raise refused(type(self).__name__, name, error) from None
         super().__init__(f"{TYPE_PREFIX}{type(self).__name__}", name, None, opts)
         endpoints = {
             settings.endpoint: SqsEndpoint(
-                f"sqs-{sqs_model.sanitize_queue_name(settings.endpoint)}",
-                args_of(SqsEndpointArgs, settings),
-                opts=child_options(self),
+                f"{name}-{sqs_model.sanitize_queue_name(settings.endpoint)}",
+                handed(SqsEndpointArgs, settings),
+                opts=pulumi.ResourceOptions(parent=self),
             )
             for settings in plan.endpoints
         }

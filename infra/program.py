@@ -8,9 +8,11 @@ from typing import Any
 
 import pulumi
 
+from nsb_delays.components.args import RabbitMqTransportArgs, SqsTransportArgs
+from nsb_delays.components.inputs import handed
 from nsb_delays.components.recording import RecordedResource, record
 from nsb_delays.components.transports import GRAPH_OUTPUTS as GRAPH_OUTPUTS  # its home before the transports
-from nsb_delays.components.transports import RabbitMqTransport, SqsTransport, graph_outputs
+from nsb_delays.components.transports import PROGRAM_NAMES, RabbitMqTransport, SqsTransport, graph_outputs
 from nsb_delays.stack.config import (
     BROKER_VERSION_KEY,
     NAMESPACE,
@@ -43,12 +45,14 @@ def read_pulumi_config() -> tuple[StackConfig, Passwords]:
 
 
 def declare(config: StackConfig, passwords: Passwords) -> dict[str, Any]:
-    """Declare everything the config asks for, one transport per section; returns the stack outputs."""
+    """Declare everything the config asks for, one transport per section, each handed its section's plan as the
+    parser checked it; returns the stack outputs."""
     outputs: dict[str, Any] = {}
     if config.rabbitmq:
-        outputs |= RabbitMqTransport.from_plan("rabbitmq", config.rabbitmq, passwords).stack_outputs
+        rabbitmq = handed(RabbitMqTransportArgs, config.rabbitmq, {"passwords": passwords})
+        outputs |= RabbitMqTransport(PROGRAM_NAMES["RabbitMqTransport"], rabbitmq).stack_outputs
     if config.sqs:
-        outputs |= SqsTransport.from_plan("sqs", config.sqs).stack_outputs
+        outputs |= SqsTransport(PROGRAM_NAMES["SqsTransport"], handed(SqsTransportArgs, config.sqs)).stack_outputs
     return outputs
 
 

@@ -52,7 +52,7 @@ from nsb_delays.components.model.settings import (
 )
 
 from .keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, MSMQ, NAMESPACE, SECTIONS, ConfigKey, config_keys
-from .plan import UNNAMED_STACK, MsmqConfig, RabbitMqConfig, SqsConfig, StackConfig
+from .plan import UNNAMED_STACK, MsmqConfig, PlannedUser, RabbitMqConfig, SqsConfig, StackConfig
 
 
 class ConfigError(ValueError):
@@ -176,7 +176,7 @@ def _parse_rabbitmq(
     if broker_version is not None:
         section["broker_version"] = broker_version
     endpoints: list[EndpointSettings] = []
-    users: list[tuple[str, EndpointUserSettings, str]] = []
+    users: list[tuple[str, PlannedUser]] = []
     entries = _endpoint_fields(_section_endpoints(raw), _at(path, "endpoints"), keys[RABBITMQ_ENDPOINT], problems)
     for entry_path, fields in entries:
         where = f"{entry_path}.instanceDiscriminators"
@@ -186,13 +186,12 @@ def _parse_rabbitmq(
         endpoint = settings_from(EndpointSettings, section | fields)
         endpoints.append(endpoint)
         if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems, passwords)):
-            users.append((entry_path, *parsed))
+            users.append((entry_path, parsed))
     config = RabbitMqConfig(
         settings_from(DelayInfrastructureSettings, section),
         settings_from(SharedQueuesSettings, section),
         tuple(endpoints),
-        tuple(user for _, user, _ in users),
-        tuple(key for _, _, key in users),
+        tuple(user for _, user in users),
         settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
         stack,
         settings_from(GraphPlacementSettings, section),
@@ -205,14 +204,14 @@ def _parse_rabbitmq(
         )
     _check_rabbitmq_names(config, path, problems)
     _check_transport_versions(raw, config, path, problems)
-    _check_endpoint_users(config, [entry for entry, _, _ in users], path, problems)
+    _check_endpoint_users(config, [entry for entry, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
 
 
 def _endpoint_user(
     raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str], passwords: Passwords
-) -> tuple[EndpointUserSettings, str] | None:
+) -> PlannedUser | None:
     """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
     the user's name defaults to the endpoint's."""
     where = _at(path, "user")
@@ -231,15 +230,15 @@ def _endpoint_user(
     if len(problems) > before or password_key is None:
         return None
     values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
-    settings = settings_from(EndpointUserSettings, values)
-    return settings, password_key
+    return PlannedUser(endpoint.endpoint, settings_from(EndpointUserSettings, values), password_key)
 
 
 def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
     """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the path of the
     endpoint entry ``config.users[j]`` belongs to (``nsb-delays:rabbitmq.endpoints[2]``)."""
     known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
-    for entry, user in zip(entries, config.users, strict=True):
+    for entry, planned in zip(entries, config.users, strict=True):
+        user = planned.settings
         unknown = [d for d in user.sends_to if d not in known]
         if unknown:
             problems.append(
@@ -247,7 +246,7 @@ def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str,
                 f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
                 f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
             )
-    for name, count in Counter(user.user for user in config.users).items():
+    for name, count in Counter(user.settings.user for user in config.users).items():
         if count > 1:
             problems.append(
                 f"{_at(path, 'endpoints')}: user {name!r} is given to {count} endpoints (one user per endpoint)"

@@ -25,14 +25,21 @@ from nsb_delays.components.model.settings import (
     declared_default,
 )
 
+
+@dataclass(frozen=True)
+class PlannedUser:
+    """An endpoint's user: the endpoint it logs in for, its settings, and the key of its password (a stack file's
+    ``passwordKey``; for a component's inputs, the path of its ``password`` input)."""
+
+    endpoint: str
+    settings: EndpointUserSettings
+    password_key: str
+
+
 RabbitMqPart = (
-    DelayInfrastructureSettings
-    | SharedQueuesSettings
-    | EndpointSettings
-    | EndpointPoliciesSettings
-    | EndpointUserSettings
+    DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings | EndpointPoliciesSettings | PlannedUser
 )
-"""The settings of one component a ``nsb-delays:rabbitmq`` section declares."""
+"""One component a ``nsb-delays:rabbitmq`` section declares: its settings (a user's with its endpoint and key)."""
 
 UNNAMED_STACK = "stack"
 """The stack name of a config parsed without one (tests, benchmarks): it names the combined policies."""
@@ -41,7 +48,7 @@ UNNAMED_STACK = "stack"
 @dataclass(frozen=True)
 class RabbitMqConfig:
     """The ``nsb-delays:rabbitmq`` section as the settings of each component it declares: the delay graph, the
-    shared queues, each endpoint and each endpoint's user (whose password is the secret ``password_keys[i]``).
+    shared queues, each endpoint and each endpoint's user (with the endpoint it is for and its password's key).
 
     The stack-wide values below are read from the component that always has them; they are not settings of their
     own (each is declared once, in ``components/model/settings.py``)."""
@@ -49,8 +56,7 @@ class RabbitMqConfig:
     infrastructure: DelayInfrastructureSettings
     shared_queues: SharedQueuesSettings
     endpoints: tuple[EndpointSettings, ...] = ()
-    users: tuple[EndpointUserSettings, ...] = ()
-    password_keys: tuple[str, ...] = ()
+    users: tuple[PlannedUser, ...] = ()
     policies: EndpointPoliciesSettings = field(default_factory=EndpointPoliciesSettings)
     stack: str = UNNAMED_STACK  # names the combined policies unless ``policyGroup`` does
     placement: GraphPlacementSettings = field(default_factory=GraphPlacementSettings)
@@ -87,6 +93,15 @@ class RabbitMqConfig:
     def audit_queue(self) -> str:
         return self.shared_queues.audit_queue
 
+    def user_of(self, endpoint: str) -> PlannedUser | None:
+        """The user ``endpoint`` logs in as, when the section gives it one."""
+        return next((user for user in self.users if user.endpoint == endpoint), None)
+
+    @property
+    def password_keys(self) -> tuple[str, ...]:
+        """The key of each user's password."""
+        return tuple(user.password_key for user in self.users)
+
     def receiving_queues(self) -> tuple[str, ...]:
         """Every queue bound to the delivery exchange: the addresses delayed messages can be sent to."""
         return tuple(queue for endpoint in self.endpoints for queue in endpoint.receiving_queues)
@@ -110,7 +125,7 @@ class RabbitMqConfig:
             if isinstance(part, EndpointPoliciesSettings)
             else (isinstance(part, SharedQueuesSettings | EndpointSettings) and part.retain_on_delete, part.topology())
             for part in self.parts
-            if not isinstance(part, EndpointUserSettings)
+            if not isinstance(part, PlannedUser)
         )
 
     def queues_kept_on_delete(self) -> tuple[str, ...]:
@@ -129,7 +144,7 @@ class RabbitMqConfig:
     @property
     def grants(self) -> tuple[permissions.UserGrants, ...]:
         """Every endpoint user's tags, permissions and topic permissions in the stack's vhost."""
-        return tuple(user.grants() for user in self.users)
+        return tuple(user.settings.grants() for user in self.users)
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,11 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         """The queues bound to the delivery exchange: the endpoint's and each instance's."""
         return (self.endpoint, *(instance_queue_name(self.endpoint, d) for d in self.instance_discriminators))
 
-    def topology(self) -> Topology:
+    def check(self) -> None:
+        """What the declarations' types let through and an endpoint cannot take (ValueError naming the input and the
+        rule): an address RabbitMQ cannot route a delayed message to, a release or a check NServiceBus.RabbitMQ does
+        not know. Checked where the settings enter: a component's Args here, a stack file by its parser (which names
+        each by its key)."""
         problems = rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
@@ -296,6 +300,8 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         checks_problem = unknown_broker_requirement_checks(self.disabled_broker_requirement_checks)
         if checks_problem:
             raise ValueError(f"disabledBrokerRequirementChecks: {checks_problem}")
+
+    def topology(self) -> Topology:
         topology = endpoint_topology(
             self.endpoint,
             generation=self.generation,

@@ -41,8 +41,8 @@ def endpoint_logins(
     password that cannot be read."""
     problems = []
     logins = {endpoint.endpoint: given for endpoint in config.endpoints}
-    for user, key in zip(config.users, config.password_keys, strict=True):
-        setting = f"{NAMESPACE}:{key}"
+    for planned in config.users:
+        user, setting = planned.settings, f"{NAMESPACE}:{planned.password_key}"
         try:
             password = (passwords or {}).get(user.user) or defaults.provider(setting, "--passwords")
         except CommandError as error:
@@ -50,11 +50,11 @@ def endpoint_logins(
             continue
         if not password:
             problems.append(
-                f"{setting} is not set: endpoint {user.receiving_queues[0]!r} logs in as {user.user!r} with it "
+                f"{setting} is not set: endpoint {planned.endpoint!r} logs in as {user.user!r} with it "
                 f"(pulumi config set --secret {setting} <password>, or give it in --passwords)"
             )
             continue
-        logins[user.receiving_queues[0]] = Login(user.user, str(password))
+        logins[planned.endpoint] = Login(user.user, str(password))
     if problems:
         raise CommandError(problems)
     return logins

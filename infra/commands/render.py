@@ -77,7 +77,7 @@ def load_for_output(stack: str, output: Path | None) -> StackConfig:
 
 def note_users_left_out(config: StackConfig) -> None:
     """Definitions without ``--passwords`` carry the endpoint users' permissions, not the users: say so."""
-    users = [user.user for user in config.rabbitmq.users] if config.rabbitmq else []
+    users = [user.settings.user for user in config.rabbitmq.users] if config.rabbitmq else []
     if users:
         click.echo(
             f"note: endpoint users ({', '.join(users)}) are not in the file, only their permissions: create them "

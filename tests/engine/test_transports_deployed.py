@@ -1,18 +1,11 @@
 """The transports through the real engine, on each broker version (issue 39).
 
-- The project's program of the transports takes over a stack the program before them deployed
-  (``program_before_transports/``, the same project): the dev stack's RabbitMQ section with two endpoint users,
-  deployed by the old program, previews with the new one with nothing to create, update, replace or delete on the
-  broker; the only new resource is the transport itself, a component (no object of the broker). Each user now depends
-  on the endpoints whose queues it uses instead of every endpoint: the state's dependencies, not a change. Every lower
-  component and everything under it is found by its alias (its former parent, the stack). After an ``up`` of the new
-  program, a preview shows no change at all, and the stack's outputs are the same. The dev stack's SQS section is left
-  out: the engine built here has no AWS provider (its registrations are compared under mocks for every stack file:
-  tests/unit/test_transports.py).
 - A new user's program, the README's ``RabbitMqTransport`` block (two endpoints), goes up, previews no change, and
   ``nsb-delays verify`` of a stack file with the same section finds no drift.
 - The YAML and TypeScript programs (``component_programs/transport-yaml``, ``transport-typescript``) declare the same
   transport through the component provider: the same objects on the broker, the same resources, the same outputs.
+
+A stack of the release before upgrades with no change: ``test_upgrade_from_previous_release.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +40,8 @@ from tests.engine.test_components_from_other_languages import (
     require_language_hosts,
     stack_command,
 )
-from tests.engine.test_discover_adopt import delete_users
 
-PROGRAM_BEFORE = Path(__file__).parent / "program_before_transports"
 PROGRAMS = Path(__file__).parent / "component_programs"
-TRANSPORT_TYPES = {"nsb-delays:index:RabbitMqTransport", "nsb-delays:index:SqsTransport"}
 README_VERSION = '"broker_version": "4.3"'
 README_VHOST = '"vhost": "/"'
 
@@ -74,21 +63,9 @@ def preview_steps(stack: Stack, project_dir: Path) -> tuple[list[dict[str, Any]]
     return json.loads(result.stdout).get("steps", []), result
 
 
-def urn_type(urn: str) -> str:
-    return urn.split("::")[2].rpartition("$")[2]
-
-
-@dataclass
-class Deployed:
-    stack: Stack
-    outputs_before: dict[str, Any]
-
-
 def with_users(section: dict[str, Any], vhost: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The section with a user for Sales (sending to Billing) and one for Shipping, named for the test's vhost (users
-    are broker-wide), and their passwords by key. The program before the transports made each user depend on every
-    endpoint; the transports make it depend on the endpoints whose queues it uses: a change of the state's
-    dependencies only, nothing to create, update or delete."""
+    are broker-wide), and their passwords by key."""
     users = {"Sales": {"sendsTo": ["Billing"]}, "Shipping": {}}
     endpoints = [
         {"name": name, "user": {"name": f"{name.lower()}-{vhost}", "passwordKey": f"{name.lower()}Password", **more}}
@@ -97,49 +74,6 @@ def with_users(section: dict[str, Any], vhost: str) -> tuple[dict[str, Any], dic
     named = [e for e in section["endpoints"] if (e if isinstance(e, str) else e["name"]) not in users]
     passwords = {f"{name.lower()}Password": uuid.uuid4().hex for name in users}
     return {**section, "endpoints": [*named, *endpoints]}, passwords
-
-
-@pytest.fixture(scope="module")
-def deployed_before(
-    rabbitmq: LocalRabbitMq, management, broker_version, module_vhost, engine: PulumiEngine, tmp_path_factory
-) -> Iterator[Deployed]:
-    """The dev stack's RabbitMQ section with two endpoint users, deployed by the program before the transports."""
-    vhost = module_vhost("transports-before")
-    section, passwords = with_users(dev_section(vhost, broker_version), vhost)
-    stack = init_stack(engine, rabbitmq, tmp_path_factory.mktemp("before"), "before", PROGRAM_BEFORE)
-    try:
-        stack.write_config({"rabbitmq:endpoint": rabbitmq.management_url, f"{NAMESPACE}:rabbitmq": section})
-        for key, password in passwords.items():
-            stack.run("config", "set", "--secret", f"{NAMESPACE}:{key}", password)
-        stack.up()
-        outputs = json.loads(stack_command(stack, "output", "--json", "--show-secrets"))
-        assert set(outputs["rabbitmqEndpointUsers"]) == {e["user"]["name"] for e in section["endpoints"][-2:]}
-        yield Deployed(stack, outputs)
-    finally:
-        remove_stack(stack)
-        delete_users(
-            management, [e["user"]["name"] for e in section["endpoints"] if isinstance(e, dict) and "user" in e]
-        )
-
-
-def test_the_program_of_the_transports_takes_over_a_stack_of_the_program_before_them(deployed_before: Deployed):
-    steps, result = preview_steps(deployed_before.stack, ROOT)
-    changed = [(step["op"], step["urn"]) for step in steps if step["op"] != "same"]
-    created = [urn for op, urn in changed if op == "create" and urn_type(urn) in TRANSPORT_TYPES]
-    assert [urn_type(urn) for urn in created] == ["nsb-delays:index:RabbitMqTransport"], result.explain()
-    assert [change for change in changed if change[1] not in created] == [], result.explain()
-    assert sum(step["op"] == "same" for step in steps) > LEVEL_COUNT * 3
-    moved = [step for step in steps if step["op"] == "same" and step["oldState"]["urn"] != step["urn"]]
-    assert moved and all(step["newState"]["aliases"] == [step["oldState"]["urn"]] for step in moved), result.explain()
-
-
-def test_after_its_up_the_program_of_the_transports_previews_no_change_and_keeps_the_outputs(
-    deployed_before: Deployed,
-) -> None:
-    stack = deployed_before.stack
-    stack.engine.run("up", "--yes", "--skip-preview", *stack.stack_args(), cwd=ROOT, env=stack.env)
-    stack.engine.run("preview", "--expect-no-changes", *stack.stack_args(), cwd=ROOT, env=stack.env)
-    assert json.loads(stack_command(stack, "output", "--json", "--show-secrets")) == deployed_before.outputs_before
 
 
 # --- a new user's program: the README's block, and its twins in YAML and TypeScript ----------------------------------

@@ -1,17 +1,19 @@
 """What the project's program registers for every stack file of the repository and the docs, as the engine would
-see it: kept in ``program_recordings.json`` from the program before issue 39 (its own ``cast`` of each component's
-settings, ``declare_graph``/``declare_rabbitmq``/``declare_sqs``), so the program of the transports is compared with
-it (``test_transports.py``).
+see it: kept in ``program_recordings.json`` from the release before issue 51 (commit ``PREVIOUS_RELEASE``: one
+transport per stack, its children named for the stack), so the program of today is compared with it
+(``test_transports.py``).
 
 Each stack file is kept with its text (a page may change; the recording is of the text as it was) and, for each
-resource, its type, its name and a digest of everything else the engine is given:
-its inputs, its parent, its options (protect, retainOnDelete, ignoreChanges, the import id, …), its dependencies and
-property dependencies (by the type and name of the resource each names) and a component's registered outputs. A
-stack file the config refuses is kept with the refusal.
+resource, its type, its name and a digest of everything else the engine is given: its inputs, its parent, its options
+(protect, retainOnDelete, ignoreChanges, the import id, …), its property dependencies (by the type and name of the
+resource each names) and a component's registered outputs; then, apart, the resources it waits for
+(``dependencies``). A stack file the config refuses is kept with the refusal. A resource renamed since is compared
+under the name it had, which the engine finds by its alias (``as_the_release_before``): a stack deployed by the release
+before sees the same resources with the same inputs. Its dependencies may only have narrowed (issue 51: an endpoint no
+longer waits for every resource of the delay graph, nor a user for every resource of its endpoints).
 
 ``python -m tests.unit.program_recordings`` records the stack files again with the program as it is: only for a
-deliberate change of what the program registers. One since: each endpoint user depends on the endpoints whose queues
-it uses, not on every endpoint of the section (the users' lines).
+deliberate change of what the program registers, which the file's diff then shows resource by resource.
 """
 
 from __future__ import annotations
@@ -136,22 +138,21 @@ def parsed(stack: StackText) -> StackConfig:
 # --- what the engine is given, comparable -------------------------------------------------------------------------
 
 
-def urn_key(urn: str, strip: str = "") -> str:
-    """A resource as ``type::name``: its own type (not its parents') and its name, less ``strip`` (the prefix a
-    component gives the names of its children)."""
-    chain, _, name = urn.rpartition("::")
+def urn_key(urn: str, name: str | None = None) -> str:
+    """A resource as ``type::name``: its own type (not its parents') and its name (or ``name``)."""
+    chain, _, own = urn.rpartition("::")
     kind = chain.rpartition("$")[2].rpartition("::")[2]
     # the stack itself: under mocks the SDK names it once per process, for the stack of the first recording
-    return kind if kind == STACK_TYPE else f"{kind}::{name.removeprefix(strip)}"
+    return kind if kind == STACK_TYPE else f"{kind}::{own if name is None else name}"
 
 
 def comparable(
-    resources: list[RecordedResource], strip: str = "", parent_of: Callable[[str | None], str | None] = lambda p: p
+    resources: list[RecordedResource], name_of: Callable[[str], str] = lambda urn: urn.rpartition("::")[2]
 ) -> list[dict[str, Any]]:
-    """Each resource as the engine sees it, every URN as ``urn_key`` (``parent_of`` first maps a parent)."""
+    """Each resource as the engine sees it, every URN as ``urn_key`` with the name ``name_of`` gives it."""
 
     def key(urn: str | None) -> str | None:
-        return urn_key(urn, strip) if urn else None
+        return urn_key(urn, name_of(urn)) if urn else None
 
     def provider(reference: str | None) -> str | None:
         urn, _, provider_id = (reference or "").rpartition("::")
@@ -160,9 +161,9 @@ def comparable(
     return [
         {
             "type": r.type,
-            "name": r.name.removeprefix(strip),
+            "name": name_of(r.urn),
             "custom": r.custom,
-            "parent": key(parent_of(r.parent)),
+            "parent": key(r.parent),
             "inputs": r.inputs,
             "protect": r.protect,
             "retainOnDelete": r.retain_on_delete,
@@ -183,38 +184,73 @@ def digest(resource: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(resource, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def summary(resources: list[dict[str, Any]]) -> list[list[str]]:
-    """``[type, name, digest]`` of each resource, by type and name: the order of registration is the order in which
-    the SDK resolves the inputs, which varies from run to run."""
-    return sorted([r["type"], r["name"], digest(r)] for r in resources)
+def summary(resources: list[dict[str, Any]]) -> list[list[Any]]:
+    """``[type, name, digest, parent, dependencies]`` of each resource, by type and name (the order of registration
+    is the order in which the SDK resolves the inputs, which varies from run to run): the digest of everything but
+    the resources it waits for, which follow it with its parent (``waits_for`` joins a resource's and its parents')."""
+    return sorted(
+        [r["type"], r["name"], digest({k: v for k, v in r.items() if k != "dependencies"}), r["parent"],
+         r["dependencies"]]
+        for r in resources
+    )  # fmt: skip
 
 
-TRANSPORTS = ("nsb-delays:index:RabbitMqTransport", "nsb-delays:index:SqsTransport")
-FORMER_PARENT = [{"spec": {"noParent": True}}]  # Alias(parent=ROOT_STACK_RESOURCE), as the engine is sent it
+def waits_for(entries: list[list[Any]]) -> dict[tuple[str, str], set[str]]:
+    """Each resource of a ``summary`` (by type and name) with everything it waits for: its own dependencies and its
+    parents' (the SDK registers a child once its parent is registered, and a component once its dependencies are)."""
+    by_key = {f"{entry[0]}::{entry[1]}": entry for entry in entries}
+    waited: dict[tuple[str, str], set[str]] = {}
+    for entry in entries:
+        found, parent = set(entry[4]), entry[3]
+        while parent in by_key:
+            found |= set(by_key[parent][4])
+            parent = by_key[parent][3]
+        waited[(entry[0], entry[1])] = found
+    return waited
 
 
-def as_before_the_transports(resources: list[RecordedResource]) -> list[RecordedResource]:
-    """What the program registers, as the program before the transports registered it: the transports themselves
-    left out, and each component they compose a child of the stack, as it was. Each such component must say so to the
-    engine (its alias to its former parent, the stack), which is checked and then left out: that alias is what makes
-    the engine take it, and every resource under it, for the one a stack deployed before holds."""
-    transports = {r.urn: r.parent for r in resources if r.type in TRANSPORTS}
-    before = []
+PREVIOUS_RELEASE = "282bfe1c176aaab20d2514c117ad4247ea855e0c"
+"""The release before issue 51, whose registrations the file keeps."""
+
+
+def former_names(resources: list[RecordedResource]) -> dict[str, str]:
+    """Each resource's name in a stack the release before deployed, by URN: the name its alias gives it, or its
+    parent's renaming as the engine applies it to a child named from its parent (pulumi/pulumi
+    ``sdk/python/lib/pulumi/resource.py`` ``inherited_child_alias``: the parent's name, as a prefix of the child's,
+    replaced by the parent's alias). Each alias is checked and taken out of the options it is compared with."""
+    by_urn = {r.urn: r for r in resources}
+    names: dict[str, str] = {}
+
+    def former(urn: str) -> str:
+        if urn not in names:
+            resource = by_urn[urn]
+            aliases = resource.options.get("aliases", [])
+            aliased = [alias["spec"]["name"] for alias in aliases if "name" in alias.get("spec", {})]
+            parent = by_urn.get(resource.parent or "")
+            if aliased:
+                (names[urn],) = aliased
+            elif parent is not None and resource.name.startswith(parent.name) and former(parent.urn) != parent.name:
+                names[urn] = former(parent.urn) + resource.name.removeprefix(parent.name)
+            else:
+                names[urn] = resource.name
+        return names[urn]
+
     for resource in resources:
-        if resource.type in TRANSPORTS:
-            continue
-        if resource.parent in transports:
-            options = dict(resource.options)
-            if options.pop("aliases", None) != FORMER_PARENT:
-                raise AssertionError(f"{resource.type} {resource.name!r}: no alias to its former parent, the stack")
-            resource = dataclasses.replace(resource, parent=transports[resource.parent], options=options)
-        before.append(resource)
-    return before
+        former(resource.urn)
+    return names
 
 
-def record_program(stack: StackText, before_the_transports: bool = False) -> dict[str, Any]:
-    """The program's registrations for the stack file (or its refusal), as kept in the file: as the program registers
-    them, or (``before_the_transports``) as the program before the transports did (``as_before_the_transports``)."""
+def as_the_release_before(resources: list[RecordedResource]) -> list[dict[str, Any]]:
+    """The program's registrations under the names the release before gave them (``former_names``), without the
+    aliases that say so."""
+    names = former_names(resources)
+    plain = [dataclasses.replace(r, options={k: v for k, v in r.options.items() if k != "aliases"}) for r in resources]
+    return comparable(plain, name_of=lambda urn: names.get(urn, urn.rpartition("::")[2]))
+
+
+def record_program(stack: StackText) -> dict[str, Any]:
+    """The program's registrations for the stack file (or its refusal), as kept in the file: under the names the
+    release before gave them."""
     from nsb_delays.infra.program import record_stack
 
     kept: dict[str, Any] = {"label": stack.label, "stack": stack.stack, "text": stack.text}
@@ -222,9 +258,7 @@ def record_program(stack: StackText, before_the_transports: bool = False) -> dic
         config = parsed(stack)
     except ConfigError as error:
         return kept | {"refused": error.problems}
-    resources = record_stack(config, stack=stack.stack)
-    return kept | {"resources": summary(comparable(as_before_the_transports(resources) if before_the_transports
-                                                   else resources))}  # fmt: skip
+    return kept | {"resources": summary(as_the_release_before(record_stack(config, stack=stack.stack)))}
 
 
 def kept_recordings() -> list[dict[str, Any]]:
@@ -245,9 +279,9 @@ def shown(recordings: list[dict[str, Any]]) -> str:
 
 
 def main() -> Iterator[str]:
-    """Every stack file recorded again as ``test_transports`` compares it (``before_the_transports``): for a deliberate
-    change of what the program registers, which the file's diff then shows resource by resource."""
-    recordings = [record_program(stack, before_the_transports=True) for stack in stack_texts()]
+    """Every stack file recorded again as ``test_transports`` compares it: for a deliberate change of what the
+    program registers, which the file's diff then shows resource by resource."""
+    recordings = [record_program(stack) for stack in stack_texts()]
     RECORDINGS.write_text(shown(recordings), encoding="utf-8")
     yield f"wrote {RECORDINGS}: {len(recordings)} stack files"
 
