@@ -18,22 +18,26 @@ against the ceiling: the same objects created by a bare client through the manag
     endpoint during the up, the stack's combined policies (policyScope stack) against one policy per object
     (policyScope endpoint), the latter up to NSB_BENCH_PULUMI_PER_OBJECT_MAX endpoints (default 300: 1,000 took
     21 min and failed before combined policies).
+(e) Pulumi's floor (bench/pulumi_floor.py): the program's ``up``, no-change ``preview``, state bytes and dependency
+    entries against a plain Pulumi program registering the same ``pulumi_rabbitmq`` resources with the same inputs,
+    flat, at NSB_BENCH_PULUMI_FLOOR_ENDPOINTS (default 200,500,1000), NSB_BENCH_PULUMI_ROUNDS rounds (default 2), on
+    RabbitMQ 4.3 unless NSB_BENCH_PULUMI_VERSIONS is set; its docstring says how.
 Each row prints the 1-minute load average at its start and end. Figures are printed, never asserted.
-Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.3),
-NSB_BENCH_PULUMI_PARALLEL (default 16).
+Settings: NSB_BENCH_PULUMI_ENDPOINTS (default 100,300,1000), NSB_BENCH_PULUMI_VERSIONS (default 3.10,4.3; for (e)
+4.3), NSB_BENCH_PULUMI_PARALLEL (default 16). ``python -m bench pulumi --floor-only`` runs (e) alone, ``--skip-floor``
+(a)-(d) alone; without either, (a)-(d) then (e).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.combined import PolicyScope
-from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from nsb_delays.infra.pulumi_engine import (
     LocalStack,
@@ -45,6 +49,7 @@ from nsb_delays.infra.pulumi_engine import (
 from nsb_delays.stack.config import NAMESPACE, RabbitMqConfig, parse_stack_config
 from servers.rabbitmq import LocalRabbitMq, broker_of
 
+from .pulumi_floor import measure_floor
 from .pulumi_measures import (
     UpCpu,
     baseline,
@@ -54,6 +59,7 @@ from .pulumi_measures import (
     load,
     no_change_checks,
     provider_objects,
+    section,
     timed,
 )
 
@@ -69,16 +75,6 @@ COLUMNS = (
     ("bare s", 6), ("obj/s", 6), ("ratio", 5), ("ms/endpt", 8), ("cpu s/endpt", 11), ("up cpu", 6), ("bare cpu", 8),
     ("load", 9),
 )  # fmt: skip
-
-
-def section(vhost: str, version: str, endpoints: int, scope: PolicyScope) -> dict[str, Any]:
-    return {
-        "vhost": vhost,
-        "brokerVersion": version,
-        "deliveryLimitPolicies": parse_reported_broker_version(version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
-        "policyScope": str(scope),
-        "endpoints": [f"Endpoint{i:05d}" for i in range(endpoints)],
-    }
 
 
 def row(*cells: object) -> str:
@@ -183,19 +179,29 @@ class Run:
                   f"{growth_exponent(points):.2f}", flush=True)  # fmt: skip
 
 
-def main() -> None:
+def main(arguments: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench pulumi", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--floor-only", action="store_true", help="only the program against Pulumi's floor")
+    which.add_argument("--skip-floor", action="store_true", help="everything but the program against Pulumi's floor")
+    options = parser.parse_args(arguments or [])
     cli = find_pulumi()
     if cli is None:
         raise SystemExit("no Pulumi CLI: run `make setup` (it builds one into .cache/engine) or put pulumi on PATH")
     print(f"pulumi {cli.executable}; --parallel {PARALLEL}; {os.cpu_count()} cores; load {load():.1f}", flush=True)
-    print(row(*(title for title, _ in COLUMNS)), flush=True)
     # SIGTERM unwinds like Ctrl-C: the brokers and the stacks' temporary folders are removed either way
     with sigterm_as_interrupt():
-        for version in VERSIONS:
-            with broker_of(version, "NSB_BENCH_PULUMI_VERSIONS")() as broker, ExitStack() as cleanup:
-                Run(cli, version, broker, cleanup).measure()
+        if not options.floor_only:
+            print(row(*(title for title, _ in COLUMNS)), flush=True)
+            for version in VERSIONS:
+                with broker_of(version, "NSB_BENCH_PULUMI_VERSIONS")() as broker, ExitStack() as cleanup:
+                    Run(cli, version, broker, cleanup).measure()
+        if not options.skip_floor:
+            measure_floor(cli, PARALLEL, CHECKPOINTED_MAX)
     print(f"load at the end {load():.1f}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

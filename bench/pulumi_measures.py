@@ -1,6 +1,6 @@
-"""What ``bench pulumi`` (bench/pulumi.py) measures beside the ``up`` itself: the bare management-API client that
-creates the same objects, the broker's CPU seconds, the growth exponent of a curve, and a no-change preview,
-refresh and ``verify`` of a stack against one read of the vhost's definitions."""
+"""What ``bench pulumi`` (bench/pulumi.py) measures beside the ``up`` itself: a bench stack's config section, the bare
+management-API client that creates the same objects, the broker's CPU seconds, the growth exponent of a curve, and a
+no-change preview, refresh and ``verify`` of a stack against one read of the vhost's definitions."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from typing import Any
 from nsb_delays.brokers.management import ManagementApi, path_segment
 from nsb_delays.brokers.verify import Drift, verify_rabbitmq
 from nsb_delays.components.model.rabbitmq.arguments import queue_arguments_as_stored
+from nsb_delays.components.model.rabbitmq.combined import PolicyScope
+from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
 
@@ -29,6 +32,17 @@ VERIFY_ROUNDS = 15  # in turns with the read; the median of many, as one verify 
 def load() -> float:
     """The 1-minute load average: the machine is shared, so each figure is printed with it."""
     return os.getloadavg()[0]
+
+
+def section(vhost: str, version: str, endpoints: int, scope: PolicyScope) -> dict[str, Any]:
+    """The stack config's ``rabbitmq`` section of a bench stack: the graph and ``endpoints`` endpoints in ``vhost``."""
+    return {
+        "vhost": vhost,
+        "brokerVersion": version,
+        "deliveryLimitPolicies": parse_reported_broker_version(version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "policyScope": str(scope),
+        "endpoints": [f"Endpoint{i:05d}" for i in range(endpoints)],
+    }
 
 
 def baseline(api: ManagementApi, config: RabbitMqConfig, parallel: int) -> tuple[float, int]:
