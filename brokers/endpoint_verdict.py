@@ -188,9 +188,16 @@ def makes_http_calls(endpoint: EndpointSettings, user: EndpointUserSettings | No
     """Whether the endpoint calls the management API at start: from 10.0, unless its stack user has no management
     API (``managementApi: false``) or it turns every check off (``BrokerVerifier.Initialize`` returns at once when
     every ``BrokerRequirementChecks`` is disabled and ``ValidateDeliveryLimits`` is false)."""
-    if not runs_startup_checks(endpoint.transport) or (user is not None and not user.management_api):
+    if not runs_startup_checks(endpoint.transport) or without_management_api(endpoint, user):
         return False
     return bool(set(BROKER_REQUIREMENT_CHECKS) - disabled_checks(endpoint)) or endpoint.validate_delivery_limits
+
+
+def without_management_api(endpoint: EndpointSettings, user: EndpointUserSettings | None) -> bool:
+    """Whether the endpoint runs without the management API (``managementApi: false``): it turns every check off,
+    which only 10.1.0 and later can (``DisabledBrokerRequirementChecks``); 10.0.x always call ``GET /api/overview``
+    (``BrokerVerifier.Initialize`` at 10.0.0 and 10.0.4), and a login without a management tag is refused there."""
+    return user is not None and not user.management_api and endpoint.transport >= DISABLED_CHECKS_FROM
 
 
 def disabled_checks(endpoint: EndpointSettings) -> set[str]:
@@ -214,7 +221,7 @@ def _startup(
             "with installers only)"
         )
         return [Finding("start-up checks", True, detail)]
-    if user is not None and not user.management_api:
+    if without_management_api(endpoint, user):
         detail = (
             "managementApi: false: the endpoint runs with ValidateDeliveryLimits = false and "
             "DisabledBrokerRequirementChecks = Version310OrNewer | StreamsEnabled, and makes no HTTP call"

@@ -389,12 +389,6 @@ def test_a_user_without_the_management_api_makes_no_http_call(version: str) -> N
     assert "managementApi: false" in report.findings[0].detail and "makes no HTTP call" in report.findings[0].detail
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="judge (and makes_http_calls) treat managementApi: false as 'no HTTP call' on every release from 10.0.0, "
-    "but 10.0.x have no DisabledBrokerRequirementChecks (DISABLED_CHECKS_FROM = 10.1.0): their BrokerVerifier."
-    "Initialize always asks GET /api/overview, which a login without the management tag is refused",
-)
 @pytest.mark.parametrize("version", ["10.0.0", "10.0.4"])
 def test_a_user_without_the_management_api_does_not_start_an_endpoint_of_10_0(version: str) -> None:
     user = sales_user(management_api=False)
