@@ -143,7 +143,9 @@ CHECKOUT_COPY = "checkout-copy"
 PACKAGE_INDEX = "package-index"
 SPARK_CLUSTER, SPARK_CONNECT = "spark-cluster", "spark-connect"
 SPARK_BLOCKS = "tests/sparkcluster/test_documented_blocks.py"
+PYTEST = "pytest"
 ELSEWHERE = {
+    PYTEST: "tests/unit/test_pulumi_unit_test_pattern.py",
     CHECKOUT_COPY: "tests/consumer/test_from_a_checkout.py",
     CONSUMER: "tests/consumer/test_quickstart.py",
     PACKAGE_INDEX: "tests/consumer/test_package_index.py",
@@ -188,6 +190,8 @@ SERVICES = {
     PULUMI_YAML: "not in this tier: tests/engine/test_components_from_other_languages.py runs the block's command in "
     "a copy of its Pulumi YAML program (component_programs/yaml, with the page's component only: brokerVersion read "
     "from the stack's config, \"3.10\" there) with the provider's plugin, on a stack of the engine tier's backend",
+    PYTEST: "not in this tier: tests/unit/test_pulumi_unit_test_pattern.py saves the block as a test file in a "
+    "folder of its own and runs pytest on it, in a process of its own (Pulumi's mocks are set once per process)",
     CHECKOUT_COPY: "not in this tier: tests/consumer/test_from_a_checkout.py runs the block in a copy of the "
     "checkout's files (as a fresh clone has them), with a new virtualenv's python and pip first on PATH (PyPA build "
     "installed in it); the page's version must be pyproject.toml's",
