@@ -119,13 +119,19 @@ class Declared:
         self.policies: dict[str, rabbitmq.Policy] = {}
 
     def declare(self, topology: Topology) -> Self:
+        """Every object of ``topology``, each constructed here, from the arguments its kind's method gives: the engine
+        keeps each resource's stack trace in the stack's state (``stackTrace``), and every frame above a resource is
+        written once per resource, so no call sits between this loop and the resource."""
         for exchange in topology.exchanges:
-            self.exchanges[exchange.name] = self.shared.objects[exchange.name] = self.exchange(exchange)
-            self.names[exchange.name] = self.exchanges[exchange.name].name
+            declared = rabbitmq.Exchange(**self.exchange(exchange))
+            self.exchanges[exchange.name] = self.shared.objects[exchange.name] = declared
+            self.names[exchange.name] = declared.name
         for queue in topology.queues:
-            self.queues[queue.name] = self.shared.objects[queue.name] = self.queue(queue)
-        self.bindings = [self.binding(binding) for binding in topology.bindings]
-        self.policies = {policy.name: self.policy(policy) for policy in topology.policies}
+            self.queues[queue.name] = self.shared.objects[queue.name] = rabbitmq.Queue(**self.queue(queue))
+        for binding in topology.bindings:
+            self.bindings.append(rabbitmq.Binding(**self.binding(binding)))
+        for policy in topology.policies:
+            self.policies[policy.name] = self.shared.last_policy = rabbitmq.Policy(**self.policy(policy))
         return self
 
     def options(self, spec: Spec, physical_id: str, **options: Any) -> pulumi.ResourceOptions:
@@ -134,54 +140,54 @@ class Declared:
         adopted = physical_id if self.adopt_existing and spec.nservicebus_declares else None
         return pulumi.ResourceOptions(parent=self.component, import_=adopted, **options)
 
-    def exchange(self, exchange: ExchangeSpec) -> rabbitmq.Exchange:
-        return rabbitmq.Exchange(
-            f"{self.name}-{exchange.name}",
-            name=exchange.name,
-            vhost=self.vhost,
-            settings=rabbitmq.ExchangeSettingsArgs(
+    def exchange(self, exchange: ExchangeSpec) -> dict[str, Any]:
+        return {
+            "resource_name": f"{self.name}-{exchange.name}",
+            "name": exchange.name,
+            "vhost": self.vhost,
+            "settings": rabbitmq.ExchangeSettingsArgs(
                 type=exchange.type, durable=exchange.durable, auto_delete=exchange.auto_delete
             ),
-            opts=self.options(exchange, import_id(exchange.name, self.vhost)),
-        )
+            "opts": self.options(exchange, import_id(exchange.name, self.vhost)),
+        }
 
-    def queue(self, queue: QueueSpec) -> rabbitmq.Queue:
+    def queue(self, queue: QueueSpec) -> dict[str, Any]:
         """A named queue is replaced delete-first (the bridge's ``nameRequiresDeleteBeforeReplace``): its bindings
         go, a retained original stays, and the new declaration is refused (inequivalent arg). So a retained queue is
         never replaced: its settings are ignored once it exists, and ``verify`` reports a change as drift."""
         guard = queue.keeps_messages and self.protect_delay_queues
         kept = queue.receives_messages and self.retain_on_delete
-        return rabbitmq.Queue(
-            f"{self.name}-{queue.name}",
-            name=queue.name,
-            vhost=self.vhost,
-            settings=queue_settings(queue, self.broker_version),
-            opts=self.options(
+        return {
+            "resource_name": f"{self.name}-{queue.name}",
+            "name": queue.name,
+            "vhost": self.vhost,
+            "settings": queue_settings(queue, self.broker_version),
+            "opts": self.options(
                 queue,
                 import_id(queue.name, self.vhost),
                 protect=guard,
                 retain_on_delete=guard or kept,
                 ignore_changes=["settings"] if kept else None,
             ),
-        )
+        }
 
-    def binding(self, binding: BindingSpec) -> rabbitmq.Binding:
+    def binding(self, binding: BindingSpec) -> dict[str, Any]:
         destination = (
             self.queues[binding.destination].name
             if binding.destination_type == "queue" and binding.destination in self.queues
             else self.names.get(binding.destination, binding.destination)
         )
-        return rabbitmq.Binding(
-            f"{self.name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
-            source=self.names.get(binding.source, binding.source),
-            destination=destination,
-            destination_type=binding.destination_type,
-            routing_key=binding.routing_key,
-            vhost=self.vhost,
-            opts=self.options(binding, binding_import_id(binding, self.vhost)),
-        )
+        return {
+            "resource_name": f"{self.name}-{binding.source}-to-{binding.destination_type}-{binding.destination}",
+            "source": self.names.get(binding.source, binding.source),
+            "destination": destination,
+            "destination_type": binding.destination_type,
+            "routing_key": binding.routing_key,
+            "vhost": self.vhost,
+            "opts": self.options(binding, binding_import_id(binding, self.vhost)),
+        }
 
-    def policy(self, policy: PolicySpec) -> rabbitmq.Policy:
+    def policy(self, policy: PolicySpec) -> dict[str, Any]:
         """Declared after the objects it applies to (on RabbitMQ 4.3, a quorum queue declared while its delivery-limit
         policy is created may keep the default limit: ``RabbitMqTransport``), each named once, and after the vhost's
         policy before it (``SharedVhost``)."""
@@ -192,16 +198,15 @@ class Declared:
             definition[ALTERNATE_EXCHANGE_POLICY_KEY] = self.names[alternate]  # waits for the parking exchange
         previous = self.shared.last_policy
         waits_for = [*(target for target in targets if target is not None), *([previous] if previous else [])]
-        self.shared.last_policy = rabbitmq.Policy(
-            f"{self.name}-{policy.name}",
-            name=policy.name,
-            vhost=self.vhost,
-            policy=rabbitmq.PolicyPolicyArgs(
+        return {
+            "resource_name": f"{self.name}-{policy.name}",
+            "name": policy.name,
+            "vhost": self.vhost,
+            "policy": rabbitmq.PolicyPolicyArgs(
                 pattern=policy.pattern, priority=policy.priority, apply_to=policy.apply_to, definition=definition
             ),
-            opts=self.options(policy, import_id(policy.name, self.vhost), depends_on=waits_for),
-        )
-        return self.shared.last_policy
+            "opts": self.options(policy, import_id(policy.name, self.vhost), depends_on=waits_for),
+        }
 
 
 def named(given: pulumi.Input[str], expected: str, input_name: str) -> pulumi.Output[str]:

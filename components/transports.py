@@ -119,6 +119,8 @@ class RabbitMqTransport(pulumi.ComponentResource):
                 raise refused(type(self).__name__, name, error) from None
         super().__init__(f"{TYPE_PREFIX}{type(self).__name__}", name, None, opts)
         declared = _Declared(self, name, plan, passwords)
+        for part in plan.parts:  # what the section declares, in its order: the plan's one list of it
+            declared.part(part)
         outputs = declared.outputs()
         self.stack_outputs = outputs
         delivery, parking = GRAPH_OUTPUTS
@@ -151,55 +153,46 @@ class _Declared:
         if not plan.placement.declares_graph and plan.placement.graph_stack is not None:
             self.referenced_graph(plan.placement.graph_stack)
         # else the graph's exchanges by name until the graph is declared: each endpoint's default is its generation's
-        for part in plan.parts:  # what the section declares, in its order: the plan's one list of it
-            self.part(part)
 
     def part(self, part: RabbitMqPart) -> None:
+        """One part of the plan: its component, constructed here (the engine keeps each resource's stack trace in the
+        state: ``Declared.declare``)."""
         if isinstance(part, DelayInfrastructureSettings):
-            self.graph(part)
+            graph = RabbitMqDelayInfrastructure(*self.handed(f"delays-{part.generation.value}", part, former="graph"))
+            self.exchanges = {"delivery_exchange": graph.delivery_exchange, "parking_exchange": graph.parking_exchange}
+            delivery, parking = GRAPH_OUTPUTS
+            self.graph_outputs = {
+                delivery: graph.delivery_exchange,
+                parking: graph.parking_exchange,
+                "rabbitmqDelayLevels": graph.level_names,
+            }
         elif isinstance(part, SharedQueuesSettings):
-            self.child(RabbitMqSharedQueues, "shared-queues", part, former="shared queues")
+            RabbitMqSharedQueues(*self.handed("shared-queues", part, former="shared queues"))
         elif isinstance(part, EndpointSettings):
-            endpoint = self.child(RabbitMqEndpoint, part.endpoint, part, inputs=self.exchanges)
+            endpoint = RabbitMqEndpoint(*self.handed(part.endpoint, part, self.exchanges))
             self.endpoints[part.endpoint] = endpoint
             self.endpoint_queues |= {queue: endpoint.resources.queues[queue] for queue in part.receiving_queues}
         elif isinstance(part, EndpointPoliciesSettings):
-            self.policies(part)
+            RabbitMqEndpointPolicies(*self.policies(part))
         else:
-            self.user(part)
+            self.users[part.settings.user] = RabbitMqEndpointUser(*self.user(part))
 
-    def child(
+    def handed(
         self,
-        component: type[Any],
         suffix: str,
         settings: object,
         inputs: Mapping[str, Any] | None = None,
         former: str | None = None,
         depends_on: Sequence[pulumi.Resource] | None = None,
-    ) -> Any:
-        """A child named ``<transport>-<suffix>``, handed its ``settings`` checked; under the program's name, also
-        known by the name the release before gave it (``FORMER_NAMES[former]``)."""
+    ) -> tuple[str, Any, pulumi.ResourceOptions]:
+        """A child's name, ``<transport>-<suffix>``, its ``settings`` handed checked, and its options: under the
+        program's name, it is also known by the name the release before gave it (``FORMER_NAMES[former]``)."""
         aliases = None
         if former is not None and self.name == PROGRAM_NAMES[type(self.transport).__name__]:
             was = FORMER_NAMES[former].format(generation=self.plan.generation.value)
             aliases = [pulumi.Alias(name=was)]
         options = pulumi.ResourceOptions(parent=self.transport, aliases=aliases, depends_on=depends_on)
-        return component(f"{self.name}-{suffix}", Checked(settings, inputs, self.shared), opts=options)
-
-    def graph(self, settings: DelayInfrastructureSettings) -> None:
-        infrastructure = self.child(
-            RabbitMqDelayInfrastructure, f"delays-{settings.generation.value}", settings, former="graph"
-        )
-        self.exchanges = {
-            "delivery_exchange": infrastructure.delivery_exchange,
-            "parking_exchange": infrastructure.parking_exchange,
-        }
-        delivery, parking = GRAPH_OUTPUTS
-        self.graph_outputs = {
-            delivery: infrastructure.delivery_exchange,
-            parking: infrastructure.parking_exchange,
-            "rabbitmqDelayLevels": infrastructure.level_names,
-        }
+        return f"{self.name}-{suffix}", Checked(settings, inputs, self.shared), options
 
     def referenced_graph(self, graph_stack: str) -> None:
         """Another stack's graph, by its outputs, each checked once for all the endpoints: a read of that stack, not
@@ -215,7 +208,7 @@ class _Declared:
             )
         }
 
-    def policies(self, settings: EndpointPoliciesSettings) -> None:
+    def policies(self, settings: EndpointPoliciesSettings) -> tuple[str, Any, pulumi.ResourceOptions]:
         """The endpoints' combined policies, each after the queues or exchanges it applies to (``SharedVhost``):
         RabbitMQ 4.3 gives a quorum queue declared while its delivery-limit policy is being created the default limit
         of 20 for good (measured on 4.3.6: one queue of four, now and then). The periodic re-check that repaired that
@@ -227,9 +220,9 @@ class _Declared:
         parking = (
             {"parking_exchange": self.exchanges["parking_exchange"]} if "parking_exchange" in self.exchanges else {}
         )
-        self.child(RabbitMqEndpointPolicies, "endpoint-policies", named_for, inputs=parking, former="policies")
+        return self.handed("endpoint-policies", named_for, parking, former="policies")
 
-    def user(self, planned: PlannedUser) -> None:
+    def user(self, planned: PlannedUser) -> tuple[str, Any, pulumi.ResourceOptions]:
         """Created once the endpoints' queues it receives from or sends to exist (each a dependency of its own, not
         every resource of their endpoints), so an endpoint that logs in as it finds them. Error and audit are the
         shared queues', declared before any endpoint."""
@@ -237,9 +230,7 @@ class _Declared:
         queues = dict.fromkeys((*user.receiving_queues, *user.sends_to))
         waits_for = [self.endpoint_queues[queue] for queue in queues if queue in self.endpoint_queues]
         password = {"password": self.passwords[planned.password_key]}
-        self.users[user.user] = self.child(
-            RabbitMqEndpointUser, f"user-{user.user}", user, inputs=password, depends_on=waits_for
-        )
+        return self.handed(f"user-{user.user}", user, password, depends_on=waits_for)
 
     def outputs(self) -> dict[str, Any]:
         """The stack's outputs, as the program before the transports exported them."""
