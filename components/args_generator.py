@@ -1,7 +1,7 @@
 """Writes ``components/args.py``: each component's ``<Component>Args`` TypedDict, from the settings declared in
 ``components/model/settings.py`` plus the few inputs only a Pulumi program has (resources' outputs, secrets); and
-each transport's, one whole section of the stack config, from that section's keys (``stack/keys.py``, themselves from
-the declarations): the same keys in snake_case, an endpoint entry and its user as types of their own.
+each transport's, one whole section of the stack config, from that section's keys (``components/section/keys.py``,
+themselves from the declarations): the same keys in snake_case, an endpoint entry and its user as types of their own.
 
 Pulumi infers the multi-language schema from a component's ``args`` TypedDict and reads each input's description
 from the docstring under it in the source (``pulumi.provider.experimental.analyzer`` ``Analyzer.get_docstring``), so
@@ -19,10 +19,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from nsb_delays.stack.keys import ConfigKey, config_keys
-from nsb_delays.stack.parsing import PASSWORD_KEY
-
 from .model import settings as model_settings
+from .section.keys import ConfigKey, config_keys
+from .section.parsing import PASSWORD_KEY
 
 ARGS_FILE = Path(__file__).with_name("args.py")
 

@@ -2,7 +2,7 @@
 (``nsb-delays:rabbitmq``, ``nsb-delays:sqs``) in snake_case, declared as many times as a program needs (a vhost
 each, a broker each through its provider).
 
-Each checks its section where it enters, by the stack config's own parser (``stack/parsing.py``: every problem at
+Each checks its section where it enters, by the section's own parser (``section/parsing.py``: every problem at
 once, each named by its input), or takes it ``Checked`` from a program that parsed the stack file already; and
 declares the lower-level components (``rabbitmq.py``, ``sqs.py``) as its children, handing each its part of the plan,
 checked, and what they share (``SharedVhost``). Its children are named from its own name, as Pulumi's components do
@@ -32,8 +32,6 @@ from nsb_delays.components.model.settings import (
     EndpointSettings,
     SharedQueuesSettings,
 )
-from nsb_delays.stack.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
-from nsb_delays.stack.plan import PlannedUser, RabbitMqConfig, RabbitMqPart, SqsConfig
 
 from .args import RabbitMqTransportArgs, SqsEndpointArgs, SqsTransportArgs
 from .inputs import Checked, InputsRefused, handed
@@ -48,6 +46,8 @@ from .rabbitmq import (
     SharedVhost,
     named,
 )
+from .section.parsing import ConfigError, parse_rabbitmq_inputs, parse_sqs_inputs
+from .section.plan import PlannedUser, RabbitMqConfig, RabbitMqPart, SqsConfig
 from .sqs import SqsEndpoint
 
 Passwords = Mapping[str, pulumi.Input[str]]

@@ -1,19 +1,23 @@
 """Typed stack configuration (namespace ``nsb-delays``): every name of the stack config, from where it lives.
 
-- ``plan.py``: the stack's plan, each section as the settings of the components it declares (``StackConfig``,
-  ``RabbitMqConfig``, ``SqsConfig``, ``MsmqConfig``);
+- ``plan.py``: the stack's plan (``StackConfig``, ``MsmqConfig``), each transport's section as its own plan
+  (``RabbitMqConfig``, ``SqsConfig``: ``components/section/plan.py``);
 - ``parsing.py``: a stack's config checked into its plan (``parse_stack_config``, ``ConfigError``), every problem at
-  once, each naming the key and the rule;
+  once, each naming the key and the rule; each transport's section by the section's parser
+  (``components/section/parsing.py``);
 - ``stack_file.py``: the stack file ``--stack`` names, read strictly (``load_stack``, ``read_stack_yaml``,
   ``parse_yaml``, ``StackFileError``) and the stack's name as Pulumi takes it;
-- ``keys.py``: the keys, from the settings' declarations.
+- the keys, from the settings' declarations: ``components/section/keys.py``.
 """
 
 from __future__ import annotations
 
-from .keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, SECTIONS
-from .parsing import SQS_SECTION_CHECKS, ConfigError, parse_stack_config, password_keys
-from .plan import UNNAMED_STACK, MsmqConfig, RabbitMqConfig, SqsConfig, StackConfig
+from nsb_delays.components.section.keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, NAMESPACE, SECTIONS
+from nsb_delays.components.section.parsing import SQS_SECTION_CHECKS
+from nsb_delays.components.section.plan import UNNAMED_STACK, RabbitMqConfig, SqsConfig
+
+from .parsing import ConfigError, parse_stack_config, password_keys
+from .plan import MsmqConfig, StackConfig
 from .stack_file import (
     PROJECT_FILE,
     STACK_FILE_KEYS,

@@ -1,265 +1,35 @@
-"""The stack config's parser: a section as a stack file gives it (``nsb-delays:rabbitmq`` …) -> the stack's plan
-(``plan.py``), every value checked where it enters.
+"""The stack config's parser: a whole stack's config (``nsb-delays:rabbitmq``, ``nsb-delays:sqs``,
+``nsb-delays:msmq`` and the endpoint users' passwords) -> the stack's plan (``plan.py``), every value checked where it
+enters.
 
 The whole config is checked before any resource is declared; every problem is collected and reported at once, each
-naming the key and the rule it broke. The keys come from the settings' declarations (``keys.py``). The Pulumi program
-(through ``pulumi.Config``) and the CLI (reading ``Pulumi.<stack>.yaml``: ``stack_file.py``) parse config here.
+naming the key and the rule it broke. Each transport's section is parsed by its own parser
+(``components/section/parsing.py``), which a transport's inputs go through too; the MSMQ section, which no component
+declares, and the passwords, which are the stack file's, here. The Pulumi program (through ``pulumi.Config``) and the
+CLI (reading ``Pulumi.<stack>.yaml``: ``stack_file.py``) parse config here.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from nsb_delays.components.model import msmq, permissions, sqs
-from nsb_delays.components.model.rabbitmq.delivery_limits import (
-    DELIVERY_LIMIT_POLICY_ACCEPTED_FROM,
-    DELIVERY_LIMIT_POLICY_APPLY_TO,
+from nsb_delays.components.model import msmq
+from nsb_delays.components.section.keys import MSMQ, NAMESPACE, SECTIONS, config_keys
+from nsb_delays.components.section.parsing import (
+    ConfigError,
+    checked_fields,
+    key_path,
+    parse_rabbitmq_section,
+    parse_sqs_section,
+    password_keys,
 )
-from nsb_delays.components.model.rabbitmq.endpoint_start import (
-    transport_version_problem,
-    unknown_broker_requirement_checks,
-)
-from nsb_delays.components.model.rabbitmq.name_rules import (
-    object_name_problems,
-    rabbitmq_address_problems,
-    shadowing_addresses,
-    vhost_problems,
-)
-from nsb_delays.components.model.rabbitmq.names import QueueType, endpoint_binding_key, legacy_timeout_queue_names
-from nsb_delays.components.model.rabbitmq.versions import parse_broker_version, shown_version
-from nsb_delays.components.model.settings import (
-    RABBITMQ,
-    RABBITMQ_ENDPOINT,
-    RABBITMQ_USER,
-    SQS,
-    SQS_ENDPOINT,
-    DelayInfrastructureSettings,
-    EndpointPoliciesSettings,
-    EndpointSettings,
-    EndpointUserSettings,
-    GraphPlacementSettings,
-    SharedQueuesSettings,
-    SqsEndpointSettings,
-    camel_case,
-    declared_default,
-    from_wire,
-    settings_from,
-    snake_case,
-)
+from nsb_delays.components.section.plan import UNNAMED_STACK
 
-from .keys import BROKER_VERSION_KEY, DELIVERY_LIMIT_POLICIES_KEY, MSMQ, NAMESPACE, SECTIONS, ConfigKey, config_keys
-from .plan import UNNAMED_STACK, MsmqConfig, PlannedUser, RabbitMqConfig, SqsConfig, StackConfig
+from .plan import MsmqConfig, StackConfig
 
-
-class ConfigError(ValueError):
-    """The stack config cannot work; ``problems`` lists every reason, each with its key."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            f"invalid {NAMESPACE} stack config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
-
-
-def _at(path: str, key: str) -> str:
-    """``key`` of what ``path`` names: ``nsb-delays:rabbitmq.vhost``, or ``vhost`` of a component's inputs (no path)."""
-    return f"{path}.{key}" if path else key
-
-
-def _fields(
-    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str], extra: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """Type-check a mapping against ``keys``; unknown keys and wrong types become problems. Values by field name."""
-    if not isinstance(raw, Mapping):
-        problems.append(f"{path or 'the inputs'}: expected a mapping, got {type(raw).__name__}")
-        return {}
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key in extra:
-            continue
-        if key not in keys:
-            problems.append(f"{_at(path, key)}: unknown key (known: {', '.join(sorted({*keys, *extra}))})")
-            continue
-        try:
-            values[keys[key].attr] = keys[key].check(value)
-        except ValueError as error:
-            problems.append(f"{_at(path, key)}: {error}")
-    return values
-
-
-def _endpoint_fields(
-    raw: Any, path: str, keys: Mapping[str, ConfigKey], problems: list[str]
-) -> list[tuple[str, dict[str, Any]]]:
-    """Each endpoint entry (a name, or a mapping with ``name``) type-checked; bad entries become problems."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        problems.append(f"{path}: expected a list of endpoint names or mappings, got {type(raw).__name__}")
-        return []
-    entries = []
-    for i, entry in enumerate(raw):
-        entry_path = f"{path}[{i}]"
-        fields = _fields({"name": entry} if isinstance(entry, str) else entry, entry_path, keys, problems)
-        if keys["name"].attr in fields:
-            entries.append((entry_path, fields))
-        elif isinstance(entry, Mapping) and "name" not in entry:
-            problems.append(f"{entry_path}: missing required key 'name'")
-    return entries
-
-
-def _section_endpoints(raw: Any) -> Any:
-    return raw.get("endpoints") if isinstance(raw, Mapping) else None
-
-
-def _strings(values: Any, where: str, problems: list[str], what: str = "entry") -> tuple[str, ...]:
-    """The non-empty strings of a list; any other entry is a problem naming them."""
-    bad = [value for value in values if not isinstance(value, str) or not value]
-    if bad:
-        problems.append(f"{where}: every {what} must be a non-empty string, got {bad!r}")
-    return tuple(value for value in values if value not in bad)
-
-
-PASSWORD_KEY = "passwordKey"  # a stack file's endpoint user: the config key that holds the password, a secret
-PASSWORD_INPUT = "password"  # a RabbitMqTransport's endpoint user: the password itself (a Pulumi secret)
-
-
-@dataclass
-class Passwords:
-    """How a section's endpoint users give their passwords. A stack file names, in ``passwordKey``, the config key
-    that holds the secret (``{secure: …}``, checked with the whole config: ``_check_passwords``); a component's inputs
-    give the secret itself, in ``password``, kept in ``given`` under the path of that input, which is then the user's
-    password key (``RabbitMqConfig.password_keys``)."""
-
-    given: dict[str, Any] | None = None
-
-    def user_keys(self) -> tuple[dict[str, ConfigKey], tuple[str, ...]]:
-        """The keys of an endpoint's ``user``, and the one the parser takes as it is (the secret)."""
-        keys = config_keys()[RABBITMQ_USER]
-        if self.given is None:
-            return keys, ()
-        return {key: value for key, value in keys.items() if key != PASSWORD_KEY}, (PASSWORD_INPUT,)
-
-    def take(self, raw: Mapping[str, Any], fields: dict[str, Any], where: str, problems: list[str]) -> str | None:
-        """The user's password key; a problem when it gives none."""
-        if self.given is None:
-            key = fields.pop("password_key", None)
-            if key is None and PASSWORD_KEY not in raw:
-                problems.append(
-                    f"{where}: missing required key '{PASSWORD_KEY}' (the stack config key of its password, set with "
-                    f"`pulumi config set --secret {NAMESPACE}:<key> …`)"
-                )
-            return key if isinstance(key, str) else None
-        if raw.get(PASSWORD_INPUT) is None:
-            problems.append(f"{where}: missing required key '{PASSWORD_INPUT}' (its password: a Pulumi secret)")
-            return None
-        self.given[_at(where, PASSWORD_INPUT)] = raw[PASSWORD_INPUT]
-        return _at(where, PASSWORD_INPUT)
-
-
-RABBITMQ_PATH = f"{NAMESPACE}:{RABBITMQ}"
-SQS_PATH = f"{NAMESPACE}:{SQS}"
-
-
-def _parse_rabbitmq(
-    raw: Any, problems: list[str], stack: str, path: str = RABBITMQ_PATH, passwords: Passwords | None = None
-) -> RabbitMqConfig:
-    """The section ``raw`` (a stack file's, or a component's inputs with ``path`` "" and the passwords given)."""
-    passwords = passwords or Passwords()
-    keys = config_keys()
-    section = _fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
-    broker_version = _broker_version(raw, path, problems)
-    if broker_version is not None:
-        section["broker_version"] = broker_version
-    endpoints: list[EndpointSettings] = []
-    users: list[tuple[str, PlannedUser]] = []
-    entries = _endpoint_fields(_section_endpoints(raw), _at(path, "endpoints"), keys[RABBITMQ_ENDPOINT], problems)
-    for entry_path, fields in entries:
-        where = f"{entry_path}.instanceDiscriminators"
-        discriminators = fields.get("instance_discriminators", ())
-        fields["instance_discriminators"] = _strings(discriminators, where, problems, "discriminator")
-        user = fields.pop("user", None)
-        endpoint = settings_from(EndpointSettings, section | fields)
-        endpoints.append(endpoint)
-        if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems, passwords)):
-            users.append((entry_path, parsed))
-    config = RabbitMqConfig(
-        settings_from(DelayInfrastructureSettings, section),
-        settings_from(SharedQueuesSettings, section),
-        tuple(endpoints),
-        tuple(user for _, user in users),
-        settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
-        stack,
-        settings_from(GraphPlacementSettings, section),
-    )
-    if config.placement.graph_stack is not None and config.placement.declares_graph:
-        problems.append(
-            f"{_at(path, 'graphStack')}: {config.placement.graph_stack!r} names the stack that declares the delay "
-            "graph, but this stack declares it too (declaresGraph is true): set declaresGraph: false, or remove "
-            "graphStack"
-        )
-    _check_rabbitmq_names(config, path, problems)
-    _check_transport_versions(raw, config, path, problems)
-    _check_endpoint_users(config, [entry for entry, _ in users], path, problems)
-    _check_broker_version_rules(config, path, problems)
-    return config
-
-
-def _endpoint_user(
-    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str], passwords: Passwords
-) -> PlannedUser | None:
-    """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
-    the user's name defaults to the endpoint's."""
-    where = _at(path, "user")
-    before = len(problems)
-    keys, taken = passwords.user_keys()
-    fields = _fields(raw, where, keys, problems, extra=taken)
-    fields.setdefault("user", endpoint.endpoint)
-    password_key = passwords.take(raw, fields, where, problems)
-    for key, attr in (("sendsTo", "sends_to"), ("publishes", "publishes"), ("subscribesTo", "subscribes_to")):
-        fields[attr] = _strings(fields.get(attr, ()), _at(where, key), problems)
-    for key, names in (("name", [fields["user"]]), ("publishes", fields["publishes"]),
-                       ("subscribesTo", fields["subscribes_to"])):  # fmt: skip
-        for name in names:
-            for problem in permissions.name_problems(name):
-                problems.append(f"{_at(where, key)}: {name!r} {problem}")
-    if len(problems) > before or password_key is None:
-        return None
-    values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
-    return PlannedUser(endpoint.endpoint, settings_from(EndpointUserSettings, values), password_key)
-
-
-def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
-    """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the path of the
-    endpoint entry ``config.users[j]`` belongs to (``nsb-delays:rabbitmq.endpoints[2]``)."""
-    known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
-    for entry, planned in zip(entries, config.users, strict=True):
-        user = planned.settings
-        unknown = [d for d in user.sends_to if d not in known]
-        if unknown:
-            problems.append(
-                f"{entry}.user.sendsTo: {', '.join(map(repr, unknown))} "
-                f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of this stack "
-                f"(known: {', '.join(sorted(known))}); add the endpoint to the stack or remove the destination"
-            )
-    for name, count in Counter(user.settings.user for user in config.users).items():
-        if count > 1:
-            problems.append(
-                f"{_at(path, 'endpoints')}: user {name!r} is given to {count} endpoints (one user per endpoint)"
-            )
-
-
-def password_keys(rabbitmq: Any) -> tuple[str, ...]:
-    """The stack config keys (``nsb-delays:<key>``) that the ``rabbitmq`` section's endpoint users name for their
-    passwords, read from the YAML as given (a user refused for another reason still names its key)."""
-    endpoints = _section_endpoints(rabbitmq)
-    users = [e.get("user") for e in endpoints if isinstance(e, Mapping)] if isinstance(endpoints, list) else []
-    keys = [user.get("passwordKey") for user in users if isinstance(user, Mapping)]
-    return tuple(key for key in keys if isinstance(key, str) and key)
+__all__ = ["ConfigError", "parse_stack_config", "password_keys"]
 
 
 def _check_passwords(raw: Mapping[str, Any], keys: tuple[str, ...], problems: list[str]) -> None:
@@ -273,179 +43,28 @@ def _check_passwords(raw: Mapping[str, Any], keys: tuple[str, ...], problems: li
             problems.append(f"{NAMESPACE}:{key}: a password in plain text; make it a Pulumi secret: {fix}")
 
 
-def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
-    """``brokerVersion`` as given when it parses (``rmq.parse_broker_version``); else a problem and None."""
-    value = raw.get(BROKER_VERSION_KEY) if isinstance(raw, Mapping) else None
-    if value is None:
-        return None
-    where = _at(path, BROKER_VERSION_KEY)
-    if not isinstance(value, str):
-        hint = f" (quote it: YAML reads {value!r} as a number, 3.10 as 3.1)" if isinstance(value, float) else ""
-        problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
-        return None
-    try:
-        parse_broker_version(value)
-    except ValueError as error:
-        problems.append(f"{where}: {error}")
-        return None
-    return value
-
-
-def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
-    version = parse_broker_version(config.broker_version)
-    quorum = QueueType.QUORUM
-    limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
-    if limited and version < DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
-        accepted = shown_version(DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
-        problems.append(
-            f"{_at(path, DELIVERY_LIMIT_POLICIES_KEY)} is true with {BROKER_VERSION_KEY} "
-            f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
-            f"(apply-to '{DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
-            f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
-        )
-
-
-def _name_problems(name: str, *, destination: bool) -> list[str]:
-    """A queue's problems: as an object name (reserved, provider ids, length), and as a delayed-message
-    destination when it receives delayed messages (wildcards, whitespace, 199 bytes); each reason once."""
-    problems = rabbitmq_address_problems(name) if destination else []
-    if not destination and any(ch.isspace() for ch in name):
-        problems.append("contains whitespace")
-    return problems + [p for p in object_name_problems(name) if p not in problems]
-
-
-def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    """``transportVersion`` and ``disabledBrokerRequirementChecks`` hold what they may, where they are given: the
-    section's once, each endpoint's own."""
-    key = camel_case("transport_version")
-    given = raw.get(key) if isinstance(raw, Mapping) else None
-    section_problem = transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
-    if section_problem:
-        problems.append(f"{_at(path, key)}: {section_problem}")
-    for i, endpoint in enumerate(config.endpoints):
-        problem = transport_version_problem(endpoint.transport_version)
-        if problem and (endpoint.transport_version != given or not section_problem):
-            problems.append(f"{_at(path, 'endpoints')}[{i}].{key}: {problem}")
-    checks_key = camel_case("disabled_broker_requirement_checks")
-    section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
-    section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so
-    section_checks_problem = unknown_broker_requirement_checks(section_checks) if section_checks is not None else None
-    if section_checks_problem:
-        problems.append(f"{_at(path, checks_key)}: {section_checks_problem}")
-    for i, endpoint in enumerate(config.endpoints):
-        problem = unknown_broker_requirement_checks(endpoint.disabled_broker_requirement_checks)
-        inherited = list(endpoint.disabled_broker_requirement_checks) == list(section_checks or [])
-        if problem and not (inherited and section_checks_problem):
-            problems.append(f"{_at(path, 'endpoints')}[{i}].{checks_key}: {problem}")
-
-
-def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    for problem in vhost_problems(config.vhost):
-        problems.append(f"{_at(path, 'vhost')}: {config.vhost!r} {problem}")
-    queues: list[str] = []
-    for i, endpoint in enumerate(config.endpoints):
-        for queue in endpoint.receiving_queues:
-            for problem in _name_problems(queue, destination=True):
-                problems.append(f"{_at(path, 'endpoints')}[{i}]: queue {queue!r} {problem}")
-        queues += endpoint.receiving_queues
-        if endpoint.legacy_timeout_manager:
-            legacy = legacy_timeout_queue_names(endpoint.endpoint)
-            for queue in legacy if endpoint.endpoint else ():
-                for problem in object_name_problems(queue):
-                    if problem not in object_name_problems(endpoint.endpoint):  # said once, for the endpoint
-                        problems.append(f"{_at(path, 'endpoints')}[{i}]: legacy queue {queue!r} {problem}")
-            queues += legacy
-    for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
-        for problem in _name_problems(name, destination=False):
-            problems.append(f"{_at(path, key)}: {name!r} {problem}")
-    queues += [config.error_queue, config.audit_queue]
-    for name, count in Counter(queues).items():
-        if count > 1:
-            problems.append(
-                f"{_at(path, 'endpoints')}: queue {name!r} is declared {count} times (duplicate endpoint or queue)"
-            )
-    group = config.policy_group
-    if not group.strip() or "@" in group or any(ch.isspace() for ch in group):
-        problems.append(
-            f"{_at(path, 'policyGroup')}: {group!r} must be a non-empty name without '@' or whitespace: it names the "
-            "stack's combined policies, and the provider's policy id is 'name@vhost'"
-        )
-    for a, b in shadowing_addresses(list(config.receiving_queues())):
-        problems.append(
-            f"{_at(path, 'endpoints')}: {a!r} would also receive delayed messages addressed to {b!r} "
-            f"(its binding {endpoint_binding_key(a)!r} matches {b!r}'s routing keys); rename one of them"
-        )
-
-
-# The SQS section's settings its endpoints inherit whose values the model bounds, with the model's check of each.
-SQS_SECTION_CHECKS: tuple[tuple[str, Callable[[int], int]], ...] = (
-    ("message_retention_seconds", sqs.check_retention),
-    ("max_message_size", sqs.check_max_message_size),
-)
-
-
-def _parse_sqs(raw: Any, problems: list[str], path: str = SQS_PATH) -> SqsConfig:
-    keys = config_keys()
-    section = _fields(raw, path, keys[SQS], problems, extra=("endpoints",))
-    refused_in_section = []
-    for name, check in SQS_SECTION_CHECKS:
-        try:  # with or without endpoints: the section's own setting
-            check(section.get(name, declared_default(SqsEndpointSettings, name)))
-        except ValueError as error:
-            problems.append(f"{_at(path, camel_case(name))}: {error}")
-            refused_in_section.append(name)
-    endpoints = []
-    entries = _endpoint_fields(_section_endpoints(raw), _at(path, "endpoints"), keys[SQS_ENDPOINT], problems)
-    for entry_path, fields in entries:
-        values = section | fields
-        for name in refused_in_section:  # said once, for the section
-            if name not in fields:
-                values[name] = declared_default(SqsEndpointSettings, name)
-        endpoints.append((entry_path, settings_from(SqsEndpointSettings, values)))
-    _check_sqs_names(endpoints, path, problems)
-    return SqsConfig(tuple(endpoint for _, endpoint in endpoints), section)
-
-
-def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str, problems: list[str]) -> None:
-    physical: list[str] = []
-    for entry_path, endpoint in endpoints:
-        try:
-            specs = endpoint.queues()
-        except ValueError as error:
-            problems.append(f"{entry_path} ({endpoint.endpoint!r}): {error}")
-            continue
-        physical += [spec.name for spec in specs]
-    for name, count in Counter(physical).items():
-        if count > 1:
-            problems.append(
-                f"{_at(path, 'endpoints')}: SQS queue {name!r} is declared {count} times "
-                "(duplicate after prefix and sanitising)"
-            )
-
-
 def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     path = f"{NAMESPACE}:msmq"
-    values = _fields(raw, path, config_keys()[MSMQ], problems)
+    values = checked_fields(raw, path, config_keys()[MSMQ], problems)
     endpoints = values.pop("endpoints", [])
     for i, name in enumerate(endpoints):
         if not isinstance(name, str) or not name.strip():
-            problems.append(f"{_at(path, 'endpoints')}[{i}]: expected a non-empty endpoint name, got {name!r}")
+            problems.append(f"{key_path(path, 'endpoints')}[{i}]: expected a non-empty endpoint name, got {name!r}")
     for name, count in Counter(e for e in endpoints if isinstance(e, str)).items():
         if count > 1:
-            problems.append(f"{_at(path, 'endpoints')}: {name!r} is listed {count} times")
+            problems.append(f"{key_path(path, 'endpoints')}: {name!r} is listed {count} times")
     schema = values.get("schema", msmq.DEFAULT_SCHEMA)
     try:  # with or without endpoints: the section's own setting
         msmq.check_schema(schema)
     except ValueError as error:
-        problems.append(f"{_at(path, 'schema')}: {error}")
+        problems.append(f"{key_path(path, 'schema')}: {error}")
         schema = msmq.DEFAULT_SCHEMA  # said once, for the section; the endpoints' tables are still checked
     for i, name in enumerate(endpoints):
         if isinstance(name, str) and name.strip():
             try:
                 msmq.delayed_store_table(name, schema)
             except ValueError as error:
-                problems.append(f"{_at(path, 'endpoints')}[{i}]: {error}")
+                problems.append(f"{key_path(path, 'endpoints')}[{i}]: {error}")
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
@@ -453,73 +72,15 @@ def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> St
     """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values; ``stack`` is the name of
     the stack they configure."""
     problems: list[str] = []
-    rabbitmq = _parse_rabbitmq(raw["rabbitmq"], problems, stack) if raw.get("rabbitmq") is not None else None
+    rabbitmq = parse_rabbitmq_section(raw["rabbitmq"], problems, stack) if raw.get("rabbitmq") is not None else None
     passwords = password_keys(raw.get("rabbitmq"))
     unknown = sorted(set(raw) - set(SECTIONS) - set(passwords))
     for key in unknown:
         known = ", ".join(f"{NAMESPACE}:{section}" for section in SECTIONS)
         problems.insert(0, f"{NAMESPACE}:{key}: unknown key (known: {known}, and endpoint users' passwordKeys)")
     _check_passwords(raw, passwords, problems)
-    sqs_config = _parse_sqs(raw["sqs"], problems) if raw.get("sqs") is not None else None
+    sqs_config = parse_sqs_section(raw["sqs"], problems) if raw.get("sqs") is not None else None
     msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:
         raise ConfigError(problems)
     return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack)
-
-
-# --- a section given as a transport component's inputs --------------------------------------------------------------
-
-_ENTRIES = {RABBITMQ: RABBITMQ_ENDPOINT, SQS: SQS_ENDPOINT}  # each section's place of its endpoints
-
-
-def section_of_inputs(inputs: Any, place: str) -> Any:
-    """A section as a component's inputs give it (its keys in snake_case, ``broker_version``; each endpoint's and its
-    user's too) keyed as a stack file keys it (``brokerVersion``), each value as it was sent (a whole number that
-    another language sent as a float, an integer again: ``from_wire``). What is not a mapping is left to the parser
-    to refuse."""
-    if not isinstance(inputs, Mapping):
-        return inputs
-    keys = config_keys()[place]
-    section: dict[str, Any] = {}
-    for name, value in inputs.items():
-        key = camel_case(str(name))
-        if key == "endpoints" and place in _ENTRIES and isinstance(value, list):
-            value = [section_of_inputs(entry, _ENTRIES[place]) for entry in value]
-        elif key == "user" and place == RABBITMQ_ENDPOINT:
-            value = section_of_inputs(value, RABBITMQ_USER)
-        elif key in keys:
-            value = from_wire(keys[key].hint, value)
-        section[key] = value
-    return section
-
-
-def parse_rabbitmq_inputs(inputs: Mapping[str, Any], stack: str) -> tuple[RabbitMqConfig, dict[str, Any]]:
-    """A ``RabbitMqTransport``'s inputs, the ``nsb-delays:rabbitmq`` section in snake_case whose endpoint users give
-    their ``password`` itself, checked by the rules of a stack file: its plan, and each user's password by its key
-    (``password_keys``). ConfigError lists every problem, each named by its input (``endpoints[1].user.sends_to``)."""
-    problems: list[str] = []
-    passwords = Passwords(given={})
-    config = _parse_rabbitmq(section_of_inputs(inputs, RABBITMQ), problems, stack, "", passwords)
-    if problems:
-        raise ConfigError([_named_as_input(problem) for problem in problems])
-    return config, dict(passwords.given or {})
-
-
-def parse_sqs_inputs(inputs: Mapping[str, Any]) -> SqsConfig:
-    """An ``SqsTransport``'s inputs, the ``nsb-delays:sqs`` section in snake_case, checked by the rules of a stack
-    file: its plan. ConfigError lists every problem, each named by its input (``endpoints[0].max_message_size``)."""
-    problems: list[str] = []
-    config = _parse_sqs(section_of_inputs(inputs, SQS), problems, "")
-    if problems:
-        raise ConfigError([_named_as_input(problem) for problem in problems])
-    return config
-
-
-_INPUT_PATH = re.compile(r"[A-Za-z0-9_.\[\]]+")
-
-
-def _named_as_input(problem: str) -> str:
-    """A problem of a component's inputs, its leading key path as a Python program names the input
-    (``endpoints[1].user.sendsTo`` -> ``endpoints[1].user.sends_to``)."""
-    path = _INPUT_PATH.match(problem)
-    return snake_case(path.group()) + problem[path.end() :] if path else problem

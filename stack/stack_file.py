@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from .keys import NAMESPACE, SECTIONS
+from nsb_delays.components.section.keys import NAMESPACE, SECTIONS
+
 from .parsing import ConfigError, parse_stack_config
 from .plan import StackConfig
 

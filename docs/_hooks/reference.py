@@ -1,7 +1,7 @@
 """mkdocs hooks (``hooks:`` in mkdocs.yml): the parts of the site generated from the code, so they cannot drift.
 
 - ``<!-- generated: config-keys -->`` in a page becomes the stack-config key tables: every key the parser accepts
-  with its type, default and description, from the settings' declarations (``stack.keys.config_keys``);
+  with its type, default and description, from the settings' declarations (``components.section.keys.config_keys``);
 - ``<!-- generated: policy-rules -->`` becomes the policy pack's rules: names, kinds, enforcement levels and
   descriptions from the rule objects (``policies.pack.POLICIES``), and each rule's config options from its schema;
 - every ```` ```mermaid ```` block becomes an SVG image drawn at build time by mermaid-cli (``node_modules/.bin/mmdc``
@@ -33,7 +33,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-from nsb_delays.stack import keys as stack_keys
+from nsb_delays.components.section import keys as stack_keys
 
 PROJECT = Path(__file__).resolve().parents[2]
 CACHE = PROJECT / ".cache" / "docs"
@@ -72,7 +72,7 @@ def _type(typ: Any, allowed: tuple[Any, ...] | None) -> str:
 
 def config_keys_markdown() -> str:
     """Every key the parser accepts, one table per place, with type, default and description: all from the
-    settings' declarations (``stack.keys.config_keys``)."""
+    settings' declarations (``components.section.keys.config_keys``)."""
     places = stack_keys.config_keys()
     if set(SECTIONS) != set(places):
         raise PluginError(f"the hook's SECTIONS differ from the stack config's places {sorted(places)}")

@@ -7,7 +7,8 @@ What it writes (every file a text the user reads and commits):
 - ``__main__.py``: three lines that run ``nsb_delays.infra.program`` (it reads the stack through ``pulumi.Config``);
 - ``requirements.txt``: ``nsb-delays==<this version>`` (or ``--requirement``: a wheel's path, an index URL);
 - ``Pulumi.<stack>.yaml``: the broker's management URL and version, the vhost and the endpoints, each key under the
-  comment its declaration carries (``stack/keys.py`` ``config_keys``), checked by the stack config's own parser;
+  comment its declaration carries (``components/section/keys.py`` ``config_keys``), checked by the stack config's own
+  parser;
 - ``policies/``: the policy pack, as ``nsb-delays pulumi-plugin policy-pack`` writes it;
 - ``.github/workflows/nsb-delays.yml`` and ``.gitlab-ci.yml``: the pipelines for this repository (review with the
   offline check against the deployed stack file and ``pulumi preview --policy-pack policies``; deploy with
@@ -49,8 +50,8 @@ from nsb_delays.components.model.settings import (
     declaration,
     fields_of,
 )
+from nsb_delays.components.section.keys import config_keys
 from nsb_delays.stack.config import NAMESPACE, ConfigError, parse_stack_config
-from nsb_delays.stack.keys import config_keys
 
 from .errors import EXIT_BAD_INPUT, CommandError
 from .pulumi_plugin import DISTRIBUTION, KINDS, plugin_files

@@ -14,10 +14,10 @@ import click
 import pytest
 
 from nsb_delays.components.model.rabbitmq.names import delay_level_name, delivery_exchange_name
+from nsb_delays.components.section.keys import config_keys
 from nsb_delays.infra.cli import cli
 from nsb_delays.policies.pack import POLICIES
 from nsb_delays.stack import config as stack_config
-from nsb_delays.stack.keys import config_keys
 from tests.docs.conftest import ARTIFACTS, Site, article, chromium, text_of
 
 PASSWORD_KEY = "salesPassword"

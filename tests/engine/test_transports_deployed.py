@@ -27,9 +27,9 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.components.model.rabbitmq.versions import shown_version
 from nsb_delays.components.provider import PACKAGE
+from nsb_delays.components.section.parsing import section_of_inputs
 from nsb_delays.infra.pulumi_engine import provider_credentials
 from nsb_delays.stack.config import NAMESPACE
-from nsb_delays.stack.parsing import section_of_inputs
 from servers.rabbitmq import LocalRabbitMq
 from tests.docs.examples import PROJECT, examples
 from tests.engine.conftest import ROOT, PulumiEngine, Result, Stack, init_stack, remove_stack

@@ -20,8 +20,8 @@ import yaml
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.versions import shown_version
+from nsb_delays.components.section.parsing import section_of_inputs
 from nsb_delays.stack.config import NAMESPACE
-from nsb_delays.stack.parsing import section_of_inputs
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import ALL_BROKERS, serve
 from tests.engine.conftest import PulumiEngine, Stack, init_stack, remove_stack

@@ -12,11 +12,11 @@ import yaml
 from click.testing import CliRunner
 
 from nsb_delays.components.model.settings import RABBITMQ, EndpointSettings, declared_default
+from nsb_delays.components.section.keys import config_keys
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands import init as init_command
 from nsb_delays.infra.commands.pulumi_plugin import KINDS, plugin_files
 from nsb_delays.stack.config import load_stack
-from nsb_delays.stack.keys import config_keys
 
 PROJECT = Path(__file__).resolve().parents[2]
 CI_TEMPLATES = {

@@ -15,7 +15,7 @@ from nsb_delays.components import args as component_args
 from nsb_delays.components import args_generator
 from nsb_delays.components.model import settings as model_settings
 from nsb_delays.components.provider import COMPONENTS, NsbDelaysProvider
-from nsb_delays.stack import keys as stack_keys
+from nsb_delays.components.section import keys as stack_keys
 from nsb_delays.stack.config import ConfigError, parse_stack_config
 
 SPECS = {spec.component: spec for spec in args_generator.COMPONENTS}
