@@ -18,7 +18,7 @@ names as aliases (``FORMER_NAMES``), so those stacks see no change.
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import pulumi
 
@@ -52,8 +52,16 @@ from .sqs import SqsEndpoint
 
 Passwords = Mapping[str, pulumi.Input[str]]
 
-GRAPH_OUTPUTS = ("rabbitmqDeliveryExchange", "rabbitmqParkingExchange")
-"""What a stack that declares the delay graph exports for the stacks of endpoints that reference it (``graphStack``)."""
+
+class GraphOutputs(NamedTuple):
+    """The outputs a stack that declares the delay graph exports for the stacks of endpoints that reference it
+    (``graphStack``), by what each names."""
+
+    delivery_exchange: str = "rabbitmqDeliveryExchange"
+    parking_exchange: str = "rabbitmqParkingExchange"
+
+
+GRAPH_OUTPUTS = GraphOutputs()
 
 PROGRAM_NAMES = {"RabbitMqTransport": "rabbitmq", "SqsTransport": "sqs"}
 """The name the project's program gives each transport (``infra/program.py``), as the release before did."""
@@ -67,7 +75,10 @@ FORMER_NAMES = {"graph": "delays-{generation}", "shared queues": "shared-queues"
 def graph_outputs(plan: RabbitMqConfig) -> dict[str, str | None]:
     """The names a graph stack of ``plan``'s generation exports as ``GRAPH_OUTPUTS`` (parking: only with it)."""
     parking = parking_name(plan.generation) if plan.infrastructure.park_unroutable else None
-    return dict(zip(GRAPH_OUTPUTS, (delivery_exchange_name(plan.generation), parking), strict=True))
+    return {
+        GRAPH_OUTPUTS.delivery_exchange: delivery_exchange_name(plan.generation),
+        GRAPH_OUTPUTS.parking_exchange: parking,
+    }
 
 
 _INPUT_PATH = re.compile(r"[\w.\[\]]+")  # what a problem names first: endpoints[1].user.sends_to
@@ -123,9 +134,8 @@ class RabbitMqTransport(pulumi.ComponentResource):
             declared.part(part)
         outputs = declared.outputs()
         self.stack_outputs = outputs
-        delivery, parking = GRAPH_OUTPUTS
-        self.rabbitmq_delivery_exchange = outputs.get(delivery)
-        self.rabbitmq_parking_exchange = outputs.get(parking)
+        self.rabbitmq_delivery_exchange = outputs.get(GRAPH_OUTPUTS.delivery_exchange)
+        self.rabbitmq_parking_exchange = outputs.get(GRAPH_OUTPUTS.parking_exchange)
         self.rabbitmq_delay_levels = outputs.get("rabbitmqDelayLevels")
         self.rabbitmq_endpoint_queues = pulumi.Output.from_input(outputs["rabbitmqEndpointQueues"])
         users_output = outputs.get("rabbitmqEndpointUsers")
@@ -160,10 +170,9 @@ class _Declared:
         if isinstance(part, DelayInfrastructureSettings):
             graph = RabbitMqDelayInfrastructure(*self.handed(f"delays-{part.generation.value}", part, former="graph"))
             self.exchanges = {"delivery_exchange": graph.delivery_exchange, "parking_exchange": graph.parking_exchange}
-            delivery, parking = GRAPH_OUTPUTS
             self.graph_outputs = {
-                delivery: graph.delivery_exchange,
-                parking: graph.parking_exchange,
+                GRAPH_OUTPUTS.delivery_exchange: graph.delivery_exchange,
+                GRAPH_OUTPUTS.parking_exchange: graph.parking_exchange,
                 "rabbitmqDelayLevels": graph.level_names,
             }
         elif isinstance(part, SharedQueuesSettings):
@@ -198,13 +207,17 @@ class _Declared:
         """Another stack's graph, by its outputs, each checked once for all the endpoints: a read of that stack, not
         a child of this transport (``StackReference`` names it by the stack it reads)."""
         graph = pulumi.StackReference(graph_stack)
-        delivery, parking = GRAPH_OUTPUTS  # a graph stack without parking exports none: the policies then refuse
         generation = self.plan.generation
+        # a graph stack without parking exports none: the policies then refuse
         self.exchanges = {
             key: named(output, expected, key)
             for key, output, expected in (
-                ("delivery_exchange", graph.require_output(delivery), delivery_exchange_name(generation)),
-                ("parking_exchange", graph.get_output(parking), parking_name(generation)),
+                (
+                    "delivery_exchange",
+                    graph.require_output(GRAPH_OUTPUTS.delivery_exchange),
+                    delivery_exchange_name(generation),
+                ),
+                ("parking_exchange", graph.get_output(GRAPH_OUTPUTS.parking_exchange), parking_name(generation)),
             )
         }
 

@@ -15,8 +15,11 @@ from typing import Any
 
 from nsb_delays.components.model import settings as model_settings
 from nsb_delays.components.model.rabbitmq.names import QueueType
+from nsb_delays.components.model.settings import EndpointSettings
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.recording import record
+from nsb_delays.components.section.parsing import parse_rabbitmq_inputs, parse_sqs_inputs
+from nsb_delays.components.transports import RabbitMqTransport
 from nsb_delays.infra.program import declare
 from nsb_delays.stack.config import parse_stack_config
 
@@ -61,3 +64,56 @@ def test_the_stack_files_queue_type_is_checked_once_on_its_way_to_the_provider()
 def test_a_components_queue_type_is_checked_once() -> None:
     args: Any = {"endpoint": "Sales", "queue_type": "classic"}
     assert checks_in(lambda: RabbitMqEndpoint("sales", args)) == ["classic"]
+
+
+@contextmanager
+def calls_of(*functions: Callable[..., Any]) -> Iterator[list[str]]:
+    """The names of ``functions`` called while the block runs, in the caller's thread and the recordings'."""
+    codes = {function.__code__: function.__name__ for function in functions}
+    called: list[str] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            called.append(codes[frame.f_code])
+
+    sys.setprofile(profile)
+    profile_the_recording_thread(profile)
+    try:
+        yield called
+    finally:
+        sys.setprofile(None)
+        profile_the_recording_thread(None)
+
+
+CHECKS = (
+    model_settings.settings_from,
+    model_settings.checked_value,
+    EndpointSettings.check,
+    parse_rabbitmq_inputs,
+    parse_sqs_inputs,
+)
+
+
+def test_a_stack_files_plan_flows_down_to_every_component_checked_nothing_again() -> None:
+    """The parser checked the stack file (every value, every endpoint); the program hands each transport its section's
+    plan and each transport hands each component its settings: no value is checked again on the way down (issue 51:
+    each was checked again by the component it reached, through the Args it was turned back into)."""
+    raw = {
+        "rabbitmq": {"endpoints": ["Sales", {"name": "Billing", "user": {"passwordKey": "billing"}}]},
+        "sqs": {"endpoints": ["Sales"]},
+        "billing": {"secure": "v1:YmlsbGluZw=="},
+    }
+    config = parse_stack_config(raw)
+    with calls_of(*CHECKS) as called:
+        registered = record(lambda: declare(config, {"billing": "secret"}))
+    assert len(registered) > 100
+    assert called == []
+
+
+def test_a_transports_inputs_are_checked_once_by_the_sections_parser() -> None:
+    """A program's ``RabbitMqTransport``: its section is parsed once, by the section's parser, and nothing below it
+    checks a value again."""
+    section: Any = {"endpoints": ["Sales", {"name": "Billing", "instance_discriminators": ["blue"]}]}
+    with calls_of(parse_rabbitmq_inputs, EndpointSettings.check) as called:
+        record(lambda: RabbitMqTransport("rabbitmq", section))
+    assert called == ["parse_rabbitmq_inputs"]
