@@ -197,7 +197,7 @@ class _Declared:
         """A child's name, ``<transport>-<suffix>``, its ``settings`` handed checked, and its options: under the
         program's name, it is also known by the name the release before gave it (``FORMER_NAMES[former]``)."""
         aliases = None
-        if former is not None and self.name == PROGRAM_NAMES[type(self.transport).__name__]:
+        if former is not None and self.name == PROGRAM_NAMES["RabbitMqTransport"]:
             was = FORMER_NAMES[former].format(generation=self.plan.generation.value)
             aliases = [pulumi.Alias(name=was)]
         options = pulumi.ResourceOptions(parent=self.transport, aliases=aliases, depends_on=depends_on)
