@@ -23,12 +23,11 @@ from nsb_delays.components.model.rabbitmq.delivery_limits import (
 from nsb_delays.components.model.rabbitmq.endpoint_start import (
     TRANSPORT_POLICY_BY_PREFIX_FROM,
     Outcome,
+    TransportVersion,
     Unreadable,
     delivery_limit_decision,
-    parse_transport_version,
     runs_startup_checks,
     settled_view,
-    transport_version_problem,
 )
 from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
 from nsb_delays.components.model.rabbitmq.names import (
@@ -323,9 +322,10 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             queues_under[id(resource.parent)].append(resource)
     for endpoint in [resource for resource in args.resources if resource.resource_type == endpoint_type]:
         text = value_at(endpoint.props, "transportVersion")
-        if not isinstance(text, str) or transport_version_problem(text):
+        try:
+            version = TransportVersion(text)
+        except ValueError:
             continue  # unknown during preview, or refused by the component already
-        version = parse_transport_version(text)
         if not runs_startup_checks(version):
             continue
         listed = resolved(value_at(endpoint.props, "receivingQueues"))

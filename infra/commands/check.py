@@ -57,7 +57,7 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
         ]
         pack_config = pack_config.with_defaults(sqs_delay_queue_pairs.name, {"withoutDelayedDelivery": without})
     if config.rabbitmq:
-        version = {"brokerVersion": config.rabbitmq.broker_version}
+        version = {"brokerVersion": str(config.rabbitmq.broker_version)}
         pack_config = pack_config.with_defaults(queue_arguments_as_read.name, version)
         pack_config = pack_config.with_defaults(refused_by_broker_version.name, version)
     if baseline is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .names import exact_name_pattern, is_combined_policy_name
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
-from .versions import parse_broker_version
+from .versions import BrokerVersion
 
 __all__ = [
     "DELIVERY_LIMIT_ARGUMENT",
@@ -63,12 +63,12 @@ DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
 DELIVERY_LIMIT_POLICY_ACCEPTED_FROM = (3, 12, 0)
 
 
-def delivery_limit_policies_by_default(broker_version: str) -> bool:
+def delivery_limit_policies_by_default(broker_version: BrokerVersion) -> bool:
     """Whether a stack declares NServiceBus's delivery-limit policies when it does not say: on RabbitMQ 4.0 and
     later, where quorum queues have a default delivery limit (20) the transport overrides with its policy at start
     (``BrokerVerifier.ValidateDeliveryLimit``); below 4.0 there is no default limit, the transport never creates
     the policy, and 3.10 refuses its apply-to outright."""
-    return parse_broker_version(broker_version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    return broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 
 
 def delivery_limit_policy_name(queue: str) -> str:

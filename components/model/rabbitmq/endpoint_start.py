@@ -37,7 +37,7 @@ from .delivery_limits import (
 from .names import Generation, QueueType, exact_name_pattern
 from .objects import PolicySpec
 from .policy_match import AppliedPolicies, reported_delivery_limit
-from .versions import MINIMUM_BROKER_VERSION, dotted_version
+from .versions import MINIMUM_BROKER_VERSION, Version, dotted_version
 
 __all__ = [
     "BROKER_REQUIREMENT_CHECKS",
@@ -53,13 +53,13 @@ __all__ = [
     "DeliveryLimitDecision",
     "Outcome",
     "QueueDetails",
+    "TransportVersion",
     "Unreadable",
     "broker_version_refusal",
     "delivery_limit_decision",
     "effective_delivery_limit",
     "generation_of_transport",
     "nservicebus_delivery_limit_refusal",
-    "parse_transport_version",
     "queue_details_as_read",
     "records_view",
     "rules_tag",
@@ -86,15 +86,16 @@ _NO_LIMIT_BEFORE_10_1_5 = -1
 _TRANSPORT_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
-def parse_transport_version(text: object) -> tuple[int, int, int]:
+class TransportVersion(Version):
     """``transportVersion``, the NServiceBus.RabbitMQ release an endpoint runs: exactly ``MAJOR.MINOR.PATCH``
-    (``"11.2.1"``), from 4.3.0; ValueError naming the value and the rule."""
-    problem = transport_version_problem(text)
-    if problem:
-        raise ValueError(problem)
-    assert isinstance(text, str)
-    major, minor, patch = (int(part) for part in text.split("."))
-    return major, minor, patch
+    (``"11.2.1"``), from 4.3.0, else ValueError naming the value and the rule (``transport_version_problem``)."""
+
+    def __new__(cls, text: object) -> TransportVersion:
+        problem = transport_version_problem(text)
+        if problem:
+            raise ValueError(problem)
+        assert isinstance(text, str)
+        return cls._made(text, (int(part) for part in text.split(".")))
 
 
 def transport_version_problem(text: object) -> str | None:
