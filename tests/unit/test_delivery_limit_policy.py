@@ -217,7 +217,7 @@ def test_what_nservicebus_refuses_at_start() -> None:
     assert unlimited and "delivery limit -1 from argument x-delivery-limit=-1" in unlimited
 
 
-def conflicts(*policies: BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:
+def conflicts(*policies: BrokerPolicy, version: tuple[int, ...] = V4) -> list[tuple[str, str, bool]]:
     return [(c.policy, c.field, c.refused) for c in delivery_limit_conflicts("Sales", policies, version)]
 
 

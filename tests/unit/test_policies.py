@@ -854,6 +854,32 @@ def test_an_operator_policy_limit_and_an_outranking_policy_are_reported_but_a_lo
     assert "policy 'ha' reaches endpoint queue 'Shipping': priority is 1, expected < 0" in violations[1].message
 
 
+def test_the_delivery_limit_rules_judge_on_the_stacks_broker_version() -> None:
+    """Below RabbitMQ 4.0 a quorum queue has no default delivery limit and NServiceBus.RabbitMQ writes no policy of its
+    own, so a policy without a limit that outranks where its policy would be is no reason to refuse; a limit other
+    than 100000 is, on any broker. The rules take the stack's brokerVersion (``nsb-delays check`` passes it)."""
+    operator = broker_policy("^Sales$", {"delivery-limit": "100"}, apply_to="all", operator=True)
+    outranking = record(
+        lambda: rabbitmq.Policy(
+            "ha", name="ha", vhost="/",
+            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=1, apply_to="queues", definition={"max-length": "9"}),
+        )
+    )  # fmt: skip
+    recorded = [*dev_recorded(), *operator, *outranking]
+    rules = ("endpoint-queue-delivery-limit", "transport-version-delivery-limit")
+    on_3_13 = {rule: {"brokerVersion": "3.13"} for rule in rules}
+    violations = [v for v in run(recorded, on_3_13) if v.policy == "endpoint-queue-delivery-limit"]
+    assert [v.urn for v in violations] == [operator[0].urn]
+    assert violations[0].message.endswith("refuses to start on 'Sales'. Fix: remove 'delivery-limit' from it or "
+                                          "exclude 'Sales' from its pattern.")  # fmt: skip
+    bad = {rule: {"brokerVersion": "four"} for rule in rules}
+    assert sorted((v.policy, v.message) for v in run(recorded, bad) if v.policy in rules) == [
+        (rule, f"policy config {rule}.brokerVersion: 'four' is not a RabbitMQ version: expected MAJOR.MINOR or "
+               "MAJOR.MINOR.PATCH, e.g. '3.10'")
+        for rule in rules
+    ]  # fmt: skip
+
+
 def test_a_delivery_limit_argument_on_an_endpoint_queue_is_reported() -> None:
     sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
     violations = delivery_limit_violations(changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 5)))

@@ -159,21 +159,21 @@ def stored_definition_value(value: object) -> object:
 
 
 def delivery_limit_conflicts(
-    queue: str, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...] | None = None
+    queue: str, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...]
 ) -> list[DeliveryLimitConflict]:
     """Every policy over quorum receive queue ``queue`` that is not NServiceBus's own, as it matters to the endpoint.
 
     Refused (BrokerVerifier.ShouldOverrideDeliveryLimit/SetDeliveryLimitViaPolicy): a delivery limit
-    other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``
-    None counts as 4.x) any user policy that ties or outranks ``nsb.<queue>.delivery-limit`` (priority
-    >= 0), because a queue has one policy and the transport's cannot be applied. Flagged but not
+    other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``) any user policy
+    that ties or outranks ``nsb.<queue>.delivery-limit`` (priority >= 0), because a queue has one policy and the
+    transport's cannot be applied. Flagged but not
     refused: a limit of exactly 100000 that does not come from NServiceBus's policy or a stack's combined
     delivery-limit policy (``nsb-delays.<group>.delivery-limit.<bucket>``). Either of those with another
     target, priority or definition (or for NServiceBus's, pattern) is flagged (and refused when its limit is not
     100000).
     """
     own = delivery_limit_policy(queue)
-    on_4x = broker_version is None or broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    on_4x = broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
     remove_limit = f"remove '{DELIVERY_LIMIT_POLICY_KEY}' from it or exclude {queue!r} from its pattern"
     conflicts = []
     for policy in policies:

@@ -124,7 +124,7 @@ _LOWER_WINS = frozenset(
      DELIVERY_LIMIT_POLICY_KEY)
 )  # fmt: skip
 _OPERATOR_WINS_SINCE_4_0 = frozenset(("queue-version", "overflow"))
-_V4 = (4, 0, 0)
+_V4 = (4, 0, 0)  # where rabbit_policies.erl merge_policy_value/3 changed (above)
 
 
 def unsupported_policy_keys(queue_type: str, broker_version: tuple[int, ...]) -> frozenset[str] | None:
@@ -262,11 +262,11 @@ def match_policy(
     policies: Iterable[BrokerPolicy],
     kind: ObjectKind,
     name: str,
-    queue_type: str | None = None,
-    broker_version: tuple[int, ...] = _V4,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> PolicyMatch:
-    """The policy of ``policies`` RabbitMQ applies to one exchange or queue (``queue_type``: classic, quorum,
-    stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
+    """The policy of ``policies`` a broker of ``broker_version`` applies to one exchange (``queue_type`` None) or queue
+    (``queue_type``: classic, quorum, stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
     return _match(((p, erlang_regex(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
 
 
@@ -288,7 +288,7 @@ def _merge_value(key: str, value: object, operator_value: object, broker_version
 def merge_operator_definitions(
     definition: Mapping[str, object] | None,
     operator_definition: Mapping[str, object] | None,
-    broker_version: tuple[int, ...] = _V4,
+    broker_version: tuple[int, ...],
 ) -> dict[str, object] | None:
     """``rabbit_policy:merge_operator_definitions/2``: None when neither policy applies."""
     if definition is None and operator_definition is None:
@@ -433,8 +433,8 @@ class PolicyMatcher:
     def __init__(
         self,
         policies: Iterable[BrokerPolicy],
-        operator_policies: Iterable[BrokerPolicy] = (),
-        broker_version: tuple[int, ...] = _V4,
+        operator_policies: Iterable[BrokerPolicy],
+        broker_version: tuple[int, ...],
     ) -> None:
         self.policies = _PolicyIndex(policies, broker_version)
         self.operator_policies = _PolicyIndex(operator_policies, broker_version)
@@ -475,8 +475,8 @@ def applied_policies(
     operator_policies: Iterable[BrokerPolicy],
     kind: ObjectKind,
     name: str,
-    queue_type: str | None = None,
-    broker_version: tuple[int, ...] = _V4,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> AppliedPolicies:
     """``PolicyMatcher.applied`` for one object (build a ``PolicyMatcher`` once for many)."""
     return PolicyMatcher(policies, operator_policies, broker_version).applied(kind, name, queue_type)
