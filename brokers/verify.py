@@ -24,17 +24,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    decision_alone,
+    delivery_limit_conflicts,
+    effective_delivery_limit,
+    nservicebus_delivery_limit_refusal,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_ARGUMENT,
     DELIVERY_LIMIT_POLICY_KEY,
     DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
     UNLIMITED_DELIVERY_LIMIT,
     BrokerPolicy,
-    delivery_limit_conflicts,
-)
-from nsb_delays.components.model.rabbitmq.endpoint_start import (
-    effective_delivery_limit,
-    nservicebus_delivery_limit_refusal,
 )
 from nsb_delays.components.model.rabbitmq.names import (
     Generation,
@@ -310,7 +311,8 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
                 fix = f"{conflict.fix}: NServiceBus.RabbitMQ 10+ refuses to start on {queue.name!r} otherwise"
                 drifts.append(Drift("different", subject, conflict.field, conflict.expected, conflict.actual, fix))
         argument = (live_queues.get(queue.name, {}).get("arguments") or {}).get(DELIVERY_LIMIT_ARGUMENT)
-        if argument is not None and argument != UNLIMITED_DELIVERY_LIMIT:
+        arguments = {DELIVERY_LIMIT_ARGUMENT: argument}
+        if argument is not None and decision_alone(queue.name, version, arguments=arguments).refuses:
             fix = (
                 f"delete and re-create {queue.name!r} without it (arguments cannot change on a live queue); "
                 "NServiceBus.RabbitMQ 10+ refuses to start on a non-default delivery limit"

@@ -11,23 +11,26 @@ from collections.abc import Iterable, Mapping
 
 from pulumi_policy import PolicyConfigSchema, PolicyResource, ResourceValidationArgs, StackValidationArgs
 
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    UNREADABLE,
+    decision_alone,
+    delivery_limit_conflicts,
+    queue_decision,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_ARGUMENT,
     DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
     UNLIMITED_DELIVERY_LIMIT,
     BrokerPolicy,
-    delivery_limit_conflicts,
     delivery_limit_policy_name,
     stored_definition_value,
 )
 from nsb_delays.components.model.rabbitmq.endpoint_start import (
     TRANSPORT_POLICY_BY_PREFIX_FROM,
+    DeliveryLimitDecision,
     Outcome,
     TransportVersion,
-    Unreadable,
-    delivery_limit_decision,
     runs_startup_checks,
-    settled_view,
 )
 from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
 from nsb_delays.components.model.rabbitmq.names import (
@@ -284,27 +287,39 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
             continue  # NServiceBus checks quorum receive queues only
         limit = arguments.values.get(DELIVERY_LIMIT_ARGUMENT)
         if limit is not None:
+            decision = decision_alone(name, version, arguments={DELIVERY_LIMIT_ARGUMENT: limit})
             report(
-                f"endpoint queue {name!r} declares {DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
-                f"refuses to start on a delivery limit from a queue argument. Remove the argument (the "
-                f"{delivery_limit_policy_name(name)!r} policy sets {UNLIMITED_DELIVERY_LIMIT}).",
+                f"endpoint queue {name!r} declares {DELIVERY_LIMIT_ARGUMENT}={limit!r}: "
+                f"{_consequence(name, decision, version, 'a queue argument', 'the argument')}. Remove the argument "
+                f"(the {delivery_limit_policy_name(name)!r} policy sets {UNLIMITED_DELIVERY_LIMIT}).",
                 queue.urn,
             )
         here = policies.get(broker_of(queue), [])
         by_name = {policy.name: resource for policy, resource in here}
         for conflict in delivery_limit_conflicts(name, [policy for policy, _ in here], version):
-            on = " (RabbitMQ 4.x)" if version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else ""
-            consequence = (
-                f"NServiceBus.RabbitMQ 10+ refuses to start on {name!r}{on}"
-                if conflict.refused
-                else f"NServiceBus accepts exactly {UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
-                f"{conflict.policy!r}, not on {delivery_limit_policy_name(name)!r}"
-            )
+            consequence = _consequence(name, conflict.decision, version, None, repr(conflict.policy))
             report(
                 f"{conflict.kind} {conflict.policy!r} reaches endpoint queue {name!r}: {conflict.field} is "
                 f"{conflict.actual}, expected {conflict.expected}. {consequence}. Fix: {conflict.fix}.",
                 by_name[conflict.policy].urn,
             )
+
+
+def _consequence(
+    queue: str, decision: DeliveryLimitDecision, version: BrokerVersion, refused_source: str | None, source: str
+) -> str:
+    """What a delivery limit's source does to the endpoint, as the newest release decides (``decision_alone``)."""
+    if decision.refuses:
+        if refused_source is not None:
+            return f"NServiceBus.RabbitMQ 10+ refuses to start on a delivery limit from {refused_source}"
+        on = " (RabbitMQ 4.x)" if version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else ""
+        return f"NServiceBus.RabbitMQ 10+ refuses to start on {queue!r}{on}"
+    if decision.outcome == Outcome.WRITES_POLICY:
+        return f"NServiceBus.RabbitMQ 10+ starts on {queue!r} only if it may write policies: {decision.reason}"
+    return (
+        f"NServiceBus accepts exactly {UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on {source}, not on "
+        f"{delivery_limit_policy_name(queue)!r}"
+    )
 
 
 # --- the release each endpoint runs --------------------------------------------------------------------------
@@ -374,14 +389,11 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             if not applied.determined:
                 continue  # ties and PCRE-only patterns: endpoint-queue-delivery-limit reports them
             stored = {key: stored_definition_value(value) for key, value in arguments.values.items()}
-            try:
-                view = settled_view(str(name), QueueType.QUORUM, stored, applied, broker_version)
-            except Unreadable as error:  # the transport's converters throw: GetQueue fails, the endpoint too
-                report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {error}, and does not "
-                       "start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
-                continue
-            decision = delivery_limit_decision(release, view, broker_version)
-            if decision.outcome == Outcome.REFUSES:
+            decision = queue_decision(release, str(name), stored, applied, broker_version)
+            if decision.refusal == UNREADABLE:  # the transport's converters throw: GetQueue fails, the endpoint too
+                report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {decision.reason}, and "
+                       "does not start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
+            elif decision.refuses:
                 report(
                     f"endpoint queue {name!r} runs NServiceBus.RabbitMQ {text} (transportVersion), which refuses to "
                     f"start on what the stack declares: {decision.reason}. Fix: upgrade the endpoint to "

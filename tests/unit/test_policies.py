@@ -887,6 +887,29 @@ def test_a_delivery_limit_argument_on_an_endpoint_queue_is_reported() -> None:
     assert "declares x-delivery-limit=5" in violations[0].message
 
 
+def test_a_delivery_limit_argument_nservicebus_accepts_is_reported_as_not_its_policy() -> None:
+    """x-delivery-limit 100000 is what NServiceBus.RabbitMQ 10.1.5+ accepts (``delivery_limit_decision``, as ``verify``
+    and the check before provisioning judge it): reported, the limit is not its policy's, but not as a refusal."""
+    sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+    recorded = changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 100000))
+    (violation,) = delivery_limit_violations(recorded)
+    assert violation.urn == sales.urn and "refuses" not in violation.message
+    assert "declares x-delivery-limit=100000: NServiceBus accepts exactly 100000, but the limit then depends on the " \
+           "argument, not on 'nsb.Sales.delivery-limit'. Remove the argument" in violation.message  # fmt: skip
+
+
+def test_nservicebus_own_policy_with_its_old_unlimited_value_is_reported_as_one_it_writes_over() -> None:
+    """``nsb.Sales.delivery-limit`` with -1 (what 10.0.0 to 10.1.4 write): 10.1.6 writes its own policy over it at
+    start, which needs the policymaker tag; it is not a refusal."""
+    recorded = record_stack(load_stack(STACK).with_values("rabbitmq", policyScope="endpoint"), stack=STACK)
+    own = find(recorded, RABBITMQ_POLICY, delivery_limit_policy_name("Sales"))
+    old = changed(recorded, own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "-1"}))
+    (violation,) = delivery_limit_violations(old)
+    assert violation.urn == own.urn and "refuses" not in violation.message
+    assert "NServiceBus.RabbitMQ 10+ starts on 'Sales' only if it may write policies: its own policy has delivery " \
+           "limit -1: it PUTs policy 'nsb.Sales.delivery-limit' (delivery-limit 100000)" in violation.message  # fmt: skip
+
+
 def test_the_programs_own_policies_pass_and_a_changed_one_is_reported() -> None:
     assert delivery_limit_violations(dev_recorded()) == []
     combined = find(dev_recorded(), RABBITMQ_POLICY, "nsb-delays.dev.delivery-limit.all")

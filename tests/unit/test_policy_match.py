@@ -15,8 +15,8 @@ import yaml
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
 from nsb_delays.components.model.rabbitmq.combined import combined_policies
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import effective_delivery_limit
 from nsb_delays.components.model.rabbitmq.delivery_limits import BrokerPolicy, delivery_limit_policy
-from nsb_delays.components.model.rabbitmq.endpoint_start import effective_delivery_limit
 from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy
 from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.components.model.rabbitmq.policy_match import (

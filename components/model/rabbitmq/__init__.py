@@ -3,8 +3,11 @@
 - ``names``: the objects' and bindings' names, and the fixed choices (generation, routing topology, queue type);
 - ``objects``: exchanges, queues, bindings, policies and ``Topology``;
 - ``graph``: the delay graph, parking and an endpoint's objects;
-- ``delivery_limits``: NServiceBus's delivery-limit policy and its broker verifier's rules;
-- ``endpoint_start``: what an endpoint checks at start with installers off, by NServiceBus.RabbitMQ release;
+- ``delivery_limits``: NServiceBus's delivery-limit policy, and the policies that reach a queue;
+- ``endpoint_start``: what an endpoint checks at start with installers off, by NServiceBus.RabbitMQ release: the one
+  decision on a queue's delivery limit;
+- ``delivery_limit_checks``: that decision asked of a queue's records (``verify``) and of each policy or argument
+  that reaches it (the pack, the check before provisioning);
 - ``combined``: a stack's parking and delivery-limit policies combined, a few per vhost;
 - ``policy_match``: which policy the broker applies to an object, and the effective definition, from the lists;
 - ``name_rules``: which names can work;
