@@ -4,6 +4,7 @@ each listing once, however many endpoints a stack has."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -14,16 +15,20 @@ import yaml
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
+from nsb_delays.components.model.permissions import permission_allows
 from nsb_delays.components.model.rabbitmq.combined import combined_policies
-from nsb_delays.components.model.rabbitmq.delivery_limit_checks import effective_delivery_limit
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    delivery_limit_conflicts,
+    effective_delivery_limit,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import BrokerPolicy, delivery_limit_policy
 from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy
 from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.patterns import literal_names
 from nsb_delays.components.model.rabbitmq.policy_match import (
     ObjectKind,
     PolicyMatcher,
     applied_policies,
-    literal_names,
     match_policy,
     merge_operator_definitions,
     policy_applies,
@@ -145,6 +150,19 @@ def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)
     assert match_policy([one, two], "queue", "café", "classic", V4_0).name == "two"
+
+
+def test_which_queues_a_policy_reaches_is_the_same_byte_match() -> None:
+    """``BrokerPolicy.reaches`` (the pack's and the check before provisioning's delivery-limit rules) matched with
+    Python's ``re`` on text, where ``^caf.$`` matches 'café'; RabbitMQ's ``re:run`` does not, and neither does the
+    project's one matching rule (``patterns``), which ``reaches``, ``match_policy`` and the permissions now share."""
+    assert re.search("^caf.$", "café")  # Python's text semantics: the rule reaches used
+    one, two = policy("one", "^caf.$", "queues"), policy("two", "^caf..$", "queues")
+    assert (one.reaches("café"), two.reaches("café")) == (False, True)
+    assert [p.name for p in (one, two) if policy_applies(p, "queue", "café", "quorum", V4_0)] == ["two"]
+    assert (permission_allows("^caf.$", "café"), permission_allows("^caf..$", "café")) == (False, True)
+    limit = BrokerPolicy("one", "^caf.$", "queues", 5, {"delivery-limit": 5})
+    assert delivery_limit_conflicts("café", [limit], V4_0) == []  # it does not reach the queue on the broker
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@
   that reaches it (the pack, the check before provisioning);
 - ``combined``: a stack's parking and delivery-limit policies combined, a few per vhost;
 - ``policy_match``: which policy the broker applies to an object, and the effective definition, from the lists;
+- ``patterns``: how the broker matches a pattern against a name (policies, permissions): the one matching rule;
 - ``name_rules``: which names can work;
 - ``routing``: a delayed message's routing key and path;
 - ``arguments``: queue arguments as the broker stores and compares them;

@@ -8,12 +8,12 @@ Source: Particular/NServiceBus.RabbitMQ ``src/NServiceBus.Transport.RabbitMQ/Adm
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .names import exact_name_pattern
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
+from .patterns import pattern_matches
 from .versions import BrokerVersion
 
 __all__ = [
@@ -113,16 +113,12 @@ class BrokerPolicy:
     operator: bool = False
 
     def reaches(self, quorum_queue: str) -> bool | None:
-        """RabbitMQ applies a policy whose pattern matches anywhere in the name (``re:run``, unanchored).
-
-        None when Python cannot compile the pattern (a PCRE feature it lacks): reach unknown.
-        """
+        """Whether its apply-to takes a quorum queue and its pattern matches the queue's name as RabbitMQ matches it
+        (``patterns.pattern_matches``: ``re:run``, unanchored, on the name's bytes). None when the pattern cannot be
+        evaluated here (a PCRE feature Python's ``re`` lacks): reach unknown."""
         if self.apply_to not in POLICY_TARGETS_REACHING_QUORUM_QUEUES:
             return False
-        try:
-            return re.search(self.pattern, quorum_queue) is not None
-        except re.error:
-            return None
+        return pattern_matches(self.pattern, quorum_queue)
 
 
 def stored_definition_value(value: object) -> object:
