@@ -65,10 +65,11 @@ def user_name(index: int) -> str:
 
 def section(vhost: str, reported: str, users: bool) -> dict[str, Any]:
     """The stack's ``rabbitmq`` section: ``ENDPOINTS`` endpoints, each with its own user when ``users``."""
-    closed_flags = users and parse_reported_broker_version(reported) < FEATURE_FLAGS_OPEN_FROM
+    version = parse_reported_broker_version(reported)
+    closed_flags = users and version < FEATURE_FLAGS_OPEN_FROM
     return {
         "vhost": vhost,
-        "brokerVersion": broker_version_of(reported),
+        "brokerVersion": broker_version_of(version),
         **({"disabledBrokerRequirementChecks": ["StreamsEnabled"]} if closed_flags else {}),
         "endpoints": [
             {"name": f"Endpoint{i:05d}", "user": {"name": user_name(i), "passwordKey": f"{user_name(i)}Password"}}

@@ -22,7 +22,7 @@ from nsb_delays.brokers.verify import Drift, verify_rabbitmq
 from nsb_delays.components.model.rabbitmq.arguments import queue_arguments_as_stored
 from nsb_delays.components.model.rabbitmq.combined import PolicyScope
 from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion
 from nsb_delays.infra.pulumi_engine import LocalStack, PulumiFailed
 from nsb_delays.stack.config import RabbitMqConfig
 
@@ -39,7 +39,7 @@ def section(vhost: str, version: str, endpoints: int, scope: PolicyScope) -> dic
     return {
         "vhost": vhost,
         "brokerVersion": version,
-        "deliveryLimitPolicies": parse_reported_broker_version(version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
+        "deliveryLimitPolicies": BrokerVersion(version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
         "policyScope": str(scope),
         "endpoints": [f"Endpoint{i:05d}" for i in range(endpoints)],
     }

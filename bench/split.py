@@ -17,7 +17,7 @@ from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.brokers.verify import verify_rabbitmq
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from nsb_delays.infra.commands.errors import sigterm_as_interrupt
 from nsb_delays.infra.pulumi_engine import LocalStack, created_provider_objects, find_pulumi, provider_credentials
 from nsb_delays.stack.config import NAMESPACE, parse_stack_config
@@ -47,7 +47,7 @@ def main() -> None:
     print(f"{STACKS} team stacks x {ENDPOINTS} endpoints beside one graph stack; --parallel {PARALLEL}", flush=True)
     with sigterm_as_interrupt(), LocalRabbitMq() as broker, ExitStack() as cleanup:
         api = ManagementApi(broker.management_url, broker.username, broker.password)
-        version = broker_version_of(broker.version())
+        version = broker_version_of(parse_reported_broker_version(broker.version()))
         api.create_vhost(VHOST)
         credentials = provider_credentials(broker.username, broker.password) | SKIP_CHECKPOINTS
         sections = {"graph": {"vhost": VHOST, "brokerVersion": version, "endpoints": []}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 
 from .management import ManagementApi, ManagementError
 
@@ -22,7 +22,7 @@ def read_broker(api: ManagementApi, vhost: str, *, users: bool = True) -> Broker
     """``GET /api/overview`` (the version), ``GET /api/definitions/<vhost>`` (every exchange, queue, binding and policy
     of the vhost in one read) and, with ``users``, ``GET /api/users``. ``ManagementError`` for an unreachable broker,
     a refused login or a vhost that does not exist."""
-    reported = str(api.overview().get("rabbitmq_version", ""))
+    reported = parse_reported_broker_version(str(api.overview().get("rabbitmq_version", "")))
     if not api.vhost_exists(vhost):
         raise ManagementError(f"vhost {vhost!r} does not exist on the broker at {api.address}: check --vhost")
     definitions = api.definitions(vhost)

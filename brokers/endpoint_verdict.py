@@ -159,7 +159,7 @@ def judge(
     audit_queue: str,
 ) -> EndpointReport:
     """One endpoint's findings: its start-up checks, the queues it consumes, then what its work needs."""
-    version = endpoint.transport
+    version = endpoint.transport_version
     findings = [*_startup(endpoint, user, login, records, observations), *_queues(endpoint, records)]
     findings += _graph(endpoint, records) + _bindings(endpoint, records)
     accesses = permissions.endpoint_accesses(
@@ -170,7 +170,7 @@ def judge(
         audit_queue=audit_queue,
     )
     findings += _rights(login.user, endpoint.vhost, accesses, records)
-    return EndpointReport(endpoint.endpoint, endpoint.transport_version, login.user, tuple(findings))
+    return EndpointReport(endpoint.endpoint, str(endpoint.transport_version), login.user, tuple(findings))
 
 
 def _as_endpoint_user(
@@ -188,7 +188,7 @@ def makes_http_calls(endpoint: EndpointSettings, user: EndpointUserSettings | No
     """Whether the endpoint calls the management API at start: from 10.0, unless its stack user has no management
     API (``managementApi: false``) or it turns every check off (``BrokerVerifier.Initialize`` returns at once when
     every ``BrokerRequirementChecks`` is disabled and ``ValidateDeliveryLimits`` is false)."""
-    if not runs_startup_checks(endpoint.transport) or without_management_api(endpoint, user):
+    if not runs_startup_checks(endpoint.transport_version) or without_management_api(endpoint, user):
         return False
     return bool(set(BROKER_REQUIREMENT_CHECKS) - disabled_checks(endpoint)) or endpoint.validate_delivery_limits
 
@@ -197,12 +197,12 @@ def without_management_api(endpoint: EndpointSettings, user: EndpointUserSetting
     """Whether the endpoint runs without the management API (``managementApi: false``): it turns every check off,
     which only 10.1.0 and later can (``DisabledBrokerRequirementChecks``); 10.0.x always call ``GET /api/overview``
     (``BrokerVerifier.Initialize`` at 10.0.0 and 10.0.4), and a login without a management tag is refused there."""
-    return user is not None and not user.management_api and endpoint.transport >= DISABLED_CHECKS_FROM
+    return user is not None and not user.management_api and endpoint.transport_version >= DISABLED_CHECKS_FROM
 
 
 def disabled_checks(endpoint: EndpointSettings) -> set[str]:
     """The checks the endpoint turns off: none before 10.1.0, which has no ``DisabledBrokerRequirementChecks``."""
-    if endpoint.transport < DISABLED_CHECKS_FROM:
+    if endpoint.transport_version < DISABLED_CHECKS_FROM:
         return set()
     return set(endpoint.disabled_broker_requirement_checks)
 
@@ -215,7 +215,7 @@ def _startup(
     observations: Mapping[str, QueueObservation],
 ) -> list[Finding]:
     release = f"NServiceBus.RabbitMQ {endpoint.transport_version}"
-    if not runs_startup_checks(endpoint.transport):
+    if not runs_startup_checks(endpoint.transport_version):
         detail = (
             f"{release} checks nothing on the broker at start with installers off (its VerifyBrokerRequirements runs "
             "with installers only)"
@@ -328,7 +328,7 @@ def _delivery_limit(
             else f"give {login.user!r} access to vhost {endpoint.vhost!r}"
         )
         return Finding(check, False, detail, fix)
-    decision = delivery_limit_decision(endpoint.transport, seen.answer, records.version)
+    decision = delivery_limit_decision(endpoint.transport_version, seen.answer, records.version)
     if seen.answer.retried:
         decision = dataclasses.replace(decision, reason=_unseen(seen, records) + decision.reason)
     if decision.outcome == Outcome.STARTS:
@@ -417,7 +417,7 @@ def _queues(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]
 
 def _graph(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
     """The delay graph its release sends delayed messages and delayed retries through."""
-    generation = generation_of_transport(endpoint.transport)
+    generation = generation_of_transport(endpoint.transport_version)
     check = f"delay graph {generation}"
     if generation != endpoint.generation:
         detail = (
@@ -437,7 +437,7 @@ def _graph(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
 def _bindings(endpoint: EndpointSettings, records: BrokerRecords) -> list[Finding]:
     """Each receiving queue's ``#.<queue>`` binding from the delivery exchange (conventional: to the queue's fanout
     exchange, itself bound to the queue), as ``BindToDelayInfrastructure`` makes it."""
-    delivery = delivery_exchange_name(generation_of_transport(endpoint.transport))
+    delivery = delivery_exchange_name(generation_of_transport(endpoint.transport_version))
     conventional = endpoint.routing_topology == RoutingTopology.CONVENTIONAL
     findings = []
     for queue in endpoint.receiving_queues:

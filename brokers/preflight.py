@@ -34,6 +34,7 @@ from nsb_delays.components.model.rabbitmq.endpoint_start import (
     BROKER_REQUIREMENT_CHECKS,
     Outcome,
     QueueDetails,
+    TransportVersion,
     Unreadable,
     delivery_limit_decision,
     generation_of_transport,
@@ -103,7 +104,7 @@ class _Watched:
     queue: str
     login: Login
     expected: QueueDetails | None
-    transport: tuple[int, int, int]
+    transport: TransportVersion
     observation: QueueObservation | None = None
     first: QueueObservation | None = None  # the first answer, when the API had not caught up then
 
@@ -136,7 +137,7 @@ def preflight_rabbitmq(
     users = {user.endpoint: user.settings for user in config.users}
     checked = [e for e in config.endpoints if makes_http_calls(e, users.get(e.endpoint))]
     watched = [
-        _Watched(queue, logins[endpoint.endpoint], _expected(records, matcher, queue), endpoint.transport)
+        _Watched(queue, logins[endpoint.endpoint], _expected(records, matcher, queue), endpoint.transport_version)
         for endpoint in checked
         if endpoint.validate_delivery_limits
         for queue in endpoint.receiving_queues
@@ -199,7 +200,7 @@ def _graph_drifts(
     config: RabbitMqConfig, exchanges: list[Any], queues: list[Any], bindings: list[Any]
 ) -> tuple[str, ...]:
     """Each difference of the delay graphs the endpoints' releases use, ``<generation>:<subject> <field>``."""
-    generations = {generation_of_transport(endpoint.transport) for endpoint in config.endpoints}
+    generations = {generation_of_transport(endpoint.transport_version) for endpoint in config.endpoints}
     found = []
     for generation in sorted(generations):
         for drift in topology_drifts(delay_levels(generation), generation, exchanges, queues, bindings):

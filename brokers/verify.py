@@ -24,17 +24,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from nsb_delays.components.model.rabbitmq.arguments import listed_queue_type
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    decision_alone,
+    delivery_limit_conflicts,
+    effective_delivery_limit,
+    nservicebus_delivery_limit_refusal,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_ARGUMENT,
     DELIVERY_LIMIT_POLICY_KEY,
     DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
     UNLIMITED_DELIVERY_LIMIT,
     BrokerPolicy,
-    delivery_limit_conflicts,
-)
-from nsb_delays.components.model.rabbitmq.endpoint_start import (
-    effective_delivery_limit,
-    nservicebus_delivery_limit_refusal,
 )
 from nsb_delays.components.model.rabbitmq.names import (
     Generation,
@@ -56,6 +57,7 @@ from nsb_delays.components.model.rabbitmq.versions import (
     FEATURE_FLAG_FIX,
     MINIMUM_BROKER_VERSION,
     REQUIRED_FEATURE_FLAGS,
+    BrokerVersion,
     dotted_version,
     parse_reported_broker_version,
 )
@@ -80,16 +82,17 @@ POLICIES_SWITCH = f"{NAMESPACE}:rabbitmq.{DELIVERY_LIMIT_POLICIES_KEY}"
 
 
 def requirement_drifts(
-    version: str, feature_flags: dict[str, str], generation: Generation, delivery_limit_policies: bool = False
+    version: BrokerVersion, feature_flags: dict[str, str], generation: Generation, delivery_limit_policies: bool = False
 ) -> list[Drift]:
     """v2 needs RabbitMQ >= 3.10 with quorum_queue and stream_queue enabled (at-least-once dead-lettering),
-    as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0."""
+    as BrokerVerifier.VerifyRequirements checks; NServiceBus's delivery-limit policies need RabbitMQ >= 4.0.
+    ``version`` is the broker's report (``parse_reported_broker_version``)."""
     drifts = []
     if generation == Generation.V2:
-        if parse_reported_broker_version(version) < MINIMUM_BROKER_VERSION:
+        if version < MINIMUM_BROKER_VERSION:
             oldest = dotted_version(MINIMUM_BROKER_VERSION)
             fix = f"upgrade RabbitMQ to {oldest} or later (NServiceBus.RabbitMQ refuses older brokers)"
-            drifts.append(Drift("different", "broker", "version", f">= {oldest}", version, fix))
+            drifts.append(Drift("different", "broker", "version", f">= {oldest}", str(version), fix))
         for flag in REQUIRED_FEATURE_FLAGS:
             state = feature_flags.get(flag)
             fix = f"{FEATURE_FLAG_FIX.format(flag=flag)} (NServiceBus.RabbitMQ refuses to start without it)"
@@ -98,13 +101,13 @@ def requirement_drifts(
             elif state != "enabled":
                 drifts.append(Drift("different", "broker", f"feature flag {flag}", "enabled", state, fix))
     minimum = DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    if delivery_limit_policies and parse_reported_broker_version(version) < minimum:
+    if delivery_limit_policies and version < minimum:
         fix = (
             f"set {POLICIES_SWITCH}: false for a broker older than {dotted_version(minimum)} (it has no default "
             "delivery limit, NServiceBus creates no policy there, and RabbitMQ 3.10 refuses apply-to 'quorum_queues')"
         )
         field = f"version ({POLICIES_SWITCH})"
-        drifts.append(Drift("different", "broker", field, f">= {dotted_version(minimum)}", version, fix))
+        drifts.append(Drift("different", "broker", field, f">= {dotted_version(minimum)}", str(version), fix))
     return drifts
 
 
@@ -295,21 +298,21 @@ def check_before_provisioning(api: ManagementApi, config: RabbitMqConfig) -> lis
     """What must be fixed before provisioning ``config`` into this broker: broker requirements, and every policy
     or existing queue argument that would make an endpoint refuse to start (nothing is changed)."""
     topology = config.topology
-    version = str(api.overview().get("rabbitmq_version", "0"))
+    version = parse_reported_broker_version(str(api.overview().get("rabbitmq_version", "0")))
     drifts = requirement_drifts(version, api.feature_flags(), config.generation, bool(topology.delivery_limit_policies))
     if not api.vhost_exists(config.vhost):
         return drifts
-    broker_version = parse_reported_broker_version(version)
     policies = broker_policies(api.policies(config.vhost)) + broker_policies(api.operator_policies(config.vhost), True)
     live_queues = {q["name"]: q for q in api.queues(config.vhost)}
     for queue in _receiving_quorum_queues(topology):
-        for conflict in delivery_limit_conflicts(queue.name, policies, broker_version):
+        for conflict in delivery_limit_conflicts(queue.name, policies, version):
             if conflict.refused:
                 subject = f"{conflict.kind} {conflict.policy} over queue {queue.name}"
                 fix = f"{conflict.fix}: NServiceBus.RabbitMQ 10+ refuses to start on {queue.name!r} otherwise"
                 drifts.append(Drift("different", subject, conflict.field, conflict.expected, conflict.actual, fix))
         argument = (live_queues.get(queue.name, {}).get("arguments") or {}).get(DELIVERY_LIMIT_ARGUMENT)
-        if argument is not None and argument != UNLIMITED_DELIVERY_LIMIT:
+        arguments = {DELIVERY_LIMIT_ARGUMENT: argument}
+        if argument is not None and decision_alone(queue.name, version, arguments=arguments).refuses:
             fix = (
                 f"delete and re-create {queue.name!r} without it (arguments cannot change on a live queue); "
                 "NServiceBus.RabbitMQ 10+ refuses to start on a non-default delivery limit"
@@ -442,11 +445,13 @@ def verify_rabbitmq(api: ManagementApi, config: RabbitMqConfig) -> list[Drift]:
     feature_flags = api.feature_flags()
     topology = config.topology
     definitions, operator_policies = reading.result()
-    version = str((definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0"))
-    drifts = requirement_drifts(version, feature_flags, config.generation, bool(topology.delivery_limit_policies))
+    reported = (definitions or {}).get("rabbit_version") or api.overview().get("rabbitmq_version", "0")
+    broker_version = parse_reported_broker_version(str(reported))
+    drifts = requirement_drifts(
+        broker_version, feature_flags, config.generation, bool(topology.delivery_limit_policies)
+    )
     if definitions is None:
         return [*drifts, Drift("missing", f"vhost {config.vhost}", "", "exists", ABSENT)]
-    broker_version = parse_reported_broker_version(version)
     exchanges, queues, bindings, policies = (
         list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
     )

@@ -179,8 +179,12 @@ def docstring(text: str) -> list[str]:
 
 
 def annotation(hint: Any) -> str:
+    """A setting's type as its input: a list for a tuple, a version as the string it travels as (parsed where the
+    settings take it)."""
     if typing.get_origin(hint) is tuple:
         return f"list[{annotation(typing.get_args(hint)[0])}]"
+    if model_settings.is_version(hint):
+        return "str"
     return str(hint.__name__)
 
 

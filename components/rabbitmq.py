@@ -26,6 +26,7 @@ from .model.rabbitmq.arguments import queue_arguments_as_stored
 from .model.rabbitmq.graph import ALTERNATE_EXCHANGE_POLICY_KEY
 from .model.rabbitmq.names import delivery_exchange_name, endpoint_binding_key, parking_name
 from .model.rabbitmq.objects import BindingSpec, ExchangeSpec, PolicySpec, QueueSpec, Topology
+from .model.rabbitmq.versions import BrokerVersion
 from .model.settings import (
     PACKAGE,
     DelayInfrastructureSettings,
@@ -41,7 +42,7 @@ Spec = ExchangeSpec | QueueSpec | BindingSpec | PolicySpec
 Placement = DelayInfrastructureSettings | SharedQueuesSettings | EndpointSettings | EndpointPoliciesSettings
 
 
-def queue_settings(queue: QueueSpec, broker_version: str) -> rabbitmq.QueueSettingsArgs:
+def queue_settings(queue: QueueSpec, broker_version: BrokerVersion) -> rabbitmq.QueueSettingsArgs:
     """Durability plus the arguments as the broker stores them, in the field ``queue_arguments_field`` picks."""
     arguments = queue_arguments_as_stored(queue.arguments, broker_version)
     field = queue_arguments_field(arguments)
@@ -325,7 +326,7 @@ class RabbitMqEndpoint(pulumi.ComponentResource):
         self.queue_name = self.resources.queues[settings.endpoint].name
         self.receiving_queues = pulumi.Output.from_input(list(settings.receiving_queues))
         self.delivery_binding_key = pulumi.Output.from_input(endpoint_binding_key(settings.endpoint))
-        self.transport_version = pulumi.Output.from_input(settings.transport_version)
+        self.transport_version = pulumi.Output.from_input(str(settings.transport_version))
         self.register_outputs(
             {
                 "queueName": self.queue_name,

@@ -16,7 +16,11 @@ import os
 import pulumi
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.components.model.rabbitmq.versions import broker_version_mismatch
+from nsb_delays.components.model.rabbitmq.versions import (
+    BrokerVersion,
+    broker_version_mismatch,
+    parse_reported_broker_version,
+)
 
 # How long the check waits for the broker: a preview with an unreachable endpoint only warns, and must not hang.
 CHECK_TIMEOUT_SECONDS = 10
@@ -53,27 +57,30 @@ def provider_management_api() -> ManagementApi | None:
     return api
 
 
-def check_broker_version(broker_version: str, setting: str = "broker_version") -> None:
+def check_broker_version(broker_version: BrokerVersion | str, setting: str = "broker_version") -> None:
     """End the program, before it declares anything, when the provider's broker runs another RabbitMQ release than
     ``broker_version`` names (``rmq.broker_version_mismatch``: the same ``MAJOR.MINOR``). ``setting`` is how the
-    message names the value to fix.
+    message names the value to fix. A program of your own gives the text of its components' ``broker_version``: it is
+    parsed here, where it enters.
 
     When the broker cannot be asked (no endpoint, unreachable, refused credentials) it warns and goes on: a preview
     needs no broker (the provider calls it only to change something), and an ``up`` then fails at the provider's
     first call, before any change."""
+    given = repr(str(broker_version))
     api = provider_management_api()
     if api is None:
-        pulumi.log.warn(f"{setting} {broker_version!r} is not checked against the broker: rabbitmq:endpoint is not set")
+        pulumi.log.warn(f"{setting} {given} is not checked against the broker: rabbitmq:endpoint is not set")
         return
     try:
-        reported = str(api.overview().get("rabbitmq_version", ""))
-        mismatch = broker_version_mismatch(broker_version, reported)
+        stack = broker_version if isinstance(broker_version, BrokerVersion) else BrokerVersion(broker_version)
+        reported = parse_reported_broker_version(str(api.overview().get("rabbitmq_version", "")))
     except (ManagementError, ValueError) as error:
-        pulumi.log.warn(f"{setting} {broker_version!r} is not checked against the broker: {error}")
+        pulumi.log.warn(f"{setting} {given} is not checked against the broker: {error}")
         return
+    mismatch = broker_version_mismatch(stack, reported)
     if mismatch is not None:
         raise pulumi.RunError(
-            f"{setting} is {broker_version!r}, but the broker at {api.url} runs RabbitMQ {reported}: {mismatch}. "
+            f"{setting} is {given}, but the broker at {api.url} runs RabbitMQ {reported}: {mismatch}. "
             f"{setting} names the broker's MAJOR.MINOR: what is declared for another release can be refused half-way "
             "through an update. Nothing was changed."
         )

@@ -18,7 +18,6 @@ from nsb_delays.components.model.rabbitmq.arguments import (
 )
 from nsb_delays.components.model.rabbitmq.names import QUEUE_TYPE_ARGUMENT
 from nsb_delays.components.model.rabbitmq.versions import (
-    DEFAULT_BROKER_VERSION,
     MAX_POLICY_PATTERN_BYTES,
     POLICY_KEY_REFUSALS,
     POLICY_PATTERN_BOUNDED_FROM,
@@ -38,7 +37,16 @@ from nsb_delays.components.resource_types import (
     SQS_QUEUE,
 )
 
-from .props import UNKNOWN, Report, config_value, declared_arguments, resolved, value_at
+from .props import (
+    BROKER_VERSION_OPTION,
+    UNKNOWN,
+    Report,
+    broker_version_option,
+    configured_broker_version,
+    declared_arguments,
+    resolved,
+    value_at,
+)
 from .rule import ADVISORY, MANDATORY, quoted, resource_rule, stack_rule
 from .stack_view import BINDING_ENDS, broker_of, name_of, sqs_region
 
@@ -75,12 +83,10 @@ def typed_queue_arguments(args: ResourceValidationArgs, report: Report) -> None:
 
 QUEUE_ARGUMENTS_SCHEMA = PolicyConfigSchema(
     properties={
-        "brokerVersion": {
-            "type": "string",
-            "default": DEFAULT_BROKER_VERSION,
-            "description": "The stack's nsb-delays:rabbitmq.brokerVersion: below 4.0 the broker keeps a queue "
-            "declared without x-queue-type as declared, so no explicit type is advised.",
-        }
+        BROKER_VERSION_OPTION: broker_version_option(
+            "The stack's nsb-delays:rabbitmq.brokerVersion: below 4.0 the broker keeps a queue declared without "
+            "x-queue-type as declared, so no explicit type is advised."
+        )
     }
 )
 
@@ -103,13 +109,12 @@ def queue_arguments_as_read(args: ResourceValidationArgs, report: Report) -> Non
     if declared is UNKNOWN or declared.error:
         return
     name = value_at(args.props, "name")
-    version = config_value(args.get_config(), QUEUE_ARGUMENTS_SCHEMA, "brokerVersion")
     try:
-        stores_queue_type = broker_stores_queue_type(version)
+        version = configured_broker_version(args.get_config(), QUEUE_ARGUMENTS_SCHEMA, "queue-arguments-as-read")
     except ValueError as error:
-        report(f"policy config queue-arguments-as-read.brokerVersion: {error}")
+        report(str(error))
         return
-    if stores_queue_type and QUEUE_TYPE_ARGUMENT not in declared.values:
+    if broker_stores_queue_type(version) and QUEUE_TYPE_ARGUMENT not in declared.values:
         report(
             f"queue {quoted(name)}: no {QUEUE_TYPE_ARGUMENT} argument. RabbitMQ 4.x (and 3.13 with the "
             f"backport) writes {QUEUE_TYPE_ARGUMENT}: {IMPLICIT_QUEUE_TYPE} into such a queue's arguments "
@@ -131,14 +136,11 @@ def queue_arguments_as_read(args: ResourceValidationArgs, report: Report) -> Non
 
 BROKER_VERSION_SCHEMA = PolicyConfigSchema(
     properties={
-        "brokerVersion": {
-            "type": "string",
-            "default": DEFAULT_BROKER_VERSION,
-            "description": "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.3 the broker refuses "
-            "x-queue-version other than 2 and the deprecated (queue-)master-locator, from "
-            f"{dotted_version(POLICY_PATTERN_BOUNDED_FROM)} a policy pattern over "
-            f"{MAX_POLICY_PATTERN_BYTES} bytes.",
-        }
+        BROKER_VERSION_OPTION: broker_version_option(
+            "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.3 the broker refuses x-queue-version other than 2 "
+            f"and the deprecated (queue-)master-locator, from {dotted_version(POLICY_PATTERN_BOUNDED_FROM)} a policy "
+            f"pattern over {MAX_POLICY_PATTERN_BYTES} bytes."
+        )
     }
 )
 
@@ -170,22 +172,22 @@ def refused_by_broker_version(args: ResourceValidationArgs, report: Report) -> N
             return
         what, values, refusals = args.resource_type.rsplit(":", 1)[-1], definition, POLICY_KEY_REFUSALS
         pattern = resolved(policy.get("pattern"))
-    version = config_value(args.get_config(), BROKER_VERSION_SCHEMA, "brokerVersion")
     try:
-        refused = refusals_of(refusals, values, version)
+        version = configured_broker_version(args.get_config(), BROKER_VERSION_SCHEMA, "refused-by-broker-version")
     except ValueError as error:
-        report(f"policy config refused-by-broker-version.brokerVersion: {error}")
+        report(str(error))
         return
+    refused = refusals_of(refusals, values, version)
     name = value_at(args.props, "name")
     too_long = policy_pattern_refusal(pattern, version) if isinstance(pattern, str) else None
     if too_long:
         report(
-            f"{what} {quoted(name)} with brokerVersion {version!r}: {too_long}. Fix: split it into policies of at "
+            f"{what} {quoted(name)} with brokerVersion {str(version)!r}: {too_long}. Fix: split it into policies of at "
             f"most {MAX_POLICY_PATTERN_BYTES} bytes each (RabbitMqEndpointPolicies does).",
         )
     for refusal, value in refused:
         report(
-            f"{what} {quoted(name)}: {refusal.key}: {value!r} with brokerVersion {version!r}: {refusal.refusal}. "
+            f"{what} {quoted(name)}: {refusal.key}: {value!r} with brokerVersion {str(version)!r}: {refusal.refusal}. "
             f"Fix: {refusal.fix}.",
         )
 

@@ -11,24 +11,26 @@ from collections.abc import Iterable, Mapping
 
 from pulumi_policy import PolicyConfigSchema, PolicyResource, ResourceValidationArgs, StackValidationArgs
 
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    UNREADABLE,
+    decision_alone,
+    delivery_limit_conflicts,
+    queue_decision,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_ARGUMENT,
     DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION,
     UNLIMITED_DELIVERY_LIMIT,
     BrokerPolicy,
-    delivery_limit_conflicts,
     delivery_limit_policy_name,
     stored_definition_value,
 )
 from nsb_delays.components.model.rabbitmq.endpoint_start import (
     TRANSPORT_POLICY_BY_PREFIX_FROM,
+    DeliveryLimitDecision,
     Outcome,
-    Unreadable,
-    delivery_limit_decision,
-    parse_transport_version,
+    TransportVersion,
     runs_startup_checks,
-    settled_view,
-    transport_version_problem,
 )
 from nsb_delays.components.model.rabbitmq.name_rules import rabbitmq_address_problems
 from nsb_delays.components.model.rabbitmq.names import (
@@ -39,7 +41,7 @@ from nsb_delays.components.model.rabbitmq.names import (
 )
 from nsb_delays.components.model.rabbitmq.policy_match import PolicyMatcher
 from nsb_delays.components.model.rabbitmq.routing import MAX_DESTINATION_BYTES
-from nsb_delays.components.model.rabbitmq.versions import dotted_version
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion, dotted_version
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
     RABBITMQ_OPERATOR_POLICY,
@@ -48,7 +50,17 @@ from nsb_delays.components.resource_types import (
 )
 
 from .expected import DELIVERY_EXCHANGES
-from .props import UNKNOWN, Report, config_value, declared_arguments, resolved, value_at
+from .props import (
+    BROKER_VERSION_OPTION,
+    UNKNOWN,
+    Report,
+    broker_version_option,
+    config_value,
+    configured_broker_version,
+    declared_arguments,
+    resolved,
+    value_at,
+)
 from .rule import ADVISORY, MANDATORY, names_option, resource_rule, stack_rule
 from .stack_view import broker_of, brokers, name_of, where
 
@@ -234,6 +246,18 @@ def _broker_policy(resource: PolicyResource) -> BrokerPolicy | None:
     return BrokerPolicy(name, pattern, apply_to, int(priority), dict(definition), operator)
 
 
+# The broker both delivery-limit rules judge on: the stack's (what it reports as a queue's delivery_limit, whether
+# NServiceBus's own policy can be applied).
+DELIVERY_LIMIT_SCHEMA = PolicyConfigSchema(
+    properties={
+        BROKER_VERSION_OPTION: broker_version_option(
+            "The stack's nsb-delays:rabbitmq.brokerVersion: from 4.0 a quorum queue has a default delivery limit "
+            "(20) and NServiceBus.RabbitMQ wants its own policy applied; below 4.0 it wants no limit, or 100000."
+        )
+    }
+)
+
+
 @stack_rule(
     name="endpoint-queue-delivery-limit",
     description=(
@@ -243,8 +267,14 @@ def _broker_policy(resource: PolicyResource) -> BrokerPolicy | None:
         "Fix: remove the limit or exclude the endpoint queues from the policy's pattern."
     ),
     level=MANDATORY,
+    config_schema=DELIVERY_LIMIT_SCHEMA,
 )
 def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> None:
+    try:
+        version = configured_broker_version(args.get_config(), DELIVERY_LIMIT_SCHEMA, "endpoint-queue-delivery-limit")
+    except ValueError as error:
+        report(str(error))
+        return
     policies: dict[tuple[str, str], list[tuple[BrokerPolicy, PolicyResource]]] = defaultdict(list)
     for resource in args.resources:
         if resource.resource_type in (RABBITMQ_POLICY, RABBITMQ_OPERATOR_POLICY):
@@ -257,21 +287,17 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
             continue  # NServiceBus checks quorum receive queues only
         limit = arguments.values.get(DELIVERY_LIMIT_ARGUMENT)
         if limit is not None:
+            decision = decision_alone(name, version, arguments={DELIVERY_LIMIT_ARGUMENT: limit})
             report(
-                f"endpoint queue {name!r} declares {DELIVERY_LIMIT_ARGUMENT}={limit!r}: NServiceBus.RabbitMQ 10+ "
-                f"refuses to start on a delivery limit from a queue argument. Remove the argument (the "
-                f"{delivery_limit_policy_name(name)!r} policy sets {UNLIMITED_DELIVERY_LIMIT}).",
+                f"endpoint queue {name!r} declares {DELIVERY_LIMIT_ARGUMENT}={limit!r}: "
+                f"{_consequence(name, decision, version, 'a queue argument', 'the argument')}. Remove the argument "
+                f"(the {delivery_limit_policy_name(name)!r} policy sets {UNLIMITED_DELIVERY_LIMIT}).",
                 queue.urn,
             )
         here = policies.get(broker_of(queue), [])
         by_name = {policy.name: resource for policy, resource in here}
-        for conflict in delivery_limit_conflicts(name, [policy for policy, _ in here]):
-            consequence = (
-                f"NServiceBus.RabbitMQ 10+ refuses to start on {name!r} (RabbitMQ 4.x)"
-                if conflict.refused
-                else f"NServiceBus accepts exactly {UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on "
-                f"{conflict.policy!r}, not on {delivery_limit_policy_name(name)!r}"
-            )
+        for conflict in delivery_limit_conflicts(name, [policy for policy, _ in here], version):
+            consequence = _consequence(name, conflict.decision, version, None, repr(conflict.policy))
             report(
                 f"{conflict.kind} {conflict.policy!r} reaches endpoint queue {name!r}: {conflict.field} is "
                 f"{conflict.actual}, expected {conflict.expected}. {consequence}. Fix: {conflict.fix}.",
@@ -279,17 +305,31 @@ def endpoint_queue_delivery_limit(args: StackValidationArgs, report: Report) -> 
             )
 
 
+def _consequence(
+    queue: str, decision: DeliveryLimitDecision, version: BrokerVersion, refused_source: str | None, source: str
+) -> str:
+    """What a delivery limit's source does to the endpoint, as the newest release decides (``decision_alone``)."""
+    if decision.refuses:
+        if refused_source is not None:
+            return f"NServiceBus.RabbitMQ 10+ refuses to start on a delivery limit from {refused_source}"
+        on = " (RabbitMQ 4.x)" if version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION else ""
+        return f"NServiceBus.RabbitMQ 10+ refuses to start on {queue!r}{on}"
+    if decision.outcome == Outcome.WRITES_POLICY:
+        return f"NServiceBus.RabbitMQ 10+ starts on {queue!r} only if it may write policies: {decision.reason}"
+    return (
+        f"NServiceBus accepts exactly {UNLIMITED_DELIVERY_LIMIT}, but the limit then depends on {source}, not on "
+        f"{delivery_limit_policy_name(queue)!r}"
+    )
+
+
 # --- the release each endpoint runs --------------------------------------------------------------------------
 # An endpoint of 10.0.0 to 10.1.4 refuses to start on the delivery limit 100000 that later releases want
 # (``components.model.rabbitmq.endpoint_start``).
 
-# The broker the judgement assumes: one that reports delivery_limit and takes NServiceBus's policies. On another,
-# the refusals this rule reports are the same (they come from a limit the stack declares, whatever reports it).
-_JUDGED_ON = DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 _FIXED_FROM = dotted_version(TRANSPORT_POLICY_BY_PREFIX_FROM)
 
 
-def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], PolicyMatcher]:
+def _matchers(resources: list[PolicyResource], broker_version: BrokerVersion) -> dict[tuple[str, str], PolicyMatcher]:
     """One matcher per broker and vhost, from the policies and operator policies the stack declares there."""
     user: dict[tuple[str, str], list[BrokerPolicy]] = defaultdict(list)
     operator: dict[tuple[str, str], list[BrokerPolicy]] = defaultdict(list)
@@ -301,7 +341,7 @@ def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], PolicyMa
                 stored = {key: stored_definition_value(value) for key, value in declared.definition.items()}
                 declared = dataclasses.replace(declared, definition=stored)
                 (operator if declared.operator else user)[broker_of(resource)].append(declared)
-    return {key: PolicyMatcher(user[key], operator[key], _JUDGED_ON) for key in {*user, *operator}}
+    return {key: PolicyMatcher(user[key], operator[key], broker_version) for key in {*user, *operator}}
 
 
 @stack_rule(
@@ -313,9 +353,17 @@ def _matchers(resources: list[PolicyResource]) -> dict[tuple[str, str], PolicyMa
         "off for them."
     ),
     level=MANDATORY,
+    config_schema=DELIVERY_LIMIT_SCHEMA,
 )
 def transport_version_delivery_limit(args: StackValidationArgs, report: Report) -> None:
-    matchers = _matchers(list(args.resources))
+    try:
+        broker_version = configured_broker_version(
+            args.get_config(), DELIVERY_LIMIT_SCHEMA, "transport-version-delivery-limit"
+        )
+    except ValueError as error:
+        report(str(error))
+        return
+    matchers = _matchers(list(args.resources), broker_version)
     endpoint_type = _endpoint_type()
     queues_under: dict[int, list[PolicyResource]] = defaultdict(list)  # by parent: one pass, not one per endpoint
     for resource in args.resources:
@@ -323,10 +371,11 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             queues_under[id(resource.parent)].append(resource)
     for endpoint in [resource for resource in args.resources if resource.resource_type == endpoint_type]:
         text = value_at(endpoint.props, "transportVersion")
-        if not isinstance(text, str) or transport_version_problem(text):
+        try:
+            release = TransportVersion(text)
+        except ValueError:
             continue  # unknown during preview, or refused by the component already
-        version = parse_transport_version(text)
-        if not runs_startup_checks(version):
+        if not runs_startup_checks(release):
             continue
         listed = resolved(value_at(endpoint.props, "receivingQueues"))
         receiving = set(listed) if isinstance(listed, list) else set()
@@ -335,19 +384,16 @@ def transport_version_delivery_limit(args: StackValidationArgs, report: Report) 
             arguments = declared_arguments(queue.props) if name in receiving else UNKNOWN
             if arguments is UNKNOWN or arguments.values.get(QUEUE_TYPE_ARGUMENT) != QueueType.QUORUM:
                 continue
-            matcher = matchers.get(broker_of(queue)) or PolicyMatcher((), (), _JUDGED_ON)
+            matcher = matchers.get(broker_of(queue)) or PolicyMatcher((), (), broker_version)
             applied = matcher.applied("queue", str(name), QueueType.QUORUM)
             if not applied.determined:
                 continue  # ties and PCRE-only patterns: endpoint-queue-delivery-limit reports them
             stored = {key: stored_definition_value(value) for key, value in arguments.values.items()}
-            try:
-                view = settled_view(str(name), QueueType.QUORUM, stored, applied, _JUDGED_ON)
-            except Unreadable as error:  # the transport's converters throw: GetQueue fails, the endpoint too
-                report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {error}, and does not "
-                       "start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
-                continue
-            decision = delivery_limit_decision(version, view, _JUDGED_ON)
-            if decision.outcome == Outcome.REFUSES:
+            decision = queue_decision(release, str(name), stored, applied, broker_version)
+            if decision.refusal == UNREADABLE:  # the transport's converters throw: GetQueue fails, the endpoint too
+                report(f"endpoint queue {name!r}: NServiceBus.RabbitMQ {text} cannot read its {decision.reason}, and "
+                       "does not start. Fix: give the delivery limit as a whole number.", queue.urn)  # fmt: skip
+            elif decision.refuses:
                 report(
                     f"endpoint queue {name!r} runs NServiceBus.RabbitMQ {text} (transportVersion), which refuses to "
                     f"start on what the stack declares: {decision.reason}. Fix: upgrade the endpoint to "

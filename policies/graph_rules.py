@@ -33,6 +33,7 @@ from nsb_delays.components.model.rabbitmq.names import (
     parking_name,
     parse_delay_level_name,
 )
+from nsb_delays.components.model.rabbitmq.patterns import compiled_pattern, name_matches, pattern_matches
 from nsb_delays.components.model.rabbitmq.versions import DEFAULT_BROKER_VERSION
 from nsb_delays.components.resource_types import (
     RABBITMQ_BINDING,
@@ -222,12 +223,14 @@ def delay_queue_broker_policy(args: ResourceValidationArgs, report: Report) -> N
     if not breaking or not isinstance(pattern, str) or not applies_to:
         return
     try:
-        matcher = re.compile(pattern)
+        regex = compiled_pattern(pattern)
     except re.error as error:
         report(f"policy {quoted(name)}: pattern {pattern!r} is not a valid regular expression ({error}).")
         return
     matched = [
-        queue.name for queue in MODEL_QUEUES.values() if matcher.search(queue.name) and queue.queue_type in applies_to
+        queue.name
+        for queue in MODEL_QUEUES.values()
+        if name_matches(regex, queue.name) and queue.queue_type in applies_to
     ]
     if matched:
         effects = "; ".join(f"{key}: {DELAY_BREAKING_POLICY_KEYS[key]}" for key in breaking)
@@ -410,11 +413,8 @@ def alternate_exchange_of(policies: Iterable[object], exchange: str) -> object:
             return UNKNOWN
         if not isinstance(block, Mapping) or (block.get("applyTo") or "all") not in ("exchanges", "all"):
             continue
-        try:
-            if not re.search(str(block.get("pattern", "")), exchange):
-                continue
-        except re.error:
-            continue
+        if not pattern_matches(str(block.get("pattern", "")), exchange):
+            continue  # not its name, or a pattern that cannot be evaluated here
         matching.append((whole_number(block.get("priority")) or 0, block.get("definition") or {}))
     if not matching:
         return None

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from pulumi_policy import PolicyConfigSchema, ReportViolation, Secret, proxy
 from pulumi_policy.proxy import UnknownValueError
 
+from nsb_delays.components.model.rabbitmq.versions import DEFAULT_BROKER_VERSION, BrokerVersion
+
 # Every ``UNKNOWN_*_VALUE`` placeholder pulumi-policy puts where a preview value is not known yet.
 _SENTINELS = frozenset(
     getattr(proxy, name) for name in dir(proxy) if name.startswith("UNKNOWN_") and name.endswith("_VALUE")
@@ -123,6 +125,24 @@ def config_value(config: Mapping[str, Any], schema: PolicyConfigSchema | None, k
     if schema is None or key not in schema.properties:
         raise KeyError(f"policy config property {key!r} is not in the policy's schema")
     return schema.properties[key].get("default")
+
+
+BROKER_VERSION_OPTION = "brokerVersion"
+
+
+def broker_version_option(description: str) -> dict[str, Any]:
+    """The config option of a rule that judges by the stack's RabbitMQ: the stack's
+    ``nsb-delays:rabbitmq.brokerVersion`` (``nsb-delays check`` passes it), else the components' default."""
+    return {"type": "string", "default": str(DEFAULT_BROKER_VERSION), "description": description}
+
+
+def configured_broker_version(config: Mapping[str, Any], schema: PolicyConfigSchema, rule: str) -> BrokerVersion:
+    """A rule's ``brokerVersion`` option, parsed where it enters; ValueError naming the option and the rule it
+    broke."""
+    try:
+        return BrokerVersion(config_value(config, schema, BROKER_VERSION_OPTION))
+    except ValueError as error:
+        raise ValueError(f"policy config {rule}.{BROKER_VERSION_OPTION}: {error}") from None
 
 
 class Report(Protocol):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError
-from nsb_delays.components.model.rabbitmq.versions import parse_reported_broker_version
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion, parse_reported_broker_version
 from nsb_delays.infra.commands.demo.servers import DEFAULT_PORT_RANGE, ServiceUnavailable
 from servers.rabbitmq import BROKERS_BY_VERSION, LocalMoto, LocalRabbitMq
 from tests.run_summary import FIGURE, RunSummary
@@ -189,8 +189,9 @@ def deprecated_features_used(api: ManagementApi) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def broker_version(rabbitmq: LocalRabbitMq) -> tuple[int, ...]:
-    """The broker's reported version: a version-specific expectation branches on this, never skips."""
+def broker_version(rabbitmq: LocalRabbitMq) -> BrokerVersion:
+    """The broker's reported version (``parse_reported_broker_version``): a version-specific expectation branches on
+    this, never skips."""
     return parse_reported_broker_version(rabbitmq.version())
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from nsb_delays.infra.commands.demo.provisioning import import_definitions, provision_sqs
 from nsb_delays.infra.pulumi_engine import LocalStack, provider_credentials
 from nsb_delays.stack.config import BROKER_VERSION_KEY, NAMESPACE, UNNAMED_STACK, StackConfig
@@ -43,7 +43,7 @@ def pulumi_up(management_url: str, username: str, password: str, section: Mappin
     # its brokerVersion is the broker's MAJOR.MINOR, as the program requires (infra/broker_check.py): the sections
     # start from the dev stack's "4.0" on every broker version
     reported = ManagementApi(management_url, username, password).overview()["rabbitmq_version"]
-    version = broker_version_of(reported)
+    version = broker_version_of(parse_reported_broker_version(reported))
     named = {"policyGroup": UNNAMED_STACK, **section, BROKER_VERSION_KEY: version}
     config = {"rabbitmq:endpoint": management_url, f"{NAMESPACE}:rabbitmq": named}
     # one state write at the end instead of one per step (a DIY backend's cost grows with the square of the stack:

@@ -50,7 +50,7 @@ from .rabbitmq.names import (
     delivery_exchange_name,
     endpoint_binding_key,
 )
-from .rabbitmq.policy_match import erlang_regex
+from .rabbitmq.patterns import pattern_matches
 from .rabbitmq.routing import routing_key
 
 MANAGEMENT_TAG = "management"
@@ -293,8 +293,7 @@ def permission_allows(pattern: str, name: str) -> bool | None:
     """``rabbit_auth_backend_internal:check_resource_access/4``: an empty permission reads as ``^$``; the regex runs
     unanchored on the name's bytes (``re:run`` without ``unicode``), and a regex error denies. None when Python cannot
     evaluate a pattern PCRE takes."""
-    regex = erlang_regex(pattern or NOTHING)
-    return None if regex is None else regex.search(name.encode()) is not None
+    return pattern_matches(pattern or NOTHING, name)
 
 
 def topic_permission_allows(

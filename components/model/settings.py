@@ -23,12 +23,7 @@ from typing import Any, TypeVar
 from . import permissions, sqs
 from .rabbitmq.combined import PolicyScope, combined_targets
 from .rabbitmq.delivery_limits import delivery_limit_policies_by_default, delivery_limit_policy
-from .rabbitmq.endpoint_start import (
-    NEWEST_TRANSPORT_VERSION,
-    parse_transport_version,
-    transport_version_problem,
-    unknown_broker_requirement_checks,
-)
+from .rabbitmq.endpoint_start import NEWEST_TRANSPORT_VERSION, TransportVersion, unknown_broker_requirement_checks
 from .rabbitmq.graph import (
     alternate_exchange_policy,
     delay_levels,
@@ -50,7 +45,7 @@ from .rabbitmq.names import (
     instance_queue_name,
 )
 from .rabbitmq.objects import EXCHANGES_TARGET, QUORUM_QUEUES_TARGET, PolicySpec, Topology
-from .rabbitmq.versions import DEFAULT_BROKER_VERSION, dotted_version
+from .rabbitmq.versions import DEFAULT_BROKER_VERSION, BrokerVersion, Version, dotted_version
 
 PACKAGE = "nsb-delays"  # the stack config's namespace, the component provider's package and its type tokens' prefix
 
@@ -109,7 +104,7 @@ class InVhost:
 
 @dataclass(frozen=True, kw_only=True)
 class OnBroker:
-    broker_version: str = setting(
+    broker_version: BrokerVersion = setting(
         DEFAULT_BROKER_VERSION,
         doc="The RabbitMQ version the stack targets, `MAJOR.MINOR[.PATCH]` (at least `3.10`; quote it in YAML): "
         "decides `x-queue-type: classic` on classic queues and whether delivery-limit policies work. The program "
@@ -251,8 +246,8 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
         "the broker a match of every object of the vhost.",
         places=(RABBITMQ,),
     )
-    transport_version: str = setting(
-        dotted_version(NEWEST_TRANSPORT_VERSION),
+    transport_version: TransportVersion = setting(
+        TransportVersion(dotted_version(NEWEST_TRANSPORT_VERSION)),
         doc="The NServiceBus.RabbitMQ release the endpoint runs, `MAJOR.MINOR.PATCH` (quote it in YAML): "
         "`nsb-delays preflight` and the policy pack judge its start-up by that release's checks (10.0.0 to 10.1.4 "
         "refuse the delivery-limit policies' 100000).",
@@ -277,26 +272,18 @@ class EndpointSettings(Parking, OwnQueues, Routed, OfGeneration, DeliveryLimits,
     )
 
     @property
-    def transport(self) -> tuple[int, int, int]:
-        """``transport_version`` parsed (ValueError naming the value and the rule)."""
-        return parse_transport_version(self.transport_version)
-
-    @property
     def receiving_queues(self) -> tuple[str, ...]:
         """The queues bound to the delivery exchange: the endpoint's and each instance's."""
         return (self.endpoint, *(instance_queue_name(self.endpoint, d) for d in self.instance_discriminators))
 
     def check(self) -> None:
         """What the declarations' types let through and an endpoint cannot take (ValueError naming the input and the
-        rule): an address RabbitMQ cannot route a delayed message to, a release or a check NServiceBus.RabbitMQ does
-        not know. Checked where the settings enter: a component's Args here, a stack file by its parser (which names
-        each by its key)."""
+        rule): an address RabbitMQ cannot route a delayed message to, a check NServiceBus.RabbitMQ does not know.
+        Checked where the settings enter: a component's Args here, a stack file by its parser (which names each by its
+        key)."""
         problems = rabbitmq_address_problems(self.endpoint)
         if problems:
             raise ValueError(f"endpoint {self.endpoint!r} {'; '.join(problems)}")
-        version_problem = transport_version_problem(self.transport_version)
-        if version_problem:
-            raise ValueError(f"transportVersion: {version_problem}")
         checks_problem = unknown_broker_requirement_checks(self.disabled_broker_requirement_checks)
         if checks_problem:
             raise ValueError(f"disabledBrokerRequirementChecks: {checks_problem}")
@@ -513,18 +500,25 @@ def value_type(settings_type: type[Any], name: str) -> Any:
     return hint
 
 
+def is_version(hint: Any) -> bool:
+    """Whether a setting of ``hint`` is a version (``BrokerVersion``, ``TransportVersion``): a string on the wire (a
+    stack file, a component's Args, the multi-language schema), parsed where it enters."""
+    return isinstance(hint, type) and issubclass(hint, Version)
+
+
 def type_name(hint: Any) -> str:
+    """The type a value of ``hint`` is given as: an enum member and a version as a string, a tuple as a list."""
     if typing.get_origin(hint) is tuple:
         return "list"
-    if isinstance(hint, type) and issubclass(hint, Enum):
+    if (isinstance(hint, type) and issubclass(hint, Enum)) or is_version(hint):
         return "str"
     return getattr(hint, "__name__", str(hint))
 
 
 def checked_value(hint: Any, value: Any) -> Any:
-    """``value`` as a value of ``hint`` (a list as a tuple, a string as its enum member), or ValueError saying why
-    not, in the words every origin shares: ``expected str, got bool``, ``unknown value 'v3' (expected one of v1,
-    v2)``."""
+    """``value`` as a value of ``hint`` (a list as a tuple, a string as its enum member or the version it parses as),
+    or ValueError saying why not, in the words every origin shares: ``expected str, got bool``, ``unknown value 'v3'
+    (expected one of v1, v2)``, the version's rule."""
     expected = type_name(hint)
     if isinstance(value, bool) and hint is not bool:
         raise ValueError(f"expected {expected}, got bool")
@@ -532,6 +526,12 @@ def checked_value(hint: Any, value: Any) -> Any:
         if not isinstance(value, list | tuple):
             raise ValueError(f"expected list, got {type(value).__name__}")
         return tuple(value)
+    if is_version(hint):
+        if isinstance(value, hint):
+            return value  # parsed where it entered (a stack file's brokerVersion by the section's parser)
+        if not isinstance(value, str):
+            raise ValueError(f"expected str, got {type(value).__name__}")
+        return hint(value)
     if isinstance(hint, type) and issubclass(hint, Enum):
         if isinstance(value, hint):
             return value  # checked where it entered (a config key's or an Args' string became this member there)
@@ -559,8 +559,15 @@ def shown_default(item: dataclasses.Field[Any]) -> str:
     declared = declaration(item)
     if declared.default_text:
         return declared.default_text
-    value = item.default.value if isinstance(item.default, Enum) else item.default
+    value = given_as(item.default)
     return f"`{json.dumps(list(value) if isinstance(value, tuple) else value)}`"
+
+
+def given_as(value: Any) -> Any:
+    """A setting's value as a stack file or an input gives it: an enum member as its value, a version as its text."""
+    if isinstance(value, Enum):
+        return value.value
+    return str(value) if isinstance(value, Version) else value
 
 
 def declared_default(settings_type: type[Any], name: str) -> Any:

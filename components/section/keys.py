@@ -47,7 +47,7 @@ class ConfigKey:
     @property
     def type(self) -> Any:
         """The YAML type: str, bool, int, list or Mapping."""
-        if isinstance(self.hint, type) and issubclass(self.hint, Enum):
+        if (isinstance(self.hint, type) and issubclass(self.hint, Enum)) or model_settings.is_version(self.hint):
             return str
         return list if model_settings.type_name(self.hint) == "list" else self.hint
 

@@ -20,10 +20,7 @@ from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_POLICY_ACCEPTED_FROM,
     DELIVERY_LIMIT_POLICY_APPLY_TO,
 )
-from nsb_delays.components.model.rabbitmq.endpoint_start import (
-    transport_version_problem,
-    unknown_broker_requirement_checks,
-)
+from nsb_delays.components.model.rabbitmq.endpoint_start import unknown_broker_requirement_checks
 from nsb_delays.components.model.rabbitmq.name_rules import (
     object_name_problems,
     rabbitmq_address_problems,
@@ -31,7 +28,7 @@ from nsb_delays.components.model.rabbitmq.name_rules import (
     vhost_problems,
 )
 from nsb_delays.components.model.rabbitmq.names import QueueType, endpoint_binding_key, legacy_timeout_queue_names
-from nsb_delays.components.model.rabbitmq.versions import parse_broker_version, shown_version
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion, shown_version
 from nsb_delays.components.model.settings import (
     RABBITMQ,
     RABBITMQ_ENDPOINT,
@@ -204,7 +201,7 @@ def parse_rabbitmq_section(
             "graphStack"
         )
     _check_rabbitmq_names(config, path, problems)
-    _check_transport_versions(raw, config, path, problems)
+    _check_requirement_checks(raw, config, path, problems)
     _check_endpoint_users(config, [entry for entry, _ in users], path, problems)
     _check_broker_version_rules(config, path, problems)
     return config
@@ -263,8 +260,8 @@ def password_keys(rabbitmq: Any) -> tuple[str, ...]:
     return tuple(key for key in keys if isinstance(key, str) and key)
 
 
-def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
-    """``brokerVersion`` as given when it parses (``rmq.parse_broker_version``); else a problem and None."""
+def _broker_version(raw: Any, path: str, problems: list[str]) -> BrokerVersion | None:
+    """``brokerVersion`` parsed (``rmq.BrokerVersion``), with the way out of YAML's numbers; else a problem and None."""
     value = raw.get(BROKER_VERSION_KEY) if isinstance(raw, Mapping) else None
     if value is None:
         return None
@@ -274,23 +271,22 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> str | None:
         problems.append(f"{where}: expected a string such as '3.10' or '4.0', got {type(value).__name__}{hint}")
         return None
     try:
-        parse_broker_version(value)
+        return BrokerVersion(value)
     except ValueError as error:
         problems.append(f"{where}: {error}")
         return None
-    return value
 
 
 def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
-    version = parse_broker_version(config.broker_version)
+    version = config.broker_version
     quorum = QueueType.QUORUM
     limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
     if limited and version < DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
         accepted = shown_version(DELIVERY_LIMIT_POLICY_ACCEPTED_FROM)
         problems.append(
             f"{key_path(path, DELIVERY_LIMIT_POLICIES_KEY)} is true with {BROKER_VERSION_KEY} "
-            f"{config.broker_version!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
+            f"{str(version)!r}: RabbitMQ below {accepted} refuses NServiceBus's delivery-limit policies "
             f"(apply-to '{DELIVERY_LIMIT_POLICY_APPLY_TO}'); remove {DELIVERY_LIMIT_POLICIES_KEY} (below 4.0 it "
             f"defaults to false: no default delivery limit to override) or raise {BROKER_VERSION_KEY}"
         )
@@ -305,18 +301,9 @@ def _name_problems(name: str, *, destination: bool) -> list[str]:
     return problems + [p for p in object_name_problems(name) if p not in problems]
 
 
-def _check_transport_versions(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
-    """``transportVersion`` and ``disabledBrokerRequirementChecks`` hold what they may, where they are given: the
-    section's once, each endpoint's own."""
-    key = camel_case("transport_version")
-    given = raw.get(key) if isinstance(raw, Mapping) else None
-    section_problem = transport_version_problem(given) if isinstance(given, str) else None  # a type: _fields
-    if section_problem:
-        problems.append(f"{key_path(path, key)}: {section_problem}")
-    for i, endpoint in enumerate(config.endpoints):
-        problem = transport_version_problem(endpoint.transport_version)
-        if problem and (endpoint.transport_version != given or not section_problem):
-            problems.append(f"{key_path(path, 'endpoints')}[{i}].{key}: {problem}")
+def _check_requirement_checks(raw: Any, config: RabbitMqConfig, path: str, problems: list[str]) -> None:
+    """``disabledBrokerRequirementChecks`` holds what it may, where it is given: the section's once, each endpoint's
+    own. (``transportVersion`` is parsed with its key, ``checked_fields``.)"""
     checks_key = camel_case("disabled_broker_requirement_checks")
     section_checks = raw.get(checks_key) if isinstance(raw, Mapping) else None
     section_checks = section_checks if isinstance(section_checks, list) else None  # another type: _fields says so

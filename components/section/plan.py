@@ -15,6 +15,7 @@ from typing import Any
 from nsb_delays.components.model import permissions, sqs
 from nsb_delays.components.model.rabbitmq.names import Generation, RoutingTopology
 from nsb_delays.components.model.rabbitmq.objects import Topology
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion
 from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointPoliciesSettings,
@@ -75,7 +76,7 @@ class RabbitMqConfig:
         return self.infrastructure.generation
 
     @property
-    def broker_version(self) -> str:
+    def broker_version(self) -> BrokerVersion:
         return self.infrastructure.broker_version
 
     @property

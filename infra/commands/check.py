@@ -22,7 +22,6 @@ from rich.table import Table
 from nsb_delays.components.model import sqs as sqs_model
 from nsb_delays.components.recording import PROJECT
 from nsb_delays.infra.program import record_stack
-from nsb_delays.policies.declaration_rules import queue_arguments_as_read, refused_by_broker_version
 from nsb_delays.policies.endpoint_rules import endpoint_retirement_order, previous_endpoint_names
 from nsb_delays.policies.offline import (
     PackConfig,
@@ -34,6 +33,7 @@ from nsb_delays.policies.offline import (
     run_policies,
 )
 from nsb_delays.policies.pack import PACK_NAME, POLICIES
+from nsb_delays.policies.props import BROKER_VERSION_OPTION
 from nsb_delays.policies.sqs_rules import sqs_delay_queue_pairs
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack, read_stack_yaml, stack_name
 
@@ -57,9 +57,10 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
         ]
         pack_config = pack_config.with_defaults(sqs_delay_queue_pairs.name, {"withoutDelayedDelivery": without})
     if config.rabbitmq:
-        version = {"brokerVersion": config.rabbitmq.broker_version}
-        pack_config = pack_config.with_defaults(queue_arguments_as_read.name, version)
-        pack_config = pack_config.with_defaults(refused_by_broker_version.name, version)
+        version = {BROKER_VERSION_OPTION: str(config.rabbitmq.broker_version)}
+        for policy in POLICIES:  # every rule that judges by the stack's RabbitMQ
+            if policy.config_schema is not None and BROKER_VERSION_OPTION in policy.config_schema.properties:
+                pack_config = pack_config.with_defaults(policy.name, version)
     if baseline is not None:
         previous = previous_endpoint_names(policy_resources(record_stack(baseline)))
         pack_config = pack_config.with_defaults(endpoint_retirement_order.name, {"previousEndpoints": previous})

@@ -49,6 +49,7 @@ from nsb_delays.components.model.settings import (
     config_key,
     declaration,
     fields_of,
+    given_as,
 )
 from nsb_delays.components.section.keys import config_keys
 from nsb_delays.stack.config import NAMESPACE, ConfigError, parse_stack_config
@@ -310,7 +311,7 @@ def setting_option(settings_type: type[Any], name: str) -> Callable[[Callable[..
         f"--{name.replace('_', '-')}",
         name,
         type=choices,
-        default=default.value if isinstance(default, Enum) else default,
+        default=given_as(default),
         show_default=True,
         help=f"{declaration(item).doc} ({config_key(item)})",
     )

@@ -28,10 +28,6 @@ ARGUMENTS = [
 ]
 
 
-def reported(broker_version: tuple[int, ...]) -> str:
-    return ".".join(map(str, broker_version))
-
-
 def broker_refuses_declaring(rabbitmq: LocalRabbitMq, vhost: str, arguments: dict[str, Any]) -> bool:
     connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.vhost_amqp_url(vhost)))
     try:
@@ -55,7 +51,7 @@ def test_the_model_knows_which_queue_arguments_each_broker_refuses(
     arguments: dict[str, Any],
 ) -> None:
     """Version-specific: 4.3 refuses x-queue-version 1 and x-queue-master-locator; 3.10 and 4.0 take all four."""
-    refused = refusals_of(QUEUE_ARGUMENT_REFUSALS, arguments, reported(broker_version))
+    refused = refusals_of(QUEUE_ARGUMENT_REFUSALS, arguments, broker_version)
     assert broker_refuses_declaring(rabbitmq, new_vhost("refusals"), arguments) == bool(refused)
     assert bool(refused) == (broker_version >= (4, 3, 0) and arguments != ARGUMENTS[1] and arguments != ARGUMENTS[3])
 
@@ -67,7 +63,7 @@ def test_the_model_knows_which_policy_keys_each_broker_refuses(
     """Version-specific: 4.3 refuses a policy with queue-master-locator; 3.10 and 4.0 take it."""
     vhost = new_vhost("policy-refusals")
     definition = {"queue-master-locator": "min-masters"}
-    refused = refusals_of(POLICY_KEY_REFUSALS, definition, reported(broker_version))
+    refused = refusals_of(POLICY_KEY_REFUSALS, definition, broker_version)
     body = {"pattern": "^located$", "apply-to": "queues", "priority": 0, "definition": definition}
     try:
         management.request("PUT", f"policies/{vhost}/located", body)

@@ -29,8 +29,8 @@ from nsb_delays.brokers.preflight import Login, preflight_rabbitmq
 from nsb_delays.components.model.rabbitmq.delivery_limits import DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 from nsb_delays.components.model.rabbitmq.names import Generation, delivery_exchange_name
 from nsb_delays.components.model.rabbitmq.versions import (
+    BrokerVersion,
     broker_version_of,
-    dotted_version,
     parse_reported_broker_version,
 )
 from nsb_delays.infra.cli import cli
@@ -49,13 +49,13 @@ FEATURE_FLAGS_OPEN_FROM = (3, 13)
 
 
 def stack_section(
-    vhost: str, broker_version: tuple[int, ...], *, stream_check: bool | None = None, **sales: Any
+    vhost: str, broker_version: BrokerVersion, *, stream_check: bool | None = None, **sales: Any
 ) -> dict[str, Any]:
     """The stack; ``stream_check`` None: as the docs say for the broker's version."""
     stream_check = broker_version >= FEATURE_FLAGS_OPEN_FROM if stream_check is None else stream_check
     return {
         "vhost": vhost,
-        "brokerVersion": broker_version_of(dotted_version(broker_version)),
+        "brokerVersion": broker_version_of(broker_version),
         **({} if stream_check else {"disabledBrokerRequirementChecks": ["StreamsEnabled"]}),
         "endpoints": [
             {

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.conftest import (
     CONSUMER_BROKERS,
@@ -138,7 +138,7 @@ class Repository:
 
 
 def _broker_version(broker: LocalRabbitMq) -> str:
-    return broker_version_of(broker.version())
+    return broker_version_of(parse_reported_broker_version(broker.version()))
 
 
 @pytest.fixture(scope="module")

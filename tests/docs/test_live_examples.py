@@ -33,7 +33,7 @@ from nsb_delays.components.model.rabbitmq.names import (
     delivery_exchange_name,
     parking_name,
 )
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of
+from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from nsb_delays.infra.commands.demo.provisioning import import_definitions, provision_sqs
 from nsb_delays.infra.commands.demo.servers import HOST, wait_until
 from nsb_delays.infra.pulumi_engine import offline_environment
@@ -162,7 +162,7 @@ def scene(
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "docs").symlink_to(PROJECT / "docs")
-    version = broker_version_of(rabbitmq.version())
+    version = broker_version_of(parse_reported_broker_version(rabbitmq.version()))
     management_url = f"http://{standard_ports}:{MANAGEMENT_PORT}"
     api = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     for user, password in USERS.items():

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
-from nsb_delays.components.model.rabbitmq.versions import broker_version_of, dotted_version
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion, broker_version_of
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
 from tests.bad_inputs import TRACEBACK_MARKERS
@@ -110,13 +110,13 @@ def endpoint_user(management: ManagementApi) -> Iterator[str]:
         management.send("DELETE", f"users/{path_segment(name)}")
 
 
-def endpoint_with_a_user(vhost: str, broker_version: tuple[int, ...], user: str) -> dict[str, Any]:
+def endpoint_with_a_user(vhost: str, broker_version: BrokerVersion, user: str) -> dict[str, Any]:
     """The stack's ``rabbitmq`` section: Sales logs in as ``user``, its password the secret ``salesPassword``. Before
     RabbitMQ 3.13 only administrators read GET /api/feature-flags, so the stream check is off there (as
     tests/broker/test_preflight.py's stacks have it, docs/how-to/endpoint-users.md)."""
     return {
         "vhost": vhost,
-        "brokerVersion": broker_version_of(dotted_version(broker_version)),
+        "brokerVersion": broker_version_of(broker_version),
         **(
             {} if broker_version >= FEATURE_FLAGS_OPEN_FROM else {"disabledBrokerRequirementChecks": ["StreamsEnabled"]}
         ),

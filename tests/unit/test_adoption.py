@@ -18,6 +18,7 @@ from nsb_delays.components.model.rabbitmq.names import (
     parking_name,
     queue_binding_key,
 )
+from nsb_delays.components.model.rabbitmq.versions import BrokerVersion
 from nsb_delays.components.resource_types import RABBITMQ_POLICY as POLICY
 from nsb_delays.infra.commands.discover import Adoption, adoption, import_document
 from nsb_delays.infra.program import record_stack
@@ -94,7 +95,7 @@ def test_the_queue_type_is_always_explicit_because_newer_brokers_write_the_defau
     level = delay_level_name(4, "v1")
     assert declared[level].queue_arguments() == delay_queue_arguments(4, "v1") | {"x-queue-type": "classic"}
     assert "x-queue-type" not in delay_queue_arguments(4, "v1")  # the model stays NServiceBus's declaration
-    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, "4.0") == {"x-queue-type": "quorum"}
+    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, BrokerVersion("4.0")) == {"x-queue-type": "quorum"}
 
 
 def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no_queue_type() -> None:
@@ -105,10 +106,10 @@ def test_on_a_broker_that_keeps_declarations_as_they_are_classic_queues_carry_no
     assert declared["Sales"].settings() == {"durable": True, "autoDelete": False}
     level = delay_level_name(4, "v1")
     assert declared[level].queue_arguments() == delay_queue_arguments(4, "v1")
-    assert queue_arguments_as_stored({}, "3.13") == {}
-    assert queue_arguments_as_stored({}, "4.0") == {"x-queue-type": "classic"}
-    assert queue_arguments_as_stored({}, "4.1.2") == {"x-queue-type": "classic"}
-    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, "3.10") == {"x-queue-type": "quorum"}
+    assert queue_arguments_as_stored({}, BrokerVersion("3.13")) == {}
+    assert queue_arguments_as_stored({}, BrokerVersion("4.0")) == {"x-queue-type": "classic"}
+    assert queue_arguments_as_stored({}, BrokerVersion("4.1.2")) == {"x-queue-type": "classic"}
+    assert queue_arguments_as_stored({"x-queue-type": "quorum"}, BrokerVersion("3.10")) == {"x-queue-type": "quorum"}
     quorum = {
         r.inputs["name"]: r for r in adopted(brokerVersion="3.10", deliveryLimitPolicies=False) if r.type == QUEUE
     }

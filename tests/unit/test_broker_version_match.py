@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from nsb_delays.components.model.rabbitmq.versions import broker_version_mismatch
+from nsb_delays.components.model.rabbitmq.versions import (
+    BrokerVersion,
+    broker_version_mismatch,
+    parse_reported_broker_version,
+)
 
 
 @pytest.mark.parametrize(
@@ -21,7 +25,7 @@ from nsb_delays.components.model.rabbitmq.versions import broker_version_mismatc
     ],
 )
 def test_the_same_major_and_minor_describe_the_broker(stack: str, reported: str) -> None:
-    assert broker_version_mismatch(stack, reported) is None
+    assert broker_version_mismatch(BrokerVersion(stack), parse_reported_broker_version(reported)) is None
 
 
 @pytest.mark.parametrize(
@@ -39,9 +43,9 @@ def test_the_same_major_and_minor_describe_the_broker(stack: str, reported: str)
     ],
 )
 def test_another_release_names_the_value_to_set(stack: str, reported: str, fix: str) -> None:
-    assert broker_version_mismatch(stack, reported) == fix
+    assert broker_version_mismatch(BrokerVersion(stack), parse_reported_broker_version(reported)) == fix
 
 
 def test_a_report_that_is_no_version_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match=r"'unknown' is not of the form MAJOR\.MINOR"):
-        broker_version_mismatch("4.0", "unknown")
+        parse_reported_broker_version("unknown")

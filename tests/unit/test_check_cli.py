@@ -12,8 +12,10 @@ from click.testing import CliRunner
 
 from nsb_delays.components.model.rabbitmq.names import LEVEL_COUNT
 from nsb_delays.infra.cli import cli
+from nsb_delays.infra.commands.check import derived_config
+from nsb_delays.policies.offline import PackConfig
 from nsb_delays.policies.pack import POLICIES
-from nsb_delays.stack.config import stack_file
+from nsb_delays.stack.config import load_stack, stack_file
 
 RABBITMQ_PROVIDER_URN = "urn:pulumi:broken::nsb-delays::pulumi:providers:rabbitmq::default"
 
@@ -170,3 +172,16 @@ def test_the_stack_broker_version_reaches_the_queue_arguments_advice(tmp_path: P
     stack = write_stack(tmp_path, "three-ten", v1_on_3_10)
     code, output = check("--stack", stack)
     assert code == 0 and "queue-arguments-as-read" not in output
+
+
+def test_every_rule_that_judges_by_the_broker_version_gets_the_stacks(tmp_path: Path) -> None:
+    """The four rules with a ``brokerVersion`` option judge a 3.13 stack as 3.13: an outranking policy without a
+    delivery limit is no reason for NServiceBus to refuse there (it writes no policy below RabbitMQ 4.0)."""
+    stack = load_stack("dev").with_values("rabbitmq", brokerVersion="3.13", deliveryLimitPolicies=False)
+    derived = derived_config(stack, PackConfig(), None)
+    taking = sorted(p.name for p in POLICIES if p.config_schema and "brokerVersion" in p.config_schema.properties)
+    assert taking == [
+        "endpoint-queue-delivery-limit", "queue-arguments-as-read", "refused-by-broker-version",
+        "transport-version-delivery-limit",
+    ]  # fmt: skip
+    assert {name: derived.properties[name]["brokerVersion"] for name in taking} == dict.fromkeys(taking, "3.13")

@@ -12,16 +12,21 @@ import re
 
 import pytest
 
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    decision_alone,
+    delivery_limit_conflicts,
+    nservicebus_delivery_limit_refusal,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     BrokerPolicy,
-    delivery_limit_conflicts,
     delivery_limit_policy,
     is_delivery_limit_policy_name,
 )
-from nsb_delays.components.model.rabbitmq.endpoint_start import nservicebus_delivery_limit_refusal
+from nsb_delays.components.model.rabbitmq.endpoint_start import Outcome
 from nsb_delays.components.model.rabbitmq.graph import endpoint_topology, shared_queues
 from nsb_delays.components.model.rabbitmq.names import Generation, QueueType, RoutingTopology, dotnet_regex_escape
 from nsb_delays.components.model.rabbitmq.objects import PolicySpec
+from nsb_delays.components.model.rabbitmq.policy_match import applied_policies, reported_delivery_limit
 from nsb_delays.components.rabbitmq import RabbitMqEndpoint
 from nsb_delays.components.resource_types import RABBITMQ_POLICY
 from nsb_delays.infra.program import record_stack
@@ -217,7 +222,7 @@ def test_what_nservicebus_refuses_at_start() -> None:
     assert unlimited and "delivery limit -1 from argument x-delivery-limit=-1" in unlimited
 
 
-def conflicts(*policies: BrokerPolicy, version: tuple[int, ...] | None = None) -> list[tuple[str, str, bool]]:
+def conflicts(*policies: BrokerPolicy, version: tuple[int, ...] = V4) -> list[tuple[str, str, bool]]:
     return [(c.policy, c.field, c.refused) for c in delivery_limit_conflicts("Sales", policies, version)]
 
 
@@ -245,3 +250,79 @@ def test_the_expected_limit_names_nservicebus_policy_only_where_nservicebus_crea
     (on_3x,) = delivery_limit_conflicts("Sales", [limit], V3)
     assert (on_4x.expected, on_4x.actual) == ("only from nsb.Sales.delivery-limit (100000)", "5")
     assert (on_3x.expected, on_3x.actual) == ("none, or 100000", "5")  # as `verify` says it on that broker
+
+
+# --- one decision: the pack's and the check before provisioning's per-policy answer is verify's ---------------------
+
+SOURCES = {
+    "limit-5": (BrokerPolicy("team", ".*", "queues", -5, {"delivery-limit": 5}), {}),
+    "limit-100000": (BrokerPolicy("same", "^Sal", "all", -1, {"delivery-limit": 100000}), {}),
+    "limit-unlimited": (BrokerPolicy("team", ".*", "queues", 5, {"delivery-limit": -1}), {}),
+    "operator-limit": (BrokerPolicy("ops", "^Sales$", "all", 0, {"delivery-limit": 100}, True), {}),
+    "outranking": (BrokerPolicy("ha", "Sales", "queues", 0, {"max-length": 9}), {}),
+    "own-unlimited": (
+        BrokerPolicy("nsb.Sales.delivery-limit", "^Sales$", "quorum_queues", 0, {"delivery-limit": -1}),
+        {},
+    ),
+    "combined-without-limit": (
+        BrokerPolicy("nsb-delays.dev.delivery-limit.all", "^(Sales)$", "quorum_queues", 0, {"max-length": 9}),
+        {},
+    ),
+    "not-for-quorum-queues": (BrokerPolicy("prio", "Sales", "queues", 0, {"max-priority": 5}), {}),
+    "argument-5": (None, {"x-delivery-limit": 5}),
+    "argument-100000": (None, {"x-delivery-limit": 100000}),
+    "argument-unlimited": (None, {"x-delivery-limit": -1}),
+}
+
+
+def verify_says(policy: BrokerPolicy | None, arguments: dict[str, object], version: tuple[int, ...]) -> str | None:
+    """``verify``'s answer on the queue as the broker holds it with that one source of a limit."""
+    users = [policy] if policy is not None and not policy.operator else []
+    operators = [policy] if policy is not None and policy.operator else []
+    applied = applied_policies(users, operators, "queue", "Sales", "quorum", version)
+    assert applied.definition is not None
+    return nservicebus_delivery_limit_refusal(
+        "Sales",
+        broker_version=version,
+        queue_type="quorum",
+        arguments={"x-queue-type": "quorum", **arguments},
+        effective_policy_definition=applied.definition,
+        applied_policy=applied.user.name,
+        operator_policy=applied.operator.name,
+        delivery_limit=reported_delivery_limit(arguments, applied.definition, version),
+    )
+
+
+@pytest.mark.parametrize("version", [V3, V4], ids=["3.13", "4.0"])
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_each_source_of_a_limit_is_refused_where_verify_refuses_the_queue_it_makes(
+    source: str, version: tuple[int, ...]
+) -> None:
+    """The pack and the check before provisioning judge each policy or argument as the queue it makes if applied;
+    ``verify`` judges the queue the broker holds. Both are ``delivery_limit_decision``: for one source they agree."""
+    policy, arguments = SOURCES[source]
+    refused_by_verify = verify_says(policy, arguments, version) is not None
+    assert decision_alone("Sales", version, policy=policy, arguments=arguments).refuses == refused_by_verify
+    if policy is not None:
+        flagged = delivery_limit_conflicts("Sales", [policy], version)
+        assert any(c.refused for c in flagged) == refused_by_verify
+
+
+def test_where_the_per_policy_rules_disagreed_with_nservicebus() -> None:
+    """Three cases the per-policy rules decided on their own before they asked ``delivery_limit_decision``; the
+    source (``BrokerVerifier.cs`` at 10.1.6, as ``endpoint_start`` replays it) says otherwise:
+
+    - NServiceBus's own policy with delivery limit -1 (what 10.0.0 to 10.1.4 write) on RabbitMQ 4.x: flagged, but
+      not refused: ``ShouldOverrideDeliveryLimit`` takes -1 from its own policy, and ``SetDeliveryLimitViaPolicy``
+      writes its policy over it (with the policymaker tag);
+    - a stack's combined delivery-limit policy without a limit, applied: refused, as any other applied policy
+      (``SetDeliveryLimitViaPolicy``: 'already has a ... policy applied'; only ``nsb.*.delivery-limit`` is its own);
+    - a policy whose keys a quorum queue does not take (``max-priority``): RabbitMQ never applies it to a quorum
+      queue (``is_policy_applicable``), so it is no reason to refuse, however it ranks."""
+    own_unlimited = delivery_limit_conflicts("Sales", [SOURCES["own-unlimited"][0]], V4)
+    assert [(c.field, c.refused, c.decision.outcome) for c in own_unlimited] == [
+        ("definition", False, Outcome.WRITES_POLICY)
+    ]
+    (combined,) = delivery_limit_conflicts("Sales", [SOURCES["combined-without-limit"][0]], V4)
+    assert (combined.field, combined.refused, combined.decision.refusal) == ("definition", True, "applied")
+    assert delivery_limit_conflicts("Sales", [SOURCES["not-for-quorum-queues"][0]], V4) == []

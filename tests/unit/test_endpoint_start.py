@@ -169,9 +169,9 @@ def test_transport_version_defaults_to_the_newest_release_and_is_set_per_endpoin
                                                                                "transportVersion": "11.0.0"}]}}  # fmt: skip
     config = parse_stack_config(raw, "prod").rabbitmq
     assert config is not None
-    assert [e.transport_version for e in config.endpoints] == ["10.1.6", "11.0.0"]
+    assert [str(e.transport_version) for e in config.endpoints] == ["10.1.6", "11.0.0"]
     default = parse_stack_config({"rabbitmq": {"endpoints": ["Sales"]}}, "prod").rabbitmq
-    assert default is not None and default.endpoints[0].transport == NEWEST_TRANSPORT_VERSION
+    assert default is not None and default.endpoints[0].transport_version == NEWEST_TRANSPORT_VERSION
 
 
 def test_a_bad_transport_version_is_refused_where_it_is_written() -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nsb_delays.components.model.settings import RABBITMQ, EndpointSettings, declared_default
+from nsb_delays.components.model.settings import RABBITMQ, EndpointSettings, declared_default, given_as
 from nsb_delays.components.section.keys import config_keys
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.commands import init as init_command
@@ -71,7 +71,7 @@ def test_the_stack_file_holds_the_flags_each_key_under_its_declared_documentatio
     assert config["rabbitmq:username"] == "deploy"
     parsed = load_stack(str(stack_file)).rabbitmq
     assert parsed is not None
-    assert (parsed.vhost, parsed.broker_version) == ("orders", "3.10")
+    assert (parsed.vhost, str(parsed.broker_version)) == ("orders", "3.10")
     assert [e.endpoint for e in parsed.endpoints] == ["Sales", "Billing"]
     assert {(e.routing_topology.value, e.queue_type.value) for e in parsed.endpoints} == {("direct", "classic")}
     lines = stack_file.read_text().splitlines()
@@ -98,7 +98,7 @@ def test_defaults_give_a_stack_the_parser_accepts(tmp_path: Path) -> None:
     keys = config_keys()[RABBITMQ]
     for key in ("vhost", "brokerVersion", "routingTopology", "queueType"):  # each option's default: the declaration's
         declared = declared_default(EndpointSettings, keys[key].attr)
-        assert config["nsb-delays:rabbitmq"][key] == getattr(declared, "value", declared), key
+        assert config["nsb-delays:rabbitmq"][key] == given_as(declared), key
 
 
 def test_each_setting_option_says_what_its_declaration_says_and_names_its_key() -> None:

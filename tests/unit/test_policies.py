@@ -854,11 +854,60 @@ def test_an_operator_policy_limit_and_an_outranking_policy_are_reported_but_a_lo
     assert "policy 'ha' reaches endpoint queue 'Shipping': priority is 1, expected < 0" in violations[1].message
 
 
+def test_the_delivery_limit_rules_judge_on_the_stacks_broker_version() -> None:
+    """Below RabbitMQ 4.0 a quorum queue has no default delivery limit and NServiceBus.RabbitMQ writes no policy of its
+    own, so a policy without a limit that outranks where its policy would be is no reason to refuse; a limit other
+    than 100000 is, on any broker. The rules take the stack's brokerVersion (``nsb-delays check`` passes it)."""
+    operator = broker_policy("^Sales$", {"delivery-limit": "100"}, apply_to="all", operator=True)
+    outranking = record(
+        lambda: rabbitmq.Policy(
+            "ha", name="ha", vhost="/",
+            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=1, apply_to="queues", definition={"max-length": "9"}),
+        )
+    )  # fmt: skip
+    recorded = [*dev_recorded(), *operator, *outranking]
+    rules = ("endpoint-queue-delivery-limit", "transport-version-delivery-limit")
+    on_3_13 = {rule: {"brokerVersion": "3.13"} for rule in rules}
+    violations = [v for v in run(recorded, on_3_13) if v.policy == "endpoint-queue-delivery-limit"]
+    assert [v.urn for v in violations] == [operator[0].urn]
+    assert violations[0].message.endswith("refuses to start on 'Sales'. Fix: remove 'delivery-limit' from it or "
+                                          "exclude 'Sales' from its pattern.")  # fmt: skip
+    bad = {rule: {"brokerVersion": "four"} for rule in rules}
+    assert sorted((v.policy, v.message) for v in run(recorded, bad) if v.policy in rules) == [
+        (rule, f"policy config {rule}.brokerVersion: 'four' is not a RabbitMQ version: expected MAJOR.MINOR or "
+               "MAJOR.MINOR.PATCH, e.g. '3.10'")
+        for rule in rules
+    ]  # fmt: skip
+
+
 def test_a_delivery_limit_argument_on_an_endpoint_queue_is_reported() -> None:
     sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
     violations = delivery_limit_violations(changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 5)))
     assert [v.urn for v in violations] == [sales.urn]
     assert "declares x-delivery-limit=5" in violations[0].message
+
+
+def test_a_delivery_limit_argument_nservicebus_accepts_is_reported_as_not_its_policy() -> None:
+    """x-delivery-limit 100000 is what NServiceBus.RabbitMQ 10.1.5+ accepts (``delivery_limit_decision``, as ``verify``
+    and the check before provisioning judge it): reported, the limit is not its policy's, but not as a refusal."""
+    sales = find(dev_recorded(), RABBITMQ_QUEUE, "Sales")
+    recorded = changed(dev_recorded(), sales, set_queue_argument("x-delivery-limit", 100000))
+    (violation,) = delivery_limit_violations(recorded)
+    assert violation.urn == sales.urn and "refuses" not in violation.message
+    assert "declares x-delivery-limit=100000: NServiceBus accepts exactly 100000, but the limit then depends on the " \
+           "argument, not on 'nsb.Sales.delivery-limit'. Remove the argument" in violation.message  # fmt: skip
+
+
+def test_nservicebus_own_policy_with_its_old_unlimited_value_is_reported_as_one_it_writes_over() -> None:
+    """``nsb.Sales.delivery-limit`` with -1 (what 10.0.0 to 10.1.4 write): 10.1.6 writes its own policy over it at
+    start, which needs the policymaker tag; it is not a refusal."""
+    recorded = record_stack(load_stack(STACK).with_values("rabbitmq", policyScope="endpoint"), stack=STACK)
+    own = find(recorded, RABBITMQ_POLICY, delivery_limit_policy_name("Sales"))
+    old = changed(recorded, own, lambda inputs: inputs["policy"]["definition"].update({"delivery-limit": "-1"}))
+    (violation,) = delivery_limit_violations(old)
+    assert violation.urn == own.urn and "refuses" not in violation.message
+    assert "NServiceBus.RabbitMQ 10+ starts on 'Sales' only if it may write policies: its own policy has delivery " \
+           "limit -1: it PUTs policy 'nsb.Sales.delivery-limit' (delivery-limit 100000)" in violation.message  # fmt: skip
 
 
 def test_the_programs_own_policies_pass_and_a_changed_one_is_reported() -> None:

@@ -4,6 +4,7 @@ each listing once, however many endpoints a stack has."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -14,16 +15,20 @@ import yaml
 
 from nsb_delays.brokers.management import ManagementApi, ManagementError, path_segment
 from nsb_delays.brokers.verify import alternate_exchange_drifts, delivery_limit_drifts, verify_rabbitmq
+from nsb_delays.components.model.permissions import permission_allows
 from nsb_delays.components.model.rabbitmq.combined import combined_policies
+from nsb_delays.components.model.rabbitmq.delivery_limit_checks import (
+    delivery_limit_conflicts,
+    effective_delivery_limit,
+)
 from nsb_delays.components.model.rabbitmq.delivery_limits import BrokerPolicy, delivery_limit_policy
-from nsb_delays.components.model.rabbitmq.endpoint_start import effective_delivery_limit
 from nsb_delays.components.model.rabbitmq.graph import alternate_exchange_policy
 from nsb_delays.components.model.rabbitmq.names import Generation
+from nsb_delays.components.model.rabbitmq.patterns import literal_names
 from nsb_delays.components.model.rabbitmq.policy_match import (
     ObjectKind,
     PolicyMatcher,
     applied_policies,
-    literal_names,
     match_policy,
     merge_operator_definitions,
     policy_applies,
@@ -49,20 +54,20 @@ def operator(name: str, pattern: str, apply_to: str = "queues", priority: int = 
 def test_the_highest_priority_wins_whatever_the_list_order() -> None:
     low, high = policy("low", "Sales", priority=1, max_length=1), policy("high", "Sal", priority=2, max_length=2)
     for order in ([low, high], [high, low]):
-        match = match_policy(order, "queue", "Sales", "quorum")
+        match = match_policy(order, "queue", "Sales", "quorum", V4_0)
         assert (match.name, match.determined) == ("high", True)
 
 
 def test_the_pattern_matches_anywhere_in_the_name_unless_anchored() -> None:
-    assert match_policy([policy("p", "ale")], "exchange", "Sales").name == "p"
-    assert match_policy([policy("p", "^ale")], "exchange", "Sales").name is None
-    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "team.orders").name == "p"
-    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders").name is None
+    assert match_policy([policy("p", "ale")], "exchange", "Sales", None, V4_0).name == "p"
+    assert match_policy([policy("p", "^ale")], "exchange", "Sales", None, V4_0).name is None
+    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "team.orders", None, V4_0).name == "p"
+    assert match_policy([policy("p", r"^team\.orders$")], "exchange", "teamXorders", None, V4_0).name is None
 
 
 def test_exact_name_patterns_are_looked_up_with_the_same_result_as_a_regex_run() -> None:
     exact, dotted = policy("exact", r"^team\.orders$", priority=2), policy("dot", "^team.orders$", priority=1)
-    matcher = PolicyMatcher([exact, dotted])
+    matcher = PolicyMatcher([exact, dotted], [], V4_0)
     assert matcher.applied("exchange", "team.orders").user.name == "exact"
     assert matcher.applied("exchange", "teamXorders").user.name == "dot"  # '.' is not literal: a regex run
     assert matcher.applied("exchange", "team.orders2").user.name is None
@@ -103,10 +108,10 @@ def test_combined_policies_looked_up_give_what_a_regex_run_of_every_policy_gives
     policies = [BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in specs]
     policies.append(policy("catch", "^Team1", "exchanges", priority=-1, alternate_exchange="other"))
     assert all(literal_names(p.pattern) is not None for p in policies[:-1]) and len(policies) > 3
-    matcher = PolicyMatcher(policies)
+    matcher = PolicyMatcher(policies, [], V4_0)
     strangers = ["Sale", "Sales2", "teamXorders", "aab", "x(y", "a", "Sales\n", "Team1.E001x", "Team1"]
     for name in [*names, *strangers]:
-        assert matcher.applied("exchange", name).user == match_policy(policies, "exchange", name), name
+        assert matcher.applied("exchange", name).user == match_policy(policies, "exchange", name, None, V4_0), name
 
 
 def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -> None:
@@ -144,7 +149,20 @@ def test_objects_reached_by_the_same_policies_share_one_outcome_and_no_other() -
 def test_the_pattern_runs_on_the_names_bytes_as_re_run_does() -> None:
     """``re:run`` without the ``unicode`` option: 'é' is two bytes, so '.' does not match it alone."""
     one, two = policy("one", "^caf.$", priority=2), policy("two", "^caf..$", priority=1)
-    assert match_policy([one, two], "queue", "café", "classic").name == "two"
+    assert match_policy([one, two], "queue", "café", "classic", V4_0).name == "two"
+
+
+def test_which_queues_a_policy_reaches_is_the_same_byte_match() -> None:
+    """``BrokerPolicy.reaches`` (the pack's and the check before provisioning's delivery-limit rules) matched with
+    Python's ``re`` on text, where ``^caf.$`` matches 'café'; RabbitMQ's ``re:run`` does not, and neither does the
+    project's one matching rule (``patterns``), which ``reaches``, ``match_policy`` and the permissions now share."""
+    assert re.search("^caf.$", "café")  # Python's text semantics: the rule reaches used
+    one, two = policy("one", "^caf.$", "queues"), policy("two", "^caf..$", "queues")
+    assert (one.reaches("café"), two.reaches("café")) == (False, True)
+    assert [p.name for p in (one, two) if policy_applies(p, "queue", "café", "quorum", V4_0)] == ["two"]
+    assert (permission_allows("^caf.$", "café"), permission_allows("^caf..$", "café")) == (False, True)
+    limit = BrokerPolicy("one", "^caf.$", "queues", 5, {"delivery-limit": 5})
+    assert delivery_limit_conflicts("café", [limit], V4_0) == []  # it does not reach the queue on the broker
 
 
 @pytest.mark.parametrize(
@@ -176,7 +194,7 @@ def test_a_definition_the_queue_type_refuses_keeps_the_whole_policy_off_it() -> 
     assert match_policy([limit, ttl], "queue", "S", "quorum", V4_0).name == "limit"
     assert match_policy([limit, ttl], "queue", "S", "classic", V4_0).name == "ttl"
     assert match_policy([limit, ttl], "queue", "S", "stream", V4_0).name is None  # message-ttl: not on streams
-    assert match_policy([limit, ttl], "exchange", "S").name == "limit"
+    assert match_policy([limit, ttl], "exchange", "S", None, V4_0).name == "limit"
     # the lists differ by version: max-in-memory-length is refused by classic queues from 3.13 only
     memory = policy("memory", "S", max_in_memory_length=3)
     assert match_policy([memory], "queue", "S", "classic", V3_12).name == "memory"
@@ -186,23 +204,25 @@ def test_a_definition_the_queue_type_refuses_keeps_the_whole_policy_off_it() -> 
 def test_a_tie_at_the_top_priority_is_reported_not_resolved() -> None:
     a, b = policy("a", "Sales", priority=3, max_length=1), policy("b", "ales", priority=3, max_length=2)
     below = policy("below", "S", priority=1)
-    match = match_policy([below, a, b], "queue", "Sales", "quorum")
+    match = match_policy([below, a, b], "queue", "Sales", "quorum", V4_0)
     assert (match.determined, match.name, {p.name for p in match.tied}) == (False, None, {"a", "b"})
-    applied = applied_policies([a, b], [], "queue", "Sales", "quorum")
+    applied = applied_policies([a, b], [], "queue", "Sales", "quorum", V4_0)
     assert applied.definition is None and "'a' and 'b' tie at priority 3" in applied.problems[0]
     # a tie below the winner does not matter
-    assert match_policy([a, b, policy("top", "S", priority=4)], "queue", "Sales", "quorum").name == "top"
+    assert match_policy([a, b, policy("top", "S", priority=4)], "queue", "Sales", "quorum", V4_0).name == "top"
 
 
 def test_a_pattern_python_cannot_compile_makes_the_outcome_unknown_when_it_could_win() -> None:
     pcre_only = policy("pcre", r"\QSales\E", priority=5)  # \Q…\E quoting: PCRE has it, Python's re does not
     assert policy_applies(pcre_only, "queue", "Sales", "quorum", V4_0) is None
     ours = policy("ours", "^Sales$", priority=1, max_length=1)
-    match = match_policy([pcre_only, ours], "queue", "Sales", "quorum")
+    match = match_policy([pcre_only, ours], "queue", "Sales", "quorum", V4_0)
     assert (match.determined, [p.name for p in match.unknown]) == (False, ["pcre"])
-    assert "cannot be evaluated here" in applied_policies([pcre_only, ours], [], "queue", "Sales").problems[0]
+    assert (
+        "cannot be evaluated here" in applied_policies([pcre_only, ours], [], "queue", "Sales", None, V4_0).problems[0]
+    )
     low = policy("pcre", r"\QSales\E", priority=0)  # it could not outrank 'ours': the outcome is known
-    assert match_policy([low, ours], "queue", "Sales", "quorum").name == "ours"
+    assert match_policy([low, ours], "queue", "Sales", "quorum", V4_0).name == "ours"
 
 
 def test_operator_policies_merge_per_key_by_the_brokers_rules() -> None:
@@ -220,8 +240,8 @@ def test_operator_policies_merge_per_key_by_the_brokers_rules() -> None:
     assert applied.source("max-length") == "policy 'user' / operator policy 'ops'"
     merged = merge_operator_definitions({"delivery-limit": -1}, {"delivery-limit": 7}, V3_12)
     assert merged == {"delivery-limit": -1}  # 3.x: the lower (3.x refuses negative limits anyway)
-    assert merge_operator_definitions(None, None) is None
-    assert merge_operator_definitions({"a": True}, {"a": False}) == {"a": False}  # booleans: the operator's
+    assert merge_operator_definitions(None, None, V4_0) is None
+    assert merge_operator_definitions({"a": True}, {"a": False}, V4_0) == {"a": False}  # booleans: the operator's
 
 
 def test_a_merge_the_broker_has_no_rule_for_is_undetermined() -> None:
@@ -232,7 +252,7 @@ def test_a_merge_the_broker_has_no_rule_for_is_undetermined() -> None:
 
 
 def test_no_policy_is_an_empty_effective_definition() -> None:
-    applied = applied_policies([policy("p", "x")], [], "exchange", "Sales")
+    applied = applied_policies([policy("p", "x")], [], "exchange", "Sales", None, V4_0)
     assert (applied.determined, applied.definition, applied.user.name) == (True, {}, None)
 
 
@@ -345,7 +365,8 @@ def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_na
     declared = [BrokerPolicy(p.name, p.pattern, p.apply_to, p.priority, dict(p.definition)) for p in topology.policies]
     matcher = PolicyMatcher(
         [*declared, policy("cap", "^E[45]$", "queues", priority=10, max_length=1)],  # E4, E5: no delivery limit
-        broker_version=V4_0,
+        [],
+        V4_0,
     )
     refused = {"x-queue-type": "quorum", "x-delivery-limit": 5}
     live = [{"name": q.name, "type": "quorum", "arguments": dict(q.arguments)} for q in topology.queues]
@@ -358,7 +379,7 @@ def test_queues_and_exchanges_alike_are_judged_once_and_every_drifting_one_is_na
 
     exchanges = [{"name": e.name, "type": e.type} for e in topology.exchanges]
     parking = [*declared, policy("other", "^E3$", "exchanges", priority=10, alternate_exchange="elsewhere")]
-    drifts = alternate_exchange_drifts(topology, exchanges, PolicyMatcher(parking, broker_version=V4_0))
+    drifts = alternate_exchange_drifts(topology, exchanges, PolicyMatcher(parking, [], V4_0))
     assert [d.subject for d in drifts] == ["exchange E3"]
 
 

@@ -87,7 +87,7 @@ def test_the_schema_s_inputs_are_the_declarations(component: str, schema: dict[s
             enum = schema["types"][prop["$ref"].removeprefix("#/types/")]
             assert [value["value"] for value in enum["enum"]] == [member.value for member in hint]
         else:
-            kind = {str: "string", bool: "boolean", int: "integer"}.get(hint, "array")
+            kind = {"str": "string", "bool": "boolean", "int": "integer"}.get(model_settings.type_name(hint), "array")
             assert prop["type"] == kind
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from .names import QUEUE_TYPE_ARGUMENT
 from .objects import Arguments, ArgumentValue
-from .versions import parse_broker_version
+from .versions import BrokerVersion
 
 __all__ = [
     "BOOLEAN_QUEUE_ARGUMENTS",
@@ -63,12 +63,12 @@ def listed_queue_type(queue: Mapping[str, object]) -> str:
     return str(listed or declared or IMPLICIT_QUEUE_TYPE)
 
 
-def broker_stores_queue_type(broker_version: str) -> bool:
+def broker_stores_queue_type(broker_version: BrokerVersion) -> bool:
     """Whether the broker writes the default ``x-queue-type`` into a queue declared without one."""
-    return parse_broker_version(broker_version) >= QUEUE_TYPE_STORED_FROM
+    return broker_version >= QUEUE_TYPE_STORED_FROM
 
 
-def queue_arguments_as_stored(arguments: Arguments, broker_version: str) -> dict[str, ArgumentValue]:
+def queue_arguments_as_stored(arguments: Arguments, broker_version: BrokerVersion) -> dict[str, ArgumentValue]:
     """NServiceBus's arguments for a queue as a broker of ``broker_version`` stores them: the queue type explicit
     where the broker writes it.
 

@@ -1,4 +1,5 @@
-"""Delivery limits on quorum receive queues: NServiceBus's policy, and a replay of its broker verifier's rules.
+"""Delivery limits on quorum receive queues: NServiceBus's policy, and the policies that reach a queue. Whether the
+transport accepts a queue's limit is ``endpoint_start.delivery_limit_decision`` (asked by ``delivery_limit_checks``).
 
 Source: Particular/NServiceBus.RabbitMQ ``src/NServiceBus.Transport.RabbitMQ/Administration/BrokerVerifier.cs``
 (``ValidateDeliveryLimit``, ``ShouldOverrideDeliveryLimit``, ``SetDeliveryLimitViaPolicy``, ``IsTransportPolicy``) and
@@ -7,13 +8,13 @@ Source: Particular/NServiceBus.RabbitMQ ``src/NServiceBus.Transport.RabbitMQ/Adm
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .names import exact_name_pattern, is_combined_policy_name
+from .names import exact_name_pattern
 from .objects import QUORUM_QUEUES_TARGET, PolicySpec
-from .versions import parse_broker_version
+from .patterns import pattern_matches
+from .versions import BrokerVersion
 
 __all__ = [
     "DELIVERY_LIMIT_ARGUMENT",
@@ -27,8 +28,6 @@ __all__ = [
     "POLICY_TARGETS_REACHING_QUORUM_QUEUES",
     "UNLIMITED_DELIVERY_LIMIT",
     "BrokerPolicy",
-    "DeliveryLimitConflict",
-    "delivery_limit_conflicts",
     "delivery_limit_policies_by_default",
     "delivery_limit_policy",
     "delivery_limit_policy_name",
@@ -63,12 +62,12 @@ DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION = (4, 0, 0)
 DELIVERY_LIMIT_POLICY_ACCEPTED_FROM = (3, 12, 0)
 
 
-def delivery_limit_policies_by_default(broker_version: str) -> bool:
+def delivery_limit_policies_by_default(broker_version: BrokerVersion) -> bool:
     """Whether a stack declares NServiceBus's delivery-limit policies when it does not say: on RabbitMQ 4.0 and
     later, where quorum queues have a default delivery limit (20) the transport overrides with its policy at start
     (``BrokerVerifier.ValidateDeliveryLimit``); below 4.0 there is no default limit, the transport never creates
     the policy, and 3.10 refuses its apply-to outright."""
-    return parse_broker_version(broker_version) >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
+    return broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
 
 
 def delivery_limit_policy_name(queue: str) -> str:
@@ -114,38 +113,12 @@ class BrokerPolicy:
     operator: bool = False
 
     def reaches(self, quorum_queue: str) -> bool | None:
-        """RabbitMQ applies a policy whose pattern matches anywhere in the name (``re:run``, unanchored).
-
-        None when Python cannot compile the pattern (a PCRE feature it lacks): reach unknown.
-        """
+        """Whether its apply-to takes a quorum queue and its pattern matches the queue's name as RabbitMQ matches it
+        (``patterns.pattern_matches``: ``re:run``, unanchored, on the name's bytes). None when the pattern cannot be
+        evaluated here (a PCRE feature Python's ``re`` lacks): reach unknown."""
         if self.apply_to not in POLICY_TARGETS_REACHING_QUORUM_QUEUES:
             return False
-        try:
-            return re.search(self.pattern, quorum_queue) is not None
-        except re.error:
-            return None
-
-
-@dataclass(frozen=True)
-class DeliveryLimitConflict:
-    """A policy that makes a quorum receive queue's delivery limit come from anywhere but NServiceBus's policy."""
-
-    queue: str
-    policy: str
-    operator: bool
-    field: str
-    expected: str
-    actual: str
-    refused: bool  # NServiceBus.RabbitMQ 10+ refuses to start on the queue because of it
-    fix: str
-
-    @property
-    def kind(self) -> str:
-        return "operator policy" if self.operator else "policy"
-
-
-def _describe_policy(pattern: str, apply_to: str, priority: int, definition: Mapping[str, object]) -> str:
-    return f"pattern {pattern!r}, apply-to {apply_to}, priority {priority}, definition {dict(definition)}"
+        return pattern_matches(self.pattern, quorum_queue)
 
 
 def stored_definition_value(value: object) -> object:
@@ -156,71 +129,3 @@ def stored_definition_value(value: object) -> object:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def delivery_limit_conflicts(
-    queue: str, policies: Iterable[BrokerPolicy], broker_version: tuple[int, ...] | None = None
-) -> list[DeliveryLimitConflict]:
-    """Every policy over quorum receive queue ``queue`` that is not NServiceBus's own, as it matters to the endpoint.
-
-    Refused (BrokerVerifier.ShouldOverrideDeliveryLimit/SetDeliveryLimitViaPolicy): a delivery limit
-    other than 100000 from any policy or operator policy, and on RabbitMQ 4.x (``broker_version``
-    None counts as 4.x) any user policy that ties or outranks ``nsb.<queue>.delivery-limit`` (priority
-    >= 0), because a queue has one policy and the transport's cannot be applied. Flagged but not
-    refused: a limit of exactly 100000 that does not come from NServiceBus's policy or a stack's combined
-    delivery-limit policy (``nsb-delays.<group>.delivery-limit.<bucket>``). Either of those with another
-    target, priority or definition (or for NServiceBus's, pattern) is flagged (and refused when its limit is not
-    100000).
-    """
-    own = delivery_limit_policy(queue)
-    on_4x = broker_version is None or broker_version >= DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    remove_limit = f"remove '{DELIVERY_LIMIT_POLICY_KEY}' from it or exclude {queue!r} from its pattern"
-    conflicts = []
-    for policy in policies:
-        if not policy.reaches(queue):
-            continue
-        limit = stored_definition_value(policy.definition.get(DELIVERY_LIMIT_POLICY_KEY))
-        limit_refused = limit is not None and limit != UNLIMITED_DELIVERY_LIMIT
-        combined = is_combined_policy_name(policy.name, DELIVERY_LIMIT_POLICY_KEY)
-        if (policy.name == own.name or combined) and not policy.operator:
-            declared = (
-                policy.pattern if not combined else own.pattern,  # a combined pattern reaches many queues
-                policy.apply_to,
-                policy.priority,
-                {k: stored_definition_value(v) for k, v in policy.definition.items()},
-            )
-            wanted = (own.pattern, own.apply_to, own.priority, dict(own.definition))
-            if declared != wanted:
-                conflicts.append(
-                    DeliveryLimitConflict(
-                        queue, policy.name, False, "definition",
-                        _describe_policy(own.pattern, own.apply_to, own.priority, own.definition),
-                        _describe_policy(policy.pattern, policy.apply_to, policy.priority, policy.definition),
-                        limit_refused,
-                        "declare it as RabbitMqEndpointPolicies does" if combined
-                        else "declare it exactly as NServiceBus does (RabbitMqEndpoint)",
-                    )
-                )  # fmt: skip
-            continue
-        if limit is not None:
-            # Below 4.0 NServiceBus creates no policy of its own: no limit, or exactly 100000, is what it takes.
-            wanted_limit = (
-                f"only from {own.name} ({UNLIMITED_DELIVERY_LIMIT})"
-                if on_4x
-                else f"none, or {UNLIMITED_DELIVERY_LIMIT}"
-            )
-            conflicts.append(
-                DeliveryLimitConflict(
-                    queue, policy.name, policy.operator, DELIVERY_LIMIT_POLICY_KEY,
-                    wanted_limit, str(limit), limit_refused, remove_limit,
-                )
-            )  # fmt: skip
-        elif not policy.operator and on_4x and policy.priority >= own.priority:
-            conflicts.append(
-                DeliveryLimitConflict(
-                    queue, policy.name, False, "priority",
-                    f"< {own.priority} (below {own.name})", str(policy.priority), True,
-                    f"exclude {queue!r} from its pattern or give it a priority below {own.priority}",
-                )
-            )  # fmt: skip
-    return conflicts

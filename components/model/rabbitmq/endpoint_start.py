@@ -37,7 +37,7 @@ from .delivery_limits import (
 from .names import Generation, QueueType, exact_name_pattern
 from .objects import PolicySpec
 from .policy_match import AppliedPolicies, reported_delivery_limit
-from .versions import MINIMUM_BROKER_VERSION, dotted_version
+from .versions import MINIMUM_BROKER_VERSION, Version, dotted_version
 
 __all__ = [
     "BROKER_REQUIREMENT_CHECKS",
@@ -53,13 +53,11 @@ __all__ = [
     "DeliveryLimitDecision",
     "Outcome",
     "QueueDetails",
+    "TransportVersion",
     "Unreadable",
     "broker_version_refusal",
     "delivery_limit_decision",
-    "effective_delivery_limit",
     "generation_of_transport",
-    "nservicebus_delivery_limit_refusal",
-    "parse_transport_version",
     "queue_details_as_read",
     "records_view",
     "rules_tag",
@@ -86,15 +84,16 @@ _NO_LIMIT_BEFORE_10_1_5 = -1
 _TRANSPORT_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
-def parse_transport_version(text: object) -> tuple[int, int, int]:
+class TransportVersion(Version):
     """``transportVersion``, the NServiceBus.RabbitMQ release an endpoint runs: exactly ``MAJOR.MINOR.PATCH``
-    (``"11.2.1"``), from 4.3.0; ValueError naming the value and the rule."""
-    problem = transport_version_problem(text)
-    if problem:
-        raise ValueError(problem)
-    assert isinstance(text, str)
-    major, minor, patch = (int(part) for part in text.split("."))
-    return major, minor, patch
+    (``"11.2.1"``), from 4.3.0, else ValueError naming the value and the rule (``transport_version_problem``)."""
+
+    def __new__(cls, text: object) -> TransportVersion:
+        problem = transport_version_problem(text)
+        if problem:
+            raise ValueError(problem)
+        assert isinstance(text, str)
+        return cls._made(text, (int(part) for part in text.split(".")))
 
 
 def transport_version_problem(text: object) -> str | None:
@@ -260,6 +259,11 @@ class DeliveryLimitDecision:
     fix: str = ""  # what makes it start without writing (empty when it does)
     refusal: str = ""  # which check refused: "type", "limit", "broker" or "applied"
 
+    @property
+    def refuses(self) -> bool:
+        """The endpoint does not start."""
+        return self.outcome == Outcome.REFUSES
+
 
 def _is_own_policy(version: tuple[int, ...], queue: str, applied: str | None) -> bool:
     """The applied policy the transport treats as its own (10.1.5 and later; 10.0.0 to 10.1.4 have none): exactly
@@ -377,7 +381,7 @@ def broker_version_refusal(broker_version: tuple[int, ...]) -> str | None:
     )
 
 
-# --- the broker's records read as the newest release would (``verify``) --------------------------------------------
+# --- the broker's records as the transport would read them (``verify``: ``delivery_limit_checks``) ---------------
 
 
 def _lenient(value: object, field: str) -> int | None:
@@ -407,60 +411,4 @@ def records_view(
         effective_policy_definition=definition,
         policy_limit=_lenient((definition or {}).get(DELIVERY_LIMIT_POLICY_KEY), DELIVERY_LIMIT_POLICY_KEY),
         applied_policy=applied_policy,
-    )
-
-
-def effective_delivery_limit(
-    arguments: Mapping[str, object], effective_policy_definition: Mapping[str, object] | None, delivery_limit: object
-) -> int:
-    """``Queue.GetDeliveryLimit`` of the newest release (``QueueDetails.limit``) on a queue's records."""
-    view = records_view("", QueueType.QUORUM, arguments, effective_policy_definition, None, delivery_limit)
-    return view.limit(NEWEST_TRANSPORT_VERSION)
-
-
-def nservicebus_delivery_limit_refusal(
-    queue: str,
-    *,
-    broker_version: tuple[int, ...],
-    queue_type: str | None,
-    arguments: Mapping[str, object],
-    effective_policy_definition: Mapping[str, object] | None,
-    applied_policy: str | None,
-    operator_policy: str | None = None,
-    delivery_limit: object = None,
-) -> str | None:
-    """Why the newest NServiceBus.RabbitMQ (``delivery_limit_decision``) would refuse to start on this queue, in
-    ``verify``'s words (where the limit comes from, what to remove); None when it starts, or would write its own
-    policy. It refuses even ``x-delivery-limit: -1``, RabbitMQ's own way to an unlimited limit
-    (Particular/NServiceBus.RabbitMQ issue #1828)."""
-    view = records_view(queue, queue_type, arguments, effective_policy_definition, applied_policy, delivery_limit)
-    decision = delivery_limit_decision(NEWEST_TRANSPORT_VERSION, view, broker_version)
-    if decision.outcome != Outcome.REFUSES:
-        return None
-    limit = view.limit(NEWEST_TRANSPORT_VERSION)
-    version = dotted_version(broker_version)
-    if decision.refusal == "limit":
-        sources = (
-            [f"argument {DELIVERY_LIMIT_ARGUMENT}={view.argument_limit}"] if view.argument_limit is not None else []
-        )
-        if view.policy_limit is not None:
-            owners = [f"policy {applied_policy!r}"] if applied_policy else []
-            owners += [f"operator policy {operator_policy!r}"] if operator_policy else []
-            sources.append(f"{DELIVERY_LIMIT_POLICY_KEY}={view.policy_limit} from {' / '.join(owners) or 'a policy'}")
-        return (
-            f"queue {queue!r} has delivery limit {limit} from {' and '.join(sources)}; NServiceBus.RabbitMQ 10+ "
-            "refuses to start on a non-default delivery limit. Remove every delivery limit from its arguments, "
-            f"user policies and operator policies (only {delivery_limit_policy_name(queue)!r} or the stack's combined "
-            f"delivery-limit policy may set one, {UNLIMITED_DELIVERY_LIMIT})"
-        )
-    if decision.refusal == "broker":
-        return (
-            f"queue {queue!r} needs NServiceBus's delivery-limit policy re-created, which the transport refuses "
-            f"below RabbitMQ 4.0 (broker {version})"
-        )
-    return (
-        f"queue {queue!r} has policy {applied_policy!r} applied, so {delivery_limit_policy_name(queue)!r} cannot "
-        f"be, and RabbitMQ {version}'s default delivery limit {limit} stays; NServiceBus.RabbitMQ 10+ refuses to "
-        f"start. Exclude {queue!r} from {applied_policy!r}'s pattern, or lower its priority below "
-        f"{DELIVERY_LIMIT_POLICY_PRIORITY}"
     )

@@ -14,7 +14,7 @@ works out from the records what the broker writes into each object's record, by 
   ``streams`` by the queue's type), when ``is_applicable`` holds (queues only: ``rabbit_queue_type.erl``
   ``is_policy_applicable/2``: no key of the definition is in the queue type's ``capabilities()``
   ``unsupported_policies``; exchanges: always), and when ``re:run(Name, Pattern, [{capture, none}])`` matches —
-  unanchored, on the name's bytes (no ``unicode`` option): matched here as bytes regexes on UTF-8.
+  unanchored, on the name's bytes (no ``unicode`` option): ``patterns``, the project's one matching rule.
 - Ties: two matching policies of the same highest priority compare ``>=`` both ways, so ``lists:sort/2`` keeps
   them in the order of the input list, which is ``rabbit_runtime_parameters:list/2`` (``mnesia:match_object`` on
   the ``rabbit_runtime_parameters`` set table in 3.10; ``rabbit_db_rtparams:get_all/2``, Mnesia or Khepri, in
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .delivery_limits import DELIVERY_LIMIT_ARGUMENT, DELIVERY_LIMIT_POLICY_KEY, BrokerPolicy
+from .patterns import erlang_regex, literal_names, name_matches
 
 __all__ = [
     "ALL_TARGET",
@@ -58,8 +59,6 @@ __all__ = [
     "PolicyMatch",
     "PolicyMatcher",
     "applied_policies",
-    "erlang_regex",
-    "literal_names",
     "match_policy",
     "merge_operator_definitions",
     "policy_applies",
@@ -124,7 +123,7 @@ _LOWER_WINS = frozenset(
      DELIVERY_LIMIT_POLICY_KEY)
 )  # fmt: skip
 _OPERATOR_WINS_SINCE_4_0 = frozenset(("queue-version", "overflow"))
-_V4 = (4, 0, 0)
+_V4 = (4, 0, 0)  # where rabbit_policies.erl merge_policy_value/3 changed (above)
 
 
 def unsupported_policy_keys(queue_type: str, broker_version: tuple[int, ...]) -> frozenset[str] | None:
@@ -143,15 +142,6 @@ def _apply_to_fits(apply_to: str, kind: ObjectKind, queue_type: str | None) -> b
     if kind == "exchange":
         return apply_to == "exchanges"
     return apply_to == QUEUES_TARGET or _QUEUE_TYPE_TARGETS.get(apply_to, "") == queue_type
-
-
-def erlang_regex(pattern: str) -> re.Pattern[bytes] | None:
-    """``re:run(Name, Pattern, [{capture, none}])`` runs on bytes (no ``unicode`` option): a bytes regex of the
-    pattern's UTF-8. None when Python cannot compile it (a PCRE feature ``re`` lacks)."""
-    try:
-        return re.compile(pattern.encode())
-    except re.error:
-        return None
 
 
 _Compiled = tuple[BrokerPolicy, re.Pattern[bytes] | None]
@@ -184,7 +174,7 @@ def _with_pattern(fits: bool | None, regex: re.Pattern[bytes] | None, name: str)
     """``fits``, then the pattern, unanchored like ``re:run``; None when either cannot be evaluated here."""
     if not fits:
         return fits
-    return None if regex is None else regex.search(name.encode()) is not None
+    return None if regex is None else name_matches(regex, name)
 
 
 def _applies(
@@ -262,11 +252,11 @@ def match_policy(
     policies: Iterable[BrokerPolicy],
     kind: ObjectKind,
     name: str,
-    queue_type: str | None = None,
-    broker_version: tuple[int, ...] = _V4,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> PolicyMatch:
-    """The policy of ``policies`` RabbitMQ applies to one exchange or queue (``queue_type``: classic, quorum,
-    stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
+    """The policy of ``policies`` a broker of ``broker_version`` applies to one exchange (``queue_type`` None) or queue
+    (``queue_type``: classic, quorum, stream), as ``rabbit_policy:match/2`` picks it; ties and unknowns reported."""
     return _match(((p, erlang_regex(p.pattern)) for p in policies), kind, name, queue_type, broker_version)
 
 
@@ -288,7 +278,7 @@ def _merge_value(key: str, value: object, operator_value: object, broker_version
 def merge_operator_definitions(
     definition: Mapping[str, object] | None,
     operator_definition: Mapping[str, object] | None,
-    broker_version: tuple[int, ...] = _V4,
+    broker_version: tuple[int, ...],
 ) -> dict[str, object] | None:
     """``rabbit_policy:merge_operator_definitions/2``: None when neither policy applies."""
     if definition is None and operator_definition is None:
@@ -337,33 +327,6 @@ def _undetermined(kind: str, match: PolicyMatch) -> list[str]:
             f"{kind} {policy.name!r}'s pattern {policy.pattern!r} cannot be evaluated here (Python's re is not PCRE)"
         )
     return problems
-
-
-# ``^name$`` or ``^(a|b|c)$`` with nothing but literal characters and escaped punctuation in each name (NServiceBus's
-# per-object policies and the stack's combined ones): matched by a lookup of each name instead of a regex run per
-# object, which for a thousand endpoints' combined policies is most of verify's work.
-_LITERAL = r"(?:[^\\.^$*+?{}\[\]|()]++|\\[^0-9A-Za-z])*+"  # possessive: no backtracking over a long name list
-# A literal pattern's pieces: an escaped character (kept without its backslash), a '|' between names, plain text.
-_NAME_TOKENS = re.compile(r"\\(.)|(\|)|([^\\|]+)", re.S)
-_LITERAL_PATTERNS = (re.compile(rf"\^({_LITERAL})\$"), re.compile(rf"\^\(({_LITERAL}(?:\|{_LITERAL})*+)\)\$"))
-
-
-def literal_names(pattern: str) -> list[str] | None:
-    """The names a ``^name$`` or ``^(a|b)$`` pattern of literals matches (``$`` also before a final newline), each
-    unescaped; None for any other pattern."""
-    match = next((m for m in (p.fullmatch(pattern) for p in _LITERAL_PATTERNS) if m is not None), None)
-    if match is None:
-        return None
-    names: list[str] = []
-    current: list[str] = []
-    for escaped, bar, plain in _NAME_TOKENS.findall(match.group(1)):
-        if bar:
-            names.append("".join(current))
-            current = []
-        else:
-            current.append(escaped or plain)
-    names.append("".join(current))
-    return names
 
 
 _Hits = tuple[tuple[int, ...], tuple[int, ...]]
@@ -433,8 +396,8 @@ class PolicyMatcher:
     def __init__(
         self,
         policies: Iterable[BrokerPolicy],
-        operator_policies: Iterable[BrokerPolicy] = (),
-        broker_version: tuple[int, ...] = _V4,
+        operator_policies: Iterable[BrokerPolicy],
+        broker_version: tuple[int, ...],
     ) -> None:
         self.policies = _PolicyIndex(policies, broker_version)
         self.operator_policies = _PolicyIndex(operator_policies, broker_version)
@@ -475,8 +438,8 @@ def applied_policies(
     operator_policies: Iterable[BrokerPolicy],
     kind: ObjectKind,
     name: str,
-    queue_type: str | None = None,
-    broker_version: tuple[int, ...] = _V4,
+    queue_type: str | None,
+    broker_version: tuple[int, ...],
 ) -> AppliedPolicies:
     """``PolicyMatcher.applied`` for one object (build a ``PolicyMatcher`` once for many)."""
     return PolicyMatcher(policies, operator_policies, broker_version).applied(kind, name, queue_type)

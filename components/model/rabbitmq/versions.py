@@ -8,8 +8,9 @@ BrokerVerifier.cs``: 3.10.0, ``stream_queue``, ``quorum_queue``): the v2 graph n
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Self
 
 __all__ = [
     "DEFAULT_BROKER_VERSION",
@@ -21,11 +22,12 @@ __all__ = [
     "POLICY_PATTERN_BOUNDED_FROM",
     "QUEUE_ARGUMENT_REFUSALS",
     "REQUIRED_FEATURE_FLAGS",
+    "BrokerVersion",
+    "Version",
     "VersionRefusal",
     "broker_version_mismatch",
     "broker_version_of",
     "dotted_version",
-    "parse_broker_version",
     "parse_reported_broker_version",
     "pattern_bytes",
     "policy_pattern_refusal",
@@ -37,11 +39,73 @@ __all__ = [
 MINIMUM_BROKER_VERSION = (3, 10, 0)  # the oldest broker this project supports (verify refuses older)
 REQUIRED_FEATURE_FLAGS = ("quorum_queue", "stream_queue")
 FEATURE_FLAG_FIX = "rabbitmqctl enable_feature_flag {flag}"
+
+
+_BROKER_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+class Version(tuple[int, int, int]):
+    """A version parsed once, where it entered: compared as ``(major, minor, patch)`` with another version or with the
+    model's plain-tuple thresholds (``version >= (4, 0, 0)``), and shown as it was given: ``str(version)`` is the
+    text itself (``"4.3"``, ``"3.10.0"``). Equal numbers are equal versions, whatever their text."""
+
+    text: str
+
+    @classmethod
+    def _made(cls, text: str, numbers: Iterable[int]) -> Self:
+        version = tuple.__new__(cls, numbers)
+        version.text = text
+        return version
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.text!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copied and pickled with its text (``tuple``'s own would call ``__new__`` with the numbers)."""
+        return type(self)._made, (self.text, tuple(self))
+
+
+class BrokerVersion(Version):
+    """A RabbitMQ version. ``BrokerVersion(text)`` is a stack's ``brokerVersion``: exactly ``"3.10"`` or ``"4.0.5"``
+    (``(3, 10, 0)`` / ``(4, 0, 5)``), no older than the oldest broker supported, else ValueError naming the value and
+    the rule; ``parse_reported_broker_version`` reads what a broker says it runs."""
+
+    def __new__(cls, text: object) -> BrokerVersion:
+        if not isinstance(text, str) or not _BROKER_VERSION.fullmatch(text):
+            raise ValueError(
+                f"{text!r} is not a RabbitMQ version: expected MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. '3.10'"
+            )
+        version = parse_reported_broker_version(text)
+        if version < MINIMUM_BROKER_VERSION:
+            minimum = shown_version(MINIMUM_BROKER_VERSION)
+            raise ValueError(f"{text!r} is below RabbitMQ {minimum}, the oldest broker supported")
+        return version
+
+    @property
+    def series(self) -> bool:
+        """Whether it names a release series, not one release: ``"4.3"`` (no patch) is any 4.3.x."""
+        match = _BROKER_VERSION.fullmatch(self.text)
+        return match is not None and match.group(3) is None
+
+
+def parse_reported_broker_version(text: str) -> BrokerVersion:
+    """The version a broker reports (``GET /api/overview`` ``rabbitmq_version``, ``rabbitmqctl version``), read once
+    where it is read: ``"3.10.8"`` -> ``(3, 10, 8)``; a pre-release or build suffix (``3.13.0-rc.2``, ``3.12.1+1``) is
+    dropped from the numbers and kept in the text. Any version, however old: the caller judges it."""
+    match = _BROKER_VERSION.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"broker version {text!r} is not of the form MAJOR.MINOR[.PATCH]")
+    return BrokerVersion._made(text.strip(), (int(part or 0) for part in match.groups()))
+
+
 # The broker the stack targets (stack config rabbitmq.brokerVersion): decides whether classic queues carry an
 # explicit x-queue-type and whether NServiceBus's delivery-limit policies can be declared (the same on every 4.x),
 # and which declarations the policy pack refuses (QUEUE_ARGUMENT_REFUSALS). The default is the current release
 # series, what a team installs today; a program refuses a broker of another MAJOR.MINOR (infra/broker_check.py).
-DEFAULT_BROKER_VERSION = "4.3"
+DEFAULT_BROKER_VERSION = BrokerVersion("4.3")
 # RabbitMQ 4.3.0 denies by default what 4.0 deprecated (rabbitmq/rabbitmq-server v4.3.0: the -rabbit_deprecated_feature
 # attributes of deps/rabbit/src/rabbit_queue_location.erl queue_master_locator and rabbit_channel.erl global_qos turn
 # from permitted_by_default to denied_by_default; rabbit_channel:handle_method/3 then handles a global basic.qos as
@@ -117,12 +181,13 @@ def pattern_bytes(pattern: str) -> int:
     return len(pattern.encode("utf-8"))
 
 
-def policy_pattern_refusal(pattern: str, broker_version: str) -> str | None:
-    """Why a broker of ``broker_version`` (a stack's brokerVersion) refuses a policy ``pattern``, or None. A version
-    without a patch (``"4.3"``) means any patch of that series, so it is held to the strictest, 4.3.3's bound."""
-    version = parse_broker_version(broker_version)
-    series = broker_version.count(".") == 1
-    bounded = version >= POLICY_PATTERN_BOUNDED_FROM or (series and version[:2] >= POLICY_PATTERN_BOUNDED_FROM[:2])
+def policy_pattern_refusal(pattern: str, broker_version: BrokerVersion) -> str | None:
+    """Why a broker of ``broker_version`` (a stack's brokerVersion) refuses a policy ``pattern``, or None. A series
+    (``"4.3"``, no patch) means any patch of it, so it is held to the strictest, 4.3.3's bound."""
+    version = broker_version
+    bounded = version >= POLICY_PATTERN_BOUNDED_FROM or (
+        version.series and version[:2] >= POLICY_PATTERN_BOUNDED_FROM[:2]
+    )
     size = pattern_bytes(pattern)
     if not bounded or size <= MAX_POLICY_PATTERN_BYTES:
         return None
@@ -133,36 +198,10 @@ def policy_pattern_refusal(pattern: str, broker_version: str) -> str | None:
 
 
 def refusals_of(
-    refusals: tuple[VersionRefusal, ...], declared: Mapping[str, object], broker_version: str
+    refusals: tuple[VersionRefusal, ...], declared: Mapping[str, object], broker_version: BrokerVersion
 ) -> list[tuple[VersionRefusal, object]]:
     """Each of ``declared`` (queue arguments, a policy definition) that a broker of ``broker_version`` refuses."""
-    version = parse_broker_version(broker_version)
-    return [(r, declared[r.key]) for r in refusals if r.key in declared and r.refuses(declared[r.key], version)]
-
-
-_BROKER_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_reported_broker_version(text: str) -> tuple[int, int, int]:
-    """The version a broker reports (``GET /api/overview`` ``rabbitmq_version``, ``rabbitmqctl version``):
-    ``"3.10.8"`` -> ``(3, 10, 8)``; a pre-release or build suffix (``3.13.0-rc.2``, ``3.12.1+1``) is dropped."""
-    match = _BROKER_VERSION.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"broker version {text!r} is not of the form MAJOR.MINOR[.PATCH]")
-    major, minor, patch = (int(part or 0) for part in match.groups())
-    return major, minor, patch
-
-
-def parse_broker_version(text: str) -> tuple[int, int, int]:
-    """A stack's ``brokerVersion``: exactly ``"3.10"`` or ``"4.0.5"`` -> ``(3, 10, 0)`` / ``(4, 0, 5)``, no older than
-    the oldest broker supported; ValueError naming the value and the rule."""
-    if not isinstance(text, str) or not _BROKER_VERSION.fullmatch(text):
-        raise ValueError(f"{text!r} is not a RabbitMQ version: expected MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. '3.10'")
-    version = parse_reported_broker_version(text)
-    if version < MINIMUM_BROKER_VERSION:
-        minimum = shown_version(MINIMUM_BROKER_VERSION)
-        raise ValueError(f"{text!r} is below RabbitMQ {minimum}, the oldest broker supported")
-    return version
+    return [(r, declared[r.key]) for r in refusals if r.key in declared and r.refuses(declared[r.key], broker_version)]
 
 
 def dotted_version(version: tuple[int, ...]) -> str:
@@ -175,23 +214,22 @@ def shown_version(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version[:2]))
 
 
-def broker_version_of(reported: str) -> str:
+def broker_version_of(reported: BrokerVersion) -> str:
     """The ``brokerVersion`` a stack gives a broker that reports ``reported``: its ``MAJOR.MINOR`` (``"4.3.6"`` ->
     ``"4.3"``), the only part ``broker_version_mismatch`` compares."""
-    return shown_version(parse_reported_broker_version(reported))
+    return shown_version(reported)
 
 
-def broker_version_mismatch(broker_version: str, reported: str) -> str | None:
+def broker_version_mismatch(broker_version: BrokerVersion, reported: BrokerVersion) -> str | None:
     """The fix when a stack's ``broker_version`` does not describe a broker that reports ``reported`` (``GET
-    /api/overview`` ``rabbitmq_version``), or None when it does.
+    /api/overview`` ``rabbitmq_version``, ``parse_reported_broker_version``), or None when it does.
 
     The rule: the same ``MAJOR.MINOR``. Every version the model decides by is a minor release (queue types stored
     from 4.0, delivery-limit policies accepted from 3.12, the quorum default delivery limit from 4.0), so a patch is
     never compared; any other difference may make the broker refuse, half-way through an ``up``, what the model
     declares for the version the stack names (RabbitMQ 3.10 refuses the 4.0 delivery-limit policies)."""
-    version = parse_reported_broker_version(reported)
-    if version < MINIMUM_BROKER_VERSION:
+    if reported < MINIMUM_BROKER_VERSION:
         return f"upgrade the broker: RabbitMQ {shown_version(MINIMUM_BROKER_VERSION)} is the oldest supported"
-    if parse_broker_version(broker_version)[:2] == version[:2]:
+    if broker_version[:2] == reported[:2]:
         return None
     return f"set it to {broker_version_of(reported)!r}"

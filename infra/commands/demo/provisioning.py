@@ -62,21 +62,18 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
     config = stack.rabbitmq
     assert config is not None
     try:
-        version = str(api.overview().get("rabbitmq_version", "0"))
+        version = parse_reported_broker_version(str(api.overview().get("rabbitmq_version", "0")))
     except ManagementError as error:
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
     values: dict[str, Any] = {}
-    supported = parse_reported_broker_version(version) >= MINIMUM_BROKER_VERSION  # older: refused later
+    supported = version >= MINIMUM_BROKER_VERSION  # older: refused later
     if supported and broker_version_mismatch(config.broker_version, version) is not None:
         values[BROKER_VERSION_KEY] = broker_version_of(version)
         console.print(
             f"RabbitMQ {version}: provisioning the stack with {BROKER_VERSION_KEY} {values[BROKER_VERSION_KEY]!r} "
-            f"(the stack file says {config.broker_version!r})"
+            f"(the stack file says {str(config.broker_version)!r})"
         )
-    if (
-        config.topology.delivery_limit_policies
-        and parse_reported_broker_version(version) < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION
-    ):
+    if config.topology.delivery_limit_policies and version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         console.print(
             f"RabbitMQ {version} is older than 4.0: provisioning without the delivery-limit policies "
             f"({POLICIES_SWITCH}: false, the default of a stack whose brokerVersion is below 4.0)"
