@@ -11,6 +11,7 @@ Policy config uses the ``--policy-pack-config`` JSON format and is checked again
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +180,8 @@ def _type_problem(value: Any, schema: Mapping[str, Any], path: str) -> list[str]
         problems.append(f"{path}: {value!r} is below the minimum {schema['minimum']}")
     if "maximum" in schema and value > schema["maximum"]:
         problems.append(f"{path}: {value!r} is above the maximum {schema['maximum']}")
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        problems.append(f"{path}: {value!r} does not match {schema['pattern']!r}")
     if expected == "array" and "items" in schema:
         for index, item in enumerate(value):
             problems += _type_problem(item, schema["items"], f"{path}[{index}]")
@@ -186,7 +189,7 @@ def _type_problem(value: Any, schema: Mapping[str, Any], path: str) -> list[str]
 
 
 def _schema_problems(policy: Policy, values: Mapping[str, Any]) -> list[str]:
-    """The subset of JSON Schema the pack's config schemas use: type, items, minimum, maximum, required."""
+    """The subset of JSON Schema the pack's config schemas use: type, items, minimum, maximum, pattern, required."""
     schema = policy.config_schema
     known = schema.properties if schema else {}
     problems = [

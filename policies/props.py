@@ -130,10 +130,20 @@ def config_value(config: Mapping[str, Any], schema: PolicyConfigSchema | None, k
 BROKER_VERSION_OPTION = "brokerVersion"
 
 
+BROKER_VERSION_PATTERN = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
+"""A ``brokerVersion`` option's form, for the config's schema: the engine refuses a config that does not match it
+before the pack runs (as ``nsb-delays check`` does), and a rule refuses a release below the oldest supported."""
+
+
 def broker_version_option(description: str) -> dict[str, Any]:
     """The config option of a rule that judges by the stack's RabbitMQ: the stack's
     ``nsb-delays:rabbitmq.brokerVersion`` (``nsb-delays check`` passes it), else the components' default."""
-    return {"type": "string", "default": str(DEFAULT_BROKER_VERSION), "description": description}
+    return {
+        "type": "string",
+        "pattern": BROKER_VERSION_PATTERN,
+        "default": str(DEFAULT_BROKER_VERSION),
+        "description": description,
+    }
 
 
 def configured_broker_version(config: Mapping[str, Any], schema: PolicyConfigSchema, rule: str) -> BrokerVersion:

@@ -8,6 +8,7 @@ Unreachable services are simulated with loopback ports nothing listens on (refus
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -242,6 +243,11 @@ CASES = [
          files={"Pulumi.dev.yaml": GOOD, "policy.json": '{"all": "mandatory", "all": "disabled"}'}),
     Case("check", "policy-config-json-syntax", ["check", "--stack", "dev", "--policy-config", "policy.json"], 2,
          ["policy.json", "line 1 column"], files={"Pulumi.dev.yaml": GOOD, "policy.json": "{all: mandatory}"}),
+    *(Case("check", f"policy-config-broker-version-of-{rule}", ["check", "--stack", "dev", "--policy-config", "p.json"], 2,
+           ["p.json", f"'{rule}': 'brokerVersion': 'four' does not match"],
+           files={"Pulumi.dev.yaml": GOOD, "p.json": json.dumps({rule: {"brokerVersion": "four"}})})
+      for rule in ("endpoint-queue-delivery-limit", "transport-version-delivery-limit", "refused-by-broker-version",
+                   "queue-arguments-as-read")),
     Case("check", "baseline-missing", ["check", "--stack", "dev", "--baseline", "base.yaml"], 2,
          ["stack file base.yaml does not exist"], files={"Pulumi.dev.yaml": GOOD}),
     Case("verify", "credentials-missing", ["verify", "--stack", "dev"], 2,
