@@ -125,7 +125,7 @@ def test_an_import_that_differs_from_the_broker_is_refused_and_changes_nothing(
     # the engine's refusal (pulumi/pulumi pkg/resource/deploy/step_generator.go): an imported resource whose
     # inputs differ would have to be replaced, which an `import` never does
     assert f'unable to replace resource "urn:pulumi:{stack.name}' in result.output, result.explain()
-    assert f"Queue::delays-v1-{level}" in result.output, result.explain()
+    assert f"Queue::rabbitmq-delays-v1-{level}" in result.output, result.explain()
     assert "previously-imported resources that still specify an ID may not be replaced" in result.output
     assert without_statistics(management.definitions(vhost)) == before
 

@@ -97,7 +97,7 @@ def test_a_level_queue_changed_on_the_broker_is_a_replacement(
         before = without_statistics(management.definitions(vhost))
         result = stack.up(check=False)
         assert result.returncode != 0, result.explain()
-        assert f"Queue::delays-v2-{level}" in result.output, result.explain()
+        assert f"Queue::rabbitmq-delays-v2-{level}" in result.output, result.explain()
         assert "marked for protection" in result.output, result.explain()
         assert without_statistics(management.definitions(vhost)) == before
         return
