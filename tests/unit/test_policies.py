@@ -872,10 +872,11 @@ def test_the_delivery_limit_rules_judge_on_the_stacks_broker_version() -> None:
     assert [v.urn for v in violations] == [operator[0].urn]
     assert violations[0].message.endswith("refuses to start on 'Sales'. Fix: remove 'delivery-limit' from it or "
                                           "exclude 'Sales' from its pattern.")  # fmt: skip
-    bad = {rule: {"brokerVersion": "four"} for rule in rules}
-    assert sorted((v.policy, v.message) for v in run(recorded, bad) if v.policy in rules) == [
-        (rule, f"policy config {rule}.brokerVersion: 'four' is not a RabbitMQ version: expected MAJOR.MINOR or "
-               "MAJOR.MINOR.PATCH, e.g. '3.10'")
+    with pytest.raises(PolicyConfigError, match=r"'brokerVersion': 'four' does not match"):
+        run(recorded, {rule: {"brokerVersion": "four"} for rule in rules})  # the schema's pattern, before any rule
+    too_old = {rule: {"brokerVersion": "3.9"} for rule in rules}
+    assert sorted((v.policy, v.message) for v in run(recorded, too_old) if v.policy in rules) == [
+        (rule, f"policy config {rule}.brokerVersion: '3.9' is below RabbitMQ 3.10, the oldest broker supported")
         for rule in rules
     ]  # fmt: skip
 
