@@ -178,6 +178,7 @@ def record(
     if threading.current_thread().name.startswith(_RECORDER_NAME):  # before anything of the outer one is reset
         raise RuntimeError("record() was called inside a recording's build: record each program on its own")
     monitor = _CapturingMonitor(RecordingMocks(stack_outputs=stack_outputs), sink)
+    recorded: list[RecordedResource] = []
 
     def run() -> None:
         pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
@@ -186,11 +187,12 @@ def record(
         def program() -> None:
             build()
 
-        with _full_collections_deferred():
+        with _full_collections_deferred():  # the outputs joined too: a record copied each, each copy a collection
             program()
+            recorded.extend(monitor.with_outputs())
 
     _in_the_recording_thread(run)
-    return monitor.with_outputs()
+    return recorded
 
 
 def _in_the_recording_thread(run: Callable[[], None]) -> None:

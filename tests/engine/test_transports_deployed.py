@@ -40,6 +40,7 @@ from tests.engine.test_components_from_other_languages import (
     require_language_hosts,
     stack_command,
 )
+from tests.python_source import parse_python
 
 PROGRAMS = Path(__file__).parent / "component_programs"
 README_VERSION = '"broker_version": "4.3"'
@@ -95,7 +96,7 @@ def readme_program(vhost: str, broker_version: tuple[int, ...]) -> str:
 
 def transport_args(program: str) -> dict[str, Any]:
     """The literal the program gives ``RabbitMqTransport`` (the block's ``rabbitmq = {…}``)."""
-    for node in ast.walk(ast.parse(program)):
+    for node in ast.walk(parse_python(program)):
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["rabbitmq"]:
             return dict(ast.literal_eval(node.value))
     raise AssertionError("the README's block gives RabbitMqTransport no `rabbitmq = {…}`: update this test")

@@ -26,6 +26,7 @@ from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import ALL_BROKERS, serve
 from tests.engine.conftest import PulumiEngine, Stack, init_stack, remove_stack
 from tests.engine.test_components_from_other_languages import stack_command
+from tests.python_source import parse_python
 
 PROGRAM = Path(__file__).parent / "component_programs" / "two-transports"
 PROJECT = "nsb-delays-two-transports"
@@ -83,7 +84,7 @@ def sections(vhosts: dict[str, str], broker_version: tuple[int, ...]) -> dict[st
     put in)."""
     given = {"broker_version": shown_version(broker_version)}
     found: dict[str, dict[str, Any]] = {}
-    for node in ast.walk(ast.parse((PROGRAM / "__main__.py").read_text())):
+    for node in ast.walk(parse_python(PROGRAM / "__main__.py")):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RabbitMqTransport":
             name = ast.literal_eval(node.args[0])
             args = node.args[1]

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from nsb_delays.infra.cli import COMMANDS, load_command
+from tests.python_source import parse_python
 
 PROJECT = Path(__file__).resolve().parents[2]
 FOLDER = PROJECT / "infra" / "commands"
@@ -29,7 +30,7 @@ NAMED_FILE = re.compile(r"``([\w/.-]+\.(?:py|j2))``")
 
 
 def index() -> str:
-    docstring = ast.get_docstring(ast.parse(INDEX.read_text(encoding="utf-8")))
+    docstring = ast.get_docstring(parse_python(INDEX))
     assert docstring, f"{INDEX} has no docstring"
     return docstring
 

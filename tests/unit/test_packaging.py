@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.packaging.conftest import RIG_FOLDERS, rigs_among, source_files
+from tests.python_source import parse_python
 
 PROJECT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((PROJECT / "pyproject.toml").read_text())
@@ -33,7 +34,7 @@ PYTHON_FILES = sorted(
 def bare_imports(path: Path) -> list[str]:
     """Absolute imports of a repository folder by its bare name (``import components``, ``from infra.x import y``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_python(path)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         elif isinstance(node, ast.Import):
@@ -47,7 +48,7 @@ def bare_imports(path: Path) -> list[str]:
 def parent_relative_imports(path: Path) -> list[str]:
     return [
         f"line {node.lineno}: {'.' * node.level}{node.module or ''}"
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        for node in ast.walk(parse_python(path))
         if isinstance(node, ast.ImportFrom) and node.level > 1
     ]
 

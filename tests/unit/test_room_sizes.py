@@ -7,6 +7,8 @@ import ast
 import tomllib
 from pathlib import Path
 
+from tests.python_source import parse_python
+
 PROJECT = Path(__file__).resolve().parents[2]
 MOST_FILE_LINES = 600
 MOST_FUNCTION_LINES = 80
@@ -32,7 +34,7 @@ def test_no_shipped_function_is_over_80_lines() -> None:
     over = {
         f"{path.relative_to(PROJECT)}:{node.lineno} {node.name}": node.end_lineno - node.lineno + 1
         for path in shipped_files()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parse_python(path))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.end_lineno is not None
         and node.end_lineno - node.lineno + 1 > MOST_FUNCTION_LINES
@@ -41,7 +43,7 @@ def test_no_shipped_function_is_over_80_lines() -> None:
 
 
 def test_the_program_casts_nothing() -> None:
-    program = ast.parse((PROJECT / "infra" / "program.py").read_text())
+    program = parse_python(PROJECT / "infra" / "program.py")
     casts = [
         node.lineno
         for node in ast.walk(program)
