@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsb_delays.components.model import permissions, sqs
+from nsb_delays.components.model import settings as model
 from nsb_delays.components.model.rabbitmq.delivery_limits import (
     DELIVERY_LIMIT_POLICY_ACCEPTED_FROM,
     DELIVERY_LIMIT_POLICY_APPLY_TO,
@@ -30,18 +31,6 @@ from nsb_delays.components.model.rabbitmq.name_rules import (
 from nsb_delays.components.model.rabbitmq.names import QueueType, endpoint_binding_key, legacy_timeout_queue_names
 from nsb_delays.components.model.rabbitmq.versions import BrokerVersion, shown_version
 from nsb_delays.components.model.settings import (
-    RABBITMQ,
-    RABBITMQ_ENDPOINT,
-    RABBITMQ_USER,
-    SQS,
-    SQS_ENDPOINT,
-    DelayInfrastructureSettings,
-    EndpointPoliciesSettings,
-    EndpointSettings,
-    EndpointUserSettings,
-    GraphPlacementSettings,
-    SharedQueuesSettings,
-    SqsEndpointSettings,
     camel_case,
     declared_default,
     from_wire,
@@ -137,7 +126,7 @@ class Passwords:
 
     def user_keys(self) -> tuple[dict[str, ConfigKey], tuple[str, ...]]:
         """The keys of an endpoint's ``user``, and the one the parser takes as it is (the secret)."""
-        keys = config_keys()[RABBITMQ_USER]
+        keys = config_keys()[model.RABBITMQ_USER]
         if self.given is None:
             return keys, ()
         return {key: value for key, value in keys.items() if key != PASSWORD_KEY}, (PASSWORD_INPUT,)
@@ -159,8 +148,8 @@ class Passwords:
         return key_path(where, PASSWORD_INPUT)
 
 
-RABBITMQ_PATH = f"{NAMESPACE}:{RABBITMQ}"
-SQS_PATH = f"{NAMESPACE}:{SQS}"
+RABBITMQ_PATH = f"{NAMESPACE}:{model.RABBITMQ}"
+SQS_PATH = f"{NAMESPACE}:{model.SQS}"
 
 
 def parse_rabbitmq_section(
@@ -169,30 +158,32 @@ def parse_rabbitmq_section(
     """The section ``raw`` (a stack file's, or a component's inputs with ``path`` "" and the passwords given)."""
     passwords = passwords or Passwords()
     keys = config_keys()
-    section = checked_fields(raw, path, keys[RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
+    section = checked_fields(raw, path, keys[model.RABBITMQ], problems, extra=("endpoints", BROKER_VERSION_KEY))
     broker_version = _broker_version(raw, path, problems)
     if broker_version is not None:
         section["broker_version"] = broker_version
-    endpoints: list[EndpointSettings] = []
+    endpoints: list[model.EndpointSettings] = []
     users: list[tuple[str, PlannedUser]] = []
-    entries = _endpoint_fields(_section_endpoints(raw), key_path(path, "endpoints"), keys[RABBITMQ_ENDPOINT], problems)
+    entries = _endpoint_fields(
+        _section_endpoints(raw), key_path(path, "endpoints"), keys[model.RABBITMQ_ENDPOINT], problems
+    )
     for entry_path, fields in entries:
         where = f"{entry_path}.instanceDiscriminators"
         discriminators = fields.get("instance_discriminators", ())
         fields["instance_discriminators"] = _strings(discriminators, where, problems, "discriminator")
         user = fields.pop("user", None)
-        endpoint = settings_from(EndpointSettings, section | fields)
+        endpoint = settings_from(model.EndpointSettings, section | fields)
         endpoints.append(endpoint)
         if user is not None and (parsed := _endpoint_user(user, endpoint, section, entry_path, problems, passwords)):
             users.append((entry_path, parsed))
     config = RabbitMqConfig(
-        settings_from(DelayInfrastructureSettings, section),
-        settings_from(SharedQueuesSettings, section),
+        settings_from(model.DelayInfrastructureSettings, section),
+        settings_from(model.SharedQueuesSettings, section),
         tuple(endpoints),
         tuple(user for _, user in users),
-        settings_from(EndpointPoliciesSettings, section).covering(tuple(endpoints)),
+        settings_from(model.EndpointPoliciesSettings, section).covering(tuple(endpoints)),
         stack,
-        settings_from(GraphPlacementSettings, section),
+        settings_from(model.GraphPlacementSettings, section),
     )
     if config.placement.graph_stack is not None and config.placement.declares_graph:
         problems.append(
@@ -208,7 +199,12 @@ def parse_rabbitmq_section(
 
 
 def _endpoint_user(
-    raw: Any, endpoint: EndpointSettings, section: dict[str, Any], path: str, problems: list[str], passwords: Passwords
+    raw: Any,
+    endpoint: model.EndpointSettings,
+    section: dict[str, Any],
+    path: str,
+    problems: list[str],
+    passwords: Passwords,
 ) -> PlannedUser | None:
     """``user`` of one endpoint entry, type-checked: lists of non-empty names, each safe in a permission regex;
     the user's name defaults to the endpoint's."""
@@ -228,7 +224,7 @@ def _endpoint_user(
     if len(problems) > before or password_key is None:
         return None
     values = {**section, **fields, "receiving_queues": endpoint.receiving_queues}
-    return PlannedUser(endpoint.endpoint, settings_from(EndpointUserSettings, values), password_key)
+    return PlannedUser(endpoint.endpoint, settings_from(model.EndpointUserSettings, values), password_key)
 
 
 def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
@@ -364,27 +360,27 @@ SQS_SECTION_CHECKS: tuple[tuple[str, Callable[[int], int]], ...] = (
 
 def parse_sqs_section(raw: Any, problems: list[str], path: str = SQS_PATH) -> SqsConfig:
     keys = config_keys()
-    section = checked_fields(raw, path, keys[SQS], problems, extra=("endpoints",))
+    section = checked_fields(raw, path, keys[model.SQS], problems, extra=("endpoints",))
     refused_in_section = []
     for name, check in SQS_SECTION_CHECKS:
         try:  # with or without endpoints: the section's own setting
-            check(section.get(name, declared_default(SqsEndpointSettings, name)))
+            check(section.get(name, declared_default(model.SqsEndpointSettings, name)))
         except ValueError as error:
             problems.append(f"{key_path(path, camel_case(name))}: {error}")
             refused_in_section.append(name)
     endpoints = []
-    entries = _endpoint_fields(_section_endpoints(raw), key_path(path, "endpoints"), keys[SQS_ENDPOINT], problems)
+    entries = _endpoint_fields(_section_endpoints(raw), key_path(path, "endpoints"), keys[model.SQS_ENDPOINT], problems)
     for entry_path, fields in entries:
         values = section | fields
         for name in refused_in_section:  # said once, for the section
             if name not in fields:
-                values[name] = declared_default(SqsEndpointSettings, name)
-        endpoints.append((entry_path, settings_from(SqsEndpointSettings, values)))
+                values[name] = declared_default(model.SqsEndpointSettings, name)
+        endpoints.append((entry_path, settings_from(model.SqsEndpointSettings, values)))
     _check_sqs_names(endpoints, path, problems)
     return SqsConfig(tuple(endpoint for _, endpoint in endpoints), section)
 
 
-def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str, problems: list[str]) -> None:
+def _check_sqs_names(endpoints: list[tuple[str, model.SqsEndpointSettings]], path: str, problems: list[str]) -> None:
     physical: list[str] = []
     for entry_path, endpoint in endpoints:
         try:
@@ -403,7 +399,10 @@ def _check_sqs_names(endpoints: list[tuple[str, SqsEndpointSettings]], path: str
 
 # --- a section given as a transport component's inputs --------------------------------------------------------------
 
-_ENTRIES = {RABBITMQ: RABBITMQ_ENDPOINT, SQS: SQS_ENDPOINT}  # each section's place of its endpoints
+_ENTRIES = {
+    model.RABBITMQ: model.RABBITMQ_ENDPOINT,
+    model.SQS: model.SQS_ENDPOINT,
+}  # each section's place of its endpoints
 
 
 def section_of_inputs(inputs: Any, place: str) -> Any:
@@ -419,8 +418,8 @@ def section_of_inputs(inputs: Any, place: str) -> Any:
         key = camel_case(str(name))
         if key == "endpoints" and place in _ENTRIES and isinstance(value, list):
             value = [section_of_inputs(entry, _ENTRIES[place]) for entry in value]
-        elif key == "user" and place == RABBITMQ_ENDPOINT:
-            value = section_of_inputs(value, RABBITMQ_USER)
+        elif key == "user" and place == model.RABBITMQ_ENDPOINT:
+            value = section_of_inputs(value, model.RABBITMQ_USER)
         elif key in keys:
             value = from_wire(keys[key].hint, value)
         section[key] = value
@@ -433,7 +432,7 @@ def parse_rabbitmq_inputs(inputs: Mapping[str, Any], stack: str) -> tuple[Rabbit
     (``password_keys``). ConfigError lists every problem, each named by its input (``endpoints[1].user.sends_to``)."""
     problems: list[str] = []
     passwords = Passwords(given={})
-    config = parse_rabbitmq_section(section_of_inputs(inputs, RABBITMQ), problems, stack, "", passwords)
+    config = parse_rabbitmq_section(section_of_inputs(inputs, model.RABBITMQ), problems, stack, "", passwords)
     if problems:
         raise ConfigError([_named_as_input(problem) for problem in problems])
     return config, dict(passwords.given or {})
@@ -443,7 +442,7 @@ def parse_sqs_inputs(inputs: Mapping[str, Any]) -> SqsConfig:
     """An ``SqsTransport``'s inputs, the ``nsb-delays:sqs`` section in snake_case, checked by the rules of a stack
     file: its plan. ConfigError lists every problem, each named by its input (``endpoints[0].max_message_size``)."""
     problems: list[str] = []
-    config = parse_sqs_section(section_of_inputs(inputs, SQS), problems, "")
+    config = parse_sqs_section(section_of_inputs(inputs, model.SQS), problems, "")
     if problems:
         raise ConfigError([_named_as_input(problem) for problem in problems])
     return config

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsb_delays.components.model import permissions, sqs
-from nsb_delays.components.model.rabbitmq.names import Generation, RoutingTopology
+from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.components.model.rabbitmq.objects import Topology
 from nsb_delays.components.model.rabbitmq.versions import BrokerVersion
 from nsb_delays.components.model.settings import (
@@ -78,14 +78,6 @@ class RabbitMqConfig:
     @property
     def broker_version(self) -> BrokerVersion:
         return self.infrastructure.broker_version
-
-    @property
-    def adopt_existing(self) -> bool:
-        return self.infrastructure.adopt_existing
-
-    @property
-    def routing_topology(self) -> RoutingTopology:
-        return self.shared_queues.routing_topology
 
     @property
     def error_queue(self) -> str:

@@ -221,18 +221,18 @@ def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **option
         channel = connection.channel()
         declare_delay_infrastructure(channel, config.generation, **options)
         for name in (config.error_queue, config.audit_queue):
-            initialize_queue(channel, config.routing_topology, name, config.shared_queues.queue_type)
+            initialize_queue(channel, config.shared_queues.routing_topology, name, config.shared_queues.queue_type)
         for endpoint in config.endpoints:
             declare_endpoint(
                 channel,
                 config.generation,
-                config.routing_topology,
+                config.shared_queues.routing_topology,
                 endpoint.receiving_queues,
                 (),
                 queue_type=endpoint.queue_type,
             )
             if endpoint.legacy_timeout_manager:
-                declare_legacy_timeout_queues(channel, config.routing_topology, endpoint.endpoint, endpoint.queue_type)
+                declare_legacy_timeout_queues(channel, config.shared_queues.routing_topology, endpoint.endpoint, endpoint.queue_type)
     finally:
         if connection.is_open:
             connection.close()

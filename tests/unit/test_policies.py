@@ -834,20 +834,22 @@ def test_a_catch_all_delivery_limit_policy_is_reported_for_every_quorum_endpoint
         assert f"refuses to start on {queue!r}" in violation.message
 
 
+def shipping_policy(name: str, priority: int) -> list[RecordedResource]:
+    """A user's policy over ``^Ship`` with no delivery limit: it outranks the endpoint queues' own at priority >= 0."""
+    return record(
+        lambda: rabbitmq.Policy(
+            name, name=name, vhost="/",
+            policy=rabbitmq.PolicyPolicyArgs(
+                pattern="^Ship", priority=priority, apply_to="queues", definition={"max-length": "9"}
+            ),
+        )
+    )  # fmt: skip
+
+
 def test_an_operator_policy_limit_and_an_outranking_policy_are_reported_but_a_lower_one_is_not() -> None:
     operator = broker_policy("^Sales$", {"delivery-limit": "100"}, apply_to="all", operator=True)
-    outranking = record(
-        lambda: rabbitmq.Policy(
-            "ha", name="ha", vhost="/",
-            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=1, apply_to="queues", definition={"max-length": "9"}),
-        )
-    )  # fmt: skip
-    lower = record(
-        lambda: rabbitmq.Policy(
-            "low", name="low", vhost="/",
-            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=-1, apply_to="queues", definition={"max-length": "9"}),
-        )
-    )  # fmt: skip
+    outranking = shipping_policy("ha", priority=1)
+    lower = shipping_policy("low", priority=-1)
     violations = delivery_limit_violations([*dev_recorded(), *operator, *outranking, *lower])
     assert [v.urn for v in violations] == [operator[0].urn, outranking[0].urn]
     assert "operator policy 'limits' reaches endpoint queue 'Sales': delivery-limit is 100" in violations[0].message
@@ -859,12 +861,7 @@ def test_the_delivery_limit_rules_judge_on_the_stacks_broker_version() -> None:
     own, so a policy without a limit that outranks where its policy would be is no reason to refuse; a limit other
     than 100000 is, on any broker. The rules take the stack's brokerVersion (``nsb-delays check`` passes it)."""
     operator = broker_policy("^Sales$", {"delivery-limit": "100"}, apply_to="all", operator=True)
-    outranking = record(
-        lambda: rabbitmq.Policy(
-            "ha", name="ha", vhost="/",
-            policy=rabbitmq.PolicyPolicyArgs(pattern="^Ship", priority=1, apply_to="queues", definition={"max-length": "9"}),
-        )
-    )  # fmt: skip
+    outranking = shipping_policy("ha", priority=1)
     recorded = [*dev_recorded(), *operator, *outranking]
     rules = ("endpoint-queue-delivery-limit", "transport-version-delivery-limit")
     on_3_13 = {rule: {"brokerVersion": "3.13"} for rule in rules}
