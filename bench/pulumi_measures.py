@@ -63,7 +63,9 @@ def baseline(api: ManagementApi, config: RabbitMqConfig, parallel: int) -> tuple
     def post(path_and_body: tuple[str, dict[str, Any]]) -> None:
         session().request("POST", *path_and_body)
 
-    arguments = {q.name: queue_arguments_as_stored(q.arguments, config.broker_version) for q in topology.queues}
+    arguments = {
+        q.name: queue_arguments_as_stored(q.arguments, config.infrastructure.broker_version) for q in topology.queues
+    }
     first = [
         *(
             (f"exchanges/{vhost}/{path_segment(e.name)}", {"type": e.type, "durable": e.durable})

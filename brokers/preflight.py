@@ -155,8 +155,8 @@ def preflight_rabbitmq(
             answers.get(logins[endpoint.endpoint].user, LoginAnswers(logins[endpoint.endpoint].user)),
             records,
             observations,
-            error_queue=config.error_queue,
-            audit_queue=config.audit_queue,
+            error_queue=config.shared_queues.error_queue,
+            audit_queue=config.shared_queues.audit_queue,
         )
         for endpoint in config.endpoints
     )

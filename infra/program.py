@@ -66,7 +66,9 @@ def main() -> None:
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
     if config.rabbitmq:
-        check_broker_version(config.rabbitmq.broker_version, f"{NAMESPACE}:rabbitmq.{BROKER_VERSION_KEY}")
+        check_broker_version(
+            config.rabbitmq.infrastructure.broker_version, f"{NAMESPACE}:rabbitmq.{BROKER_VERSION_KEY}"
+        )
     for key, value in declare(config, passwords).items():
         pulumi.export(key, value)
 

@@ -230,7 +230,7 @@ def _endpoint_user(
 def _check_endpoint_users(config: RabbitMqConfig, entries: list[str], path: str, problems: list[str]) -> None:
     """Each user's destinations are queues of this stack; no user name twice. ``entries[j]`` is the path of the
     endpoint entry ``config.users[j]`` belongs to (``nsb-delays:rabbitmq.endpoints[2]``)."""
-    known = {*config.receiving_queues(), config.error_queue, config.audit_queue}
+    known = {*config.receiving_queues(), config.shared_queues.error_queue, config.shared_queues.audit_queue}
     for entry, planned in zip(entries, config.users, strict=True):
         user = planned.settings
         unknown = [d for d in user.sends_to if d not in known]
@@ -275,7 +275,7 @@ def _broker_version(raw: Any, path: str, problems: list[str]) -> BrokerVersion |
 
 def _check_broker_version_rules(config: RabbitMqConfig, path: str, problems: list[str]) -> None:
     """Refuse, before anything changes, what the broker of ``brokerVersion`` would refuse half-way through ``up``."""
-    version = config.broker_version
+    version = config.infrastructure.broker_version
     quorum = QueueType.QUORUM
     limited = [e for e in config.endpoints if e.declares_delivery_limit_policies and e.queue_type == quorum]
     if limited and version < DELIVERY_LIMIT_POLICY_ACCEPTED_FROM:
@@ -329,10 +329,13 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
                     if problem not in object_name_problems(endpoint.endpoint):  # said once, for the endpoint
                         problems.append(f"{key_path(path, 'endpoints')}[{i}]: legacy queue {queue!r} {problem}")
             queues += legacy
-    for name, key in ((config.error_queue, "errorQueue"), (config.audit_queue, "auditQueue")):
+    for name, key in (
+        (config.shared_queues.error_queue, "errorQueue"),
+        (config.shared_queues.audit_queue, "auditQueue"),
+    ):
         for problem in _name_problems(name, destination=False):
             problems.append(f"{key_path(path, key)}: {name!r} {problem}")
-    queues += [config.error_queue, config.audit_queue]
+    queues += [config.shared_queues.error_queue, config.shared_queues.audit_queue]
     for name, count in Counter(queues).items():
         if count > 1:
             problems.append(

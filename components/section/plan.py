@@ -15,7 +15,6 @@ from typing import Any
 from nsb_delays.components.model import permissions, sqs
 from nsb_delays.components.model.rabbitmq.names import Generation
 from nsb_delays.components.model.rabbitmq.objects import Topology
-from nsb_delays.components.model.rabbitmq.versions import BrokerVersion
 from nsb_delays.components.model.settings import (
     DelayInfrastructureSettings,
     EndpointPoliciesSettings,
@@ -74,18 +73,6 @@ class RabbitMqConfig:
     @property
     def generation(self) -> Generation:
         return self.infrastructure.generation
-
-    @property
-    def broker_version(self) -> BrokerVersion:
-        return self.infrastructure.broker_version
-
-    @property
-    def error_queue(self) -> str:
-        return self.shared_queues.error_queue
-
-    @property
-    def audit_queue(self) -> str:
-        return self.shared_queues.audit_queue
 
     def user_of(self, endpoint: str) -> PlannedUser | None:
         """The user ``endpoint`` logs in as, when the section gives it one."""

@@ -57,7 +57,7 @@ def derived_config(config: StackConfig, pack_config: PackConfig, baseline: Stack
         ]
         pack_config = pack_config.with_defaults(sqs_delay_queue_pairs.name, {"withoutDelayedDelivery": without})
     if config.rabbitmq:
-        version = {BROKER_VERSION_OPTION: str(config.rabbitmq.broker_version)}
+        version = {BROKER_VERSION_OPTION: str(config.rabbitmq.infrastructure.broker_version)}
         for policy in POLICIES:  # every rule that judges by the stack's RabbitMQ
             if policy.config_schema is not None and BROKER_VERSION_OPTION in policy.config_schema.properties:
                 pack_config = pack_config.with_defaults(policy.name, version)

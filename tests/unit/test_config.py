@@ -162,18 +162,20 @@ def test_defaults_and_shorthand_endpoints() -> None:
 def test_broker_version_defaults_to_the_current_series_and_decides_what_the_broker_accepts() -> None:
     """brokerVersion: 3.12 accepts apply-to 'quorum_queues' (rabbit_policy.erl apply_to_validation), so
     the policies may be asked for; below it they must be off; without quorum endpoint queues there is none."""
-    assert str(parse_stack_config(rabbitmq()).rabbitmq.broker_version) == "4.3"
+    assert str(parse_stack_config(rabbitmq()).rabbitmq.infrastructure.broker_version) == "4.3"
     assert (
         parse_stack_config(rabbitmq(brokerVersion="3.12", deliveryLimitPolicies=True))
         .rabbitmq.endpoints[0]
         .declares_delivery_limit_policies
     )
     assert str(
-        parse_stack_config(rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)).rabbitmq.broker_version
+        parse_stack_config(
+            rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)
+        ).rabbitmq.infrastructure.broker_version
     ) == ("3.10")
-    assert str(parse_stack_config(rabbitmq(brokerVersion="3.10.8", queueType="classic")).rabbitmq.broker_version) == (
-        "3.10.8"
-    )
+    assert str(
+        parse_stack_config(rabbitmq(brokerVersion="3.10.8", queueType="classic")).rabbitmq.infrastructure.broker_version
+    ) == ("3.10.8")
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_the_stack_file_holds_the_flags_each_key_under_its_declared_documentatio
     assert config["rabbitmq:username"] == "deploy"
     parsed = load_stack(str(stack_file)).rabbitmq
     assert parsed is not None
-    assert (parsed.vhost, str(parsed.broker_version)) == ("orders", "3.10")
+    assert (parsed.vhost, str(parsed.infrastructure.broker_version)) == ("orders", "3.10")
     assert [e.endpoint for e in parsed.endpoints] == ["Sales", "Billing"]
     assert {(e.routing_topology.value, e.queue_type.value) for e in parsed.endpoints} == {("direct", "classic")}
     lines = stack_file.read_text().splitlines()

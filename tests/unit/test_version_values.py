@@ -55,7 +55,7 @@ def test_the_settings_take_the_text_of_every_origin_as_the_value() -> None:
     defaults = settings_from(EndpointSettings, {"endpoint": "Sales"})
     assert defaults.broker_version is DEFAULT_BROKER_VERSION and defaults.transport_version == NEWEST_TRANSPORT_VERSION
     stack = parse_stack_config({"rabbitmq": {"brokerVersion": "4.0", "endpoints": ["Sales"]}}).rabbitmq
-    assert stack is not None and isinstance(stack.broker_version, BrokerVersion)
+    assert stack is not None and isinstance(stack.infrastructure.broker_version, BrokerVersion)
     with pytest.raises(SettingsRefused, match=r"transportVersion: '10\.1' is not an NServiceBus\.RabbitMQ version"):
         settings_from(EndpointSettings, {"endpoint": "Sales", "transport_version": "10.1"})
     with pytest.raises(SettingsRefused, match=r"brokerVersion: expected str, got float"):

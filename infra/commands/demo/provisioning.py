@@ -67,11 +67,11 @@ def for_broker(stack: StackConfig, api: ManagementApi, console: Console) -> Stac
         raise DemoRefused(str(error)) from None  # names the API's host:port, the user and the reason
     values: dict[str, Any] = {}
     supported = version >= MINIMUM_BROKER_VERSION  # older: refused later
-    if supported and broker_version_mismatch(config.broker_version, version) is not None:
+    if supported and broker_version_mismatch(config.infrastructure.broker_version, version) is not None:
         values[BROKER_VERSION_KEY] = broker_version_of(version)
         console.print(
             f"RabbitMQ {version}: provisioning the stack with {BROKER_VERSION_KEY} {values[BROKER_VERSION_KEY]!r} "
-            f"(the stack file says {str(config.broker_version)!r})"
+            f"(the stack file says {str(config.infrastructure.broker_version)!r})"
         )
     if config.topology.delivery_limit_policies and version < DELIVERY_LIMIT_POLICY_MINIMUM_BROKER_VERSION:
         console.print(
