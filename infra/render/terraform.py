@@ -1,0 +1,217 @@
+"""The stack as an OpenTofu/Terraform module: the resources the Pulumi program registers, as the same provider's
+resources (``cyrilgdn/rabbitmq``, which pulumi-rabbitmq wraps; ``hashicorp/aws``'s ``aws_sqs_queue``).
+
+Read from a recording of the program under Pulumi's mocks (``infra.program.record_stack``), so every name, argument,
+type, policy and grant is the one the components declare, from the same model and encoding. Each Pulumi resource
+becomes the provider's resource of the same token (``rabbitmq:index/queue:Queue`` -> ``rabbitmq_queue``) with its
+inputs in the provider's own names (the Pulumi bridge's camelCase back to snake_case); an input that came from
+another resource is a reference to it (the dependency Pulumi recorded for that input), and any other resource it
+waited for is in ``depends_on``: the combined policies after the queues they apply to, a user's grants after its
+queues. Written in Terraform's JSON syntax, made for generated configuration (``*.tf.json``), except
+``versions.tf``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nsb_delays.components.recording import RecordedResource
+from nsb_delays.infra.program import record_stack
+from nsb_delays.stack.config import StackConfig
+
+RABBITMQ_PROVIDER = "cyrilgdn/rabbitmq"
+RABBITMQ_PROVIDER_VERSION = "1.8.0"
+"""The provider pulumi-rabbitmq 3.5 wraps (its ``provider/go.mod`` replaces terraform-providers/terraform-provider-
+rabbitmq with github.com/cyrilgdn/terraform-provider-rabbitmq v1.8.0): the same resources, taking what the Pulumi side
+sends."""
+
+AWS_PROVIDER = "hashicorp/aws"
+
+BLOCKS = frozenset({"settings", "policy", "permissions"})
+"""The inputs that are nested blocks in the provider's schema (``schema.TypeList`` of a ``schema.Resource``:
+cyrilgdn/terraform-provider-rabbitmq v1.8.0 ``rabbitmq/resource_queue.go``, ``resource_exchange.go``,
+``resource_policy.go``, ``resource_permissions.go``, ``resource_topic_permissions.go``). Any other object is a map
+(``arguments``, ``definition``, ``tags``), whose keys are the broker's and stay as they are."""
+
+_ADDRESS_CHARACTER = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class TerraformRenderError(ValueError):
+    """The stack holds something the module cannot express."""
+
+
+def resource_type(token: str) -> str:
+    """``rabbitmq:index/topicPermissions:TopicPermissions`` -> ``rabbitmq_topic_permissions``;
+    ``aws:sqs/queue:Queue`` -> ``aws_sqs_queue`` (the bridge's token of a provider's resource type)."""
+    provider, module_path, name = token.split(":")
+    module = module_path.split("/")[0]
+    parts = [provider, *([] if module == "index" else [module]), snake_case(name)]
+    return "_".join(parts)
+
+
+def snake_case(name: str) -> str:
+    """``applyTo`` -> ``apply_to``; ``argumentsJson`` -> ``arguments_json``."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def local_name(pulumi_name: str) -> str:
+    """A resource's name in the module, from its Pulumi name: letters, digits, ``_`` and ``-``, not starting with a
+    digit or ``-`` (``rabbitmq-delays-v2-nsb.v2.delay-level-27`` -> ``rabbitmq-delays-v2-nsb_v2_delay-level-27``)."""
+    name = _ADDRESS_CHARACTER.sub("_", pulumi_name)
+    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"
+
+
+def literal(value: str) -> str:
+    """A string as a template literal: ``${`` and ``%{`` start an interpolation or directive in both syntaxes."""
+    return value.replace("${", "$${").replace("%{", "%%{")
+
+
+@dataclass(frozen=True)
+class _Resource:
+    recorded: RecordedResource
+    type: str
+    name: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.type}.{self.name}"
+
+
+class _Module:
+    """The module's resources, addressed, with what each waits for."""
+
+    def __init__(self, recorded: list[RecordedResource], password_keys: Mapping[str, str]) -> None:
+        self.by_urn = {r.urn: r for r in recorded}
+        self.children: dict[str, list[RecordedResource]] = {}
+        for resource in recorded:
+            if resource.parent:
+                self.children.setdefault(resource.parent, []).append(resource)
+        self.password_keys = password_keys
+        self.resources: dict[str, _Resource] = {}
+        taken: set[str] = set()
+        for resource in recorded:
+            if resource.custom:
+                kind = resource_type(resource.type)
+                name = local_name(resource.name)
+                if f"{kind}.{name}" in taken:
+                    raise TerraformRenderError(f"two resources would be {kind}.{name} (from {resource.name!r})")
+                taken.add(f"{kind}.{name}")
+                self.resources[resource.urn] = _Resource(resource, kind, name)
+
+    def custom_under(self, urn: str) -> Iterable[_Resource]:
+        """The provider resources ``urn`` stands for: itself, or every one under a component."""
+        if urn in self.resources:
+            yield self.resources[urn]
+            return
+        for child in self.children.get(urn, []):
+            yield from self.custom_under(child.urn)
+
+    def waits_for(self, resource: RecordedResource) -> list[str]:
+        """Every URN ``resource`` waits for: its own dependencies and its components' (a child is registered once its
+        parent is, and a component once what it depends on is)."""
+        urns = list(resource.dependencies)
+        parent = resource.parent
+        while parent and parent in self.by_urn:
+            urns += self.by_urn[parent].dependencies
+            parent = self.by_urn[parent].parent
+        return list(dict.fromkeys(urns))
+
+    def block(self, resource: _Resource) -> dict[str, Any]:
+        recorded = resource.recorded
+        referenced = {
+            urn: target for urns in recorded.property_dependencies.values() for urn in urns
+            for target in self.custom_under(urn)
+        }  # fmt: skip
+        by_name = {
+            target.recorded.physical_name: f"${{{target.address}.name}}"
+            for target in referenced.values()
+            if target.recorded.physical_name
+        }
+        body = {
+            snake_case(key): self.value(key, value, by_name, recorded) for key, value in sorted(recorded.inputs.items())
+        }
+        later = [
+            target.address
+            for urn in self.waits_for(recorded)
+            for target in self.custom_under(urn)
+            if target.address not in {t.address for t in referenced.values()}
+        ]
+        if later:
+            body["depends_on"] = list(dict.fromkeys(later))
+        if recorded.protect:
+            body["lifecycle"] = {"prevent_destroy": True}
+        return body
+
+    def value(self, key: str, value: Any, by_name: Mapping[str, str], owner: RecordedResource) -> Any:
+        if key == "password":
+            user = owner.physical_name or owner.name
+            return f"${{var.{variable_name(self.password_keys[user])}}}"
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return by_name.get(value, literal(value))
+        if isinstance(value, list):
+            return [self.value(key, item, by_name, owner) for item in value]
+        if isinstance(value, dict):
+            if key in BLOCKS:  # a block's fields are the provider's: snake_case, referenced like the top level
+                return {snake_case(k): self.value(k, v, by_name, owner) for k, v in sorted(value.items())}
+            return {k: self.value(k, v, by_name, owner) for k, v in sorted(value.items())}  # a map: the broker's keys
+        return value
+
+
+def variable_name(password_key: str) -> str:
+    """A password's variable, named for its stack config key (``salesPassword`` -> ``sales_password``)."""
+    return local_name(snake_case(password_key))
+
+
+def terraform_files(stack: StackConfig, stack_name: str) -> dict[str, str]:
+    """The module's files by name: ``versions.tf``, ``variables.tf.json`` (each endpoint user's password, sensitive),
+    ``rabbitmq.tf.json`` and ``sqs.tf.json`` (the sections the stack has)."""
+    if stack.rabbitmq is None and stack.sqs is None:
+        raise TerraformRenderError(
+            f"stack {stack_name!r} has neither a nsb-delays:rabbitmq nor a nsb-delays:sqs section"
+        )
+    password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users} if stack.rabbitmq else {}
+    module = _Module(record_stack(stack, stack=stack_name or "stack"), password_keys)
+    files: dict[str, str] = {"versions.tf": versions_tf(stack)}
+    if password_keys:
+        variables = {
+            variable_name(key): {
+                "type": "string",
+                "sensitive": True,
+                "description": f"The password of RabbitMQ user {user!r}",
+            }
+            for user, key in password_keys.items()
+        }
+        files["variables.tf.json"] = _json({"variable": variables})
+    for prefix, file_name in (("rabbitmq:", "rabbitmq.tf.json"), ("aws:", "sqs.tf.json")):
+        chosen = [r for r in module.resources.values() if r.recorded.type.startswith(prefix)]
+        if chosen:
+            resources: dict[str, dict[str, Any]] = {}
+            for resource in chosen:
+                resources.setdefault(resource.type, {})[resource.name] = module.block(resource)
+            files[file_name] = _json({"resource": resources})
+    return files
+
+
+def versions_tf(stack: StackConfig) -> str:
+    """The providers the module needs: the RabbitMQ one pinned to the version proven, AWS's with an SQS section."""
+    lines = [
+        "terraform {",
+        "  required_providers {",
+        "    rabbitmq = {",
+        f'      source  = "{RABBITMQ_PROVIDER}"',
+        f'      version = "{RABBITMQ_PROVIDER_VERSION}"',
+        "    }",
+    ]
+    if stack.sqs is not None:
+        lines += ["    aws = {", f'      source = "{AWS_PROVIDER}"', "    }"]
+    return "\n".join([*lines, "  }", "}", ""])
+
+
+def _json(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

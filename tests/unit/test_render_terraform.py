@@ -1,0 +1,163 @@
+"""The OpenTofu/Terraform module declares what the Pulumi program registers: read back, every resource's inputs are
+the recording's, and it waits for at least what the program's resource waits for. (The engine tier applies it.)"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from nsb_delays.components.recording import RecordedResource
+from nsb_delays.infra.program import record_stack
+from nsb_delays.infra.render.terraform import (
+    BLOCKS,
+    TerraformRenderError,
+    literal,
+    local_name,
+    resource_type,
+    terraform_files,
+)
+from nsb_delays.stack.config import StackConfig, parse_stack_config
+from nsb_delays.stack.stack_file import load_stack
+
+REFERENCE = re.compile(r"^\$\{(rabbitmq_\w+|aws_\w+)\.([\w-]+)\.name\}$")
+VARIABLE = re.compile(r"^\$\{var\.(\w+)\}$")
+
+WITH_USERS = {
+    "rabbitmq": {
+        "brokerVersion": "4.3",
+        "endpoints": ["Billing", {"name": "Sales", "user": {"passwordKey": "salesPassword", "sendsTo": ["Billing"]}}],
+    },
+    "salesPassword": {"secure": "v1:cA=="},
+}
+
+
+def camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def read_back(value: Any, key: str, names: dict[str, str]) -> Any:
+    """A module value as the Pulumi input it stands for: a reference as the name it refers to, a block's fields in
+    camelCase, numbers as the engine's floats."""
+    if isinstance(value, str):
+        reference = REFERENCE.match(value)
+        if reference:
+            return names[f"{reference[1]}.{reference[2]}"]
+        return value.replace("$${", "${").replace("%%{", "%{")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, list):
+        return [read_back(item, key, names) for item in value]
+    if isinstance(value, dict):
+        if key in BLOCKS:
+            return {camel_case(k): read_back(v, k, names) for k, v in value.items()}
+        return {k: read_back(v, k, names) for k, v in value.items()}
+    return value
+
+
+def module_of(config: StackConfig) -> tuple[dict[str, dict[str, Any]], list[RecordedResource]]:
+    files = terraform_files(config, "dev")
+    resources: dict[str, dict[str, Any]] = {}
+    for file_name in ("rabbitmq.tf.json", "sqs.tf.json"):
+        if file_name in files:
+            for kind, named in json.loads(files[file_name])["resource"].items():
+                resources |= {f"{kind}.{name}": body for name, body in named.items()}
+    return resources, record_stack(config, stack="dev")
+
+
+@pytest.mark.parametrize("config", [load_stack("dev"), parse_stack_config(WITH_USERS, "dev")], ids=["dev", "users"])
+def test_each_resource_is_the_programs_with_the_same_inputs(config: StackConfig) -> None:
+    resources, recorded = module_of(config)
+    custom = {f"{resource_type(r.type)}.{local_name(r.name)}": r for r in recorded if r.custom}
+    assert set(resources) == set(custom)
+    names = {address: body.get("name", "") for address, body in resources.items()}
+    for address, body in resources.items():
+        inputs = {
+            camel_case(key): read_back(value, key, names)
+            for key, value in body.items()
+            if key not in ("depends_on", "lifecycle")
+        }
+        expected = dict(custom[address].inputs)
+        if "password" in expected:  # a secret: the module takes it from a sensitive variable
+            assert VARIABLE.match(inputs.pop("password")) and expected.pop("password")
+        assert inputs == expected, address
+        assert ("lifecycle" in body) == custom[address].protect
+
+
+def test_a_resource_waits_for_what_the_programs_waits_for() -> None:
+    """The combined policies after the queues they apply to (RabbitMQ 4.3 keeps the default limit of a quorum queue
+    declared while its delivery-limit policy is created), a user after the queues it uses."""
+    config = parse_stack_config(WITH_USERS, "dev")
+    resources, _ = module_of(config)
+
+    def waits_for(body: dict[str, Any]) -> set[str]:
+        referenced = {
+            f"{m[1]}.{m[2]}" for m in (REFERENCE.match(v) for v in _strings(body)) if m is not None
+        }  # fmt: skip
+        return referenced | set(body.get("depends_on", []))
+
+    limit = next(a for a in resources if a.startswith("rabbitmq_policy.") and "delivery-limit" in a)
+    assert {"rabbitmq_queue.rabbitmq-Sales-Sales", "rabbitmq_queue.rabbitmq-Billing-Billing"} <= waits_for(
+        resources[limit]
+    )
+    user = resources["rabbitmq_user.rabbitmq-user-Sales-user"]
+    assert {"rabbitmq_queue.rabbitmq-Sales-Sales", "rabbitmq_queue.rabbitmq-Billing-Billing"} <= waits_for(user)
+    binding = next(b for a, b in resources.items() if a.startswith("rabbitmq_binding.rabbitmq-Sales-"))
+    assert waits_for(binding) and all(a.startswith("rabbitmq_exchange.") or a.startswith("rabbitmq_queue.")
+                                      for a in waits_for(binding))  # fmt: skip
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    return []
+
+
+def test_the_versions_pin_the_provider_pulumi_rabbitmq_wraps() -> None:
+    files = terraform_files(load_stack("dev"), "dev")
+    assert 'source  = "cyrilgdn/rabbitmq"' in files["versions.tf"] and 'version = "1.8.0"' in files["versions.tf"]
+
+
+def test_a_users_password_is_a_sensitive_variable_named_for_its_key() -> None:
+    files = terraform_files(parse_stack_config(WITH_USERS, "dev"), "dev")
+    variables = json.loads(files["variables.tf.json"])["variable"]
+    assert variables == {
+        "sales_password": {
+            "type": "string",
+            "sensitive": True,
+            "description": "The password of RabbitMQ user 'Sales'",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("rabbitmq:index/queue:Queue", "rabbitmq_queue"),
+        ("rabbitmq:index/topicPermissions:TopicPermissions", "rabbitmq_topic_permissions"),
+        ("rabbitmq:index/operatorPolicy:OperatorPolicy", "rabbitmq_operator_policy"),
+        ("aws:sqs/queue:Queue", "aws_sqs_queue"),
+    ],
+)
+def test_a_pulumi_token_is_the_providers_resource_type(token: str, expected: str) -> None:
+    assert resource_type(token) == expected
+
+
+def test_names_and_strings_are_safe_in_the_module() -> None:
+    assert local_name("rabbitmq-delays-v2-nsb.v2.delay-level-27") == "rabbitmq-delays-v2-nsb_v2_delay-level-27"
+    assert local_name("1st") == "_1st"
+    assert literal("a${b}%{c}") == "a$${b}%%{c}"
+
+
+def test_a_stack_without_a_section_is_refused() -> None:
+    with pytest.raises(TerraformRenderError, match="neither"):
+        terraform_files(StackConfig(), "empty")
