@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nsb_delays.components.recording import RecordedResource
@@ -168,15 +169,89 @@ def variable_name(password_key: str) -> str:
     return local_name(snake_case(password_key))
 
 
-def terraform_files(stack: StackConfig, stack_name: str) -> dict[str, str]:
-    """The module's files by name: ``versions.tf``, ``variables.tf.json`` (each endpoint user's password, sensitive),
-    ``rabbitmq.tf.json`` and ``sqs.tf.json`` (the sections the stack has)."""
+MANIFEST = ".nsb-delays-module.json"
+"""What a render wrote into its directory: its files, the resources kept when the stack drops them (an endpoint's
+queues: ``retainOnDelete`` in the Pulumi program) and those already dropped. A later render reads it."""
+
+REMOVED_FILE = "removed.tf.json"
+
+
+@dataclass(frozen=True)
+class TerraformModule:
+    files: dict[str, str]  # file name -> text
+    retained: tuple[str, ...]  # addresses the stack keeps on the broker when it drops them
+
+
+def terraform_module(stack: StackConfig, stack_name: str) -> TerraformModule:
+    """The module of ``stack``: its files and the addresses of the resources it retains."""
     if stack.rabbitmq is None and stack.sqs is None:
         raise TerraformRenderError(
             f"stack {stack_name!r} has neither a nsb-delays:rabbitmq nor a nsb-delays:sqs section"
         )
+    recorded = record_stack(stack, stack=stack_name or "stack")
+    retained = sorted(
+        f"{resource_type(r.type)}.{local_name(r.name)}" for r in recorded if r.custom and r.retain_on_delete
+    )
+    return TerraformModule(_files(stack, recorded), tuple(retained))
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot take the module (checked before anything is written): a file, or a directory that
+    holds files and no module this command rendered."""
+    if directory.exists() and not directory.is_dir():
+        return f"-o {directory}: is a file; give a directory (created if missing)"
+    if directory.is_dir() and any(directory.iterdir()) and not (directory / MANIFEST).is_file():
+        return (
+            f"-o {directory}: not empty and not a module nsb-delays rendered (no {MANIFEST}); give an empty or new "
+            "directory, or the directory of an earlier render of this stack"
+        )
+    return None
+
+
+def write_module(directory: Path, module: TerraformModule) -> list[str]:
+    """Write ``module`` into ``directory``, after an earlier render of it if there is one: a retained resource the
+    stack no longer declares gets a ``removed`` block with ``destroy = false`` (OpenTofu and Terraform 1.7+: the
+    resource leaves the state and stays on the broker), and a file the earlier render wrote and this one does not
+    is deleted. Returns the addresses that left the module and stay on the broker."""
+    earlier = _manifest(directory)
+    addresses = _addresses(module.files)
+    removed = sorted({*earlier.get("removed", []), *earlier.get("retained", [])} - addresses)
+    files = dict(module.files)
+    if removed:
+        blocks = [{"from": address, "lifecycle": {"destroy": False}} for address in removed]
+        files[REMOVED_FILE] = _json({"removed": blocks})
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in set(earlier.get("files", [])) - set(files):
+        (directory / stale).unlink(missing_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    manifest = {"files": sorted(files), "retained": list(module.retained), "removed": removed}
+    (directory / MANIFEST).write_text(_json(manifest), encoding="utf-8")
+    return [address for address in removed if address not in earlier.get("removed", [])]
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {}
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return document if isinstance(document, dict) else {}
+
+
+def _addresses(files: Mapping[str, str]) -> set[str]:
+    found: set[str] = set()
+    for name, text in files.items():
+        if name.endswith(".tf.json"):
+            for kind, named in json.loads(text).get("resource", {}).items():
+                found |= {f"{kind}.{local}" for local in named}
+    return found
+
+
+def _files(stack: StackConfig, recorded: list[RecordedResource]) -> dict[str, str]:
+    """The module's files by name: ``versions.tf``, ``variables.tf.json`` (each endpoint user's password, sensitive),
+    ``rabbitmq.tf.json`` and ``sqs.tf.json`` (the sections the stack has)."""
     password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users} if stack.rabbitmq else {}
-    module = _Module(record_stack(stack, stack=stack_name or "stack"), password_keys)
+    module = _Module(recorded, password_keys)
     files: dict[str, str] = {"versions.tf": versions_tf(stack)}
     if password_keys:
         variables = {

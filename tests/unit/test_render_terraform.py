@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +14,15 @@ from nsb_delays.components.recording import RecordedResource
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render.terraform import (
     BLOCKS,
+    MANIFEST,
+    REMOVED_FILE,
     TerraformRenderError,
+    directory_problem,
     literal,
     local_name,
     resource_type,
-    terraform_files,
+    terraform_module,
+    write_module,
 )
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from nsb_delays.stack.stack_file import load_stack
@@ -61,7 +66,7 @@ def read_back(value: Any, key: str, names: dict[str, str]) -> Any:
 
 
 def module_of(config: StackConfig) -> tuple[dict[str, dict[str, Any]], list[RecordedResource]]:
-    files = terraform_files(config, "dev")
+    files = terraform_module(config, "dev").files
     resources: dict[str, dict[str, Any]] = {}
     for file_name in ("rabbitmq.tf.json", "sqs.tf.json"):
         if file_name in files:
@@ -123,12 +128,12 @@ def _strings(value: Any) -> list[str]:
 
 
 def test_the_versions_pin_the_provider_pulumi_rabbitmq_wraps() -> None:
-    files = terraform_files(load_stack("dev"), "dev")
+    files = terraform_module(load_stack("dev"), "dev").files
     assert 'source  = "cyrilgdn/rabbitmq"' in files["versions.tf"] and 'version = "1.8.0"' in files["versions.tf"]
 
 
 def test_a_users_password_is_a_sensitive_variable_named_for_its_key() -> None:
-    files = terraform_files(parse_stack_config(WITH_USERS, "dev"), "dev")
+    files = terraform_module(parse_stack_config(WITH_USERS, "dev"), "dev").files
     variables = json.loads(files["variables.tf.json"])["variable"]
     assert variables == {
         "sales_password": {
@@ -160,4 +165,35 @@ def test_names_and_strings_are_safe_in_the_module() -> None:
 
 def test_a_stack_without_a_section_is_refused() -> None:
     with pytest.raises(TerraformRenderError, match="neither"):
-        terraform_files(StackConfig(), "empty")
+        terraform_module(StackConfig(), "empty")
+
+
+def two_endpoints(*names: str) -> StackConfig:
+    return parse_stack_config({"rabbitmq": {"brokerVersion": "4.3", "endpoints": list(names)}}, "dev")
+
+
+def test_an_endpoint_dropped_from_the_stack_leaves_the_module_and_stays_on_the_broker(tmp_path: Path) -> None:
+    """As the Pulumi program retains an endpoint's queues when the stack drops it (``retainOnDelete``), a render
+    after the endpoint left gives each of its queues a ``removed`` block with ``destroy = false``."""
+    directory = tmp_path / "module"
+    assert directory_problem(directory) is None
+    assert write_module(directory, terraform_module(two_endpoints("Sales", "Billing"), "dev")) == []
+    assert not (directory / REMOVED_FILE).exists()
+    assert directory_problem(directory) is None  # an earlier render: rendered again in place
+    dropped = write_module(directory, terraform_module(two_endpoints("Sales"), "dev"))
+    assert dropped == ["rabbitmq_queue.rabbitmq-Billing-Billing"]
+    removed = json.loads((directory / REMOVED_FILE).read_text())["removed"]
+    assert removed == [{"from": "rabbitmq_queue.rabbitmq-Billing-Billing", "lifecycle": {"destroy": False}}]
+    # rendered once more, the block stays (a state that has not applied it yet still needs it), named once
+    assert write_module(directory, terraform_module(two_endpoints("Sales"), "dev")) == []
+    assert json.loads((directory / REMOVED_FILE).read_text())["removed"] == removed
+    # back in the stack: declared again, no longer removed
+    write_module(directory, terraform_module(two_endpoints("Sales", "Billing"), "dev"))
+    assert not (directory / REMOVED_FILE).exists()
+    assert json.loads((directory / MANIFEST).read_text())["removed"] == []
+
+
+def test_a_directory_with_other_files_or_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "main.tf").write_text("# the team's own\n")
+    assert "not empty and not a module nsb-delays rendered" in str(directory_problem(tmp_path))
+    assert "is a file" in str(directory_problem(tmp_path / "main.tf"))
