@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
+from nsb_delays.infra.render.terraform import TerraformRenderError, directory_problem, terraform_module, write_module
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
 from .errors import CommandError
@@ -27,7 +28,20 @@ def output_problem(output: Path) -> str | None:
     return None
 
 
-FORMATS_HELP = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS.items())
+TERRAFORM = "terraform"
+"""The format that is a directory: an OpenTofu/Terraform module (``infra/render/terraform.py``)."""
+
+DIRECTORY_FORMATS = {
+    TERRAFORM: "an OpenTofu/Terraform module (a directory: -o DIR) of the cyrilgdn/rabbitmq and hashicorp/aws "
+    "providers' resources, each as the Pulumi program declares it"
+}
+
+FORMATS_HELP = "; ".join(
+    [
+        *(f"{name}: {spec.description}" for name, spec in FORMATS.items()),
+        *(f"{n}: {d}" for n, d in DIRECTORY_FORMATS.items()),
+    ]
+)
 
 
 @click.command(name="render", help=f"Render a stack as a file. Formats — {FORMATS_HELP}.")
@@ -35,16 +49,21 @@ FORMATS_HELP = "; ".join(f"{name}: {spec.description}" for name, spec in FORMATS
 @click.option(
     "--format",
     "format_name",
-    type=click.Choice(list(FORMATS)),
+    type=click.Choice([*FORMATS, *DIRECTORY_FORMATS]),
     required=True,
     help="What to render (each format is described above).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout; a directory for terraform)."
+)
 @passwords_option(
     f"{PASSWORDS_FORMAT} then carries the users (password hashes as RabbitMQ computes them). Without it the file "
     "has their permissions but not the users."
 )
 def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
+    if format_name in DIRECTORY_FORMATS:
+        render_module(stack, output, passwords_file)
+        return
     passwords = read_passwords(passwords_file) if passwords_file is not None else None
     config = load_for_output(stack, output)
     try:
@@ -61,6 +80,37 @@ def render_command(stack: str, format_name: str, output: Path | None, passwords_
     except OSError as error:
         raise CommandError(f"-o {output}: {error.strerror or error}") from None
     click.echo(f"wrote {format_name} for stack {stack!r} to {output}", err=True)
+
+
+def render_module(stack: str, output: Path | None, passwords_file: Path | None) -> None:
+    """``--format terraform -o DIR``: the module into DIR, new or rendered before; nothing is written on a refusal."""
+    problems = [
+        *(["--format terraform writes a directory: give -o DIR"] if output is None else []),
+        *([f"--passwords applies only to --format {PASSWORDS_FORMAT}: a module takes each password as a sensitive "
+           "variable"] if passwords_file is not None else []),
+        *([problem] if output is not None and (problem := directory_problem(output)) else []),
+    ]  # fmt: skip
+    try:
+        config = load_stack(stack)
+    except ConfigError as error:
+        raise CommandError([str(error), *problems]) from None
+    if problems or output is None:
+        raise CommandError(problems)
+    try:
+        module = terraform_module(config, stack)
+    except TerraformRenderError as error:
+        raise CommandError(f"format terraform: {error}") from None
+    try:
+        dropped = write_module(output, module)
+    except OSError as error:
+        raise CommandError(f"-o {output}: {error.strerror or error}") from None
+    click.echo(
+        f"wrote the terraform module of stack {stack!r} to {output} ({', '.join(sorted(module.files))})", err=True
+    )
+    if dropped:
+        click.echo(
+            f"kept on the broker, out of the module: {', '.join(dropped)} (removed blocks, destroy = false)", err=True
+        )
 
 
 def load_for_output(stack: str, output: Path | None) -> StackConfig:
