@@ -15,6 +15,7 @@ from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render.terraform import (
     BLOCKS,
     MANIFEST,
+    RABBITMQ_PROVIDER_VERSION,
     REMOVED_FILE,
     TerraformRenderError,
     directory_problem,
@@ -27,6 +28,7 @@ from nsb_delays.infra.render.terraform import (
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from nsb_delays.stack.stack_file import load_stack
 
+PROJECT = Path(__file__).resolve().parents[2]
 REFERENCE = re.compile(r"^\$\{(rabbitmq_\w+|aws_\w+)\.([\w-]+)\.name\}$")
 VARIABLE = re.compile(r"^\$\{var\.(\w+)\}$")
 
@@ -129,7 +131,8 @@ def _strings(value: Any) -> list[str]:
 
 def test_the_versions_pin_the_provider_pulumi_rabbitmq_wraps() -> None:
     files = terraform_module(load_stack("dev"), "dev").files
-    assert 'source  = "cyrilgdn/rabbitmq"' in files["versions.tf"] and 'version = "1.8.0"' in files["versions.tf"]
+    assert 'source  = "cyrilgdn/rabbitmq"' in files["versions.tf"]
+    assert f'version = "{RABBITMQ_PROVIDER_VERSION}"' in files["versions.tf"]
 
 
 def test_a_users_password_is_a_sensitive_variable_named_for_its_key() -> None:
@@ -197,3 +200,13 @@ def test_a_directory_with_other_files_or_a_file_is_refused(tmp_path: Path) -> No
     (tmp_path / "main.tf").write_text("# the team's own\n")
     assert "not empty and not a module nsb-delays rendered" in str(directory_problem(tmp_path))
     assert "is a file" in str(directory_problem(tmp_path / "main.tf"))
+
+
+def test_the_provider_version_is_the_one_the_engines_provider_wraps() -> None:
+    """One version for both owners: the module pins the provider the engine's pulumi-rabbitmq build replaces the
+    bridged one with (tools/engine/rabbitmq/go.mod), which tools/opentofu/build.sh builds for OpenTofu."""
+    go_mod = (PROJECT / "tools" / "engine" / "rabbitmq" / "go.mod").read_text()
+    pinned = re.search(
+        r"terraform-provider-rabbitmq => github\.com/cyrilgdn/terraform-provider-rabbitmq v(\S+)", go_mod
+    )
+    assert pinned is not None and pinned[1] == RABBITMQ_PROVIDER_VERSION

@@ -1,0 +1,132 @@
+"""The OpenTofu module ``nsb-delays render --format terraform`` writes, applied by a real ``tofu`` with the provider
+pulumi-rabbitmq wraps (both built by tools/opentofu/build.sh, installed offline from a filesystem mirror), on each
+broker version: the plan after the apply shows no change, ``nsb-delays verify`` finds no drift, and an endpoint the
+stack drops keeps its queue on the broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nsb_delays.brokers.management import ManagementApi
+from nsb_delays.infra.render.terraform import RABBITMQ_PROVIDER_VERSION, variable_name
+from nsb_delays.stack.config import NAMESPACE
+from servers.rabbitmq import LocalRabbitMq
+from tests.conftest import unavailable
+from tests.engine.conftest import ROOT
+from tests.engine.test_transports_deployed import dev_section, with_users
+
+TOFU_DIR = Path(os.environ.get("NSB_TOFU_DIR", ROOT / ".cache" / "opentofu"))
+
+
+@dataclass(frozen=True)
+class OpenTofu:
+    binary: Path
+    cli_config: Path
+
+    def run(self, module: Path, broker: LocalRabbitMq, *args: str, env: dict[str, str] | None = None) -> Any:
+        environment = {
+            **os.environ,
+            "TF_CLI_CONFIG_FILE": str(self.cli_config),
+            "TF_IN_AUTOMATION": "1",
+            "CHECKPOINT_DISABLE": "1",
+            "RABBITMQ_ENDPOINT": broker.management_url,
+            "RABBITMQ_USERNAME": broker.username,
+            "RABBITMQ_PASSWORD": broker.password,
+            **(env or {}),
+        }
+        return subprocess.run(
+            [str(self.binary), f"-chdir={module}", *args], capture_output=True, text=True, env=environment, check=False
+        )
+
+
+@pytest.fixture(scope="session")
+def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
+    binary = TOFU_DIR / "bin" / "tofu"
+    mirror = TOFU_DIR / "mirror"
+    provider = mirror / "registry.opentofu.org" / "cyrilgdn" / "rabbitmq" / RABBITMQ_PROVIDER_VERSION
+    if not binary.is_file() or not provider.is_dir():
+        unavailable(f"OpenTofu or its RabbitMQ provider is not built in {TOFU_DIR}: run `make setup` (tools/opentofu)")
+    cli_config = tmp_path_factory.mktemp("tofu") / "tofu.rc"
+    cli_config.write_text(
+        "provider_installation {\n"
+        f'  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n'
+        "}\n"
+    )  # fmt: skip
+    return OpenTofu(binary, cli_config)
+
+
+def render(stack_file: Path, module: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "render", "--stack", str(stack_file), "--format", "terraform",
+         "-o", str(module)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def stack_file(directory: Path, section: dict[str, Any], passwords: dict[str, str] | None = None) -> Path:
+    path = directory / "Pulumi.dev.yaml"
+    config: dict[str, Any] = {f"{NAMESPACE}:rabbitmq": section}
+    config |= {f"{NAMESPACE}:{key}": value for key, value in (passwords or {}).items()}
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path
+
+
+def verify(stack: Path, broker: LocalRabbitMq) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "verify", "--stack", str(stack), "--skip-sqs",
+         "--management-url", broker.management_url, "--username", broker.username, "--password", broker.password],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("users", [False, True], ids=["dev", "users"])
+def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
+    opentofu: OpenTofu,
+    rabbitmq: LocalRabbitMq,
+    broker_version: tuple[int, ...],
+    module_vhost: Any,
+    tmp_path: Path,
+    users: bool,
+) -> None:
+    section = dev_section(module_vhost("tofu"), broker_version)
+    passwords: dict[str, str] = {}
+    if users:
+        section, passwords = with_users(section, section["vhost"])
+    stack = stack_file(tmp_path, section)
+    module = tmp_path / "module"
+    render(stack, module)
+    variables = {f"TF_VAR_{variable_name(key)}": value for key, value in passwords.items()}
+    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        result = opentofu.run(module, rabbitmq, *step, env=variables)
+        assert result.returncode == 0, result.stdout + result.stderr
+    plan = opentofu.run(module, rabbitmq, "plan", "-detailed-exitcode", "-input=false", env=variables)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    verified = verify(stack, rabbitmq)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_endpoint_dropped_from_the_stack_keeps_its_queue(
+    opentofu: OpenTofu, rabbitmq: LocalRabbitMq, broker_version: tuple[int, ...], module_vhost: Any, tmp_path: Path
+) -> None:
+    vhost = module_vhost("tofu-drop")
+    section = dev_section(vhost, broker_version)
+    stack = stack_file(tmp_path, section)
+    module = tmp_path / "module"
+    render(stack, module)
+    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        assert opentofu.run(module, rabbitmq, *step).returncode == 0
+    kept = [e for e in section["endpoints"] if (e if isinstance(e, str) else e["name"]) != "Sales"]
+    render(stack_file(tmp_path, {**section, "endpoints": kept}), module)
+    applied = opentofu.run(module, rabbitmq, "apply", "-auto-approve", "-input=false")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    assert "Sales" in {queue["name"] for queue in management.queues(vhost)}
