@@ -28,10 +28,10 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 mkdir -p "$TOFU/bin" "$TOFU/stamps"
 
-# build NAME MODULE VERSION PACKAGE OUTPUT: go build PACKAGE inside a copy of MODULE@VERSION's source tree.
+# build NAME MODULE VERSION PACKAGE OUTPUT [LDFLAGS]: go build PACKAGE inside a copy of MODULE@VERSION's source tree.
 failed=""
 build() {
-  local name=$1 module=$2 version=$3 package=$4 output=$5 start log dir
+  local name=$1 module=$2 version=$3 package=$4 output=$5 ldflags=${6:-} start log dir
   if [ -x "$output" ] && [ "$(cat "$TOFU/stamps/$name" 2>/dev/null)" = "$version" ]; then
     return 0
   fi
@@ -41,7 +41,7 @@ build() {
   if dir=$(GOFLAGS=-mod=mod go mod download -json "$module@$version" 2>"$log" |
              python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') &&
      rm -rf "$TOFU/src-$name" && cp -r "$dir" "$TOFU/src-$name" && chmod -R u+w "$TOFU/src-$name" &&
-     (cd "$TOFU/src-$name" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$output.partial" "$package") \
+     (cd "$TOFU/src-$name" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$output.partial" "$package") \
        >>"$log" 2>&1; then
     mv "$output.partial" "$output"
     echo "$version" > "$TOFU/stamps/$name"
@@ -55,7 +55,9 @@ build() {
   fi
 }
 
-build tofu github.com/opentofu/opentofu "$OPENTOFU_VERSION" ./cmd/tofu "$TOFU/bin/tofu"
+# as a release is built: without the -dev marker (opentofu version/version.go, ``dev``)
+build tofu github.com/opentofu/opentofu "$OPENTOFU_VERSION" ./cmd/tofu "$TOFU/bin/tofu" \
+  "-X github.com/opentofu/opentofu/version.dev=no"
 build provider github.com/cyrilgdn/terraform-provider-rabbitmq "$provider_version" . \
   "$TOFU/bin/terraform-provider-rabbitmq_$provider_version"
 
