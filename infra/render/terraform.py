@@ -13,6 +13,7 @@ queues. Written in Terraform's JSON syntax, made for generated configuration (``
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -103,6 +104,10 @@ class _Module:
                 taken.add(f"{kind}.{name}")
                 self.resources[resource.urn] = _Resource(resource, kind, name)
 
+    @functools.cached_property
+    def resource_addresses(self) -> set[str]:
+        return {resource.address for resource in self.resources.values()}
+
     def custom_under(self, urn: str) -> Iterable[_Resource]:
         """The provider resources ``urn`` stands for: itself, or every one under a component."""
         if urn in self.resources:
@@ -123,23 +128,27 @@ class _Module:
 
     def block(self, resource: _Resource) -> dict[str, Any]:
         recorded = resource.recorded
-        referenced = {
-            urn: target for urns in recorded.property_dependencies.values() for urn in urns
-            for target in self.custom_under(urn)
-        }  # fmt: skip
-        by_name = {
-            target.recorded.physical_name: f"${{{target.address}.name}}"
-            for target in referenced.values()
-            if target.recorded.physical_name
+        # each input that came from other resources refers to them by name: per input, since an exchange and the
+        # queue bound to it may share a name (a delay level's)
+        references = {
+            key: {
+                target.recorded.physical_name: f"${{{target.address}.name}}"
+                for urn in urns
+                for target in self.custom_under(urn)
+                if target.recorded.physical_name
+            }
+            for key, urns in recorded.property_dependencies.items()
         }
         body = {
-            snake_case(key): self.value(key, value, by_name, recorded) for key, value in sorted(recorded.inputs.items())
+            snake_case(key): self.value(key, value, references.get(key, {}), recorded)
+            for key, value in sorted(recorded.inputs.items())
         }
+        referenced = {address for address in self.resource_addresses if f"${{{address}.name}}" in _strings(body)}
         later = [
             target.address
             for urn in self.waits_for(recorded)
             for target in self.custom_under(urn)
-            if target.address not in {t.address for t in referenced.values()}
+            if target.address not in referenced
         ]
         if later:
             body["depends_on"] = list(dict.fromkeys(later))
@@ -162,6 +171,14 @@ class _Module:
                 return {snake_case(k): self.value(k, v, by_name, owner) for k, v in sorted(value.items())}
             return {k: self.value(k, v, by_name, owner) for k, v in sorted(value.items())}  # a map: the broker's keys
         return value
+
+
+def _strings(value: Any) -> set[str]:
+    """Every string in a block, however nested."""
+    if isinstance(value, str):
+        return {value}
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return {found for item in items for found in _strings(item)}
 
 
 def variable_name(password_key: str) -> str:

@@ -210,3 +210,13 @@ def test_the_provider_version_is_the_one_the_engines_provider_wraps() -> None:
         r"terraform-provider-rabbitmq => github\.com/cyrilgdn/terraform-provider-rabbitmq v(\S+)", go_mod
     )
     assert pinned is not None and pinned[1] == RABBITMQ_PROVIDER_VERSION
+
+
+def test_a_binding_refers_to_the_queue_it_binds_not_the_exchange_of_the_same_name() -> None:
+    """A delay level's exchange and queue share a name: the binding between them waits for both, by reference to
+    each (a binding created before its queue is refused: 404 no queue)."""
+    resources, _ = module_of(load_stack("dev"))
+    binding = resources["rabbitmq_binding.rabbitmq-delays-v2-nsb_v2_delay-level-18-to-queue-nsb_v2_delay-level-18"]
+    assert binding["source"] == "${rabbitmq_exchange.rabbitmq-delays-v2-nsb_v2_delay-level-18.name}"
+    assert binding["destination"] == "${rabbitmq_queue.rabbitmq-delays-v2-nsb_v2_delay-level-18.name}"
+    assert "depends_on" not in binding
