@@ -41,9 +41,10 @@ ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
 .PHONY: mypy-path setup system-packages demo-packages rabbitmq4-root rabbitmq43-root engine engine-hosts engine-provider \
-  actionlint demo demo-setup test unit scale lint bench docs clean
+  opentofu actionlint demo demo-setup test unit scale lint bench docs clean
 
-setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine actionlint mypy-path
+setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine opentofu \
+  actionlint mypy-path
 
 engine: $(STAMP)
 	@$(STEP) engine bash tools/engine/build.sh $(PY)
@@ -54,6 +55,12 @@ engine-hosts:
 	@$(STEP) engine-cli+python-hosts bash tools/engine/build.sh $(PY) cli python pythonhost
 engine-provider: $(STAMP) engine-hosts
 	@$(STEP) engine-rabbitmq-provider bash tools/engine/build.sh $(PY) rabbitmq
+
+# OpenTofu and the RabbitMQ provider a rendered module pins (tools/opentofu/build.sh), for the tests that apply the
+# module: not the demo's. Rebuilt only when a version changes; NSB_TOFU_DIR=DIR shares one build between checkouts.
+export NSB_TOFU_DIR := $(or $(NSB_TOFU_DIR),$(CURDIR)/.cache/opentofu)
+opentofu:
+	@$(STEP) opentofu bash tools/opentofu/build.sh
 
 # actionlint for the GitHub Actions workflow init writes (tests/packaging/test_ci_templates.py), built from the Go
 # module pinned in tools/actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (its build.sh).
