@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsb_delays.components.model import sqs
 from nsb_delays.components.recording import RecordedResource
 from nsb_delays.infra.program import record_stack
 from nsb_delays.stack.config import StackConfig
@@ -32,6 +33,11 @@ rabbitmq with github.com/cyrilgdn/terraform-provider-rabbitmq v1.8.0): the same 
 sends."""
 
 AWS_PROVIDER = "hashicorp/aws"
+AWS_PROVIDER_VERSION = ">= 6.0"
+"""The major pulumi-aws 7 is built on. The module sets ``max_message_size`` 1,048,576, which a release from before
+SQS raised its limit (August 2025) refuses at plan (``validation.IntBetween`` of the attribute), never silently."""
+
+SQS_QUEUE = "aws_sqs_queue"
 
 BLOCKS = frozenset({"settings", "policy", "permissions"})
 """The inputs that are nested blocks in the provider's schema (``schema.TypeList`` of a ``schema.Resource``:
@@ -86,7 +92,13 @@ class _Resource:
 class _Module:
     """The module's resources, addressed, with what each waits for."""
 
-    def __init__(self, recorded: list[RecordedResource], password_keys: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        recorded: list[RecordedResource],
+        password_keys: Mapping[str, str],
+        sqs_queues: Mapping[str, dict[str, Any]],
+    ) -> None:
+        self.sqs_queues = sqs_queues  # queue name -> its explicit attributes
         self.by_urn = {r.urn: r for r in recorded}
         self.children: dict[str, list[RecordedResource]] = {}
         for resource in recorded:
@@ -150,11 +162,24 @@ class _Module:
             for target in self.custom_under(urn)
             if target.address not in referenced
         ]
+        if resource.type == SQS_QUEUE:
+            body = self.explicit_sqs(resource, body)
         if later:
             body["depends_on"] = list(dict.fromkeys(later))
         if recorded.protect:
             body["lifecycle"] = {"prevent_destroy": True}
         return body
+
+    def explicit_sqs(self, resource: _Resource, body: dict[str, Any]) -> dict[str, Any]:
+        """The queue's inputs with every attribute the model gives it; an input the model disagrees with is a
+        program that no longer declares what the model says, refused."""
+        explicit = self.sqs_queues.get(resource.recorded.physical_name or "")
+        if explicit is None:
+            raise TerraformRenderError(f"{resource.address}: no queue of the stack's SQS section is named so")
+        differing = sorted(key for key, value in explicit.items() if body.get(key, value) != value)
+        if differing:
+            raise TerraformRenderError(f"{resource.address}: the program declares {differing} otherwise than the model")
+        return dict(sorted({**body, **explicit}.items()))
 
     def value(self, key: str, value: Any, by_name: Mapping[str, str], owner: RecordedResource) -> Any:
         if key == "password":
@@ -184,6 +209,22 @@ def _strings(value: Any) -> set[str]:
 def variable_name(password_key: str) -> str:
     """A password's variable, named for its stack config key (``salesPassword`` -> ``sales_password``)."""
     return local_name(snake_case(password_key))
+
+
+def sqs_queue_attributes(spec: sqs.SqsQueueSpec) -> dict[str, Any]:
+    """Every ``aws_sqs_queue`` attribute the transport depends on, written even where it is the provider's default:
+    a default is the provider release's, not NServiceBus's (terraform-provider-aws ``internal/service/sqs/queue.go``
+    ``queueSchema``: ``max_message_size`` defaults to 262,144, a quarter of what the transport sends inline). No
+    content-based deduplication and no redrive policy, as the transport's ``QueueCreator`` creates them."""
+    return {
+        "name": spec.name,
+        "fifo_queue": spec.fifo_queue,
+        "content_based_deduplication": False,
+        "delay_seconds": spec.delay_seconds,
+        "message_retention_seconds": spec.message_retention_seconds,
+        "max_message_size": spec.max_message_size,
+        "sqs_managed_sse_enabled": spec.sqs_managed_sse_enabled,
+    }
 
 
 MANIFEST = ".nsb-delays-module.json"
@@ -268,7 +309,8 @@ def _files(stack: StackConfig, recorded: list[RecordedResource]) -> dict[str, st
     """The module's files by name: ``versions.tf``, ``variables.tf.json`` (each endpoint user's password, sensitive),
     ``rabbitmq.tf.json`` and ``sqs.tf.json`` (the sections the stack has)."""
     password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users} if stack.rabbitmq else {}
-    module = _Module(recorded, password_keys)
+    sqs_queues = {spec.name: sqs_queue_attributes(spec) for _, spec in stack.sqs.queue_specs()} if stack.sqs else {}
+    module = _Module(recorded, password_keys, sqs_queues)
     files: dict[str, str] = {"versions.tf": versions_tf(stack)}
     if password_keys:
         variables = {
@@ -301,7 +343,8 @@ def versions_tf(stack: StackConfig) -> str:
         "    }",
     ]
     if stack.sqs is not None:
-        lines += ["    aws = {", f'      source = "{AWS_PROVIDER}"', "    }"]
+        lines += ["    aws = {", f'      source  = "{AWS_PROVIDER}"', f'      version = "{AWS_PROVIDER_VERSION}"']
+        lines.append("    }")
     return "\n".join([*lines, "  }", "}", ""])
 
 

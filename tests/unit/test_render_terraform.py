@@ -17,11 +17,13 @@ from nsb_delays.infra.render.terraform import (
     MANIFEST,
     RABBITMQ_PROVIDER_VERSION,
     REMOVED_FILE,
+    SQS_QUEUE,
     TerraformRenderError,
     directory_problem,
     literal,
     local_name,
     resource_type,
+    sqs_queue_attributes,
     terraform_module,
     write_module,
 )
@@ -31,6 +33,23 @@ from nsb_delays.stack.stack_file import load_stack
 PROJECT = Path(__file__).resolve().parents[2]
 REFERENCE = re.compile(r"^\$\{(rabbitmq_\w+|aws_\w+)\.([\w-]+)\.name\}$")
 VARIABLE = re.compile(r"^\$\{var\.(\w+)\}$")
+
+DEV = load_stack("dev")
+assert DEV.sqs is not None
+SQS_SPECS = {spec.name: spec for _, spec in DEV.sqs.queue_specs()}
+
+# terraform-provider-aws internal/service/sqs/queue.go ``queueSchema`` (read at commit 00a35305dc1b, 2026): each
+# attribute the module sets, its schema type and the range its ``ValidateFunc`` accepts (None: no range).
+AWS_SQS_QUEUE_SCHEMA: dict[str, tuple[type, tuple[int, int] | None]] = {
+    "name": (str, None),
+    "fifo_queue": (bool, None),
+    "content_based_deduplication": (bool, None),
+    "delay_seconds": (int, (0, 900)),
+    "max_message_size": (int, (1024, 1_048_576)),
+    "message_retention_seconds": (int, (60, 1_209_600)),
+    "sqs_managed_sse_enabled": (bool, None),
+    "tags": (dict, None),
+}
 
 WITH_USERS = {
     "rabbitmq": {
@@ -77,7 +96,7 @@ def module_of(config: StackConfig) -> tuple[dict[str, dict[str, Any]], list[Reco
     return resources, record_stack(config, stack="dev")
 
 
-@pytest.mark.parametrize("config", [load_stack("dev"), parse_stack_config(WITH_USERS, "dev")], ids=["dev", "users"])
+@pytest.mark.parametrize("config", [DEV, parse_stack_config(WITH_USERS, "dev")], ids=["dev", "users"])
 def test_each_resource_is_the_programs_with_the_same_inputs(config: StackConfig) -> None:
     resources, recorded = module_of(config)
     custom = {f"{resource_type(r.type)}.{local_name(r.name)}": r for r in recorded if r.custom}
@@ -90,6 +109,12 @@ def test_each_resource_is_the_programs_with_the_same_inputs(config: StackConfig)
             if key not in ("depends_on", "lifecycle")
         }
         expected = dict(custom[address].inputs)
+        if address.startswith(f"{SQS_QUEUE}."):  # every attribute explicit: the program's, and the model's others
+            explicit = sqs_queue_attributes(SQS_SPECS[body["name"]])
+            assert {camel_case(key): read_back(value, key, names) for key, value in explicit.items()}.items() >= {
+                key: value for key, value in expected.items() if key != "tags"
+            }.items(), address
+            expected |= {camel_case(key): read_back(value, key, names) for key, value in explicit.items()}
         if "password" in expected:  # a secret: the module takes it from a sensitive variable
             assert VARIABLE.match(inputs.pop("password")) and expected.pop("password")
         assert inputs == expected, address
@@ -220,3 +245,20 @@ def test_a_binding_refers_to_the_queue_it_binds_not_the_exchange_of_the_same_nam
     assert binding["source"] == "${rabbitmq_exchange.rabbitmq-delays-v2-nsb_v2_delay-level-18.name}"
     assert binding["destination"] == "${rabbitmq_queue.rabbitmq-delays-v2-nsb_v2_delay-level-18.name}"
     assert "depends_on" not in binding
+
+
+def test_each_sqs_queue_sets_every_attribute_the_transport_depends_on_as_the_providers_schema_takes_it() -> None:
+    """Explicit even where the provider has a default (its ``max_message_size`` default is 262,144, a quarter of what
+    the transport sends inline); each attribute of the provider's type and within what its validation accepts."""
+    queues = json.loads(terraform_module(DEV, "dev").files["sqs.tf.json"])["resource"][SQS_QUEUE]
+    assert {body["name"] for body in queues.values()} == set(SQS_SPECS)
+    for body in queues.values():
+        assert set(body) == set(AWS_SQS_QUEUE_SCHEMA), body["name"]
+        for key, value in body.items():
+            kind, bounds = AWS_SQS_QUEUE_SCHEMA[key]
+            assert type(value) is kind, (body["name"], key)
+            assert bounds is None or bounds[0] <= value <= bounds[1], (body["name"], key)
+        spec = SQS_SPECS[body["name"]]
+        assert body["max_message_size"] == spec.max_message_size == 1_048_576
+        assert body["fifo_queue"] is spec.name.endswith(".fifo") and body["content_based_deduplication"] is False
+    assert 'source  = "hashicorp/aws"' in terraform_module(DEV, "dev").files["versions.tf"]
