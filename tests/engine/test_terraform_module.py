@@ -1,13 +1,15 @@
 """The OpenTofu module ``nsb-delays render --format terraform`` writes, applied by a real ``tofu`` with the provider
 pulumi-rabbitmq wraps (both built by tools/opentofu/build.sh, installed offline from a filesystem mirror), on each
 broker version: the plan after the apply shows no change, ``nsb-delays verify`` finds no drift, and an endpoint the
-stack drops keeps its queue on the broker."""
+stack drops keeps its queue on the broker. With endpoint users, ``preflight`` says each endpoint would start and a
+delayed message arrives."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,51 +18,38 @@ import pytest
 import yaml
 
 from nsb_delays.brokers.management import ManagementApi
-from nsb_delays.infra.render.terraform import RABBITMQ_PROVIDER_VERSION, variable_name
+from nsb_delays.infra.render.terraform import variable_name
 from nsb_delays.stack.config import NAMESPACE
 from servers.rabbitmq import LocalRabbitMq
-from tests.conftest import unavailable
-from tests.engine.conftest import ROOT
+from tests.broker.test_preflight import FEATURE_FLAGS_OPEN_FROM
+from tests.endpoint_client import EndpointClient
+from tests.engine.test_discover_adopt import ARRIVAL_TIMEOUT, DELAY_SECONDS
 from tests.engine.test_transports_deployed import dev_section, with_users
-
-TOFU_DIR = Path(os.environ.get("NSB_TOFU_DIR", ROOT / ".cache" / "opentofu"))
+from tests.opentofu import OpenTofuBuild, opentofu_build
 
 
 @dataclass(frozen=True)
 class OpenTofu:
-    binary: Path
-    cli_config: Path
+    build: OpenTofuBuild
 
     def run(self, module: Path, broker: LocalRabbitMq, *args: str, env: dict[str, str] | None = None) -> Any:
         environment = {
             **os.environ,
-            "TF_CLI_CONFIG_FILE": str(self.cli_config),
-            "TF_IN_AUTOMATION": "1",
-            "CHECKPOINT_DISABLE": "1",
+            **self.build.env,
             "RABBITMQ_ENDPOINT": broker.management_url,
             "RABBITMQ_USERNAME": broker.username,
             "RABBITMQ_PASSWORD": broker.password,
             **(env or {}),
         }
         return subprocess.run(
-            [str(self.binary), f"-chdir={module}", *args], capture_output=True, text=True, env=environment, check=False
-        )
+            [str(self.build.binary), f"-chdir={module}", *args],
+            capture_output=True, text=True, env=environment, check=False,
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
 def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
-    binary = TOFU_DIR / "bin" / "tofu"
-    mirror = TOFU_DIR / "mirror"
-    provider = mirror / "registry.opentofu.org" / "cyrilgdn" / "rabbitmq" / RABBITMQ_PROVIDER_VERSION
-    if not binary.is_file() or not provider.is_dir():
-        unavailable(f"OpenTofu or its RabbitMQ provider is not built in {TOFU_DIR}: run `make setup` (tools/opentofu)")
-    cli_config = tmp_path_factory.mktemp("tofu") / "tofu.rc"
-    cli_config.write_text(
-        "provider_installation {\n"
-        f'  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n'
-        "}\n"
-    )  # fmt: skip
-    return OpenTofu(binary, cli_config)
+    return OpenTofu(opentofu_build(tmp_path_factory.mktemp("tofu")))
 
 
 def render(stack_file: Path, module: Path) -> None:
@@ -103,6 +92,8 @@ def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
     passwords: dict[str, str] = {}
     if users:
         section, passwords = with_users(section, section["vhost"])
+        if broker_version < FEATURE_FLAGS_OPEN_FROM:  # an endpoint user cannot read GET /api/feature-flags there
+            section["disabledBrokerRequirementChecks"] = ["StreamsEnabled"]
     stack = stack_file(tmp_path, section, tuple(passwords))
     module = tmp_path / "module"
     render(stack, module)
@@ -114,6 +105,36 @@ def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
     assert plan.returncode == 0, plan.stdout + plan.stderr
     verified = verify(stack, rabbitmq)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    if users:
+        endpoints_start_and_delays_arrive(stack, section, passwords, rabbitmq, tmp_path)
+
+
+def endpoints_start_and_delays_arrive(
+    stack: Path, section: dict[str, Any], passwords: dict[str, str], broker: LocalRabbitMq, tmp_path: Path
+) -> None:
+    """``preflight`` says every endpoint would start with its own login, and a delayed message Sales sends to itself
+    as its user arrives."""
+    logins = {e["user"]["name"]: passwords[e["user"]["passwordKey"]] for e in section["endpoints"] if "user" in e}
+    passwords_file = tmp_path / "passwords.yaml"
+    passwords_file.write_text(yaml.safe_dump(logins))
+    checked = subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "preflight", "--stack", str(stack), "--skip-sqs",
+         "--passwords", str(passwords_file), "--management-url", broker.management_url,
+         "--username", broker.username, "--password", broker.password],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    sales = f"sales-{section['vhost']}"
+    client = EndpointClient(
+        broker.amqp_url, broker.management_url, section["vhost"], sales, logins[sales], "conventional"
+    )
+    try:
+        inbox = client.consume("Sales")
+        message_id = uuid.uuid4().hex
+        client.delayed_send("Sales", DELAY_SECONDS, message_id)
+        assert inbox.wait_for(message_id, ARRIVAL_TIMEOUT) is not None, "the delayed message did not arrive"
+    finally:
+        client.close()
 
 
 def test_an_endpoint_dropped_from_the_stack_keeps_its_queue(

@@ -18,6 +18,7 @@ import pytest
 from nsb_delays.components.model.rabbitmq.names import Generation, delay_level_name
 from nsb_delays.components.model.rabbitmq.routing import routing_key
 from nsb_delays.infra.render import FORMATS, render
+from nsb_delays.infra.render.terraform import terraform_module
 from nsb_delays.stack.config import load_stack
 from tests.packaging.conftest import PROJECT, Built, Venv, in_user_project, run
 
@@ -49,6 +50,16 @@ def test_render_every_format_as_the_checkout_does(spark_venv: Venv, user_project
     stack_file = user_project / f"Pulumi.{stack}.yaml"
     output = cli(spark_venv, user_project, "render", "--stack", stack_file, "--format", format_name).stdout
     assert output == render(load_stack(str(stack_file)), format_name, str(stack_file))
+
+
+@pytest.mark.parametrize("stack", ["dev", "every-option"])
+def test_render_the_terraform_module_as_the_checkout_does(spark_venv: Venv, user_project: Path, stack: str) -> None:
+    """A directory format: every file the installed package writes is the checkout's."""
+    stack_file = user_project / f"Pulumi.{stack}.yaml"
+    module = user_project / f"module-{stack}"
+    cli(spark_venv, user_project, "render", "--stack", stack_file, "--format", "terraform", "-o", module)
+    expected = terraform_module(load_stack(str(stack_file)), str(stack_file)).files
+    assert {name: (module / name).read_text(encoding="utf-8") for name in expected} == expected
 
 
 def test_check_runs_the_policy_pack_offline(spark_venv: Venv, user_project: Path) -> None:

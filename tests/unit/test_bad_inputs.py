@@ -55,6 +55,7 @@ def rabbitmq_stack(**keys: str) -> dict[str, str]:
 
 
 RENDER = ["render", "--stack", "bad", "--format", "rabbitmq-definitions"]
+TERRAFORM = ["render", "--stack", "dev", "--format", "terraform"]
 EVERY_COMMAND = {
     "render": RENDER,
     "check": ["check", "--stack", "bad"],
@@ -201,8 +202,21 @@ CASES = [
          ["-o out/defs.json: directory out does not exist"], files={"Pulumi.dev.yaml": GOOD}),
     Case("render", "output-is-a-directory", [*RENDER[:2], "dev", *RENDER[3:], "-o", "out"], 2,
          ["-o out: is a directory"], files={"Pulumi.dev.yaml": GOOD, "out/keep": ""}),
-    Case("render", "unknown-format", ["render", "--stack", "dev", "--format", "terraform"], 2,
-         ["'terraform' is not one of"], files={"Pulumi.dev.yaml": GOOD}),
+    Case("render", "unknown-format", ["render", "--stack", "dev", "--format", "hcl"], 2,
+         ["'hcl' is not one of", "terraform"], files={"Pulumi.dev.yaml": GOOD}),
+    Case("render", "terraform-without-a-directory", [*TERRAFORM], 2,
+         ["--format terraform writes a directory: give -o DIR"], files={"Pulumi.dev.yaml": GOOD}),
+    Case("render", "terraform-into-a-file", [*TERRAFORM, "-o", "main.tf"], 2,
+         ["-o main.tf: is a file; give a directory"], files={"Pulumi.dev.yaml": GOOD, "main.tf": "# mine\n"}),
+    Case("render", "terraform-into-a-directory-of-other-files", [*TERRAFORM, "-o", "infra"], 2,
+         ["-o infra: not empty and not a module nsb-delays rendered", ".nsb-delays-module.json"],
+         files={"Pulumi.dev.yaml": GOOD, "infra/main.tf": "# mine\n"}),
+    Case("render", "terraform-with-passwords", [*TERRAFORM, "-o", "module", "--passwords", "passwords.yaml"], 2,
+         ["--passwords applies only to --format rabbitmq-definitions", "sensitive variable"],
+         files={"Pulumi.dev.yaml": GOOD, "passwords.yaml": "app: secret\n"}),
+    Case("render", "terraform-of-a-stack-it-cannot-express", [*TERRAFORM, "-o", "module"], 2,
+         ["format terraform", "neither a nsb-delays:rabbitmq nor a nsb-delays:sqs section"],
+         files={"Pulumi.dev.yaml": stack("  nsb-delays:msmq:\n    endpoints: [Sales]\n")}),
     Case("render", "format-without-its-section", ["render", "--stack", "dev", "--format", "cloudformation"], 2,
          ["cloudformation", "nsb-delays:sqs"], files={"Pulumi.dev.yaml": GOOD}),
     Case("endpoint-users", "unknown-destination", USERS, 2,

@@ -1,0 +1,40 @@
+"""OpenTofu as a reader runs it here: the ``tofu`` tools/opentofu/build.sh built (``NSB_TOFU_DIR``, else the
+checkout's ``.cache/opentofu``) and a CLI configuration that installs the RabbitMQ provider from the build's
+filesystem mirror, offline (OpenTofu's ``provider_installation { filesystem_mirror { ... } }``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from nsb_delays.infra.render.terraform import RABBITMQ_PROVIDER_VERSION
+from tests.conftest import unavailable
+
+PROJECT = Path(__file__).resolve().parents[1]
+TOFU_DIR = Path(os.environ.get("NSB_TOFU_DIR", PROJECT / ".cache" / "opentofu"))
+
+
+@dataclass(frozen=True)
+class OpenTofuBuild:
+    binary: Path
+    cli_config: Path  # TF_CLI_CONFIG_FILE
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a run of ``tofu`` needs: the mirror, and no call home."""
+        return {"TF_CLI_CONFIG_FILE": str(self.cli_config), "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+
+
+def opentofu_build(directory: Path) -> OpenTofuBuild:
+    """The built ``tofu`` and a CLI configuration written into ``directory``; unavailable (a skip, a failure under
+    CI=true) when the build is missing."""
+    binary = TOFU_DIR / "bin" / "tofu"
+    mirror = TOFU_DIR / "mirror"
+    provider = mirror / "registry.opentofu.org" / "cyrilgdn" / "rabbitmq" / RABBITMQ_PROVIDER_VERSION
+    if not binary.is_file() or not provider.is_dir():
+        unavailable(f"OpenTofu or its RabbitMQ provider is not built in {TOFU_DIR}: run `make setup` (tools/opentofu)")
+    directory.mkdir(parents=True, exist_ok=True)
+    cli_config = directory / "tofu.rc"
+    cli_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
+    return OpenTofuBuild(binary, cli_config)
