@@ -180,6 +180,9 @@ SERVICES = {
     "waiting in it",
     "parked": "delayed messages for Shipping, which the prod stack dropped, parked on prod; then Shipping recreated "
     "(its queue and delivery binding, as its endpoint's installers declare them), as the page tells the reader to",
+    "opentofu": "tofu on PATH (tools/opentofu's build) with a CLI configuration that installs the RabbitMQ provider "
+    "from the build's filesystem mirror, offline; Pulumi.prod.yaml's SQS and MSMQ sections dropped (no AWS provider is "
+    "built here)",
     "rabbitmqctl": "a rabbitmqctl on PATH that talks to the session's broker node, as on a node of the reader's",
     CONSUMER: "not in this tier: tests/consumer/test_quickstart.py runs the block in a copy of the README "
     "quickstart's repository (the project `nsb-delays init` wrote, from the wheel, its virtualenvs made by "

@@ -97,6 +97,7 @@ from tests.docs.live import (
     without_parking,
 )
 from tests.engine.conftest import PASSPHRASE, require_pulumi
+from tests.opentofu import OpenTofuBuild, opentofu_build
 from tests.spark.conftest import create_sql_persistence_table, insert_timeouts, timeout, utc_now
 from tests.spark.test_run_export import write_export
 
@@ -223,13 +224,16 @@ def scene(
         park_and_recreate(rabbitmq, api)
     if "stuck-level" in needs:
         stall_a_level(rabbitmq, api)
+    if "opentofu" in needs:
+        env |= on_path(folder, opentofu_build(tmp_path / "tofu"))
+        rabbitmq_only(folder / "Pulumi.prod.yaml")
     if "rabbitmqctl" in needs:
-        (folder / "bin").mkdir()
+        (folder / "bin").mkdir(exist_ok=True)
         (folder / "bin" / "rabbitmqctl").write_text(
             rabbitmqctl_script(rabbitmq.tool_command("rabbitmqctl", "-n", rabbitmq.node), rabbitmq._env())
         )
         (folder / "bin" / "rabbitmqctl").chmod(0o755)
-        env["PATH"] = f"{folder / 'bin'}{os.pathsep}{command_environment({})['PATH']}"
+        env["PATH"] = f"{folder / 'bin'}{os.pathsep}{env.get('PATH') or command_environment({})['PATH']}"
     if "database" in needs:
         postgres = request.getfixturevalue("postgres")
         addresses["postgres"] = f"{HOST}:{postgres.port}"
@@ -242,6 +246,13 @@ def scene(
     if interrupt_when is not None:
         env |= interrupted_run(folder.parent, interrupt_when)
     return Scene(folder, command_environment(env), addresses, interrupt_when)
+
+
+def on_path(folder: Path, build: OpenTofuBuild) -> dict[str, str]:
+    """``tofu`` in the folder's ``bin/``, first on PATH, and the variables that point it at the mirror."""
+    (folder / "bin").mkdir(exist_ok=True)
+    (folder / "bin" / "tofu").symlink_to(build.binary)
+    return {**build.env, "PATH": f"{folder / 'bin'}{os.pathsep}{command_environment({})['PATH']}"}
 
 
 def migration_state(block: Block, needs: set[str], scene: Scene, request: pytest.FixtureRequest) -> Path | None:
