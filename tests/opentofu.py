@@ -5,10 +5,14 @@ filesystem mirror, offline (OpenTofu's ``provider_installation { filesystem_mirr
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nsb_delays.infra.render.terraform import RABBITMQ_PROVIDER_VERSION
+from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import unavailable
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -38,3 +42,32 @@ def opentofu_build(directory: Path) -> OpenTofuBuild:
     cli_config = directory / "tofu.rc"
     cli_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
     return OpenTofuBuild(binary, cli_config)
+
+
+@dataclass(frozen=True)
+class OpenTofu:
+    build: OpenTofuBuild
+
+    def run(self, module: Path, broker: LocalRabbitMq, *args: str, env: dict[str, str] | None = None) -> Any:
+        environment = {
+            **os.environ,
+            **self.build.env,
+            "RABBITMQ_ENDPOINT": broker.management_url,
+            "RABBITMQ_USERNAME": broker.username,
+            "RABBITMQ_PASSWORD": broker.password,
+            **(env or {}),
+        }
+        return subprocess.run(
+            [str(self.build.binary), f"-chdir={module}", *args],
+            capture_output=True, text=True, env=environment, check=False,
+        )  # fmt: skip
+
+
+def render_module(stack_file: Path, module: Path) -> None:
+    """``nsb-delays render --format terraform`` of the stack file into ``module``, as a user runs it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "nsb_delays.infra.cli", "render", "--stack", str(stack_file), "--format", "terraform",
+         "-o", str(module)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -29,6 +29,7 @@ from nsb_delays.infra.pulumi_engine import (
 from servers.rabbitmq import LocalRabbitMq
 from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
 from tests.conftest import unavailable
+from tests.opentofu import OpenTofu, opentofu_build
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT_ENGINE = engine_dir()
@@ -200,3 +201,9 @@ def new_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Any]:
     yield make
     for stack in made:
         remove_stack(stack)
+
+
+@pytest.fixture(scope="session")
+def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
+    """OpenTofu as tools/opentofu built it, its RabbitMQ provider installed offline."""
+    return OpenTofu(opentofu_build(tmp_path_factory.mktemp("tofu")))

@@ -6,11 +6,9 @@ delayed message arrives."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,40 +23,7 @@ from tests.broker.test_preflight import FEATURE_FLAGS_OPEN_FROM
 from tests.endpoint_client import EndpointClient
 from tests.engine.test_discover_adopt import ARRIVAL_TIMEOUT, DELAY_SECONDS
 from tests.engine.test_transports_deployed import dev_section, with_users
-from tests.opentofu import OpenTofuBuild, opentofu_build
-
-
-@dataclass(frozen=True)
-class OpenTofu:
-    build: OpenTofuBuild
-
-    def run(self, module: Path, broker: LocalRabbitMq, *args: str, env: dict[str, str] | None = None) -> Any:
-        environment = {
-            **os.environ,
-            **self.build.env,
-            "RABBITMQ_ENDPOINT": broker.management_url,
-            "RABBITMQ_USERNAME": broker.username,
-            "RABBITMQ_PASSWORD": broker.password,
-            **(env or {}),
-        }
-        return subprocess.run(
-            [str(self.build.binary), f"-chdir={module}", *args],
-            capture_output=True, text=True, env=environment, check=False,
-        )  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
-    return OpenTofu(opentofu_build(tmp_path_factory.mktemp("tofu")))
-
-
-def render(stack_file: Path, module: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "nsb_delays.infra.cli", "render", "--stack", str(stack_file), "--format", "terraform",
-         "-o", str(module)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+from tests.opentofu import OpenTofu, render_module
 
 
 def stack_file(directory: Path, section: dict[str, Any], password_keys: tuple[str, ...] = ()) -> Path:
@@ -96,7 +61,7 @@ def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
             section["disabledBrokerRequirementChecks"] = ["StreamsEnabled"]
     stack = stack_file(tmp_path, section, tuple(passwords))
     module = tmp_path / "module"
-    render(stack, module)
+    render_module(stack, module)
     variables = {f"TF_VAR_{variable_name(key)}": value for key, value in passwords.items()}
     for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
         result = opentofu.run(module, rabbitmq, *step, env=variables)
@@ -144,11 +109,11 @@ def test_an_endpoint_dropped_from_the_stack_keeps_its_queue(
     section = dev_section(vhost, broker_version)
     stack = stack_file(tmp_path, section)
     module = tmp_path / "module"
-    render(stack, module)
+    render_module(stack, module)
     for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
         assert opentofu.run(module, rabbitmq, *step).returncode == 0
     kept = [e for e in section["endpoints"] if (e if isinstance(e, str) else e["name"]) != "Sales"]
-    render(stack_file(tmp_path, {**section, "endpoints": kept}), module)
+    render_module(stack_file(tmp_path, {**section, "endpoints": kept}), module)
     applied = opentofu.run(module, rabbitmq, "apply", "-auto-approve", "-input=false")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)

@@ -40,6 +40,7 @@ from tests.engine.test_components_from_other_languages import (
     require_language_hosts,
     stack_command,
 )
+from tests.opentofu import OpenTofu, render_module
 from tests.python_source import parse_python
 
 PROGRAMS = Path(__file__).parent / "component_programs"
@@ -158,6 +159,33 @@ def test_the_readme_program_previews_no_change_and_verify_finds_no_drift(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no drift" in result.stdout.lower(), result.stdout
+
+
+def test_opentofu_puts_on_the_broker_what_pulumi_does(
+    transports: dict[str, Twin],
+    rabbitmq: LocalRabbitMq,
+    broker_version,
+    module_vhost,
+    opentofu: OpenTofu,
+    tmp_path: Path,
+) -> None:
+    """One topology, two owners: the README program's section rendered as a module (its stack file named as the
+    Pulumi stack is: the stack names the combined policies) and applied by ``tofu`` into a vhost of its own leaves
+    the objects ``pulumi up`` of the program left, each equal but for its vhost."""
+    twin = transports["python"]
+    vhost = module_vhost("transport-opentofu")
+    section = section_of_inputs(transport_args(readme_program(vhost, broker_version)), "rabbitmq")
+    stack_file = tmp_path / f"Pulumi.{twin.stack.name}.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": section}}, sort_keys=False))
+    module = tmp_path / "module"
+    render_module(stack_file, module)
+    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        result = opentofu.run(module, rabbitmq, *step)
+        assert result.returncode == 0, result.stdout + result.stderr
+    management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+    by_tofu = broker_objects(management, vhost)
+    assert len(by_tofu["queues"]) > LEVEL_COUNT
+    assert by_tofu == broker_objects(management, twin.vhost)
 
 
 def objects_of(management: ManagementApi, twin: Twin) -> dict[str, list[str]]:
