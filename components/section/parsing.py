@@ -329,13 +329,11 @@ def _check_rabbitmq_names(config: RabbitMqConfig, path: str, problems: list[str]
                     if problem not in object_name_problems(endpoint.endpoint):  # said once, for the endpoint
                         problems.append(f"{key_path(path, 'endpoints')}[{i}]: legacy queue {queue!r} {problem}")
             queues += legacy
-    for name, key in (
-        (config.shared_queues.error_queue, "errorQueue"),
-        (config.shared_queues.audit_queue, "auditQueue"),
-    ):
+    shared = config.shared_queues
+    for name, key in ((shared.error_queue, "errorQueue"), (shared.audit_queue, "auditQueue")):
         for problem in _name_problems(name, destination=False):
             problems.append(f"{key_path(path, key)}: {name!r} {problem}")
-    queues += [config.shared_queues.error_queue, config.shared_queues.audit_queue]
+    queues += [shared.error_queue, shared.audit_queue]
     for name, count in Counter(queues).items():
         if count > 1:
             problems.append(
@@ -402,10 +400,8 @@ def _check_sqs_names(endpoints: list[tuple[str, model.SqsEndpointSettings]], pat
 
 # --- a section given as a transport component's inputs --------------------------------------------------------------
 
-_ENTRIES = {
-    model.RABBITMQ: model.RABBITMQ_ENDPOINT,
-    model.SQS: model.SQS_ENDPOINT,
-}  # each section's place of its endpoints
+# each section's place of its endpoints
+_ENTRIES = {model.RABBITMQ: model.RABBITMQ_ENDPOINT, model.SQS: model.SQS_ENDPOINT}
 
 
 def section_of_inputs(inputs: Any, place: str) -> Any:

@@ -220,21 +220,20 @@ def declare_as_nservicebus(rabbitmq: LocalRabbitMq, stack: StackConfig, **option
     try:
         channel = connection.channel()
         declare_delay_infrastructure(channel, config.generation, **options)
-        for name in (config.shared_queues.error_queue, config.shared_queues.audit_queue):
-            initialize_queue(channel, config.shared_queues.routing_topology, name, config.shared_queues.queue_type)
+        shared = config.shared_queues
+        for name in (shared.error_queue, shared.audit_queue):
+            initialize_queue(channel, shared.routing_topology, name, shared.queue_type)
         for endpoint in config.endpoints:
             declare_endpoint(
                 channel,
                 config.generation,
-                config.shared_queues.routing_topology,
+                shared.routing_topology,
                 endpoint.receiving_queues,
                 (),
                 queue_type=endpoint.queue_type,
             )
             if endpoint.legacy_timeout_manager:
-                declare_legacy_timeout_queues(
-                    channel, config.shared_queues.routing_topology, endpoint.endpoint, endpoint.queue_type
-                )
+                declare_legacy_timeout_queues(channel, shared.routing_topology, endpoint.endpoint, endpoint.queue_type)
     finally:
         if connection.is_open:
             connection.close()

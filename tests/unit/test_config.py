@@ -162,20 +162,20 @@ def test_defaults_and_shorthand_endpoints() -> None:
 def test_broker_version_defaults_to_the_current_series_and_decides_what_the_broker_accepts() -> None:
     """brokerVersion: 3.12 accepts apply-to 'quorum_queues' (rabbit_policy.erl apply_to_validation), so
     the policies may be asked for; below it they must be off; without quorum endpoint queues there is none."""
-    assert str(parse_stack_config(rabbitmq()).rabbitmq.infrastructure.broker_version) == "4.3"
+    assert parsed_broker_version() == "4.3"
     assert (
         parse_stack_config(rabbitmq(brokerVersion="3.12", deliveryLimitPolicies=True))
         .rabbitmq.endpoints[0]
         .declares_delivery_limit_policies
     )
-    assert str(
-        parse_stack_config(
-            rabbitmq(brokerVersion="3.10", deliveryLimitPolicies=False)
-        ).rabbitmq.infrastructure.broker_version
-    ) == ("3.10")
-    assert str(
-        parse_stack_config(rabbitmq(brokerVersion="3.10.8", queueType="classic")).rabbitmq.infrastructure.broker_version
-    ) == ("3.10.8")
+    assert parsed_broker_version(brokerVersion="3.10", deliveryLimitPolicies=False) == "3.10"
+    assert parsed_broker_version(brokerVersion="3.10.8", queueType="classic") == "3.10.8"
+
+
+def parsed_broker_version(**section: Any) -> str:
+    config = parse_stack_config(rabbitmq(**section)).rabbitmq
+    assert config is not None
+    return str(config.infrastructure.broker_version)
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,10 @@ PYTHON_FILES = sorted(
 )
 
 
-def bare_imports(path: Path) -> list[str]:
+def bare_imports(tree: ast.Module) -> list[str]:
     """Absolute imports of a repository folder by its bare name (``import components``, ``from infra.x import y``)."""
     found = []
-    for node in ast.walk(parse_python(path)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         elif isinstance(node, ast.Import):
@@ -45,10 +45,10 @@ def bare_imports(path: Path) -> list[str]:
     return found
 
 
-def parent_relative_imports(path: Path) -> list[str]:
+def parent_relative_imports(tree: ast.Module) -> list[str]:
     return [
         f"line {node.lineno}: {'.' * node.level}{node.module or ''}"
-        for node in ast.walk(parse_python(path))
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.level > 1
     ]
 
@@ -89,8 +89,9 @@ def test_imports_are_namespaced(path: Path) -> None:
     """Siblings import each other relatively (``from .model import rabbitmq``); everything else says
     ``nsb_delays.``. A bare ``from components…`` would work in this checkout (its root is on sys.path)
     and break, or import a user's own package, once installed."""
-    assert bare_imports(path) == []
-    assert parent_relative_imports(path) == []
+    tree = parse_python(path)
+    assert bare_imports(tree) == []
+    assert parent_relative_imports(tree) == []
 
 
 def test_no_test_rig_is_in_an_installed_folder() -> None:
