@@ -152,7 +152,7 @@ class _Module:
             if target.address not in referenced
         ]
         if later:
-            body["depends_on"] = list(dict.fromkeys(later))
+            body["depends_on"] = sorted(set(later))  # sorted, as the resources are: a render is the same each time
         if recorded.protect:
             body["lifecycle"] = {"prevent_destroy": True}
         return body
@@ -333,7 +333,10 @@ def _files(stack: StackConfig, module: _Module) -> dict[str, str]:
         }
         files["variables.tf.json"] = _json({"variable": variables})
     for prefix, file_name in (("rabbitmq:", "rabbitmq.tf.json"), ("aws:", "sqs.tf.json")):
-        chosen = [r for r in module.resources.values() if r.recorded.type.startswith(prefix)]
+        # by address: the program registers resources concurrently, in an order that varies from run to run
+        chosen = sorted(
+            (r for r in module.resources.values() if r.recorded.type.startswith(prefix)), key=lambda r: r.address
+        )
         if chosen:
             resources: dict[str, dict[str, Any]] = {}
             for resource in chosen:
