@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from nsb_delays.components.model.rabbitmq.names import DEFAULT_AUDIT_QUEUE, DEFAULT_ERROR_QUEUE
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_QUEUE
 from nsb_delays.infra.cli import cli
-from nsb_delays.infra.commands.discover import Adoption, adoption, review_lines
+from nsb_delays.infra.commands.discover import Adoption, adoption, report, review_lines
 from nsb_delays.infra.render.documents import topology_definitions
 from nsb_delays.infra.render.terraform import (
     IMPORTS_FILE,
@@ -220,3 +220,17 @@ def test_the_help_says_how_the_format_goes_with_the_import_file() -> None:
     text = " ".join(result.output.split())
     assert "--format [pulumi|terraform]" in text and "--import-file is --format pulumi's" in text
     assert IMPORTS_FILE in text and "-o, --output" in text
+
+
+def test_the_next_lines_are_tofus_with_each_password_as_a_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    found, config, adopted, _ = discovered(definitions(section(endpoints=["Billing", "Sales"])))
+    assert config.rabbitmq is not None
+    report(found, config.rabbitmq.endpoints, "prod", None, review_lines(found, adopted, None, Path("module")),
+           Path("module"))  # fmt: skip
+    printed = capsys.readouterr().err
+    assert "wrote Pulumi.prod.yaml\nwrote module\n" in printed
+    assert (
+        "next: tofu -chdir=module init, then tofu -chdir=module plan -var billing_password=<password> "
+        "-var sales_password=<password> (imports and creates)"
+    ) in printed
+    assert "pulumi" not in printed
