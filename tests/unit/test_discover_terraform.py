@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from nsb_delays.components.model.rabbitmq.names import DEFAULT_AUDIT_QUEUE, DEFAULT_ERROR_QUEUE
@@ -234,3 +235,19 @@ def test_the_next_lines_are_tofus_with_each_password_as_a_variable(capsys: pytes
         "-var sales_password=<password> (imports and creates)"
     ) in printed
     assert "pulumi" not in printed
+
+
+def test_render_over_the_discovered_module_keeps_its_import_blocks(tmp_path: Path) -> None:
+    """``render --format terraform -o DIR`` of the reviewed stack file, over what discover wrote: the same module, the
+    same import blocks (``render_module`` reads what the directory imports: ``adopted_before``)."""
+    found, _, _, module = discovered(definitions(section(endpoints=ENDPOINTS)))
+    directory, stack_file = tmp_path / "module", tmp_path / "Pulumi.prod.yaml"
+    write_module(directory, module)
+    document = {"config": found.stack_file_config(None) | {f"nsb-delays:{key}": {"secure": "v1:cA=="}
+                                                          for key in found.password_keys}}  # fmt: skip
+    stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    result = CliRunner().invoke(cli, ["render", "--stack", str(stack_file), "--format", "terraform", "-o",
+                                      str(directory)], env=CLEAN_ENVIRONMENT)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for name, text in module.files.items():
+        assert (directory / name).read_text() == text, name
