@@ -258,7 +258,11 @@ def adoption_outputs(
     "--stack",
     help="Write the stack config to Pulumi.<STACK>.yaml (a stack name) or to this .yaml path; without it, print it.",
 )
-@click.option("--import-file", type=click.Path(dir_okay=False), help="Write the `pulumi import --file` document here.")
+@click.option(
+    "--import-file",
+    type=click.Path(dir_okay=False),
+    help="Write the `pulumi import --file` document here (--format pulumi).",
+)
 @click.option(
     "--format", "format_name", type=click.Choice([PULUMI, TERRAFORM]), default=PULUMI, show_default=True,
     help=FORMAT_HELP,
