@@ -88,8 +88,9 @@ def test_the_discovered_module_imports_creates_replaces_nothing_and_a_waiting_de
         initialised = opentofu.run(module, rabbitmq, "init", "-input=false")
         assert initialised.returncode == 0, initialised.stdout + initialised.stderr
         changes = resource_changes(opentofu, module, rabbitmq, variables)
-        imported = {c["address"] for c in changes if c["change"].get("importing")}
-        assert imported == set(imports), sorted(imported ^ set(imports))
+        importing = {c["address"]: c["change"]["importing"].get("id") for c in changes if c["change"].get("importing")}
+        assert importing == imports, sorted(set(importing.items()) ^ set(imports.items()))  # each at its id
+        imported = set(importing)
         wrong = [
             (c["address"], c["change"]["actions"])
             for c in changes
