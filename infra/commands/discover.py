@@ -3,9 +3,12 @@
 One read of the broker (``brokers.discovery.read_broker``), classified without I/O (``stack.discovery.discover``),
 then the stack file (``--stack``) and the ``pulumi import --file`` document of the ids the components compute
 (``--import-file``, from the program recorded with ``adoptExisting``: ``components.recording.import_file``) of the
-objects the broker holds in the shape the stack declares (``adoption``). Every check runs before anything is written,
-and an existing file is never overwritten without ``--force``; the review list (what it cannot classify, event
-exchanges no subscription explains, what the broker lacks or holds otherwise) goes to stderr.
+objects the broker holds in the shape the stack declares (``adoption``); or, with ``--format terraform -o DIR``, the
+stack's OpenTofu/Terraform module (``infra.render.terraform``, as ``render --format terraform`` writes it) with
+``imports.tf.json``: an ``import`` block for each of those objects at the address the module gives the same recorded
+resource (``terraform_module``'s ``adopted``). Every check runs before anything is read or written, and an existing
+file is never overwritten without ``--force`` (a directory: only an earlier render's); the review list (what it cannot
+classify, event exchanges no subscription explains, what the broker lacks or holds otherwise) goes to stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ from nsb_delays.brokers.verify import Drift, declared_policy_drifts, declared_su
 from nsb_delays.components.encoding import binding_import_id, import_id
 from nsb_delays.components.model.rabbitmq.objects import BindingSpec, ExchangeSpec, PolicySpec, QueueSpec
 from nsb_delays.components.resource_types import RABBITMQ_BINDING, RABBITMQ_EXCHANGE, RABBITMQ_POLICY, RABBITMQ_QUEUE
+from nsb_delays.infra.render.terraform import (
+    IMPORTS_FILE,
+    TerraformModule,
+    TerraformRenderError,
+    directory_problem,
+    terraform_module,
+    variable_name,
+    write_module,
+)
 from nsb_delays.stack.config import NAMESPACE, ConfigError, RabbitMqConfig, StackConfig, stack_name
 from nsb_delays.stack.discovery import CannotDiscover, Discovery, NothingToDiscover, discover
 
@@ -79,12 +91,18 @@ class Adoption:
     missing: tuple[str, ...] = ()  # "exchange audit", "binding audit -> queue audit"
     conflicts: tuple[str, ...] = ()
 
-    def review(self, import_file: str | None) -> list[str]:
-        """The conflicts, what the broker lacks, and then the one adoption path that takes the broker as it is."""
+    def review(self, import_file: str | None, module: Path | None = None) -> list[str]:
+        """The conflicts, what the broker lacks, and then the one adoption path that takes the broker as it is; with
+        ``module`` (``--format terraform``), what the module's first apply does instead: it imports and creates."""
         lines = list(self.conflicts)
-        if self.missing:
+        if self.missing and module is not None:
+            lines.append(
+                f"not on the broker, created by the first apply of the module in {module} (its {IMPORTS_FILE} "
+                f"imports the rest): {', '.join(self.missing)}"
+            )
+        elif self.missing:
             lines.append(f"not on the broker, created by the pulumi up after the import: {', '.join(self.missing)}")
-        if self.missing or self.conflicts:
+        if (self.missing or self.conflicts) and module is None:
             how = (
                 f"pulumi import --file {import_file}, then pulumi up"
                 if import_file
@@ -113,27 +131,32 @@ def review_name(spec: Spec) -> str:
     return declared_subject(spec)
 
 
-def conflict_line(spec: Spec, drift: Drift) -> str:
+def conflict_line(spec: Spec, drift: Drift, module: Path | None = None) -> str:
     """An object the broker holds in another shape: importing it fails (Pulumi diffs the read against the program's
     inputs, and refuses to replace a resource that still names its import ID: pulumi/pulumi
     ``pkg/resource/deploy/step_generator.go`` ``continueStepsFromDiff``), so the import file leaves it out; then the
-    ``pulumi up`` declares it: a policy's PUT writes over the broker's, an exchange or queue is refused."""
+    ``pulumi up`` declares it: a policy's PUT writes over the broker's, an exchange or queue is refused. With
+    ``module`` (``--format terraform``) the same holds of the module's import blocks and its apply (the provider's
+    create is the same declaration: a policy's PUT, an exchange's or queue's declare)."""
+    left_out = f"{module / IMPORTS_FILE}" if module is not None else "the import file"
+    up, up_after = ("the apply", "the apply") if module is not None else ("pulumi up", "the pulumi up after the import")
     head = (
         f"cannot adopt {drift.subject} as it is: the broker has {drift.field} {drift.actual}, the stack declares "
-        f"{drift.expected} (left out of the import file"
+        f"{drift.expected} (left out of {left_out}"
     )
     if isinstance(spec, PolicySpec):
-        return f"{head}: the pulumi up after the import writes the stack's policy over it)"
+        return f"{head}: {up_after} writes the stack's policy over it)"
     return (
-        f"{head}; pulumi up can neither import it nor declare it over the broker's: delete it and let pulumi up "
+        f"{head}; {up} can neither import it nor declare it over the broker's: delete it and let {up} "
         "declare it, or leave the object out of the stack)"
     )
 
 
-def adoption(config: RabbitMqConfig, definitions: dict[str, Any]) -> Adoption:
+def adoption(config: RabbitMqConfig, definitions: dict[str, Any], module: Path | None = None) -> Adoption:
     """Each object of the stack NServiceBus declares against the vhost's definitions, as ``verify`` compares them
     (``topology_drifts``: type, durable, auto_delete, arguments; ``declared_policy_drifts``). The objects only the
-    stack declares (parking, combined policies, users) are the up's to create, and not looked at."""
+    stack declares (parking, combined policies, users) are the up's to create, and not looked at. ``module``: the
+    review lines are the module's (``conflict_line``)."""
     exchanges, queues, bindings, policies = (
         list(definitions.get(kind) or []) for kind in ("exchanges", "queues", "bindings", "policies")
     )
@@ -154,12 +177,14 @@ def adoption(config: RabbitMqConfig, definitions: dict[str, Any]) -> Adoption:
         elif any(drift.kind == "missing" for drift in found):
             missing.append(review_name(spec))
         else:
-            conflicts += [conflict_line(spec, drift) for drift in found]
+            conflicts += [conflict_line(spec, drift, module) for drift in found]
     return Adoption(frozenset(present), tuple(missing), tuple(conflicts))
 
 
-def review_lines(discovery: Discovery, adopted: Adoption, import_file: str | None = None) -> list[str]:
-    lines = [*adopted.review(import_file), *discovery.notes]
+def review_lines(
+    discovery: Discovery, adopted: Adoption, import_file: str | None = None, module: Path | None = None
+) -> list[str]:
+    lines = [*adopted.review(import_file, module), *discovery.notes]
     if discovery.unexplained_exchanges:
         lines.append(
             "event exchanges no subscription explains (someone publishes them: add each to the publisher's "
@@ -182,6 +207,50 @@ def import_document(config: StackConfig, stack: str, adopted: Adoption) -> str:
     return json.dumps(import_file(recorded), indent=2) + "\n"
 
 
+PULUMI, TERRAFORM = "pulumi", "terraform"
+FORMAT_HELP = (
+    f"What adopts the broker besides the stack file. {PULUMI}: with --import-file, the `pulumi import --file` "
+    f"document. {TERRAFORM}: the stack's OpenTofu/Terraform module into -o DIR (as `nsb-delays render --format "
+    f"terraform` writes it) with {IMPORTS_FILE}, an import block for each object the broker holds as the stack "
+    "declares it, so that the first `tofu plan` imports and creates, and replaces nothing; --import-file is "
+    f"--format {PULUMI}'s."
+)
+
+
+def format_problems(format_name: str, output: Path | None, import_file: str | None) -> list[str]:
+    """``--format`` with ``-o`` and ``--import-file``: each rule broken, named, before anything is read."""
+    if format_name != TERRAFORM:
+        return [f"-o applies only to --format {TERRAFORM} (the module's directory)"] if output is not None else []
+    problems = [] if output is not None else [f"--format {TERRAFORM} writes a directory: give -o DIR"]
+    if import_file:
+        problems.append(
+            f"--import-file is --format {PULUMI}'s `pulumi import` document: --format {TERRAFORM} writes its import "
+            f"blocks into -o DIR ({IMPORTS_FILE})"
+        )
+    problem = directory_problem(output) if output is not None else None
+    return [*problems, *([problem] if problem else [])]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What discover writes besides the stack file: the import file's text or the module."""
+
+    import_document: str | None = None
+    module: TerraformModule | None = None
+
+
+def adoption_outputs(
+    config: StackConfig, name: str, adopted: Adoption, import_file: str | None, output: Path | None
+) -> Written:
+    """The import file (``--import-file``) or the module with its import blocks (``-o DIR``)."""
+    if output is not None:
+        try:
+            return Written(module=terraform_module(config, name, adopted.present))
+        except TerraformRenderError as error:
+            raise CommandError(f"format terraform: {error}") from None
+    return Written(import_document=import_document(config, name, adopted) if import_file else None)
+
+
 @click.command(name="discover")
 @management_options(from_stack=False)
 @click.option("--vhost", default="/", show_default=True, help="The virtual host the endpoints use.")
@@ -189,7 +258,19 @@ def import_document(config: StackConfig, stack: str, adopted: Adoption) -> str:
     "--stack",
     help="Write the stack config to Pulumi.<STACK>.yaml (a stack name) or to this .yaml path; without it, print it.",
 )
-@click.option("--import-file", type=click.Path(dir_okay=False), help="Write the `pulumi import --file` document here.")
+@click.option(
+    "--import-file",
+    type=click.Path(dir_okay=False),
+    help="Write the `pulumi import --file` document here (--format pulumi).",
+)
+@click.option(
+    "--format", "format_name", type=click.Choice([PULUMI, TERRAFORM]), default=PULUMI, show_default=True,
+    help=FORMAT_HELP,
+)  # fmt: skip
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help=f"--format {TERRAFORM}: the module's directory (new, "
+    "empty, or an earlier render's)."
+)  # fmt: skip
 @click.option(
     "--users/--no-users",
     default=True,
@@ -198,13 +279,22 @@ def import_document(config: StackConfig, stack: str, adopted: Adoption) -> str:
 )
 @click.option("--force", is_flag=True, help="Overwrite the files given if they exist.")
 def discover_command(
-    vhost: str, stack: str | None, import_file: str | None, users: bool, force: bool, **connection: Any
+    vhost: str,
+    stack: str | None,
+    import_file: str | None,
+    format_name: str,
+    output: Path | None,
+    users: bool,
+    force: bool,
+    **connection: Any,
 ) -> None:
     """Read a broker whose topology NServiceBus endpoints created (installers on) and write the stack config that
-    adopts it, and with --import-file the `pulumi import` file of its objects. It lists what it cannot classify
-    and never guesses; nothing is written on any refusal."""
+    adopts it, and with --import-file the `pulumi import` file of its objects, or with --format terraform -o DIR the
+    stack's OpenTofu/Terraform module that imports them. It lists what it cannot classify and never guesses;
+    nothing is written on any refusal."""
     targets = [path for path in (stack_path(stack) if stack else None, Path(import_file) if import_file else None)]
     refused = output_problems([path for path in targets if path is not None], force)
+    refused += format_problems(format_name, output, import_file)
     if refused:
         raise CommandError(refused)
     api = resolve_management(connection, defaults=StackDefaults({}, None))
@@ -219,8 +309,8 @@ def discover_command(
         name = stack_name(stack) if stack else "discovered"
         config = discovery.stack_config(name)
         assert config.rabbitmq is not None
-        adopted = adoption(config.rabbitmq, read.definitions)
-        document = import_document(config, name, adopted) if import_file else None
+        adopted = adoption(config.rabbitmq, read.definitions, output)
+        written = adoption_outputs(config, name, adopted, import_file, output)
     except NothingToDiscover as error:
         raise CommandError(str(error)) from None
     except CannotDiscover as error:
@@ -228,18 +318,34 @@ def discover_command(
     except ConfigError as error:
         raise CommandError(error.problems, footer="the discovered config is refused; nothing was written") from None
     assert config.rabbitmq is not None
-    review = review_lines(discovery, adopted, import_file)
+    review = review_lines(discovery, adopted, import_file, output)
     text = stack_document(discovery, api.url, vhost, review)
     if stack:
         stack_path(stack).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
-    if import_file and document is not None:
-        Path(import_file).write_text(document, encoding="utf-8")
-    report(discovery, config.rabbitmq.endpoints, stack, import_file, review)
+    if import_file and written.import_document is not None:
+        Path(import_file).write_text(written.import_document, encoding="utf-8")
+    if output is not None and written.module is not None:
+        write_discovered_module(output, written.module)
+    report(discovery, config.rabbitmq.endpoints, stack, import_file, review, output)
 
 
-def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file: str | None, review: list[str]) -> None:
+def write_discovered_module(output: Path, module: TerraformModule) -> None:
+    try:
+        write_module(output, module)
+    except OSError as error:
+        raise CommandError(f"-o {output}: {error.strerror or error}") from None
+
+
+def report(
+    discovery: Discovery,
+    endpoints: Any,
+    stack: str | None,
+    import_file: str | None,
+    review: list[str],
+    module: Path | None = None,
+) -> None:
     """What was found and written, the review list, and the commands that come next (stderr)."""
     section = discovery.section
     echo = click.echo
@@ -248,11 +354,16 @@ def report(discovery: Discovery, endpoints: Any, stack: str | None, import_file:
         f"topology, {section['queueType']} queues, RabbitMQ {section['brokerVersion']}",
         err=True,
     )
-    for path in (stack_path(stack) if stack else None, import_file):
+    for path in (stack_path(stack) if stack else None, import_file, module):
         if path is not None:
             echo(f"wrote {path}", err=True)
     for line in review:
         echo(f"review: {line}", err=True)
+    if module is not None:
+        passwords = "".join(f" -var {variable_name(key)}=<password>" for key in discovery.password_keys)
+        echo(f"next: tofu -chdir={module} init, then tofu -chdir={module} plan{passwords} (imports and creates)",
+             err=True)  # fmt: skip
+        return
     option = f" --stack {stack}" if stack and not stack.endswith((".yaml", ".yml")) else ""
     for key in discovery.password_keys:
         echo(f"next: pulumi config set --secret {NAMESPACE}:{key} <password>{option}", err=True)

@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
-from nsb_delays.infra.render.terraform import TerraformRenderError, directory_problem, terraform_module, write_module
+from nsb_delays.infra.render.terraform import (
+    TerraformRenderError,
+    adopted_before,
+    directory_problem,
+    terraform_module,
+    write_module,
+)
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
 from .errors import CommandError
@@ -83,7 +89,9 @@ def render_command(stack: str, format_name: str, output: Path | None, passwords_
 
 
 def render_module(stack: str, output: Path | None, passwords_file: Path | None) -> None:
-    """``--format terraform -o DIR``: the module into DIR, new or rendered before; nothing is written on a refusal."""
+    """``--format terraform -o DIR``: the module into DIR, new or rendered before; nothing is written on a refusal.
+    A module ``discover --format terraform`` wrote keeps its import blocks for the objects the stack still declares
+    with the same import id (a review's edits of the stack file are rendered without losing the adoption)."""
     problems = [
         *(["--format terraform writes a directory: give -o DIR"] if output is None else []),
         *([f"--passwords applies only to --format {PASSWORDS_FORMAT}: a module takes each password as a sensitive "
@@ -96,8 +104,8 @@ def render_module(stack: str, output: Path | None, passwords_file: Path | None) 
         raise CommandError([str(error), *problems]) from None
     if problems or output is None:
         raise CommandError(problems)
-    try:
-        module = terraform_module(config, stack)
+    try:  # after `discover --format terraform`, the objects it imports that the stack still declares the same
+        module = terraform_module(config, stack, adopted_before(output))
     except TerraformRenderError as error:
         raise CommandError(f"format terraform: {error}") from None
     try:

@@ -8,7 +8,8 @@ inputs in the provider's own names (the Pulumi bridge's camelCase back to snake_
 another resource is a reference to it (the dependency Pulumi recorded for that input), and any other resource it
 waited for is in ``depends_on``: the combined policies after the queues they apply to, a user's grants after its
 queues. Written in Terraform's JSON syntax, made for generated configuration (``*.tf.json``), except
-``versions.tf``.
+``versions.tf``. For ``nsb-delays discover --format terraform`` the module also imports what the broker holds
+already (``imports.tf.json``: ``import_blocks``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ class _Module:
         if resource.type == SQS_QUEUE:
             body = self.explicit_sqs(resource, body)
         if later:
-            body["depends_on"] = list(dict.fromkeys(later))
+            body["depends_on"] = sorted(set(later))  # sorted, as the resources are: a render is the same each time
         if recorded.protect:
             body["lifecycle"] = {"prevent_destroy": True}
         return body
@@ -229,28 +230,72 @@ def sqs_queue_attributes(spec: sqs.SqsQueueSpec) -> dict[str, Any]:
 
 MANIFEST = ".nsb-delays-module.json"
 """What a render wrote into its directory: its files, the resources kept when the stack drops them (an endpoint's
-queues: ``retainOnDelete`` in the Pulumi program) and those already dropped. A later render reads it."""
+queues: ``retainOnDelete`` in the Pulumi program), those already dropped, and the objects its ``imports.tf.json``
+imports (``adopted``). A later render reads it."""
 
 REMOVED_FILE = "removed.tf.json"
+IMPORTS_FILE = "imports.tf.json"
 
 
 @dataclass(frozen=True)
 class TerraformModule:
     files: dict[str, str]  # file name -> text
     retained: tuple[str, ...]  # addresses the stack keeps on the broker when it drops them
+    # address -> (Pulumi resource type, import id): what imports.tf.json imports, and where
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
-def terraform_module(stack: StackConfig, stack_name: str) -> TerraformModule:
-    """The module of ``stack``: its files and the addresses of the resources it retains."""
+def terraform_module(
+    stack: StackConfig, stack_name: str, adopted: Collection[tuple[str, str]] | None = None
+) -> TerraformModule:
+    """The module of ``stack``: its files and the addresses of the resources it retains.
+
+    With ``adopted`` (the objects the broker holds in the shape the stack declares, as (Pulumi resource type, import
+    id) pairs: ``nsb-delays discover``'s ``Adoption.present``), the module is read from the program recorded with
+    ``adoptExisting``, where each object NServiceBus declares carries the import id the components compute
+    (``components.rabbitmq.Declared.options``), and ``imports.tf.json`` imports each adopted one at the address this
+    module gives that same recorded resource (``import_blocks``). ``adoptExisting`` changes no input, so the
+    resources are the stack's; it is not written into the stack."""
     if stack.rabbitmq is None and stack.sqs is None:
         raise TerraformRenderError(
             f"stack {stack_name!r} has neither a nsb-delays:rabbitmq nor a nsb-delays:sqs section"
         )
+    if adopted is not None:
+        if stack.rabbitmq is None:
+            raise TerraformRenderError(f"stack {stack_name!r} has no nsb-delays:rabbitmq section to adopt")
+        stack = stack.with_values("rabbitmq", adoptExisting=True)
     recorded = record_stack(stack, stack=stack_name or "stack")
-    retained = sorted(
-        f"{resource_type(r.type)}.{local_name(r.name)}" for r in recorded if r.custom and r.retain_on_delete
-    )
-    return TerraformModule(_files(stack, recorded), tuple(retained))
+    password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users} if stack.rabbitmq else {}
+    sqs_queues = {spec.name: sqs_queue_attributes(spec) for _, spec in stack.sqs.queue_specs()} if stack.sqs else {}
+    module = _Module(recorded, password_keys, sqs_queues)
+    retained = sorted(r.address for r in module.resources.values() if r.recorded.retain_on_delete)
+    files = _files(stack, module)
+    imports = import_blocks(module, adopted) if adopted is not None else {}
+    if imports:
+        blocks = [{"to": address, "id": literal(found)} for address, (_, found) in imports.items()]
+        files[IMPORTS_FILE] = _json({"import": blocks})
+    return TerraformModule(files, tuple(retained), imports)
+
+
+def import_blocks(module: _Module, adopted: Collection[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Each provider resource whose (type, import id) ``adopted`` holds, by its address in ``module``, with them.
+
+    The ids are the provider's own: the Pulumi bridge hands ``pulumi import``'s id to the wrapped provider's importer
+    unchanged, and cyrilgdn/terraform-provider-rabbitmq v1.8.0 imports every resource with
+    ``schema.ImportStatePassthroughContext`` (the id as given) then reads it back by parsing the id:
+    ``rabbitmq/resource_queue.go`` ``ReadQueue``, ``resource_exchange.go`` ``ReadExchange`` and
+    ``resource_policy.go`` ``ReadPolicy`` through ``parseResourceId`` (``rabbitmq/util.go`` ``parseId``: split on
+    ``@`` into exactly name and vhost, the ``name@vhost`` of ``components.encoding.import_id``);
+    ``resource_binding.go`` ``ReadBinding`` splits on ``/`` into vhost (``percentDecodeSlashes``: ``%2F``, ``%25``),
+    source, destination, destination type and the management API's ``properties_key``, the id ``CreateBinding``
+    sets and ``components.encoding.binding_import_id`` computes."""
+    wanted = set(adopted)
+    found = {
+        resource.address: (resource.recorded.type, resource.recorded.import_id)
+        for resource in module.resources.values()
+        if resource.recorded.import_id is not None and (resource.recorded.type, resource.recorded.import_id) in wanted
+    }
+    return dict(sorted(found.items()))
 
 
 def directory_problem(directory: Path) -> str | None:
@@ -283,9 +328,19 @@ def write_module(directory: Path, module: TerraformModule) -> list[str]:
         (directory / stale).unlink(missing_ok=True)
     for name, text in files.items():
         (directory / name).write_text(text, encoding="utf-8")
-    manifest = {"files": sorted(files), "retained": list(module.retained), "removed": removed}
+    manifest = {"files": sorted(files), "retained": list(module.retained), "removed": removed,
+                "adopted": sorted(list(pair) for pair in module.imports.values())}  # fmt: skip
     (directory / MANIFEST).write_text(_json(manifest), encoding="utf-8")
     return [address for address in removed if address not in earlier.get("removed", [])]
+
+
+def adopted_before(directory: Path) -> list[tuple[str, str]] | None:
+    """What the module in ``directory`` imports (``nsb-delays discover --format terraform`` wrote it), as (Pulumi
+    resource type, import id) pairs, for a render after the review to import again where the stack still declares
+    the object with the same id; ``None`` when it imports nothing."""
+    adopted = _manifest(directory).get("adopted") or []
+    pairs = [(str(pair[0]), str(pair[1])) for pair in adopted if isinstance(pair, list) and len(pair) == 2]
+    return pairs or None
 
 
 def _manifest(directory: Path) -> dict[str, Any]:
@@ -305,25 +360,25 @@ def _addresses(files: Mapping[str, str]) -> set[str]:
     return found
 
 
-def _files(stack: StackConfig, recorded: list[RecordedResource]) -> dict[str, str]:
+def _files(stack: StackConfig, module: _Module) -> dict[str, str]:
     """The module's files by name: ``versions.tf``, ``variables.tf.json`` (each endpoint user's password, sensitive),
     ``rabbitmq.tf.json`` and ``sqs.tf.json`` (the sections the stack has)."""
-    password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users} if stack.rabbitmq else {}
-    sqs_queues = {spec.name: sqs_queue_attributes(spec) for _, spec in stack.sqs.queue_specs()} if stack.sqs else {}
-    module = _Module(recorded, password_keys, sqs_queues)
     files: dict[str, str] = {"versions.tf": versions_tf(stack)}
-    if password_keys:
+    if module.password_keys:
         variables = {
             variable_name(key): {
                 "type": "string",
                 "sensitive": True,
                 "description": f"The password of RabbitMQ user {user!r}",
             }
-            for user, key in password_keys.items()
+            for user, key in module.password_keys.items()
         }
         files["variables.tf.json"] = _json({"variable": variables})
     for prefix, file_name in (("rabbitmq:", "rabbitmq.tf.json"), ("aws:", "sqs.tf.json")):
-        chosen = [r for r in module.resources.values() if r.recorded.type.startswith(prefix)]
+        # by address: the program registers resources concurrently, in an order that varies from run to run
+        chosen = sorted(
+            (r for r in module.resources.values() if r.recorded.type.startswith(prefix)), key=lambda r: r.address
+        )
         if chosen:
             resources: dict[str, dict[str, Any]] = {}
             for resource in chosen:

@@ -56,6 +56,8 @@ def rabbitmq_stack(**keys: str) -> dict[str, str]:
 
 RENDER = ["render", "--stack", "bad", "--format", "rabbitmq-definitions"]
 TERRAFORM = ["render", "--stack", "dev", "--format", "terraform"]
+# a broker that refuses connections: each case is refused before it is read
+DISCOVER = ["discover", "--stack", "prod", "--management-url", HTTP_DOWN, "--username", "guest", "--password", "guest"]
 EVERY_COMMAND = {
     "render": RENDER,
     "check": ["check", "--stack", "bad"],
@@ -592,6 +594,15 @@ CASES = [
     Case("discover", "output-folder-missing", ["discover", "--stack", "stacks/Pulumi.prod.yaml", "--management-url",
                                                HTTP_DOWN, "--username", "guest", "--password", "guest"], 2,
          ["stacks/Pulumi.prod.yaml: the folder stacks does not exist"]),
+    Case("discover", "terraform-without-a-directory", [*DISCOVER, "--format", "terraform"], 2,
+         ["--format terraform writes a directory: give -o DIR"]),
+    Case("discover", "terraform-with-an-import-file", [*DISCOVER, "--format", "terraform", "-o", "module",
+                                                       "--import-file", "import.json"], 2,
+         ["--import-file is --format pulumi's `pulumi import` document", "imports.tf.json"]),
+    Case("discover", "a-directory-without-terraform", [*DISCOVER, "-o", "module"], 2,
+         ["-o applies only to --format terraform"]),
+    Case("discover", "terraform-into-a-directory-of-other-files", [*DISCOVER, "--format", "terraform", "-o", "infra"],
+         2, ["-o infra: not empty and not a module nsb-delays rendered"], files={"infra/main.tf": "# mine\n"}),
 ]  # fmt: skip
 
 
