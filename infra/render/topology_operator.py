@@ -134,8 +134,8 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
     others = sorted({r.type for r in recorded} - set(_KINDS))
     if others:
         raise TopologyOperatorRenderError(
-            f"stack {stack_name!r} declares {', '.join(others)}: the topology operator {OPERATOR_VERSION} has no kind for "
-            f"{'them' if len(others) > 1 else 'it'} (only RabbitMQ queues, exchanges, bindings, policies, "
+            f"stack {stack_name!r} declares {', '.join(others)}: the topology operator {OPERATOR_VERSION} has no "
+            f"kind for {'them' if len(others) > 1 else 'it'} (only RabbitMQ queues, exchanges, bindings, policies, "
             "operator policies, users and grants are rendered)"
         )
     _check_unique(documents)

@@ -99,8 +99,16 @@ def expected(resource: RecordedResource) -> list[dict[str, Any]]:
                  "autoDelete": settings.get("autoDelete", False), "arguments": integers(resource.queue_arguments()),
                  "retained": resource.retain_on_delete}]  # fmt: skip
     if resource.type == RABBITMQ_EXCHANGE:
-        return [{"name": inputs["name"], "vhost": vhost, "type": settings["type"], "durable": settings["durable"],
-                 "autoDelete": settings.get("autoDelete", False), "arguments": settings.get("arguments") or {}}]
+        return [
+            {
+                "name": inputs["name"],
+                "vhost": vhost,
+                "type": settings["type"],
+                "durable": settings["durable"],
+                "autoDelete": settings.get("autoDelete", False),
+                "arguments": settings.get("arguments") or {},
+            }
+        ]
     if resource.type == RABBITMQ_BINDING:
         keys = ("source", "destination", "destinationType", "routingKey")
         return [{"vhost": vhost, **{k: inputs[k] for k in keys}, "arguments": inputs.get("arguments") or {}}]
@@ -190,7 +198,9 @@ def test_the_crd_schemas_refuse_what_they_should() -> None:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"name": "q", "rabbitmqClusterReference": reference, **bad}, queue)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"rabbitmqClusterReference": reference, "destinationType": "topic"}, crd_spec_schema("Binding"))
+        jsonschema.validate(
+            {"rabbitmqClusterReference": reference, "destinationType": "topic"}, crd_spec_schema("Binding")
+        )
 
 
 def test_the_crds_are_v1_20_1s_and_only_the_queue_of_the_kinds_has_a_deletion_policy() -> None:
@@ -219,7 +229,9 @@ def test_object_names_keep_a_valid_name_and_hash_a_changed_one() -> None:
     for name in [*made, object_name("_" * 10), object_name("x" * 300), object_name("Y" * 300), object_name("é")]:
         assert len(name) <= 253 and SUBDOMAIN.match(name), name
     assert object_name("x" * 300) != object_name("x" * 301)
-    assert credentials_secret_name("rabbitmq-user-sales-user-3afd7e6c") == "rabbitmq-user-sales-user-3afd7e6c-credentials"
+    assert (
+        credentials_secret_name("rabbitmq-user-sales-user-3afd7e6c") == "rabbitmq-user-sales-user-3afd7e6c-credentials"
+    )
     assert len(credentials_secret_name("x" * 253)) <= 253
 
 
@@ -258,5 +270,5 @@ def test_the_command_writes_the_file_and_refuses_before_writing(tmp_path: Path) 
     written = CliRunner().invoke(cli, [*base, "--cluster", "rabbitmq", "--namespace", "messaging"])
     assert written.exit_code == 0, written.output
     assert output.read_text() == topology_yaml(load_stack("dev"), "dev", CLUSTER)
-    stdout = CliRunner().invoke(cli, base[:-2] + ["--cluster", "rabbitmq", "--namespace", "messaging"])
+    stdout = CliRunner().invoke(cli, [*base[:-2], "--cluster", "rabbitmq", "--namespace", "messaging"])
     assert stdout.exit_code == 0 and stdout.output == output.read_text()
