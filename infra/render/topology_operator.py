@@ -11,15 +11,18 @@ kind whose controller sends the broker what the Pulumi provider sends (facts fro
   without a fraction, so integers reach the broker as integers up to 2**53 (beyond that is refused here).
   ``spec.type`` is not a separate property on the broker: rabbit-hole v3's ``DeclareQueue`` sets
   ``arguments["x-queue-type"]`` from it. The recording's ``x-queue-type`` argument is therefore written as
-  ``spec.type`` (the field the operator's webhook guards against updates) and the other arguments stay in
-  ``spec.arguments``; what the broker receives is the same. ``deletionPolicy`` (``api/v1beta1/queue_types.go``,
-  ``QueueSpec.DeletionPolicy``, enum delete/retain) is ``retain`` for every queue the program registers with
-  ``retainOnDelete`` (an endpoint's queues) and ``delete`` otherwise, as the Pulumi path does.
+  ``spec.type`` (the field the operator documents; its webhook, ``internal/webhook/v1beta1/queue_webhook.go``
+  ``ValidateUpdate``, refuses to change it, as it refuses changed arguments, durability and auto-delete) and the
+  other arguments stay in ``spec.arguments``; what the broker receives is the same. ``deletionPolicy``
+  (``api/v1beta1/queue_types.go`` ``QueueSpec.DeletionPolicy``, enum delete/retain, default delete) is ``retain``
+  for every queue the program registers with ``retainOnDelete`` (an endpoint's queues, and the delay levels it
+  also ``protect``s: the operator has nothing like ``protect``, ``retain`` is the nearest) and ``delete``
+  otherwise.
 - ``Exchange``, ``Binding``, ``Policy``, ``OperatorPolicy``, ``User``, ``Permission``, ``TopicPermission``: in
   v1.20.1 only ``Queue``, ``Vhost``, ``Federation`` and ``Shovel`` have a ``deletionPolicy``; deleting one of these
   custom resources deletes its object on the broker (``internal/controller/*_controller.go`` ``DeleteFunc``), which
-  is what the Pulumi program does for them too (it retains only queues). A resource of another kind that the
-  program retains is refused.
+  is what the Pulumi program does for them too (it retains and protects only queues). A resource of another kind
+  that the program retains or protects is refused.
 - Policies: ``internal/policy.go`` ``GeneratePolicy`` sends ``spec.definition`` as decoded JSON. The Pulumi provider
   (cyrilgdn/terraform-provider-rabbitmq v1.8.0 ``rabbitmq/resource_policy.go`` ``putPolicy``) turns every
   definition value that parses as an integer into one before it is sent, so the definition is written with those
@@ -31,7 +34,10 @@ kind whose controller sends the broker what the Pulumi provider sends (facts fro
   ``internal/user.go`` ``GenerateUserSettings``) and watches it for rotation. That Secret is not rendered: the
   password is the stack's secret, and a Secret without it would make the operator refuse the user ("neither
   passwordHash nor password is set") while a ``passwordHash: ""`` would create a user without a password. Its name
-  is ``credentials_secret_name``; the User carries annotations naming the user and the stack's password key.
+  is ``credentials_secret_name``; the User carries annotations naming the user and the stack's password key. The
+  operator hashes the password itself, with SHA-512 (``GenerateUserSettings``:
+  ``rabbithole.Base64EncodedSaltedPasswordHashSHA512``), where the Pulumi provider sends the password and the
+  broker hashes it with its default (SHA-256): the one difference between the users both make.
 - Grants: ``Permission`` and ``TopicPermission`` name the user by ``spec.user`` (as the program grants a name, not
   a resource); ``TopicPermissionSpec`` holds one exchange, so each of the program's topic permissions becomes one
   ``TopicPermission`` per exchange.
@@ -91,13 +97,15 @@ class ClusterReference:
 
 
 def object_name(pulumi_name: str) -> str:
-    """A resource's ``metadata.name``, from its Pulumi name: lower-cased, each run of characters outside
-    ``[a-z0-9.-]`` replaced by ``-``, leading and trailing ``-``/``.`` stripped. When that changed anything but the
-    case of nothing (i.e. the result is not the Pulumi name itself) or is longer than 253, the first 8 hex digits of
-    the SHA-256 of the Pulumi name are appended after a ``-`` (the part before cut to fit 253), so two Pulumi names
-    that differ only in case or in replaced characters get different names, and a name never depends on the other
-    resources: ``rabbitmq-shared-queues-error`` stays; ``rabbitmq-Billing-Billing`` ->
-    ``rabbitmq-billing-billing-<hash>``."""
+    """A resource's ``metadata.name`` (a DNS-1123 subdomain, unique per kind), from its Pulumi name: lower-cased,
+    each run of characters outside ``[a-z0-9.-]`` replaced by ``-``, leading and trailing ``-``/``.`` stripped. A
+    Pulumi name that is already such a name is kept as it is; any other (one that had to change, or is longer than
+    253) gets ``-`` and the first 8 hex digits of its SHA-256 appended, the part before cut to fit 253. So names
+    that differ only in case or in replaced characters (``Sales``/``sales``, ``a_b``/``a-b``) stay apart, and a
+    name depends on its own Pulumi name only, never on the other resources of the stack (a later render does not
+    rename a resource, which the operator would delete and declare again): ``rabbitmq-shared-queues-error`` stays;
+    ``rabbitmq-Billing-Billing`` -> ``rabbitmq-billing-billing-fe5dc8e9``. Two equal results are refused
+    (``_check_unique``)."""
     base = _OUTSIDE.sub("-", pulumi_name.lower()).strip("-.")
     if base == pulumi_name and len(base) <= MAX_NAME:
         return base
@@ -125,6 +133,12 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
     # the RabbitMQ provider's resources: another section's (SQS queues) are not the operator's to declare
     recorded = [r for r in record_stack(stack, stack=stack_name or "stack") if r.custom and r.type.startswith(_OWNER)]
     documents: list[dict[str, Any]] = []
+    kept = sorted(r.name for r in recorded if r.type != RABBITMQ_QUEUE and (r.retain_on_delete or r.protect))
+    if kept:
+        raise TopologyOperatorRenderError(
+            f"stack {stack_name!r} retains or protects {', '.join(kept)}: in the topology operator {OPERATOR_VERSION} "
+            "only a Queue has a deletionPolicy (deleting any other custom resource deletes its object)"
+        )
     for resource_type in _ORDER:  # each kind's in its names' order: the recording's order varies between runs
         for resource in sorted((r for r in recorded if r.type == resource_type), key=lambda r: r.name):
             for kind, name, spec, metadata in _KINDS[resource_type](resource, password_keys):

@@ -6,6 +6,7 @@ code: tests/engine/test_topology_operator.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -29,6 +30,7 @@ from nsb_delays.components.resource_types import (
 )
 from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
+from nsb_delays.infra.render import topology_operator
 from nsb_delays.infra.render.topology_operator import (
     API_VERSION,
     ClusterReference,
@@ -164,7 +166,7 @@ def crd_spec_schema(kind: str) -> dict[str, Any]:
     crd = yaml.safe_load((VENDOR / f"rabbitmq.com_{CRD_FILES[kind]}.yaml").read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
     assert crd["spec"]["names"]["kind"] == kind
-    return strict(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    return dict(strict(version["schema"]["openAPIV3Schema"]["properties"]["spec"]))
 
 
 def strict(schema: Any) -> Any:
@@ -272,3 +274,29 @@ def test_the_command_writes_the_file_and_refuses_before_writing(tmp_path: Path) 
     assert output.read_text() == topology_yaml(load_stack("dev"), "dev", CLUSTER)
     stdout = CliRunner().invoke(cli, [*base[:-2], "--cluster", "rabbitmq", "--namespace", "messaging"])
     assert stdout.exit_code == 0 and stdout.output == output.read_text()
+
+
+def test_a_recording_the_operator_cannot_keep_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exchange the program retains (only a Queue has a deletionPolicy in v1.20.1), and an integer the operator's
+    float64 decoding would change (beyond 2**53), are refused, naming the resource."""
+    config = load_stack("dev")
+    recorded = record_stack(config, stack="dev")
+
+    def changed(resource: RecordedResource) -> RecordedResource:
+        if resource.type == RABBITMQ_EXCHANGE and resource.inputs.get("name") == "error":
+            return dataclasses.replace(resource, retain_on_delete=True)
+        return resource
+
+    monkeypatch.setattr(topology_operator, "record_stack", lambda *_, **__: [changed(r) for r in recorded])
+    with pytest.raises(TopologyOperatorRenderError, match="retains or protects rabbitmq-shared-queues-error: "):
+        topology_documents(config, "dev", CLUSTER)
+
+    def huge(resource: RecordedResource) -> RecordedResource:
+        if resource.type == RABBITMQ_QUEUE and resource.inputs.get("name") == "nsb.v2.delay-level-00":
+            settings = {**resource.settings(), "argumentsJson": json.dumps({"x-message-ttl": 2**53 + 1})}
+            return dataclasses.replace(resource, inputs={**resource.inputs, "settings": settings})
+        return resource
+
+    monkeypatch.setattr(topology_operator, "record_stack", lambda *_, **__: [huge(r) for r in recorded])
+    with pytest.raises(TopologyOperatorRenderError, match=r"x-message-ttl = 9007199254740993 is beyond 2\*\*53"):
+        topology_documents(config, "dev", CLUSTER)
