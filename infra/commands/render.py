@@ -168,6 +168,7 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
         text = topology_yaml(config, stack, cluster)
     except TopologyOperatorRenderError as error:
         raise CommandError(f"format {TOPOLOGY_OPERATOR}: {error}") from None
+    note_sqs_left_out(config)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -176,6 +177,16 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
     except OSError as error:
         raise CommandError(f"-o {output}: {error.strerror or error}") from None
     click.echo(f"wrote {TOPOLOGY_OPERATOR} for stack {stack!r} to {output}", err=True)
+
+
+def note_sqs_left_out(config: StackConfig) -> None:
+    """A stack with an SQS section too: its queues are not the operator's, say so."""
+    if config.sqs is not None:
+        click.echo(
+            f"note: the nsb-delays:sqs section is not in the {TOPOLOGY_OPERATOR} file (the operator declares RabbitMQ "
+            "objects only): render it with --format cloudformation or terraform",
+            err=True,
+        )
 
 
 def load_for_output(stack: str, output: Path | None) -> StackConfig:
