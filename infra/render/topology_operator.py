@@ -77,6 +77,7 @@ ANNOTATION_PREFIX = "nsb-delays.io"
 MAX_NAME = 253  # a DNS-1123 subdomain: what metadata.name of a custom resource must be
 _HASH_LENGTH = 8
 _OUTSIDE = re.compile(r"[^a-z0-9.-]+")
+_DOTS = re.compile(r"[-.]*\.[-.]*")
 _OWNER = "rabbitmq:"
 _SAFE_INTEGER = 2**53  # a float64 holds every integer up to here: the operator decodes numbers into float64
 
@@ -98,7 +99,9 @@ class ClusterReference:
 
 def object_name(pulumi_name: str) -> str:
     """A resource's ``metadata.name`` (a DNS-1123 subdomain, unique per kind), from its Pulumi name: lower-cased,
-    each run of characters outside ``[a-z0-9.-]`` replaced by ``-``, leading and trailing ``-``/``.`` stripped. A
+    each run of characters outside ``[a-z0-9.-]`` replaced by ``-``, each run of ``-`` and ``.`` that holds a ``.``
+    made one ``.`` (a label neither empty nor starting or ending with ``-``), leading and trailing ``-``/``.``
+    stripped. A
     Pulumi name that is already such a name is kept as it is; any other (one that had to change, or is longer than
     253) gets ``-`` and the first 8 hex digits of its SHA-256 appended, the part before cut to fit 253. So names
     that differ only in case or in replaced characters (``Sales``/``sales``, ``a_b``/``a-b``) stay apart, and a
@@ -106,8 +109,8 @@ def object_name(pulumi_name: str) -> str:
     rename a resource, which the operator would delete and declare again): ``rabbitmq-shared-queues-error`` stays;
     ``rabbitmq-Billing-Billing`` -> ``rabbitmq-billing-billing-fe5dc8e9``. Two equal results are refused
     (``_check_unique``)."""
-    base = _OUTSIDE.sub("-", pulumi_name.lower()).strip("-.")
-    if base == pulumi_name and len(base) <= MAX_NAME:
+    base = _DOTS.sub(".", _OUTSIDE.sub("-", pulumi_name.lower())).strip("-.")
+    if base and base == pulumi_name and len(base) <= MAX_NAME:
         return base
     digest = hashlib.sha256(pulumi_name.encode()).hexdigest()[:_HASH_LENGTH]
     head = base[: MAX_NAME - _HASH_LENGTH - 1].rstrip("-.")
@@ -132,19 +135,12 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
     password_keys = {user.settings.user: user.password_key for user in stack.rabbitmq.users}
     # the RabbitMQ provider's resources: another section's (SQS queues) are not the operator's to declare
     recorded = [r for r in record_stack(stack, stack=stack_name or "stack") if r.custom and r.type.startswith(_OWNER)]
-    documents: list[dict[str, Any]] = []
     kept = sorted(r.name for r in recorded if r.type != RABBITMQ_QUEUE and (r.retain_on_delete or r.protect))
     if kept:
         raise TopologyOperatorRenderError(
             f"stack {stack_name!r} retains or protects {', '.join(kept)}: in the topology operator {OPERATOR_VERSION} "
             "only a Queue has a deletionPolicy (deleting any other custom resource deletes its object)"
         )
-    for resource_type in _ORDER:  # each kind's in its names' order: the recording's order varies between runs
-        for resource in sorted((r for r in recorded if r.type == resource_type), key=lambda r: r.name):
-            for kind, name, spec, metadata in _KINDS[resource_type](resource, password_keys):
-                spec["rabbitmqClusterReference"] = cluster.spec()
-                documents.append({"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name, **metadata},
-                                  "spec": spec})  # fmt: skip
     others = sorted({r.type for r in recorded} - set(_KINDS))
     if others:
         raise TopologyOperatorRenderError(
@@ -152,6 +148,13 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
             f"kind for {'them' if len(others) > 1 else 'it'} (only RabbitMQ queues, exchanges, bindings, policies, "
             "operator policies, users and grants are rendered)"
         )
+    documents: list[dict[str, Any]] = []
+    for resource_type in _ORDER:  # each kind's in its names' order: the recording's order varies between runs
+        for resource in sorted((r for r in recorded if r.type == resource_type), key=lambda r: r.name):
+            for kind, name, spec, metadata in _KINDS[resource_type](resource, password_keys):
+                spec["rabbitmqClusterReference"] = cluster.spec()
+                documents.append({"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name, **metadata},
+                                  "spec": spec})  # fmt: skip
     _check_unique(documents)
     return documents
 

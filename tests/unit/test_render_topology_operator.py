@@ -17,6 +17,8 @@ import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nsb_delays.components.recording import RecordedResource
 from nsb_delays.components.resource_types import (
@@ -225,7 +227,8 @@ def test_object_names_keep_a_valid_name_and_hash_a_changed_one() -> None:
     assert object_name("rabbitmq-delays-v2-nsb.v2.delay-level-27") == "rabbitmq-delays-v2-nsb.v2.delay-level-27"
     assert re.fullmatch(r"rabbitmq-billing-billing-[0-9a-f]{8}", object_name("rabbitmq-Billing-Billing"))
     # names that would be equal once lower-cased or once their other characters are replaced are not
-    colliding = ["Sales", "sales", "SALES", "a_b", "a-b", "a b", "a/b", "a.b", "_a", "a", "-a-", "a__b", "a_-b"]
+    colliding = ["Sales", "sales", "SALES", "a_b", "a-b", "a b", "a/b", "a.b", "_a", "a", "-a-", "a__b", "a_-b",
+                 "a..b", "a.-b", "a-.b", "a._b", ".a"]  # fmt: skip
     made = [object_name(name) for name in colliding]
     assert len(set(made)) == len(colliding), made
     for name in [*made, object_name("_" * 10), object_name("x" * 300), object_name("Y" * 300), object_name("é")]:
@@ -301,3 +304,10 @@ def test_a_recording_the_operator_cannot_keep_is_refused(monkeypatch: pytest.Mon
     monkeypatch.setattr(topology_operator, "record_stack", lambda *_, **__: [huge(r) for r in recorded])
     with pytest.raises(TopologyOperatorRenderError, match=r"x-message-ttl = 9007199254740993 is beyond 2\*\*53"):
         topology_documents(config, "dev", CLUSTER)
+
+
+@given(st.text(max_size=300))
+def test_any_pulumi_name_makes_a_valid_name(pulumi_name: str) -> None:
+    name = object_name(pulumi_name)
+    assert len(name) <= 253 and SUBDOMAIN.match(name), (pulumi_name, name)
+    assert object_name(name) == name  # a valid name is kept
