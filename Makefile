@@ -41,10 +41,10 @@ ENGINE := $(or $(NSB_ENGINE_DIR),$(CURDIR)/.cache/engine)
 export NSB_ENGINE_DIR := $(ENGINE)
 
 .PHONY: mypy-path setup system-packages demo-packages rabbitmq4-root rabbitmq43-root engine engine-hosts engine-provider \
-  opentofu actionlint demo demo-setup test unit scale lint bench docs clean
+  opentofu topology-operator actionlint demo demo-setup test unit scale lint bench docs clean
 
 setup: system-packages rabbitmq4-root rabbitmq43-root $(STAMP) $(NODE_STAMP) $(EXECUTOR_STAMP) $(CONNECT_STAMP) engine opentofu \
-  actionlint mypy-path
+  topology-operator actionlint mypy-path
 
 engine: $(STAMP)
 	@$(STEP) engine bash tools/engine/build.sh $(PY)
@@ -61,6 +61,13 @@ engine-provider: $(STAMP) engine-hosts
 export NSB_TOFU_DIR := $(or $(NSB_TOFU_DIR),$(CURDIR)/.cache/opentofu)
 opentofu:
 	@$(STEP) opentofu bash tools/opentofu/build.sh
+
+# nsb-apply: the RabbitMQ Messaging Topology Operator's own code (v1.20.1) declaring a rendered manifest on a broker
+# (tools/topology-operator/build.sh), for the tests of `render --format topology-operator`: not the demo's. Rebuilt
+# only when the version or its main.go changes; NSB_OPERATOR_DIR=DIR shares one build between checkouts.
+export NSB_OPERATOR_DIR := $(or $(NSB_OPERATOR_DIR),$(CURDIR)/.cache/topology-operator)
+topology-operator:
+	@$(STEP) topology-operator bash tools/topology-operator/build.sh
 
 # actionlint for the GitHub Actions workflow init writes (tests/packaging/test_ci_templates.py), built from the Go
 # module pinned in tools/actionlint/ into $(NSB_ACTIONLINT_DIR)/bin, rebuilt only when the pin changes (its build.sh).

@@ -15,6 +15,12 @@ from nsb_delays.infra.render.terraform import (
     terraform_module,
     write_module,
 )
+from nsb_delays.infra.render.topology_operator import (
+    OPERATOR_VERSION,
+    ClusterReference,
+    TopologyOperatorRenderError,
+    topology_yaml,
+)
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
 
 from .errors import CommandError
@@ -42,10 +48,19 @@ DIRECTORY_FORMATS = {
     "providers' resources, each as the Pulumi program declares it"
 }
 
+TOPOLOGY_OPERATOR = "topology-operator"
+"""The format that needs a cluster reference: ``infra/render/topology_operator.py``."""
+
+CLUSTER_FORMATS = {
+    TOPOLOGY_OPERATOR: f"RabbitMQ Messaging Topology Operator {OPERATOR_VERSION} custom resources (multi-document "
+    "YAML) of the stack's RabbitMQ objects, in the RabbitmqCluster --cluster names"
+}
+
 FORMATS_HELP = "; ".join(
     [
         *(f"{name}: {spec.description}" for name, spec in FORMATS.items()),
         *(f"{n}: {d}" for n, d in DIRECTORY_FORMATS.items()),
+        *(f"{n}: {d}" for n, d in CLUSTER_FORMATS.items()),
     ]
 )
 
@@ -55,18 +70,38 @@ FORMATS_HELP = "; ".join(
 @click.option(
     "--format",
     "format_name",
-    type=click.Choice([*FORMATS, *DIRECTORY_FORMATS]),
+    type=click.Choice([*FORMATS, *DIRECTORY_FORMATS, *CLUSTER_FORMATS]),
     required=True,
     help="What to render (each format is described above).",
 )
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout; a directory for terraform)."
 )
+@click.option(
+    "--cluster",
+    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster (its metadata.name) every resource is declared in.",
+)
+@click.option(
+    "--namespace",
+    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster's namespace (default: each resource's own).",
+)
 @passwords_option(
     f"{PASSWORDS_FORMAT} then carries the users (password hashes as RabbitMQ computes them). Without it the file "
     "has their permissions but not the users."
 )
-def render_command(stack: str, format_name: str, output: Path | None, passwords_file: Path | None) -> None:
+def render_command(
+    stack: str,
+    format_name: str,
+    output: Path | None,
+    cluster: str | None,
+    namespace: str | None,
+    passwords_file: Path | None,
+) -> None:
+    if format_name in CLUSTER_FORMATS:
+        render_topology(stack, output, ClusterReference(cluster or "", namespace or None), passwords_file)
+        return
+    if cluster is not None or namespace is not None:
+        raise CommandError(f"--cluster and --namespace apply only to --format {TOPOLOGY_OPERATOR}")
     if format_name in DIRECTORY_FORMATS:
         render_module(stack, output, passwords_file)
         return
@@ -118,6 +153,47 @@ def render_module(stack: str, output: Path | None, passwords_file: Path | None) 
     if dropped:
         click.echo(
             f"kept on the broker, out of the module: {', '.join(dropped)} (removed blocks, destroy = false)", err=True
+        )
+
+
+def render_topology(stack: str, output: Path | None, cluster: ClusterReference, passwords_file: Path | None) -> None:
+    """``--format topology-operator --cluster NAME [-o FILE]``: refused before anything is written without a
+    cluster name (the stack has no key for it: the CLI option is its one source)."""
+    problems = [
+        *([f"--format {TOPOLOGY_OPERATOR} needs the RabbitmqCluster its resources are declared in: give --cluster "
+           "NAME (no stack key sets it)"] if not cluster.name else []),
+        *([f"--passwords applies only to --format {PASSWORDS_FORMAT}: a User imports its password from a "
+           "Kubernetes Secret"] if passwords_file is not None else []),
+        *([problem] if output is not None and (problem := output_problem(output)) else []),
+    ]  # fmt: skip
+    try:
+        config = load_stack(stack)
+    except ConfigError as error:
+        raise CommandError([str(error), *problems]) from None
+    if problems:
+        raise CommandError(problems)
+    try:
+        text = topology_yaml(config, stack, cluster)
+    except TopologyOperatorRenderError as error:
+        raise CommandError(f"format {TOPOLOGY_OPERATOR}: {error}") from None
+    note_sqs_left_out(config)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as error:
+        raise CommandError(f"-o {output}: {error.strerror or error}") from None
+    click.echo(f"wrote {TOPOLOGY_OPERATOR} for stack {stack!r} to {output}", err=True)
+
+
+def note_sqs_left_out(config: StackConfig) -> None:
+    """A stack with an SQS section too: its queues are not the operator's, say so."""
+    if config.sqs is not None:
+        click.echo(
+            f"note: the nsb-delays:sqs section is not in the {TOPOLOGY_OPERATOR} file (the operator declares RabbitMQ "
+            "objects only): render it with --format cloudformation or terraform",
+            err=True,
         )
 
 
