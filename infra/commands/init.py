@@ -20,6 +20,9 @@ Not a ``pulumi new`` template: Pulumi lays down a template's files replacing onl
 a stack's config from the template's ``config:`` values without comments, so it can neither pin the installed
 version nor explain each key, nor validate the endpoints before anything is written.
 
+``--tool opentofu`` writes a repository OpenTofu owns instead (``init_opentofu.py``): the same stack file, the module
+``nsb-delays render --format terraform`` writes, and pipelines that run ``tofu`` where these run ``pulumi``.
+
 Everything is checked before the first file is written; a refusal writes nothing.
 """
 
@@ -63,6 +66,9 @@ GITLAB_CI = ".gitlab-ci.yml"
 POLICY_PACK_DIR = "policies"
 PROGRAM_VIRTUALENV = "venv"
 TEMPLATES = {GITHUB_WORKFLOW: "init-github-workflow.yml.j2", GITLAB_CI: "init-gitlab-ci.yml.j2"}
+PULUMI = "pulumi"
+OPENTOFU = "opentofu"
+TOOLS = (PULUMI, OPENTOFU)
 DEFAULT_STACK = "prod"
 DEFAULT_MANAGEMENT_URL = "http://127.0.0.1:15672"
 COMMENT_WIDTH = 110
@@ -127,6 +133,7 @@ class InitSettings:
     management_url: str
     username: str | None
     section: dict[str, object]  # nsb-delays:rabbitmq, as the stack file holds it
+    tool: str = PULUMI
 
     @property
     def stack_short_name(self) -> str:
@@ -150,20 +157,26 @@ def scalar(value: object) -> str:
     return json.dumps(value)
 
 
-def stack_file_text(settings: InitSettings) -> str:
-    """``Pulumi.<stack>.yaml``: each key under its documentation, in the declaration's words."""
+def stack_file_text(
+    settings: InitSettings, header: tuple[str, ...] | None = None, key_docs: dict[str, str] = PROVIDER_KEY_DOCS
+) -> str:
+    """``Pulumi.<stack>.yaml``: each key under its documentation, in the declaration's words (below ``header``,
+    comment lines; by default the Pulumi project's)."""
     keys = config_keys()[RABBITMQ]
-    lines = [
+    header = header or (
         f"# The stack {settings.stack!r}, written by `nsb-delays init`; every key and its default: the configuration",
         "# reference of the nsb-delays documentation. Credentials are not stored here in plain text:",
         "#   pulumi config set --secret rabbitmq:password <password>",
+    )
+    lines = [
+        *header,
         "config:",
-        comment(PROVIDER_KEY_DOCS["rabbitmq:endpoint"], "  "),
+        comment(key_docs["rabbitmq:endpoint"], "  "),
         f"  rabbitmq:endpoint: {scalar(settings.management_url)}",
     ]
     if settings.username is not None:
         lines += [
-            comment(PROVIDER_KEY_DOCS["rabbitmq:username"], "  "),
+            comment(key_docs["rabbitmq:username"], "  "),
             f"  rabbitmq:username: {scalar(settings.username)}",
         ]
     lines.append(f"  {NAMESPACE}:rabbitmq:")
@@ -177,9 +190,15 @@ def stack_file_text(settings: InitSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pipeline_text(template: str, settings: InitSettings) -> str:
+def pipeline_text(template: str, settings: InitSettings, **extra: object) -> str:
+    """A pipeline from its template (the steps both tools share: macros of ``init-ci-steps.j2``, hence
+    ``trim_blocks``: a line that is only a block tag leaves nothing)."""
     environment = Environment(
-        loader=FileSystemLoader(TEMPLATE_DIR), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+        loader=FileSystemLoader(TEMPLATE_DIR),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        autoescape=False,
     )
     return environment.get_template(template).render(
         stack=settings.stack,
@@ -187,6 +206,7 @@ def pipeline_text(template: str, settings: InitSettings) -> str:
         environment=settings.stack_short_name,
         virtualenv=PROGRAM_VIRTUALENV,
         pack=POLICY_PACK_DIR,
+        **extra,
     )
 
 
