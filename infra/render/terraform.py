@@ -151,7 +151,7 @@ class _Module:
             if target.address not in referenced
         ]
         if later:
-            body["depends_on"] = list(dict.fromkeys(later))
+            body["depends_on"] = sorted(set(later))
         if recorded.protect:
             body["lifecycle"] = {"prevent_destroy": True}
         return body
@@ -281,7 +281,11 @@ def _files(stack: StackConfig, recorded: list[RecordedResource]) -> dict[str, st
         }
         files["variables.tf.json"] = _json({"variable": variables})
     for prefix, file_name in (("rabbitmq:", "rabbitmq.tf.json"), ("aws:", "sqs.tf.json")):
-        chosen = [r for r in module.resources.values() if r.recorded.type.startswith(prefix)]
+        # in address order: the program registers resources concurrently, in an order that varies from run to run,
+        # and a render of an unchanged stack is the same text (the pipelines compare it with the committed module)
+        chosen = sorted(
+            (r for r in module.resources.values() if r.recorded.type.startswith(prefix)), key=lambda r: r.address
+        )
         if chosen:
             resources: dict[str, dict[str, Any]] = {}
             for resource in chosen:
