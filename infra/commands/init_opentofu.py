@@ -64,7 +64,8 @@ TOFU_VERSION = "1.10.6"
 ``OPENTOFU_VERSION``; tests/unit/test_init_opentofu.py keeps them equal)."""
 TEMPLATES = {GITHUB_WORKFLOW: "init-opentofu-github-workflow.yml.j2", GITLAB_CI: "init-opentofu-gitlab-ci.yml.j2"}
 ENDPOINT_COMMAND = (
-    'python -c \'import os, yaml; print(yaml.safe_load(open(os.environ["STACK_FILE"]))["config"]["rabbitmq:endpoint"])\''
+    "python -c 'import os, yaml; "
+    'print(yaml.safe_load(open(os.environ["STACK_FILE"]))["config"]["rabbitmq:endpoint"])\''
 )
 """The stack file's ``rabbitmq:endpoint``, printed: the provider's ``RABBITMQ_ENDPOINT`` in the pipelines (PyYAML is
 a dependency of nsb-delays, in the virtualenv)."""
@@ -72,8 +73,8 @@ a dependency of nsb-delays, in the virtualenv)."""
 KEY_DOCS = {
     "rabbitmq:endpoint": "The broker's management API (http[s]://host:15672): the pipelines give it to the OpenTofu "
     "provider as RABBITMQ_ENDPOINT, and `nsb-delays verify` and `nsb-delays preflight` read it.",
-    "rabbitmq:username": "The management user `nsb-delays verify` and `nsb-delays preflight` log in as (RABBITMQ_USERNAME "
-    "overrides it, and is the provider's user). Its password: RABBITMQ_PASSWORD in the environment.",
+    "rabbitmq:username": "The management user `nsb-delays verify` and `nsb-delays preflight` log in as "
+    "(RABBITMQ_USERNAME overrides it, and is the provider's user). Its password: RABBITMQ_PASSWORD in the environment.",
 }
 
 REQUIREMENTS = """\
@@ -83,15 +84,15 @@ REQUIREMENTS = """\
 {requirement}
 """
 
-BACKEND = f"""\
+BACKEND = """\
 # Where OpenTofu keeps the state of this module, written by `nsb-delays init --tool opentofu`. Not part of the render:
 # `nsb-delays render` leaves this file alone. The http backend reads its settings from the environment: TF_HTTP_ADDRESS,
 # TF_HTTP_LOCK_ADDRESS, TF_HTTP_UNLOCK_ADDRESS, TF_HTTP_USERNAME, TF_HTTP_PASSWORD (.gitlab-ci.yml points them at
 # GitLab's managed state; .github/workflows/nsb-delays.yml takes them from the repository's variables and secrets).
 # For another backend (s3, gcs, azurerm, …), replace the block, and the pipelines' TF_HTTP_* settings.
-terraform {{
-  backend "http" {{}}
-}}
+terraform {
+  backend "http" {}
+}
 """
 
 GITIGNORE = f"""\
