@@ -114,7 +114,7 @@ def test_the_github_workflow_checks_compares_the_render_plans_then_applies_verif
     assert not any(PULUMI_COMMAND.search(line) for line in run_lines(review["steps"] + deploy["steps"]))
     compare = [
         'nsb-delays render --stack "$STACK" --format terraform -o "$MODULE"',
-        'git add --intent-to-add -- "$MODULE"',
+        'git add --intent-to-add -- "$MODULE"/*.tf.json',
     ]
     review_lines = run_lines(review["steps"])
     assert review_lines[-5:-3] == compare and review_lines[-3].startswith('git diff --exit-code -- "$MODULE" ||')
