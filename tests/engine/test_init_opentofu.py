@@ -3,7 +3,9 @@ GitHub workflow run step by step (tests/consumer/pipelines.py) as the runner wou
 provider from the filesystem mirror (tests/engine/test_terraform_module.py's ``opentofu``), the state kept by the
 module's own ``backend.tf`` (the http backend) in a state server of the test's: the render equals the committed
 module, ``tofu apply`` creates the topology, ``nsb-delays verify`` finds no drift and ``nsb-delays preflight`` passes;
-the job run again applies nothing (the state persisted).
+the job run again applies nothing (the state persisted). Then an endpoint dropped from the stack file: committed
+without its render, the job stops before tofu; rendered and committed, the review job plans and the deploy job
+applies, and the dropped endpoint's queue stays on the broker (the render's ``removed`` blocks).
 
 What stands in for the runner's machine: the test's interpreter is the job's ``python`` and ``nsb-delays`` (the
 package is not on an index: the install step is left out), the mirror's ``tofu`` is ``setup-opentofu``'s."""
@@ -11,6 +13,7 @@ package is not on an index: the install step is left out), the mirror's ``tofu``
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -62,7 +65,7 @@ class StateHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the test reads the job's output
         pass
 
 
@@ -159,3 +162,24 @@ def test_the_deploy_job_init_wrote_applies_the_module_verifies_and_preflights(
     assert "0 added, 0 changed, 0 destroyed" in step_output(again, "tofu apply") or "No changes." in step_output(
         again, "tofu apply"
     ), step_output(again, "tofu apply")
+
+    stack_file = checkout / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text().replace('      - "Billing"\n', ""))
+    git(checkout, "commit", "--quiet", "--all", "--message", "Billing retired, the module not rendered")
+    stale = run_github_job(workflow, "deploy", checkout, env, contexts)
+    assert stale.failed is not None and stale.failed.name == "module/ is the render of the stack file", stale.explain()
+    assert "module/ is not the render of Pulumi.prod.yaml" in stale.failed.output
+    git(checkout, "checkout", "--quiet", "--", "module")
+    result = CliRunner().invoke(cli, ["render", "--stack", str(stack_file), "--format", "terraform", "-o",
+                                      str(checkout / "module")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    git(checkout, "add", "--all", "module")
+    git(checkout, "commit", "--quiet", "--message", "the module rendered")
+    review = succeeded(
+        run_github_job(workflow, "review", checkout, env, contexts | {"github.event.pull_request.number": "1"})
+    )
+    plan = re.sub(r"\x1b\[[0-9;]*m", "", step_output(review, "tofu plan"))
+    assert "rabbitmq_queue.rabbitmq-Billing-Billing will be removed from the OpenTofu state but will not be" in plan
+    assert "1 to forget." in plan, plan
+    succeeded(run_github_job(workflow, "deploy", checkout, env, contexts))
+    assert "Billing" in {queue["name"] for queue in management.queues(vhost)}
