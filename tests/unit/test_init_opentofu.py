@@ -117,8 +117,9 @@ def test_the_github_workflow_checks_compares_the_render_plans_then_applies_verif
         'git add --intent-to-add -- "$MODULE"/*.tf.json',
     ]
     review_lines = run_lines(review["steps"])
-    assert review_lines[-5:-3] == compare and review_lines[-3].startswith('git diff --exit-code -- "$MODULE" ||')
-    assert review_lines[-6].startswith("nsb-delays check --stack")
+    at = review_lines.index(compare[0])
+    assert review_lines[at : at + 3] == [*compare, 'if ! git diff --exit-code -- "$MODULE"; then']
+    assert review_lines[at - 1].startswith("nsb-delays check --stack")
     assert review_lines[-2:] == ['tofu -chdir="$MODULE" init -input=false', 'tofu -chdir="$MODULE" plan -input=false']
     deploy_lines = run_lines(deploy["steps"])
     assert deploy_lines[-4:] == [
@@ -127,7 +128,7 @@ def test_the_github_workflow_checks_compares_the_render_plans_then_applies_verif
         'nsb-delays verify --stack "$STACK"',
         'nsb-delays preflight --stack "$STACK"',
     ]
-    assert any(line.startswith('git diff --exit-code -- "$MODULE" ||') for line in deploy_lines)
+    assert 'if ! git diff --exit-code -- "$MODULE"; then' in deploy_lines
     assert deploy["concurrency"]["cancel-in-progress"] is False
 
 
