@@ -10,6 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -20,6 +21,10 @@ from nsb_delays.infra.render.terraform import MANIFEST, REMOVED_FILE, terraform_
 from nsb_delays.stack.config import load_stack, parse_stack_config
 
 PROJECT = Path(__file__).resolve().parents[2]
+CI_TEMPLATES = {
+    init_command.GITHUB_WORKFLOW: PROJECT / "docs/how-to/ci-pipelines/opentofu/github/nsb-delays.yml",
+    init_command.GITLAB_CI: PROJECT / "docs/how-to/ci-pipelines/opentofu/gitlab/.gitlab-ci.yml",
+}
 PINNED = f"nsb-delays=={version('nsb-delays')}"
 PULUMI_COMMAND = re.compile(r"\bpulumi (up|preview|stack|config|install|new)\b|--policy-pack")
 
@@ -171,3 +176,15 @@ def test_the_pipelines_install_the_opentofu_the_engine_tests_apply_with() -> Non
 def test_the_tool_option_is_documented_and_pulumi_is_the_default() -> None:
     result = CliRunner().invoke(cli, ["init", "--help"], terminal_width=10_000)
     assert "--tool [pulumi|opentofu]" in result.output and "[default: pulumi]" in result.output
+
+
+@pytest.mark.parametrize("path", list(CI_TEMPLATES))
+def test_the_pipelines_the_how_to_shows_are_what_init_writes(path: str, tmp_path: Path) -> None:
+    """docs/how-to/without-pulumi.md embeds docs/how-to/ci-pipelines/opentofu/: init's output for the default stack,
+    regenerated with `nsb-delays init --tool opentofu DIR` and copied."""
+    init(tmp_path)
+    assert CI_TEMPLATES[path].read_text() == (tmp_path / path).read_text(), (
+        f"regenerate {CI_TEMPLATES[path].relative_to(PROJECT)}: nsb-delays init --tool opentofu /tmp/x && cp /tmp/x/{path} …"
+    )
+    page = (PROJECT / "docs/how-to/without-pulumi.md").read_text()
+    assert f'--8<-- "{CI_TEMPLATES[path].relative_to(PROJECT)}"' in page
