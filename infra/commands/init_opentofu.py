@@ -200,7 +200,7 @@ def next_steps(settings: InitSettings) -> str:
     return (
         "next:\n"
         f"  python -m venv {PROGRAM_VIRTUALENV} && {PROGRAM_VIRTUALENV}/bin/pip install -r requirements.txt\n"
-        "  export RABBITMQ_ENDPOINT=<management URL> RABBITMQ_USERNAME=<user> RABBITMQ_PASSWORD=<password>\n"
+        f"  export RABBITMQ_ENDPOINT={settings.management_url} RABBITMQ_USERNAME=<user> RABBITMQ_PASSWORD=<password>\n"
         f"  export TF_HTTP_ADDRESS=<state URL> … (the state: {MODULE_DIR}/{BACKEND_FILE})\n"
         f"  tofu -chdir={MODULE_DIR} init && tofu -chdir={MODULE_DIR} apply\n"
         f"  nsb-delays verify --stack {stack}\n"
