@@ -20,6 +20,9 @@ Not a ``pulumi new`` template: Pulumi lays down a template's files replacing onl
 a stack's config from the template's ``config:`` values without comments, so it can neither pin the installed
 version nor explain each key, nor validate the endpoints before anything is written.
 
+``--tool opentofu`` writes a repository OpenTofu owns instead (``init_opentofu.py``): the same stack file, the module
+``nsb-delays render --format terraform`` writes, and pipelines that run ``tofu`` where these run ``pulumi``.
+
 Everything is checked before the first file is written; a refusal writes nothing.
 """
 
@@ -63,6 +66,9 @@ GITLAB_CI = ".gitlab-ci.yml"
 POLICY_PACK_DIR = "policies"
 PROGRAM_VIRTUALENV = "venv"
 TEMPLATES = {GITHUB_WORKFLOW: "init-github-workflow.yml.j2", GITLAB_CI: "init-gitlab-ci.yml.j2"}
+PULUMI = "pulumi"
+OPENTOFU = "opentofu"
+TOOLS = (PULUMI, OPENTOFU)
 DEFAULT_STACK = "prod"
 DEFAULT_MANAGEMENT_URL = "http://127.0.0.1:15672"
 COMMENT_WIDTH = 110
@@ -127,6 +133,7 @@ class InitSettings:
     management_url: str
     username: str | None
     section: dict[str, object]  # nsb-delays:rabbitmq, as the stack file holds it
+    tool: str = PULUMI
 
     @property
     def stack_short_name(self) -> str:
@@ -150,20 +157,26 @@ def scalar(value: object) -> str:
     return json.dumps(value)
 
 
-def stack_file_text(settings: InitSettings) -> str:
-    """``Pulumi.<stack>.yaml``: each key under its documentation, in the declaration's words."""
+def stack_file_text(
+    settings: InitSettings, header: tuple[str, ...] | None = None, key_docs: dict[str, str] = PROVIDER_KEY_DOCS
+) -> str:
+    """``Pulumi.<stack>.yaml``: each key under its documentation, in the declaration's words (below ``header``,
+    comment lines; by default the Pulumi project's)."""
     keys = config_keys()[RABBITMQ]
-    lines = [
+    header = header or (
         f"# The stack {settings.stack!r}, written by `nsb-delays init`; every key and its default: the configuration",
         "# reference of the nsb-delays documentation. Credentials are not stored here in plain text:",
         "#   pulumi config set --secret rabbitmq:password <password>",
+    )
+    lines = [
+        *header,
         "config:",
-        comment(PROVIDER_KEY_DOCS["rabbitmq:endpoint"], "  "),
+        comment(key_docs["rabbitmq:endpoint"], "  "),
         f"  rabbitmq:endpoint: {scalar(settings.management_url)}",
     ]
     if settings.username is not None:
         lines += [
-            comment(PROVIDER_KEY_DOCS["rabbitmq:username"], "  "),
+            comment(key_docs["rabbitmq:username"], "  "),
             f"  rabbitmq:username: {scalar(settings.username)}",
         ]
     lines.append(f"  {NAMESPACE}:rabbitmq:")
@@ -177,9 +190,15 @@ def stack_file_text(settings: InitSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pipeline_text(template: str, settings: InitSettings) -> str:
+def pipeline_text(template: str, settings: InitSettings, **extra: object) -> str:
+    """A pipeline from its template (the steps both tools share: macros of ``init-ci-steps.j2``, hence
+    ``trim_blocks``: a line that is only a block tag leaves nothing)."""
     environment = Environment(
-        loader=FileSystemLoader(TEMPLATE_DIR), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+        loader=FileSystemLoader(TEMPLATE_DIR),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        autoescape=False,
     )
     return environment.get_template(template).render(
         stack=settings.stack,
@@ -187,6 +206,7 @@ def pipeline_text(template: str, settings: InitSettings) -> str:
         environment=settings.stack_short_name,
         virtualenv=PROGRAM_VIRTUALENV,
         pack=POLICY_PACK_DIR,
+        **extra,
     )
 
 
@@ -242,13 +262,13 @@ def check_directory(directory: Path, files: dict[str, str], force: bool) -> None
         raise refuse(f"cannot write DIR {directory}: {existing} is not writable (permission denied)")
 
 
-def write_files(directory: Path, files: dict[str, str]) -> None:
+def write_files(directory: Path, files: dict[str, str], executables: tuple[str, ...] = EXECUTABLES) -> None:
     try:
         for name, text in files.items():
             path = directory / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        for name in EXECUTABLES:
+        for name in executables:
             (directory / name).chmod(0o755)
     except OSError as error:  # checked before: a race or a file system that refuses late
         raise CommandError(f"cannot write {error.filename}: {error.strerror}", exit_code=EXIT_BAD_INPUT) from None
@@ -267,9 +287,13 @@ def validated(
     routing_topology: str,
     queue_type: str,
     endpoints: tuple[str, ...],
+    tool: str = PULUMI,
 ) -> InitSettings:
-    """The flags as ``InitSettings``, or one refusal naming every problem (the stack config's own checks)."""
-    problems: list[str] = []
+    """The flags as ``InitSettings``, or one refusal naming every problem (the stack config's own checks; for
+    ``--tool opentofu`` the options only a Pulumi project has, ``init_opentofu.opentofu_problems``)."""
+    from .init_opentofu import opentofu_problems  # it builds on this module: imported when used
+
+    problems: list[str] = opentofu_problems(stack, project) if tool == OPENTOFU else []
     parts = stack.split("/")
     if not 1 <= len(parts) <= 3 or not all(NAME_PATTERN.fullmatch(part) for part in parts):
         problems.append(
@@ -277,7 +301,7 @@ def validated(
             "'org/project/'"
         )
     name = project if project is not None else re.sub(r"[^A-Za-z0-9_.-]", "-", directory.resolve().name) or "nsb-delays"
-    if not NAME_PATTERN.fullmatch(name):
+    if not NAME_PATTERN.fullmatch(name) and tool == PULUMI:
         problems.append(f"--project {name!r}: a Pulumi project name is letters, digits, '-', '_' and '.'")
     requirement = f"{DISTRIBUTION}=={version(DISTRIBUTION)}" if requirement is None else requirement.strip()
     if not requirement or "\n" in requirement:
@@ -298,7 +322,7 @@ def validated(
         problems += error.problems
     if problems:
         raise refuse("; ".join(problems) if len(problems) == 1 else "\n  - ".join(["bad input:", *problems]))
-    return InitSettings(stack, name, requirement, management_url, username, section)
+    return InitSettings(stack, name, requirement, management_url, username, section, tool)
 
 
 def setting_option(settings_type: type[Any], name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -353,6 +377,14 @@ def setting_option(settings_type: type[Any], name: str) -> Callable[[Callable[..
     "wheel's path for an unpublished build).",
 )
 @click.option("--force", is_flag=True, help="Write into a DIR that is not empty (the project's files are replaced).")
+@click.option(
+    "--tool",
+    type=click.Choice(TOOLS),
+    default=PULUMI,
+    show_default=True,
+    help="What deploys the stack: a Pulumi project, or an OpenTofu/Terraform root module rendered from the stack "
+    "file into module/ (as `nsb-delays render --format terraform`), with pipelines that run tofu.",
+)
 def init(
     directory: Path,
     stack: str,
@@ -366,9 +398,12 @@ def init(
     endpoints: tuple[str, ...],
     requirement: str | None,
     force: bool,
+    tool: str,
 ) -> None:
     """Write a Pulumi project into DIR (default: here) that runs this installed package: Pulumi.yaml, __main__.py,
-    requirements.txt, the stack file, the policy pack and the GitHub Actions and GitLab pipelines."""
+    requirements.txt, the stack file, the policy pack and the GitHub Actions and GitLab pipelines. With --tool
+    opentofu: the stack file, requirements.txt, the OpenTofu module of the stack in module/ and pipelines that run
+    tofu."""
     settings = validated(
         directory=directory,
         stack=stack,
@@ -381,7 +416,13 @@ def init(
         routing_topology=routing_topology,
         queue_type=queue_type,
         endpoints=endpoints,
+        tool=tool,
     )
+    if tool == OPENTOFU:
+        from .init_opentofu import init_opentofu  # it builds on this module: imported when used
+
+        init_opentofu(directory, settings, force)
+        return
     files = project_files(settings)
     check_directory(directory, files, force)
     write_files(directory, files)

@@ -166,7 +166,7 @@ class _Module:
         if resource.type == SQS_QUEUE:
             body = self.explicit_sqs(resource, body)
         if later:
-            body["depends_on"] = sorted(set(later))  # sorted, as the resources are: a render is the same each time
+            body["depends_on"] = sorted(set(later))
         if recorded.protect:
             body["lifecycle"] = {"prevent_destroy": True}
         return body
@@ -375,7 +375,8 @@ def _files(stack: StackConfig, module: _Module) -> dict[str, str]:
         }
         files["variables.tf.json"] = _json({"variable": variables})
     for prefix, file_name in (("rabbitmq:", "rabbitmq.tf.json"), ("aws:", "sqs.tf.json")):
-        # by address: the program registers resources concurrently, in an order that varies from run to run
+        # in address order: the program registers resources concurrently, in an order that varies from run to run,
+        # and a render of an unchanged stack is the same text (the pipelines compare it with the committed module)
         chosen = sorted(
             (r for r in module.resources.values() if r.recorded.type.startswith(prefix)), key=lambda r: r.address
         )

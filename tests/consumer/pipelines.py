@@ -4,7 +4,8 @@ steps, in order, in a checkout of the repository, the way the CI would run them.
 GitHub Actions: a job's ``steps[*].run`` with ``bash --noprofile --norc -eo pipefail`` (GitHub's default shell on
 Linux runners), the environment of the workflow, the job and the step, ``${{ … }}`` resolved from the test's
 ``contexts`` (``secrets.X``, ``vars.X``, ``github.event.before``: a missing secret or variable is the empty string,
-as on GitHub), ``GITHUB_PATH`` and ``GITHUB_STEP_SUMMARY`` as files. ``uses:`` steps are skipped with the reason
+as on GitHub), ``GITHUB_PATH``, ``GITHUB_ENV`` (``NAME=value`` lines, for the steps after) and ``GITHUB_STEP_SUMMARY``
+as files. ``uses:`` steps are skipped with the reason
 logged: the checkout is the test's clone, ``setup-python`` and ``pulumi/actions`` (install only) are the machine's
 Python and the engine on ``PATH``.
 
@@ -88,8 +89,9 @@ def run_github_job(
     scratch = checkout.parent / f"runner-{job_name}"
     scratch.mkdir(exist_ok=True)
     path_file, summary_file = scratch / "GITHUB_PATH", scratch / "GITHUB_STEP_SUMMARY"
-    path_file.write_text("")
-    summary_file.write_text("")
+    env_file = scratch / "GITHUB_ENV"
+    for file in (path_file, summary_file, env_file):
+        file.write_text("")
     run = JobRun(job_name)
     base = {
         **env,
@@ -97,6 +99,7 @@ def run_github_job(
         **{key: resolve(str(value), contexts) for key, value in (job.get("env") or {}).items()},
         "GITHUB_PATH": str(path_file),
         "GITHUB_STEP_SUMMARY": str(summary_file),
+        "GITHUB_ENV": str(env_file),
         "GITHUB_WORKSPACE": str(checkout),
         "CI": "true",
     }
@@ -106,7 +109,8 @@ def run_github_job(
             run.skipped.append(f"{step['uses']}: the runner's machine provides it (the test's clone, Python, Pulumi)")
             continue
         added = [line for line in path_file.read_text().splitlines() if line]
-        step_env = {**base, **{k: resolve(str(v), contexts) for k, v in (step.get("env") or {}).items()}}
+        exported = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+        step_env = {**base, **exported, **{k: resolve(str(v), contexts) for k, v in (step.get("env") or {}).items()}}
         step_env["PATH"] = ":".join([*reversed(added), step_env["PATH"]])
         result = shell(name, [*GITHUB_SHELL, step["run"]], checkout, step_env, 1200)
         run.steps.append(result)

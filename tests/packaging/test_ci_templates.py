@@ -267,3 +267,53 @@ def test_what_init_writes_for_an_organizations_stack_passes_both_checks(tmp_path
     code, findings = actionlint(workflow)
     assert (code, findings) == (0, [])
     assert gitlab_schema_errors(yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())) == []
+
+
+# `nsb-delays init --tool opentofu`: the same checks over the pipelines that run tofu
+
+
+def opentofu_repository(directory: Path, *args: str) -> Path:
+    result = CliRunner().invoke(nsb_delays_cli, ["init", str(directory), "--tool", "opentofu", *args])
+    assert result.exit_code == 0, result.output
+    return directory
+
+
+def test_what_init_writes_for_opentofu_passes_both_checks(tmp_path: Path) -> None:
+    repository = opentofu_repository(tmp_path, "--endpoint", "Sales")
+    workflow = repository / ".github" / "workflows" / "nsb-delays.yml"
+    assert "tofu -chdir=" in workflow.read_text()
+    assert actionlint(workflow) == (0, [])
+    assert gitlab_schema_errors(yaml.safe_load((repository / ".gitlab-ci.yml").read_text())) == []
+
+
+def test_actionlint_and_the_schema_catch_a_broken_opentofu_pipeline(tmp_path: Path) -> None:
+    """The checks see the OpenTofu files as they see the Pulumi ones: an unquoted variable in the apply, a job
+    keyword GitLab does not know."""
+    repository = opentofu_repository(tmp_path)
+    workflow = repository / ".github" / "workflows" / "nsb-delays.yml"
+    broken = workflow.read_text().replace('tofu -chdir="$MODULE" apply', "tofu -chdir=$MODULE apply", 1)
+    assert broken != workflow.read_text()
+    workflow.write_text(broken)
+    code, findings = actionlint(workflow)
+    assert code == 1 and re.search(r"SC2086.*\[shellcheck\]", "\n".join(findings)), findings
+    document = yaml.safe_load((repository / ".gitlab-ci.yml").read_text())
+    document["deploy"]["resource-group"] = document["deploy"].pop("resource_group")
+    assert any("'resource-group' was unexpected" in error for error in gitlab_schema_errors(document))
+
+
+def test_every_nsb_delays_command_the_opentofu_pipelines_run_parses_with_its_options(tmp_path: Path) -> None:
+    repository = opentofu_repository(tmp_path)
+    workflow: dict[Any, Any] = yaml.safe_load((repository / ".github" / "workflows" / "nsb-delays.yml").read_text())
+    lines = run_lines([step for job in workflow["jobs"].values() for step in job["steps"]])
+    document = yaml.safe_load((repository / ".gitlab-ci.yml").read_text())
+    lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
+    commands = [command_words(line.split(" || ")[0]) for line in lines if line.startswith("nsb-delays ")]
+    assert sorted({words[1] for words in commands}) == ["check", "preflight", "render", "verify"]
+    context = click.Context(nsb_delays_cli, info_name="nsb-delays")
+    for words in commands:
+        command = nsb_delays_cli.get_command(context, words[1])
+        assert command is not None, f"no command `nsb-delays {words[1]}`"
+        try:
+            command.make_context(words[1], words[2:], parent=context)
+        except click.ClickException as error:
+            raise AssertionError(f"{shlex.join(words)}: {error.format_message()}") from error

@@ -262,3 +262,20 @@ def test_each_sqs_queue_sets_every_attribute_the_transport_depends_on_as_the_pro
         assert body["max_message_size"] == spec.max_message_size == 1_048_576
         assert body["fifo_queue"] is spec.name.endswith(".fifo") and body["content_based_deduplication"] is False
     assert 'source  = "hashicorp/aws"' in terraform_module(DEV, "dev").files["versions.tf"]
+
+
+@pytest.mark.parametrize("config", [load_stack("dev"), parse_stack_config(WITH_USERS, "dev")], ids=["dev", "users"])
+def test_a_render_is_the_same_text_whatever_order_the_program_registered_in(config: StackConfig) -> None:
+    """The program registers resources concurrently (their order varies from run to run); the module lists them by
+    address and each ``depends_on`` sorted, so rendering an unchanged stack again changes no byte (the pipelines
+    ``nsb-delays init --tool opentofu`` writes compare a render with the committed module: ``git diff --exit-code``)."""
+    files = terraform_module(config, "dev").files
+    for file_name in ("rabbitmq.tf.json", "sqs.tf.json"):
+        if file_name in files:
+            document = json.loads(files[file_name])["resource"]
+            addresses = [f"{kind}.{name}" for kind, named in document.items() for name in named]
+            assert addresses == sorted(addresses), file_name
+            for named in document.values():
+                for name, body in named.items():
+                    assert body.get("depends_on", []) == sorted(body.get("depends_on", [])), name
+    assert terraform_module(config, "dev").files == files
