@@ -12,7 +12,9 @@ Every command and subcommand with the module that defines it, then every other f
 - ``discover``: ``discover.py``
 - ``status``: ``status.py``
 - ``pulumi-plugin``: ``pulumi_plugin.py``
-- ``init``: ``init.py``, with the pipelines it writes: ``init-github-workflow.yml.j2``, ``init-gitlab-ci.yml.j2``
+- ``init``: ``init.py``, with the pipelines it writes: ``init-github-workflow.yml.j2``, ``init-gitlab-ci.yml.j2``;
+  with ``--tool opentofu`` ``init_opentofu.py`` and its pipelines ``init-opentofu-github-workflow.yml.j2``,
+  ``init-opentofu-gitlab-ci.yml.j2``; the steps both tools' pipelines share are ``init-ci-steps.j2``
 - ``demo``: ``demo/command.py`` (the options and the run); ``demo/__init__.py`` re-exports its names and those of
   ``demo/startup.py`` (a given broker, or the private servers started), ``demo/provisioning.py`` (checked,
   provisioned, verified), ``demo/measurement.py`` (the delayed messages and their table) and ``demo/servers.py``

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import click
+import yaml
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
 from nsb_delays.infra.render.terraform import (
@@ -19,6 +20,7 @@ from nsb_delays.infra.render.topology_operator import (
     OPERATOR_VERSION,
     ClusterReference,
     TopologyOperatorRenderError,
+    credential_secrets,
     topology_yaml,
 )
 from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
@@ -179,12 +181,15 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
     note_sqs_left_out(config)
     if output is None:
         click.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text)
-    except OSError as error:
-        raise CommandError(f"-o {output}: {error.strerror or error}") from None
-    click.echo(f"wrote {TOPOLOGY_OPERATOR} for stack {stack!r} to {output}", err=True)
+    else:
+        try:
+            output.write_text(text)
+        except OSError as error:
+            raise CommandError(f"-o {output}: {error.strerror or error}") from None
+        click.echo(f"wrote {TOPOLOGY_OPERATOR} for stack {stack!r} to {output}", err=True)
+    for secret, user, password_key in credential_secrets(yaml.safe_load_all(text)):
+        password = f"the stack's {password_key}" if password_key else "its password"
+        click.echo(f"create first: Secret {secret} (username {user}, password {password})", err=True)
 
 
 def note_sqs_left_out(config: StackConfig) -> None:

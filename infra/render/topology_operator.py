@@ -170,6 +170,19 @@ def topology_yaml(stack: StackConfig, stack_name: str, cluster: ClusterReference
     return header + yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=1 << 16)
 
 
+def credential_secrets(documents: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str | None]]:
+    """``(Secret name, user name, stack password key)`` of each User: the Secrets to create before the Users."""
+    return [
+        (
+            document["spec"]["importCredentialsSecret"]["name"],
+            document["metadata"]["annotations"][f"{ANNOTATION_PREFIX}/username"],
+            document["metadata"]["annotations"].get(f"{ANNOTATION_PREFIX}/password-key"),
+        )
+        for document in documents
+        if document.get("kind") == "User"
+    ]
+
+
 _Rendered = tuple[str, str, dict[str, Any], dict[str, Any]]  # kind, metadata.name, spec, more metadata
 
 

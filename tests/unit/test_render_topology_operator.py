@@ -37,6 +37,7 @@ from nsb_delays.infra.render.topology_operator import (
     API_VERSION,
     ClusterReference,
     TopologyOperatorRenderError,
+    credential_secrets,
     credentials_secret_name,
     object_name,
     topology_documents,
@@ -247,6 +248,20 @@ def test_a_user_imports_its_credentials_from_a_secret_named_for_it() -> None:
     assert user["metadata"]["annotations"]["nsb-delays.io/password-key"] == "salesPassword"
     assert not [d for d in documents if d["kind"] == "Secret"]
     assert "password" not in repr(user["spec"]).lower().replace("credentials", "")
+    secret = user["spec"]["importCredentialsSecret"]["name"]
+    assert credential_secrets(documents) == [(secret, user["metadata"]["annotations"]["nsb-delays.io/username"],
+                                              "salesPassword")]  # fmt: skip
+
+
+def test_the_command_names_each_secret_to_create_first(tmp_path: Path) -> None:
+    stack_file = tmp_path / "Pulumi.dev.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": {f"nsb-delays:{key}": value for key, value in WITH_USERS.items()}}))
+    result = CliRunner().invoke(
+        cli, ["render", "--stack", str(stack_file), "--format", "topology-operator", "--cluster", "rabbitmq"]
+    )
+    assert result.exit_code == 0, result.output
+    ((secret, user, _),) = credential_secrets(yaml.safe_load_all(result.stdout))
+    assert f"create first: Secret {secret} (username {user}, password the stack's salesPassword)" in result.stderr
 
 
 def test_the_namespace_is_left_out_when_not_given() -> None:
