@@ -32,14 +32,18 @@ from .plan import MsmqConfig, StackConfig
 __all__ = ["ConfigError", "parse_stack_config", "password_keys"]
 
 
-def _check_passwords(raw: Mapping[str, Any], keys: tuple[str, ...], problems: list[str]) -> None:
-    """Each password key present and a Pulumi secret (``{secure: …}``): never a password in plain text."""
+def _check_passwords(
+    raw: Mapping[str, Any], keys: tuple[str, ...], problems: list[str], password_secrets: bool
+) -> None:
+    """Each password key a Pulumi secret (``{secure: …}``), never a password in plain text; and present, unless the
+    passwords come from elsewhere (``password_secrets`` false: an OpenTofu variable, a Kubernetes Secret, a
+    ``--passwords`` file)."""
     for key in keys:
         value = raw.get(key)
         fix = f"pulumi config set --secret {NAMESPACE}:{key} <password>"
-        if value is None:
+        if value is None and password_secrets:
             problems.append(f"{NAMESPACE}:{key}: missing (an endpoint user's passwordKey names it): {fix}")
-        elif not (isinstance(value, Mapping) and "secure" in value):
+        elif value is not None and not (isinstance(value, Mapping) and "secure" in value):
             problems.append(f"{NAMESPACE}:{key}: a password in plain text; make it a Pulumi secret: {fix}")
 
 
@@ -68,9 +72,12 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
-def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> StackConfig:
+def parse_stack_config(
+    raw: Mapping[str, Any], stack: str = UNNAMED_STACK, *, password_secrets: bool = True
+) -> StackConfig:
     """``raw`` maps ``rabbitmq``/``sqs``/``msmq`` (each may be absent) to their YAML values; ``stack`` is the name of
-    the stack they configure."""
+    the stack they configure; ``password_secrets`` false: the endpoint users' passwords are not the stack's secrets
+    (a reader that takes them from elsewhere), so a password key may be absent."""
     problems: list[str] = []
     rabbitmq = parse_rabbitmq_section(raw["rabbitmq"], problems, stack) if raw.get("rabbitmq") is not None else None
     passwords = password_keys(raw.get("rabbitmq"))
@@ -78,7 +85,7 @@ def parse_stack_config(raw: Mapping[str, Any], stack: str = UNNAMED_STACK) -> St
     for key in unknown:
         known = ", ".join(f"{NAMESPACE}:{section}" for section in SECTIONS)
         problems.insert(0, f"{NAMESPACE}:{key}: unknown key (known: {known}, and endpoint users' passwordKeys)")
-    _check_passwords(raw, passwords, problems)
+    _check_passwords(raw, passwords, problems, password_secrets)
     sqs_config = parse_sqs_section(raw["sqs"], problems) if raw.get("sqs") is not None else None
     msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
     if problems:

@@ -194,6 +194,9 @@ def namespace_values(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key[len(prefix) :]: value for key, value in config.items() if key.startswith(prefix)}
 
 
-def load_stack(stack: str) -> StackConfig:
-    """The validated config of ``--stack`` (a name or a path); ConfigError lists every problem."""
-    return parse_stack_config(namespace_values(read_stack_yaml(stack)), stack_name(stack))
+def load_stack(stack: str, *, password_secrets: bool = True) -> StackConfig:
+    """The validated config of ``--stack`` (a name or a path); ConfigError lists every problem. ``password_secrets``
+    false: for a command that does not take the endpoint users' passwords from the stack's secrets."""
+    return parse_stack_config(
+        namespace_values(read_stack_yaml(stack)), stack_name(stack), password_secrets=password_secrets
+    )

@@ -110,7 +110,7 @@ def preflight(
     endpoint would; 1: one would not; 2: the check could not run."""
     passwords = read_passwords(passwords_file) if passwords_file is not None else None
     try:
-        config = load_stack(stack)
+        config = load_stack(stack, password_secrets=passwords is None)  # else they are --passwords'
         defaults = StackDefaults(read_stack_yaml(stack), config, stack)
     except ConfigError as error:
         raise CommandError(str(error)) from None

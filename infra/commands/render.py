@@ -136,7 +136,7 @@ def render_module(stack: str, output: Path | None, passwords_file: Path | None) 
         *([problem] if output is not None and (problem := directory_problem(output)) else []),
     ]  # fmt: skip
     try:
-        config = load_stack(stack)
+        config = load_stack(stack, password_secrets=False)  # each password a variable or a Secret
     except ConfigError as error:
         raise CommandError([str(error), *problems]) from None
     if problems or output is None:
@@ -169,7 +169,7 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
         *([problem] if output is not None and (problem := output_problem(output)) else []),
     ]  # fmt: skip
     try:
-        config = load_stack(stack)
+        config = load_stack(stack, password_secrets=False)  # each password a variable or a Secret
     except ConfigError as error:
         raise CommandError([str(error), *problems]) from None
     if problems:

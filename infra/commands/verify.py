@@ -123,7 +123,7 @@ def verify(
     """Check a live broker and SQS against STACK; print a drift table and exit 1 on any drift. With --baseline,
     also list the queues an earlier version of the stack kept on delete and the broker still holds (not drift)."""
     try:
-        config = load_stack(stack)
+        config = load_stack(stack, password_secrets=False)  # verify reads no endpoint user's password
         defaults = StackDefaults(read_stack_yaml(stack), config, stack)
     except ConfigError as error:
         raise CannotVerify(str(error)) from None

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from nsb_delays.components.recording import RecordedResource
+from nsb_delays.infra.cli import cli
 from nsb_delays.infra.program import record_stack
 from nsb_delays.infra.render.terraform import (
     BLOCKS,
@@ -27,7 +30,7 @@ from nsb_delays.infra.render.terraform import (
     terraform_module,
     write_module,
 )
-from nsb_delays.stack.config import StackConfig, parse_stack_config
+from nsb_delays.stack.config import ConfigError, StackConfig, parse_stack_config
 from nsb_delays.stack.stack_file import load_stack
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -279,3 +282,23 @@ def test_a_render_is_the_same_text_whatever_order_the_program_registered_in(conf
                 for name, body in named.items():
                     assert body.get("depends_on", []) == sorted(body.get("depends_on", [])), name
     assert terraform_module(config, "dev").files == files
+
+
+def test_a_stack_whose_passwords_are_not_its_secrets_renders_and_still_refuses_one_in_plain_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module takes each password as a variable: an OpenTofu team's stack file has the users' password keys and
+    no Pulumi secrets. A password written into the file is still refused."""
+    section = {"nsb-delays:rabbitmq": WITH_USERS["rabbitmq"]}
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": section}))
+    monkeypatch.chdir(tmp_path)
+    rendered = CliRunner().invoke(cli, ["render", "--stack", "dev", "--format", "terraform", "-o", "module"])
+    assert rendered.exit_code == 0, rendered.output
+    assert "sales_password" in (tmp_path / "module" / "variables.tf.json").read_text()
+    with pytest.raises(ConfigError, match="salesPassword: missing"):
+        parse_stack_config(WITH_USERS | {"salesPassword": None}, "dev")
+    with pytest.raises(ConfigError, match="salesPassword: a password in plain text"):
+        parse_stack_config(WITH_USERS | {"salesPassword": "s3cret"}, "dev", password_secrets=False)
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": {**section, "nsb-delays:salesPassword": "x"}}))
+    refused = CliRunner().invoke(cli, ["render", "--stack", "dev", "--format", "terraform", "-o", "module"])
+    assert refused.exit_code == 2 and "a password in plain text" in refused.output
