@@ -62,6 +62,12 @@ class OpenTofu:
             capture_output=True, text=True, env=environment, check=False,
         )  # fmt: skip
 
+    def apply(self, module: Path, broker: LocalRabbitMq, env: dict[str, str] | None = None) -> None:
+        """``tofu init`` (the provider from the mirror) and ``tofu apply``, each as a pipeline runs it: no prompt."""
+        for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+            result = self.run(module, broker, *step, env=env)
+            assert result.returncode == 0, result.stdout + result.stderr
+
 
 def render_module(stack_file: Path, module: Path) -> None:
     """``nsb-delays render --format terraform`` of the stack file into ``module``, as a user runs it."""

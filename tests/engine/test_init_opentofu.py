@@ -1,6 +1,6 @@
 """``nsb-delays init --tool opentofu`` against a broker: the repository it writes, committed, and the deploy job of its
 GitHub workflow run step by step (tests/consumer/pipelines.py) as the runner would, with a real ``tofu`` and the
-provider from the filesystem mirror (tests/engine/test_terraform_module.py's ``opentofu``), the state kept by the
+provider from the filesystem mirror (the engine tier's ``opentofu`` fixture), the state kept by the
 module's own ``backend.tf`` (the http backend) in a state server of the test's: the render equals the committed
 module, ``tofu apply`` creates the topology, ``nsb-delays verify`` finds no drift and ``nsb-delays preflight`` passes;
 the job run again applies nothing (the state persisted). Then an endpoint dropped from the stack file: committed
@@ -33,8 +33,8 @@ from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.cli import cli
 from servers.rabbitmq import LocalRabbitMq
 from tests.consumer.pipelines import JobRun, git, machine_path, run_github_job, run_gitlab_job
-from tests.engine.test_terraform_module import OpenTofu, opentofu  # noqa: F401  (the fixture)
 from tests.engine.test_transports_deployed import release
+from tests.opentofu import OpenTofu
 
 INSTALL_STEP = "Install nsb-delays in the virtualenv venv"
 
@@ -145,7 +145,7 @@ def repository(tmp_path: Path, rabbitmq: LocalRabbitMq, broker_version: tuple[in
     return checkout
 
 
-def machine_env(tmp_path: Path, opentofu: OpenTofu) -> dict[str, str]:  # noqa: F811 (the fixture's type)
+def machine_env(tmp_path: Path, opentofu: OpenTofu) -> dict[str, str]:
     """The runner's environment: its tools first on PATH, OpenTofu's providers from the mirror."""
     return {
         "PATH": machine_path(machine(tmp_path / "machine", opentofu.binary)),
@@ -157,7 +157,7 @@ def machine_env(tmp_path: Path, opentofu: OpenTofu) -> dict[str, str]:  # noqa: 
 
 
 def test_the_deploy_job_init_wrote_applies_the_module_verifies_and_preflights(
-    opentofu: OpenTofu,  # noqa: F811 (the fixture imported above)
+    opentofu: OpenTofu,
     rabbitmq: LocalRabbitMq,
     broker_version: tuple[int, ...],
     module_vhost: Any,
@@ -226,7 +226,7 @@ def without_installs(ci_file: Path, copy: Path) -> Path:
 
 
 def test_the_gitlab_deploy_job_keeps_the_state_where_gitlab_keeps_it_locked(
-    opentofu: OpenTofu,  # noqa: F811 (the fixture imported above)
+    opentofu: OpenTofu,
     rabbitmq: LocalRabbitMq,
     broker_version: tuple[int, ...],
     module_vhost: Any,

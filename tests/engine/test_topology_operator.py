@@ -22,9 +22,9 @@ from nsb_delays.infra.render.terraform import variable_name
 from servers.rabbitmq import LocalRabbitMq
 from tests.conftest import unavailable
 from tests.engine.conftest import ROOT
-from tests.engine.test_terraform_module import OpenTofu, opentofu, stack_file, verify  # noqa: F401  (a fixture)
-from tests.engine.test_terraform_module import render as render_module
+from tests.engine.test_terraform_module import stack_file, verify
 from tests.engine.test_transports_deployed import dev_section, with_users
+from tests.opentofu import OpenTofu, render_module
 
 OPERATOR_DIR = Path(os.environ.get("NSB_OPERATOR_DIR", ROOT / ".cache" / "topology-operator"))
 USERNAME = "nsb-delays.io/username"
@@ -81,7 +81,7 @@ def declared(management: ManagementApi, vhost: str, users: list[str]) -> dict[st
 
 def test_the_operators_code_declares_the_manifest_with_no_drift_as_tofu_declares_the_module(
     nsb_apply: Path,
-    opentofu: OpenTofu,  # noqa: F811  (the fixture imported above)
+    opentofu: OpenTofu,
     rabbitmq: LocalRabbitMq,
     broker_version: tuple[int, ...],
     module_vhost: Any,
@@ -115,9 +115,7 @@ def test_the_operators_code_declares_the_manifest_with_no_drift_as_tofu_declares
     module = tmp_path / "module"
     render_module(other_stack, module)
     variables = {f"TF_VAR_{variable_name(key)}": value for key, value in other_passwords.items()}
-    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
-        result = opentofu.run(module, rabbitmq, *step, env=variables)
-        assert result.returncode == 0, result.stdout + result.stderr
+    opentofu.apply(module, rabbitmq, env=variables)
     users = sorted(data["username"] for data in secrets(manifest, passwords).values())
     other_users = [user.replace(vhost, other) for user in users]
     through_operator = declared(management, vhost, users)

@@ -179,9 +179,7 @@ def test_opentofu_puts_on_the_broker_what_pulumi_does(
     stack_file.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": section}}, sort_keys=False))
     module = tmp_path / "module"
     render_module(stack_file, module)
-    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
-        result = opentofu.run(module, rabbitmq, *step)
-        assert result.returncode == 0, result.stdout + result.stderr
+    opentofu.apply(module, rabbitmq)
     management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     by_tofu = broker_objects(management, vhost)
     assert len(by_tofu["queues"]) > LEVEL_COUNT
