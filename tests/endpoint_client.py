@@ -11,6 +11,7 @@ into a row of the permission matrix instead of an exception.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -171,6 +172,14 @@ class EndpointClient:
         headers = {DELAY_HEADER: delay_seconds, **({"CC": list(cc)} if cc else {})}
         key = routing.routing_key(delay_seconds, destination)
         self.publish(first_exchange(delay_seconds, Generation.V2), key, message_id, headers=headers)
+
+    def delayed_message_arrives(self, destination: str, delay_seconds: int, timeout: float) -> bool:
+        """A delayed message to ``destination`` (its queue consumed first), and whether it arrived within
+        ``timeout`` (which only bounds a failure)."""
+        inbox = self.consume(destination)
+        message_id = uuid.uuid4().hex
+        self.delayed_send(destination, delay_seconds, message_id)
+        return inbox.wait_for(message_id, timeout) is not None
 
     # --- events: Routing/ConventionalRoutingTopology.cs, Routing/DirectRoutingTopology.cs ----------------------------
 

@@ -19,18 +19,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 TOFU_DIR = Path(os.environ.get("NSB_TOFU_DIR", PROJECT / ".cache" / "opentofu"))
 
 
-@dataclass(frozen=True)
-class OpenTofuBuild:
-    binary: Path
-    cli_config: Path  # TF_CLI_CONFIG_FILE
-
-    @property
-    def env(self) -> dict[str, str]:
-        """What a run of ``tofu`` needs: the mirror, and no call home."""
-        return {"TF_CLI_CONFIG_FILE": str(self.cli_config), "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
-
-
-def opentofu_build(directory: Path) -> OpenTofuBuild:
+def opentofu_build(directory: Path) -> OpenTofu:
     """The built ``tofu`` and a CLI configuration written into ``directory``; unavailable (a skip, a failure under
     CI=true) when the build is missing."""
     binary = TOFU_DIR / "bin" / "tofu"
@@ -41,24 +30,30 @@ def opentofu_build(directory: Path) -> OpenTofuBuild:
     directory.mkdir(parents=True, exist_ok=True)
     cli_config = directory / "tofu.rc"
     cli_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
-    return OpenTofuBuild(binary, cli_config)
+    return OpenTofu(binary, cli_config)
 
 
 @dataclass(frozen=True)
 class OpenTofu:
-    build: OpenTofuBuild
+    binary: Path
+    cli_config: Path  # TF_CLI_CONFIG_FILE
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a run of ``tofu`` needs: the mirror, and no call home."""
+        return {"TF_CLI_CONFIG_FILE": str(self.cli_config), "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
 
     def run(self, module: Path, broker: LocalRabbitMq, *args: str, env: dict[str, str] | None = None) -> Any:
         environment = {
             **os.environ,
-            **self.build.env,
+            **self.env,
             "RABBITMQ_ENDPOINT": broker.management_url,
             "RABBITMQ_USERNAME": broker.username,
             "RABBITMQ_PASSWORD": broker.password,
             **(env or {}),
         }
         return subprocess.run(
-            [str(self.build.binary), f"-chdir={module}", *args],
+            [str(self.binary), f"-chdir={module}", *args],
             capture_output=True, text=True, env=environment, check=False,
         )  # fmt: skip
 

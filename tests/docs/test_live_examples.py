@@ -97,7 +97,7 @@ from tests.docs.live import (
     without_parking,
 )
 from tests.engine.conftest import PASSPHRASE, require_pulumi
-from tests.opentofu import OpenTofuBuild, opentofu_build
+from tests.opentofu import OpenTofu, opentofu_build
 from tests.spark.conftest import create_sql_persistence_table, insert_timeouts, timeout, utc_now
 from tests.spark.test_run_export import write_export
 
@@ -248,7 +248,7 @@ def scene(
     return Scene(folder, command_environment(env), addresses, interrupt_when)
 
 
-def on_path(folder: Path, build: OpenTofuBuild) -> dict[str, str]:
+def on_path(folder: Path, build: OpenTofu) -> dict[str, str]:
     """``tofu`` in the folder's ``bin/``, first on PATH, and the variables that point it at the mirror."""
     (folder / "bin").mkdir(exist_ok=True)
     (folder / "bin" / "tofu").symlink_to(build.binary)

@@ -206,4 +206,4 @@ def new_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
     """OpenTofu as tools/opentofu built it, its RabbitMQ provider installed offline."""
-    return OpenTofu(opentofu_build(tmp_path_factory.mktemp("tofu")))
+    return opentofu_build(tmp_path_factory.mktemp("tofu"))

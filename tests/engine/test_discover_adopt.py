@@ -118,10 +118,9 @@ def test_discover_then_adopt_replaces_nothing_and_delays_still_arrive(
         sales = users["Sales"]["name"]
         client = EndpointClient(rabbitmq.amqp_url, rabbitmq.management_url, vhost, sales, passwords[sales], topology)
         try:
-            inbox = client.consume("Sales")
-            message_id = uuid.uuid4().hex
-            client.delayed_send("Sales", DELAY_SECONDS, message_id)
-            assert inbox.wait_for(message_id, ARRIVAL_TIMEOUT) is not None, "the delayed message did not arrive"
+            assert client.delayed_message_arrives("Sales", DELAY_SECONDS, ARRIVAL_TIMEOUT), (
+                "the delayed message did not arrive"
+            )
         finally:
             client.close()
     finally:

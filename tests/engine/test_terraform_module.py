@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +91,9 @@ def endpoints_start_and_delays_arrive(
         broker.amqp_url, broker.management_url, section["vhost"], sales, logins[sales], "conventional"
     )
     try:
-        inbox = client.consume("Sales")
-        message_id = uuid.uuid4().hex
-        client.delayed_send("Sales", DELAY_SECONDS, message_id)
-        assert inbox.wait_for(message_id, ARRIVAL_TIMEOUT) is not None, "the delayed message did not arrive"
+        assert client.delayed_message_arrives("Sales", DELAY_SECONDS, ARRIVAL_TIMEOUT), (
+            "the delayed message did not arrive"
+        )
     finally:
         client.close()
 

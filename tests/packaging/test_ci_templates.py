@@ -232,14 +232,14 @@ def test_they_install_the_pinned_package_where_pulumi_looks() -> None:
     assert gitlab_ci()[".nsb-delays"]["before_script"][:4] == expected
 
 
-def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
-    """Each `nsb-delays …` line of both files parses against the click command tree (options and their values)."""
-    lines = run_lines([step for job in github_workflow()["jobs"].values() for step in job["steps"]])
-    document = gitlab_ci()
-    lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
-    commands = [command_words(line) for line in lines if line.startswith("nsb-delays ")]
-    assert sorted({words[1] for words in commands}) == ["check", "preflight", "verify"]
-    assert all("--baseline" in words for words in commands if words[1] == "check")
+def pipeline_lines(workflow: dict[Any, Any], gitlab: dict[Any, Any]) -> list[str]:
+    """Every shell line of a GitHub workflow's steps and of a GitLab file's jobs' scripts."""
+    lines = run_lines([step for job in workflow["jobs"].values() for step in job["steps"]])
+    return lines + [line for job in gitlab.values() if isinstance(job, dict) for line in job.get("script", [])]
+
+
+def assert_each_parses(commands: list[list[str]]) -> None:
+    """Each ``nsb-delays`` command line (as words) parses against the click command tree: options and their values."""
     context = click.Context(nsb_delays_cli, info_name="nsb-delays")
     for words in commands:
         command = nsb_delays_cli.get_command(context, words[1])
@@ -248,6 +248,15 @@ def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
             command.make_context(words[1], words[2:], parent=context)
         except click.ClickException as error:
             raise AssertionError(f"{shlex.join(words)}: {error.format_message()}") from error
+
+
+def test_every_nsb_delays_command_they_run_parses_with_its_options() -> None:
+    """Each `nsb-delays …` line of both files parses against the click command tree (options and their values)."""
+    lines = pipeline_lines(github_workflow(), gitlab_ci())
+    commands = [command_words(line) for line in lines if line.startswith("nsb-delays ")]
+    assert sorted({words[1] for words in commands}) == ["check", "preflight", "verify"]
+    assert all("--baseline" in words for words in commands if words[1] == "check")
+    assert_each_parses(commands)
 
 
 def test_the_how_to_embeds_both_files() -> None:
@@ -303,17 +312,8 @@ def test_actionlint_and_the_schema_catch_a_broken_opentofu_pipeline(tmp_path: Pa
 
 def test_every_nsb_delays_command_the_opentofu_pipelines_run_parses_with_its_options(tmp_path: Path) -> None:
     repository = opentofu_repository(tmp_path)
-    workflow: dict[Any, Any] = yaml.safe_load((repository / ".github" / "workflows" / "nsb-delays.yml").read_text())
-    lines = run_lines([step for job in workflow["jobs"].values() for step in job["steps"]])
-    document = yaml.safe_load((repository / ".gitlab-ci.yml").read_text())
-    lines += [line for job in document.values() if isinstance(job, dict) for line in job.get("script", [])]
+    workflow = yaml.safe_load((repository / ".github" / "workflows" / "nsb-delays.yml").read_text())
+    lines = pipeline_lines(workflow, yaml.safe_load((repository / ".gitlab-ci.yml").read_text()))
     commands = [command_words(line.split(" || ")[0]) for line in lines if line.startswith("nsb-delays ")]
     assert sorted({words[1] for words in commands}) == ["check", "preflight", "render", "verify"]
-    context = click.Context(nsb_delays_cli, info_name="nsb-delays")
-    for words in commands:
-        command = nsb_delays_cli.get_command(context, words[1])
-        assert command is not None, f"no command `nsb-delays {words[1]}`"
-        try:
-            command.make_context(words[1], words[2:], parent=context)
-        except click.ClickException as error:
-            raise AssertionError(f"{shlex.join(words)}: {error.format_message()}") from error
+    assert_each_parses(commands)
