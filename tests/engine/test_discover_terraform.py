@@ -30,7 +30,7 @@ from tests.opentofu import OpenTofu
 
 pytestmark = pytest.mark.engine
 
-DELAY_SECONDS = 30  # longer than discover, init, plan and apply take on a quiet machine (4 s on 3.10)
+DELAY_SECONDS = 15  # longer than discover, init, plan and apply take on a quiet machine (4 s on 3.10)
 ARRIVAL_TIMEOUT = DELAY_SECONDS + 120  # only bounds a failure
 
 

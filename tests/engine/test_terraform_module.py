@@ -43,21 +43,15 @@ def verify(stack: Path, broker: LocalRabbitMq) -> subprocess.CompletedProcess[st
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("users", [False, True], ids=["dev", "users"])
-def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
-    opentofu: OpenTofu,
-    rabbitmq: LocalRabbitMq,
-    broker_version: tuple[int, ...],
-    module_vhost: Any,
-    tmp_path: Path,
-    users: bool,
+def test_the_module_applies_plans_no_change_verifies_and_each_endpoint_starts(
+    opentofu: OpenTofu, rabbitmq: LocalRabbitMq, broker_version: tuple[int, ...], module_vhost: Any, tmp_path: Path
 ) -> None:
+    """The dev stack's section with endpoint users (the module without them is applied and compared with what
+    ``pulumi up`` leaves by test_transports_deployed.py)."""
     section = dev_section(module_vhost("tofu"), broker_version)
-    passwords: dict[str, str] = {}
-    if users:
-        section, passwords = with_users(section, section["vhost"])
-        if broker_version < FEATURE_FLAGS_OPEN_FROM:  # an endpoint user cannot read GET /api/feature-flags there
-            section["disabledBrokerRequirementChecks"] = ["StreamsEnabled"]
+    section, passwords = with_users(section, section["vhost"])
+    if broker_version < FEATURE_FLAGS_OPEN_FROM:  # an endpoint user cannot read GET /api/feature-flags there
+        section["disabledBrokerRequirementChecks"] = ["StreamsEnabled"]
     stack = stack_file(tmp_path, section, tuple(passwords))
     module = tmp_path / "module"
     render_module(stack, module)
@@ -67,8 +61,7 @@ def test_the_module_applies_plans_no_change_and_verifies_with_no_drift(
     assert plan.returncode == 0, plan.stdout + plan.stderr
     verified = verify(stack, rabbitmq)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    if users:
-        endpoints_start_and_delays_arrive(stack, section, passwords, rabbitmq, tmp_path)
+    endpoints_start_and_delays_arrive(stack, section, passwords, rabbitmq, tmp_path)
 
 
 def endpoints_start_and_delays_arrive(
