@@ -90,18 +90,25 @@ def endpoints_start_and_delays_arrive(
         client.close()
 
 
-def test_an_endpoint_dropped_from_the_stack_keeps_its_queue(
+def test_the_dev_stack_applies_and_an_endpoint_it_drops_keeps_its_queue(
     opentofu: OpenTofu, rabbitmq: LocalRabbitMq, broker_version: tuple[int, ...], module_vhost: Any, tmp_path: Path
 ) -> None:
+    """The dev stack's section: applied, the plan shows no change and ``verify`` no drift; then Sales dropped and
+    rendered again: the apply forgets Sales's queue (a ``removed`` block) and destroys none, and the plan after it
+    shows no change."""
     vhost = module_vhost("tofu-drop")
     section = dev_section(vhost, broker_version)
     stack = stack_file(tmp_path, section)
     module = tmp_path / "module"
     render_module(stack, module)
     opentofu.apply(module, rabbitmq)
+    verified = verify(stack, rabbitmq)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     kept = [e for e in section["endpoints"] if (e if isinstance(e, str) else e["name"]) != "Sales"]
     render_module(stack_file(tmp_path, {**section, "endpoints": kept}), module)
     applied = opentofu.run(module, rabbitmq, "apply", "-auto-approve", "-input=false")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
     assert "Sales" in {queue["name"] for queue in management.queues(vhost)}
+    plan = opentofu.run(module, rabbitmq, "plan", "-detailed-exitcode", "-input=false")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
