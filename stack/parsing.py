@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nsb_delays.components.model import msmq
-from nsb_delays.components.section.keys import MSMQ, NAMESPACE, SECTIONS, config_keys
+from nsb_delays.components.section.keys import MSMQ, NAMESPACE, SECTIONS, TOPOLOGY_OPERATOR, config_keys
 from nsb_delays.components.section.parsing import (
     ConfigError,
     checked_fields,
@@ -27,7 +27,7 @@ from nsb_delays.components.section.parsing import (
 )
 from nsb_delays.components.section.plan import UNNAMED_STACK
 
-from .plan import MsmqConfig, StackConfig
+from .plan import MsmqConfig, StackConfig, TopologyOperatorConfig
 
 __all__ = ["ConfigError", "parse_stack_config", "password_keys"]
 
@@ -72,6 +72,16 @@ def _parse_msmq(raw: Any, problems: list[str]) -> MsmqConfig:
     return MsmqConfig(endpoints=tuple(e for e in endpoints if isinstance(e, str)), **values)
 
 
+def _parse_topology_operator(raw: Any, problems: list[str]) -> TopologyOperatorConfig:
+    path = f"{NAMESPACE}:{TOPOLOGY_OPERATOR}"
+    values = checked_fields(raw, path, config_keys()[TOPOLOGY_OPERATOR], problems)
+    for key in ("cluster", "namespace"):
+        if key in values and not (isinstance(values[key], str) and values[key].strip()):
+            problems.append(f"{key_path(path, key)}: expected a non-empty name, got {values[key]!r}")
+            values.pop(key)
+    return TopologyOperatorConfig(values.get("cluster"), values.get("namespace"))
+
+
 def parse_stack_config(
     raw: Mapping[str, Any], stack: str = UNNAMED_STACK, *, password_secrets: bool = True
 ) -> StackConfig:
@@ -88,6 +98,8 @@ def parse_stack_config(
     _check_passwords(raw, passwords, problems, password_secrets)
     sqs_config = parse_sqs_section(raw["sqs"], problems) if raw.get("sqs") is not None else None
     msmq_config = _parse_msmq(raw["msmq"], problems) if raw.get("msmq") is not None else None
+    operator = raw.get(TOPOLOGY_OPERATOR)
+    operator_config = _parse_topology_operator(operator, problems) if operator is not None else None
     if problems:
         raise ConfigError(problems)
-    return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack)
+    return StackConfig(rabbitmq, sqs_config, msmq_config, raw, stack, operator_config, password_secrets)

@@ -1,5 +1,6 @@
 """The stack's plan: each section of the stack config as a plan (``nsb-delays:rabbitmq``, ``nsb-delays:sqs``: the
-transports', ``components/section/plan.py``; ``nsb-delays:msmq``, which scripts only read), with the config as given.
+transports', ``components/section/plan.py``; ``nsb-delays:msmq``, which scripts only read;
+``nsb-delays:topologyOperator``, which one render reads), with the config as given.
 The parser (``parsing.py``) makes it from a stack file, checked; every command reads it as model objects.
 """
 
@@ -24,12 +25,23 @@ class MsmqConfig:
 
 
 @dataclass(frozen=True)
+class TopologyOperatorConfig:
+    """The ``RabbitmqCluster`` the Messaging Topology Operator's resources are declared in
+    (``render --format topology-operator``)."""
+
+    cluster: str | None = None  # without it, `--cluster` must give it
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
 class StackConfig:
     rabbitmq: RabbitMqConfig | None = None
     sqs: SqsConfig | None = None
     msmq: MsmqConfig | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     stack: str = UNNAMED_STACK
+    topology_operator: TopologyOperatorConfig | None = None
+    password_secrets: bool = field(default=True, compare=False, repr=False)  # as parsed: a password key required
 
     def with_values(self, section: str, **values: Any) -> StackConfig:
         """The same stack with ``values`` (stack config keys, ``deliveryLimitPolicies=False``) set in ``section``:
@@ -38,4 +50,4 @@ class StackConfig:
         raw[section] = {**(raw.get(section) or {}), **values}
         from .parsing import parse_stack_config  # the parser makes plans: imported when a plan is made again
 
-        return parse_stack_config(raw, self.stack)
+        return parse_stack_config(raw, self.stack, password_secrets=self.password_secrets)

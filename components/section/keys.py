@@ -28,10 +28,11 @@ from nsb_delays.components.model.settings import (
 
 NAMESPACE = PACKAGE  # the stack config's: nsb-delays:rabbitmq
 MSMQ = "msmq"
-SECTIONS = (RABBITMQ, SQS, MSMQ)
+TOPOLOGY_OPERATOR = "topologyOperator"  # read by `render --format topology-operator` only
+SECTIONS = (RABBITMQ, SQS, MSMQ, TOPOLOGY_OPERATOR)
 DELIVERY_LIMIT_POLICIES_KEY = camel_case("delivery_limit_policies")
 BROKER_VERSION_KEY = camel_case("broker_version")
-SECTION_PLACES = (RABBITMQ, RABBITMQ_ENDPOINT, RABBITMQ_USER, SQS, SQS_ENDPOINT, MSMQ)
+SECTION_PLACES = (RABBITMQ, RABBITMQ_ENDPOINT, RABBITMQ_USER, SQS, SQS_ENDPOINT, MSMQ, TOPOLOGY_OPERATOR)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,23 @@ SHAPE_KEYS: dict[str, tuple[ConfigKey, ...]] = {
             "endpoints",
             list,
             "Endpoints of MSMQ transport 2.x whose delayed messages live in a `<endpoint>.timeouts` table.",
+            "none",
+        ),
+    ),
+    TOPOLOGY_OPERATOR: (
+        ConfigKey(
+            "cluster",
+            "cluster",
+            str,
+            "The `RabbitmqCluster` (its `metadata.name`) the Messaging Topology Operator's resources are declared in "
+            "(`render --format topology-operator`; `--cluster` overrides it, and gives it when this is not set).",
+            "none",
+        ),
+        ConfigKey(
+            "namespace",
+            "namespace",
+            str,
+            "The `RabbitmqCluster`'s namespace, when it is not the resources' own (`--namespace` overrides it).",
             "none",
         ),
     ),

@@ -52,6 +52,7 @@ SECTIONS: dict[str, str] = {
     "sqs": "`nsb-delays:sqs`",
     "sqs.endpoints[]": "`nsb-delays:sqs` → `endpoints[]`",
     "msmq": "`nsb-delays:msmq`",
+    "topologyOperator": "`nsb-delays:topologyOperator`",
 }
 TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", list: "list", Mapping: "mapping"}
 

@@ -23,7 +23,8 @@ from nsb_delays.infra.render.topology_operator import (
     credential_secrets,
     topology_yaml,
 )
-from nsb_delays.stack.config import ConfigError, StackConfig, load_stack
+from nsb_delays.stack.config import NAMESPACE, ConfigError, StackConfig, load_stack
+from nsb_delays.stack.config import TOPOLOGY_OPERATOR as TOPOLOGY_OPERATOR_SECTION
 
 from .errors import CommandError
 from .passwords import passwords_option, read_passwords
@@ -81,11 +82,13 @@ FORMATS_HELP = "; ".join(
 )
 @click.option(
     "--cluster",
-    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster (its metadata.name) every resource is declared in.",
+    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster (its metadata.name) every resource is declared in. "
+    "Default: the stack's nsb-delays:topologyOperator.cluster.",
 )
 @click.option(
     "--namespace",
-    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster's namespace (default: each resource's own).",
+    help=f"--format {TOPOLOGY_OPERATOR}: the RabbitmqCluster's namespace. Default: the stack's "
+    "nsb-delays:topologyOperator.namespace, else each resource's own.",
 )
 @passwords_option(
     f"{PASSWORDS_FORMAT} then carries the users (password hashes as RabbitMQ computes them). Without it the file "
@@ -100,7 +103,7 @@ def render_command(
     passwords_file: Path | None,
 ) -> None:
     if format_name in CLUSTER_FORMATS:
-        render_topology(stack, output, ClusterReference(cluster or "", namespace or None), passwords_file)
+        render_topology(stack, output, ClusterReference(cluster or "", namespace), passwords_file)
         return
     if cluster is not None or namespace is not None:
         raise CommandError(f"--cluster and --namespace apply only to --format {TOPOLOGY_OPERATOR}")
@@ -158,12 +161,10 @@ def render_module(stack: str, output: Path | None, passwords_file: Path | None) 
         )
 
 
-def render_topology(stack: str, output: Path | None, cluster: ClusterReference, passwords_file: Path | None) -> None:
-    """``--format topology-operator --cluster NAME [-o FILE]``: refused before anything is written without a
-    cluster name (the stack has no key for it: the CLI option is its one source)."""
+def render_topology(stack: str, output: Path | None, given: ClusterReference, passwords_file: Path | None) -> None:
+    """``--format topology-operator [--cluster NAME] [-o FILE]``: the cluster from the options, else from the stack's
+    ``nsb-delays:topologyOperator``; refused before anything is written without one."""
     problems = [
-        *([f"--format {TOPOLOGY_OPERATOR} needs the RabbitmqCluster its resources are declared in: give --cluster "
-           "NAME (no stack key sets it)"] if not cluster.name else []),
         *([f"--passwords applies only to --format {PASSWORDS_FORMAT}: a User imports its password from a "
            "Kubernetes Secret"] if passwords_file is not None else []),
         *([problem] if output is not None and (problem := output_problem(output)) else []),
@@ -172,6 +173,13 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
         config = load_stack(stack, password_secrets=False)  # each password a variable or a Secret
     except ConfigError as error:
         raise CommandError([str(error), *problems]) from None
+    cluster = cluster_reference(config, given)
+    if not cluster.name:
+        problems.insert(
+            0,
+            f"--format {TOPOLOGY_OPERATOR} needs the RabbitmqCluster its resources are declared in: give --cluster "
+            f"NAME, or set {NAMESPACE}:{TOPOLOGY_OPERATOR_SECTION}.cluster in the stack",
+        )
     if problems:
         raise CommandError(problems)
     try:
@@ -190,6 +198,15 @@ def render_topology(stack: str, output: Path | None, cluster: ClusterReference, 
     for secret, user, password_key in credential_secrets(yaml.safe_load_all(text)):
         password = f"the stack's {password_key}" if password_key else "its password"
         click.echo(f"create first: Secret {secret} (username {user}, password {password})", err=True)
+
+
+def cluster_reference(config: StackConfig, given: ClusterReference) -> ClusterReference:
+    """``--cluster``/``--namespace`` over the stack's ``nsb-delays:topologyOperator`` (each option over its key)."""
+    section = config.topology_operator
+    return ClusterReference(
+        given.name or (section.cluster if section else None) or "",
+        given.namespace or (section.namespace if section else None),
+    )
 
 
 def note_sqs_left_out(config: StackConfig) -> None:

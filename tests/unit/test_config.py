@@ -92,6 +92,15 @@ BAD_CONFIGS = [
     pytest.param(sqs(messageRetentionSeconds=True), ["messageRetentionSeconds: expected int, got bool"], id="sqs-bool"),
     pytest.param({"msmq": {"endpoints": ["Sales", "Sales"]}}, ["'Sales' is listed 2 times"], id="msmq-duplicate"),
     pytest.param(
+        {"topologyOperator": {"cluster": "", "namespace": 5, "name": "x"}},
+        [
+            "topologyOperator.cluster: expected a non-empty name, got ''",
+            "topologyOperator.namespace: expected str",
+            "topologyOperator.name: unknown key (known: cluster, namespace)",
+        ],
+        id="topology-operator-section",
+    ),
+    pytest.param(
         rabbitmq(brokerVersion=3.10),
         ["rabbitmq.brokerVersion: expected a string such as '3.10' or '4.0', got float (quote it: YAML reads 3.1"],
         id="broker-version-unquoted",

@@ -326,3 +326,32 @@ def test_any_pulumi_name_makes_a_valid_name(pulumi_name: str) -> None:
     name = object_name(pulumi_name)
     assert len(name) <= 253 and SUBDOMAIN.match(name), (pulumi_name, name)
     assert object_name(name) == name  # a valid name is kept
+
+
+def test_the_cluster_comes_from_the_stack_unless_an_option_gives_it(tmp_path: Path) -> None:
+    """``nsb-delays:topologyOperator`` gives the cluster and its namespace; ``--cluster`` and ``--namespace`` each
+    override their key; with neither, the render is refused naming both, and nothing is written."""
+    stack_file = tmp_path / "Pulumi.dev.yaml"
+    section = {"nsb-delays:rabbitmq": {"endpoints": ["Sales"]}}
+
+    def references(*options: str, operator: dict[str, str] | None = None) -> Any:
+        config = section | ({"nsb-delays:topologyOperator": operator} if operator is not None else {})
+        stack_file.write_text(yaml.safe_dump({"config": config}))
+        output = tmp_path / "topology.yaml"
+        output.unlink(missing_ok=True)
+        result = CliRunner().invoke(
+            cli, ["render", "--stack", str(stack_file), "--format", "topology-operator", "-o", str(output), *options]
+        )
+        if result.exit_code != 0:
+            assert not output.exists()
+            return result.output
+        documents = list(yaml.safe_load_all(output.read_text()))
+        return {repr(document["spec"]["rabbitmqClusterReference"]) for document in documents}
+
+    stack_only = references(operator={"cluster": "main", "namespace": "messaging"})
+    assert stack_only == {repr({"name": "main", "namespace": "messaging"})}
+    overridden = references("--cluster", "other", operator={"cluster": "main", "namespace": "messaging"})
+    assert overridden == {repr({"name": "other", "namespace": "messaging"})}
+    assert references("--cluster", "other") == {repr({"name": "other"})}
+    refused = references(operator={"namespace": "messaging"})
+    assert "give --cluster NAME, or set nsb-delays:topologyOperator.cluster in the stack" in refused
