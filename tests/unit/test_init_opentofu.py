@@ -180,11 +180,11 @@ def test_the_tool_option_is_documented_and_pulumi_is_the_default() -> None:
 
 @pytest.mark.parametrize("path", list(CI_TEMPLATES))
 def test_the_pipelines_the_how_to_shows_are_what_init_writes(path: str, tmp_path: Path) -> None:
-    """docs/how-to/without-pulumi.md embeds docs/how-to/ci-pipelines/opentofu/: init's output for the default stack,
+    """docs/how-to/opentofu.md embeds docs/how-to/ci-pipelines/opentofu/: init's output for the default stack,
     regenerated with `nsb-delays init --tool opentofu DIR` and copied."""
     init(tmp_path)
     assert CI_TEMPLATES[path].read_text() == (tmp_path / path).read_text(), (
         f"regenerate {CI_TEMPLATES[path].relative_to(PROJECT)}: nsb-delays init --tool opentofu /tmp/x && cp /tmp/x/{path} …"
     )
-    page = (PROJECT / "docs/how-to/without-pulumi.md").read_text()
+    page = (PROJECT / "docs/how-to/opentofu.md").read_text()
     assert f'--8<-- "{CI_TEMPLATES[path].relative_to(PROJECT)}"' in page
