@@ -129,7 +129,7 @@ def config_with(section: str, key: str) -> dict[str, Any]:
     """The smallest stack config that gives ``key`` of ``section`` a value."""
     value = example_value(section, key)
     top, _, below = section.partition(".")
-    raw: dict[str, Any] = {top: {"endpoints": ["Sales"]}}
+    raw: dict[str, Any] = {top: {"endpoints": ["Sales"]} if "endpoints" in config_keys()[top] else {}}
     if below == "":
         raw[top] |= COMPANIONS.get(key, {}) | {key: value}
     elif below == "endpoints[]":
