@@ -30,6 +30,7 @@ from servers.rabbitmq import LocalRabbitMq
 from tests.broker.conftest import module_vhost, new_vhost  # noqa: F401  (fixtures for this tier too)
 from tests.conftest import unavailable
 from tests.opentofu import OpenTofu, opentofu_build
+from tests.topology_operator import NsbApply, nsb_apply_build
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT_ENGINE = engine_dir()
@@ -207,3 +208,9 @@ def new_stack(engine: PulumiEngine, tmp_path: Path) -> Iterator[Any]:
 def opentofu(tmp_path_factory: pytest.TempPathFactory) -> OpenTofu:
     """OpenTofu as tools/opentofu built it, its RabbitMQ provider installed offline."""
     return opentofu_build(tmp_path_factory.mktemp("tofu"))
+
+
+@pytest.fixture(scope="session")
+def nsb_apply() -> NsbApply:
+    """The topology operator's own code, as tools/topology-operator built it."""
+    return nsb_apply_build()

@@ -7,58 +7,18 @@ declares in another vhost (definitions, grants and users)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
-import yaml
 
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.infra.render.terraform import variable_name
 from servers.rabbitmq import LocalRabbitMq
-from tests.conftest import unavailable
-from tests.engine.conftest import ROOT
 from tests.engine.test_terraform_module import stack_file, verify
 from tests.engine.test_transports_deployed import dev_section, with_users
 from tests.opentofu import OpenTofu, render_module
-
-OPERATOR_DIR = Path(os.environ.get("NSB_OPERATOR_DIR", ROOT / ".cache" / "topology-operator"))
-USERNAME = "nsb-delays.io/username"
-PASSWORD_KEY = "nsb-delays.io/password-key"
-
-
-@pytest.fixture(scope="session")
-def nsb_apply() -> Path:
-    binary = OPERATOR_DIR / "bin" / "nsb-apply"
-    if not binary.is_file():
-        unavailable(f"nsb-apply (the topology operator's code) is not built in {OPERATOR_DIR}: run `make setup` "
-                    "(tools/topology-operator/build.sh)")  # fmt: skip
-    return binary
-
-
-def render_manifest(stack: Path, manifest: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "nsb_delays.infra.cli", "render", "--stack", str(stack), "--format", "topology-operator",
-         "--cluster", "rabbitmq", "-o", str(manifest)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def secrets(manifest: Path, passwords: dict[str, str]) -> dict[str, dict[str, str]]:
-    """The Secrets each User imports its credentials from, as their string data (what an owner would create)."""
-    users = [d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "User"]
-    return {
-        user["spec"]["importCredentialsSecret"]["name"]: {
-            "username": user["metadata"]["annotations"][USERNAME],
-            "password": passwords[user["metadata"]["annotations"][PASSWORD_KEY]],
-        }
-        for user in users
-    }
+from tests.topology_operator import NsbApply, apply_manifest, render_manifest, secrets
 
 
 def declared(management: ManagementApi, vhost: str, users: list[str]) -> dict[str, Any]:
@@ -80,7 +40,7 @@ def declared(management: ManagementApi, vhost: str, users: list[str]) -> dict[st
 
 
 def test_the_operators_code_declares_the_manifest_with_no_drift_as_tofu_declares_the_module(
-    nsb_apply: Path,
+    nsb_apply: NsbApply,
     opentofu: OpenTofu,
     rabbitmq: LocalRabbitMq,
     broker_version: tuple[int, ...],
@@ -92,14 +52,7 @@ def test_the_operators_code_declares_the_manifest_with_no_drift_as_tofu_declares
     stack = stack_file(tmp_path, section, tuple(passwords))
     manifest = tmp_path / "topology.yaml"
     render_manifest(stack, manifest)
-    secrets_file = tmp_path / "secrets.json"
-    secrets_file.write_text(json.dumps(secrets(manifest, passwords)))
-    applied = subprocess.run(
-        [str(nsb_apply), "-f", str(manifest), "-uri", rabbitmq.management_url, "-username", rabbitmq.username,
-         "-password", rabbitmq.password, "-secrets", str(secrets_file)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    apply_manifest(nsb_apply, manifest, rabbitmq, secrets(manifest, passwords))
     verified = verify(stack, rabbitmq)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)

@@ -42,6 +42,7 @@ from tests.engine.test_components_from_other_languages import (
 )
 from tests.opentofu import OpenTofu, render_module
 from tests.python_source import parse_python
+from tests.topology_operator import NsbApply, apply_manifest, render_manifest
 
 PROGRAMS = Path(__file__).parent / "component_programs"
 README_VERSION = '"broker_version": "4.3"'
@@ -161,29 +162,40 @@ def test_the_readme_program_previews_no_change_and_verify_finds_no_drift(
     assert "no drift" in result.stdout.lower(), result.stdout
 
 
-def test_opentofu_puts_on_the_broker_what_pulumi_does(
+def test_one_topology_three_owners_pulumi_opentofu_and_the_topology_operator(
     transports: dict[str, Twin],
     rabbitmq: LocalRabbitMq,
     broker_version,
     module_vhost,
     opentofu: OpenTofu,
+    nsb_apply: NsbApply,
     tmp_path: Path,
 ) -> None:
-    """One topology, two owners: the README program's section rendered as a module (its stack file named as the
-    Pulumi stack is: the stack names the combined policies) and applied by ``tofu`` into a vhost of its own leaves
-    the objects ``pulumi up`` of the program left, each equal but for its vhost."""
+    """The README program's section, ``pulumi up``'d, rendered as a module that ``tofu apply`` declares and as a
+    manifest the topology operator's own code declares, each into a vhost of its own (the stack file named as the
+    Pulumi stack is: the stack names the combined policies): the three vhosts' definitions are equal but for the
+    vhost."""
     twin = transports["python"]
-    vhost = module_vhost("transport-opentofu")
-    section = section_of_inputs(transport_args(readme_program(vhost, broker_version)), "rabbitmq")
-    stack_file = tmp_path / f"Pulumi.{twin.stack.name}.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": section}}, sort_keys=False))
-    module = tmp_path / "module"
-    render_module(stack_file, module)
-    opentofu.apply(module, rabbitmq)
-    management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
-    by_tofu = broker_objects(management, vhost)
-    assert len(by_tofu["queues"]) > LEVEL_COUNT
-    assert by_tofu == broker_objects(management, twin.vhost)
+    objects = {"pulumi": broker_objects(ManagementApi(rabbitmq.management_url, rabbitmq.username,
+                                                      rabbitmq.password), twin.vhost)}  # fmt: skip
+    for owner in ("opentofu", "topology-operator"):
+        vhost = module_vhost(f"transport-{owner}")
+        section = section_of_inputs(transport_args(readme_program(vhost, broker_version)), "rabbitmq")
+        folder = tmp_path / owner
+        folder.mkdir()
+        stack_file = folder / f"Pulumi.{twin.stack.name}.yaml"
+        stack_file.write_text(yaml.safe_dump({"config": {f"{NAMESPACE}:rabbitmq": section}}, sort_keys=False))
+        if owner == "opentofu":
+            render_module(stack_file, folder / "module")
+            opentofu.apply(folder / "module", rabbitmq)
+        else:
+            render_manifest(stack_file, folder / "topology.yaml")
+            apply_manifest(nsb_apply, folder / "topology.yaml", rabbitmq)
+        management = ManagementApi(rabbitmq.management_url, rabbitmq.username, rabbitmq.password)
+        objects[owner] = broker_objects(management, vhost)
+    assert len(objects["pulumi"]["queues"]) > LEVEL_COUNT
+    assert objects["opentofu"] == objects["pulumi"]
+    assert objects["topology-operator"] == objects["pulumi"]
 
 
 def objects_of(management: ManagementApi, twin: Twin) -> dict[str, list[str]]:
