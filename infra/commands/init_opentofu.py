@@ -61,7 +61,7 @@ MODULE_DIR = "module"
 BACKEND_FILE = "backend.tf"
 TOFU_VERSION = "1.10.6"
 """The OpenTofu the pipelines install: the one the engine tests apply the module with (tools/opentofu/build.sh
-``OPENTOFU_VERSION``; tests/unit/test_init_opentofu.py keeps them equal)."""
+``OPENTOFU_VERSION``; tests/unit/test_init_opentofu_files.py keeps them equal)."""
 TEMPLATES = {GITHUB_WORKFLOW: "init-opentofu-github-workflow.yml.j2", GITLAB_CI: "init-opentofu-gitlab-ci.yml.j2"}
 ENDPOINT_COMMAND = (
     "python -c 'import os, yaml; "

@@ -34,3 +34,18 @@ def test_the_top_level_is_small_and_each_entry_is_described() -> None:
     assert entries == described, (
         f"CONTRIBUTING.md's Layout table: add {sorted(entries - described)}, remove {sorted(described - entries)}"
     )
+
+
+def test_each_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports a test module by its file name when its folder is not a package (rootdir-relative imports):
+    two ``test_x.py`` in two tiers make the second one an ``import file mismatch`` error, which only a full run
+    shows."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((PROJECT / "tests").rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(PROJECT)} and {path.relative_to(PROJECT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
