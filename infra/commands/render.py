@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import click
-import yaml
 
 from nsb_delays.infra.render import FORMATS, PASSWORDS_FORMAT, RenderError, render
 from nsb_delays.infra.render.terraform import (
@@ -21,7 +20,8 @@ from nsb_delays.infra.render.topology_operator import (
     ClusterReference,
     TopologyOperatorRenderError,
     credential_secrets,
-    topology_yaml,
+    dump_topology,
+    topology_documents,
 )
 from nsb_delays.stack.config import NAMESPACE, ConfigError, StackConfig, load_stack
 from nsb_delays.stack.config import TOPOLOGY_OPERATOR as TOPOLOGY_OPERATOR_SECTION
@@ -118,6 +118,11 @@ def render_command(
         raise CommandError(str(error)) from None
     if format_name == PASSWORDS_FORMAT and passwords is None:
         note_users_left_out(config)
+    write_or_echo(text, output, format_name, stack)
+
+
+def write_or_echo(text: str, output: Path | None, format_name: str, stack: str) -> None:
+    """A file format's text to ``-o FILE`` (and a line on stderr saying so), or to stdout without ``-o``."""
     if output is None:
         click.echo(text, nl=False)
         return
@@ -183,19 +188,12 @@ def render_topology(stack: str, output: Path | None, given: ClusterReference, pa
     if problems:
         raise CommandError(problems)
     try:
-        text = topology_yaml(config, stack, cluster)
+        documents = topology_documents(config, stack, cluster)
     except TopologyOperatorRenderError as error:
         raise CommandError(f"format {TOPOLOGY_OPERATOR}: {error}") from None
     note_sqs_left_out(config)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        try:
-            output.write_text(text)
-        except OSError as error:
-            raise CommandError(f"-o {output}: {error.strerror or error}") from None
-        click.echo(f"wrote {TOPOLOGY_OPERATOR} for stack {stack!r} to {output}", err=True)
-    for secret, user, password_key in credential_secrets(yaml.safe_load_all(text)):
+    write_or_echo(dump_topology(documents, stack), output, TOPOLOGY_OPERATOR, stack)
+    for secret, user, password_key in credential_secrets(documents):
         password = f"the stack's {password_key}" if password_key else "its password"
         click.echo(f"create first: Secret {secret} (username {user}, password {password})", err=True)
 

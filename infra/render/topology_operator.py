@@ -161,12 +161,16 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
 
 def topology_yaml(stack: StackConfig, stack_name: str, cluster: ClusterReference) -> str:
     """The custom resources as one YAML stream (``---`` between documents), for ``kubectl apply -f``."""
+    return dump_topology(topology_documents(stack, stack_name, cluster), stack_name)
+
+
+def dump_topology(documents: list[dict[str, Any]], stack_name: str) -> str:
+    """``topology_documents``' resources as the YAML stream ``topology_yaml`` writes, under a header."""
     header = (
         f"# The RabbitMQ objects of nsb-delays stack {stack_name!r} as RabbitMQ Messaging Topology Operator "
         f"{OPERATOR_VERSION} custom resources.\n# Each User imports its credentials from a Secret (keys username, "
         "password) that is not in this file: create it first.\n"
     )
-    documents = topology_documents(stack, stack_name, cluster)
     return header + yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=1 << 16)
 
 
