@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -117,6 +118,15 @@ def unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required test service unavailable under CI=true: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def release_folder(request: pytest.FixtureRequest, folder: Path) -> None:
+    """Removes a module's or a session's folder when its fixture ends, as pytest removes a passing test's
+    ``tmp_path`` (pyproject's ``tmp_path_retention_policy``): the folders made with ``tmp_path_factory`` outlive
+    their fixture otherwise, and those holding a virtualenv are up to a gigabyte each. Kept, for reading, once a
+    test of this worker has failed."""
+    if request.session.testsfailed == 0:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def require_installed(kind: type[LocalRabbitMq]) -> None:

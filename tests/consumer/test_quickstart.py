@@ -33,6 +33,7 @@ import pytest
 from nsb_delays.brokers.management import ManagementApi
 from nsb_delays.components.model.rabbitmq.versions import broker_version_of, parse_reported_broker_version
 from servers.rabbitmq import LocalRabbitMq
+from tests.conftest import release_folder
 from tests.consumer.conftest import (
     CONSUMER_BROKERS,
     SHOWN,
@@ -148,6 +149,7 @@ def repository(
     pulumi_bin: Path,
     wheelhouse: Path,
     tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Repository]:
     """The quickstart run in a new directory: the README's commands after the install, in one shell."""
     root = tmp_path_factory.mktemp("consumer")
@@ -194,6 +196,7 @@ def repository(
         )
     finally:
         management.delete_vhost(vhost)
+        release_folder(request, root)
 
 
 @ON_BROKERS
