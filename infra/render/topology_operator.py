@@ -159,13 +159,9 @@ def topology_documents(stack: StackConfig, stack_name: str, cluster: ClusterRefe
     return documents
 
 
-def topology_yaml(stack: StackConfig, stack_name: str, cluster: ClusterReference) -> str:
-    """The custom resources as one YAML stream (``---`` between documents), for ``kubectl apply -f``."""
-    return dump_topology(topology_documents(stack, stack_name, cluster), stack_name)
-
-
 def dump_topology(documents: list[dict[str, Any]], stack_name: str) -> str:
-    """``topology_documents``' resources as the YAML stream ``topology_yaml`` writes, under a header."""
+    """``topology_documents``' resources as one YAML stream (``---`` between documents) under a header, for
+    ``kubectl apply -f``."""
     header = (
         f"# The RabbitMQ objects of nsb-delays stack {stack_name!r} as RabbitMQ Messaging Topology Operator "
         f"{OPERATOR_VERSION} custom resources.\n# Each User imports its credentials from a Secret (keys username, "

@@ -39,9 +39,9 @@ from nsb_delays.infra.render.topology_operator import (
     TopologyOperatorRenderError,
     credential_secrets,
     credentials_secret_name,
+    dump_topology,
     object_name,
     topology_documents,
-    topology_yaml,
 )
 from nsb_delays.stack.config import StackConfig, parse_stack_config
 from nsb_delays.stack.stack_file import load_stack
@@ -56,6 +56,11 @@ CRD_FILES = {
     "TopicPermission": "topicpermissions",
 }  # fmt: skip
 STACKS = {"dev": lambda: load_stack("dev"), "users": lambda: parse_stack_config(WITH_USERS, "dev")}
+
+
+def topology_stream(stack: StackConfig) -> str:
+    """The YAML stream ``render --format topology-operator`` writes for ``stack`` as stack ``dev``."""
+    return dump_topology(topology_documents(stack, "dev", CLUSTER), "dev")
 
 
 def integers(value: Any) -> Any:
@@ -157,7 +162,7 @@ def test_integers_stay_integers_and_the_queue_type_is_the_spec_type() -> None:
     assert "x-queue-type" not in delay_level["spec"]["arguments"]
     ttl = delay_level["spec"]["arguments"]["x-message-ttl"]
     assert isinstance(ttl, int) and ttl == 2**27 * 1000
-    text = topology_yaml(load_stack("dev"), "dev", CLUSTER)
+    text = topology_stream(load_stack("dev"))
     assert "x-message-ttl: 134217728000\n" in text  # a YAML integer, not a string or a float
     policies = [d for d in documents if d["kind"] == "Policy"]
     assert all(isinstance(d["spec"]["priority"], int) for d in policies)
@@ -183,7 +188,7 @@ def strict(schema: Any) -> Any:
 
 @pytest.mark.parametrize("stack", list(STACKS))
 def test_every_document_is_valid_against_the_operators_crd(stack: str) -> None:
-    documents = list(yaml.safe_load_all(topology_yaml(STACKS[stack](), "dev", CLUSTER)))
+    documents = list(yaml.safe_load_all(topology_stream(STACKS[stack]())))
     schemas = {kind: crd_spec_schema(kind) for kind in {d["kind"] for d in documents}}
     for document in documents:
         assert document["apiVersion"] == API_VERSION
@@ -289,7 +294,7 @@ def test_the_command_writes_the_file_and_refuses_before_writing(tmp_path: Path) 
     assert other.exit_code == 2 and "apply only to --format topology-operator" in other.output
     written = CliRunner().invoke(cli, [*base, "--cluster", "rabbitmq", "--namespace", "messaging"])
     assert written.exit_code == 0, written.output
-    assert output.read_text() == topology_yaml(load_stack("dev"), "dev", CLUSTER)
+    assert output.read_text() == topology_stream(load_stack("dev"))
     stdout = CliRunner().invoke(cli, [*base[:-2], "--cluster", "rabbitmq", "--namespace", "messaging"])
     assert stdout.exit_code == 0 and stdout.stdout == output.read_text()
     assert "note: the nsb-delays:sqs section is not in the topology-operator file" in stdout.stderr
